@@ -1,0 +1,333 @@
+"""Write run directories that honour the contract (used by the runners and by adapters).
+
+Every file goes through :mod:`routestats.atomic`; ``run.json`` is written last, with the
+SHA-256 of every file, so a run killed half-way has no manifest and reads as incomplete.
+
+Examples
+--------
+>>> import tempfile, numpy as np, pandas as pd
+>>> from routestats.io import load_run
+>>> w = RunWriter(tempfile.mkdtemp() + "/run", run_id="demo", study="doc", factors={"variant": "baseline"},
+...               seed=0, init_id="i", data_order_id="d",
+...               fields={"named": {"3": "content", "4": "title"}, "mask_id": 5, "vocab_size": 6})
+>>> w.write_examples(pd.DataFrame({"example_id": [0], "split": ["val"], "source_index": [0],
+...     "prepared_length": [2], "cap": [256], "field_ids": [[4, 3]], "tokens": [["A", "b"]]}))
+>>> with w.attention(step=1, dtype="float32") as sink:
+...     sink.add(0, np.full((1, 2, 2, 2), 0.5))
+>>> run = load_run(w.finalize())
+>>> next(run.iter_attention()).weights.shape
+(2, 2, 2)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import platform
+import shutil
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import schema as S
+from .atomic import atomic_path, sha256_file, write_json_atomic, write_table_atomic
+from .errors import RoutestatsError, RunFormatError
+from .reduce import reduce_queries
+
+__all__ = ["RunWriter", "software_versions"]
+
+
+def software_versions(extra: Iterable[str] = ()) -> dict:
+    """Versions of Python and the analysis stack (plus any ``extra`` importable names)."""
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for name in ("routestats", "numpy", "pandas", "pyarrow", "scipy", *extra):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+class AttentionSink:
+    """Streams one step's attention into Parquet, one row group per ``group_size`` examples."""
+
+    def __init__(self, writer: "RunWriter", step: int, dtype: str, forms: Sequence[str], group_size: int):
+        self._w = writer
+        self.step = int(step)
+        self.dtype = dtype
+        self.forms = tuple(forms)
+        self.group_size = int(group_size)
+        self._np_dtype = np.float16 if dtype == "float16" else np.float32
+        self._stack = contextlib.ExitStack()
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._buf: dict[str, list] = {f: [] for f in self.forms}
+        self._pending = 0
+        self._seen: set[int] = set()
+        for form in self.forms:
+            schema = S.attention_matrices_schema(dtype) if form == S.FORM_MATRICES else S.REDUCTIONS_SCHEMA
+            tmp = self._stack.enter_context(atomic_path(writer.path / S.attention_file(step, form)))
+            self._writers[form] = self._stack.enter_context(
+                pq.ParquetWriter(tmp, schema, **S.PARQUET_OPTIONS)
+            )
+
+    def add(self, example_id: int, weights: np.ndarray, head_types: Sequence[str] | None = None) -> None:
+        """Add one example's attention, shape (layers, heads, n, n) over its evaluated positions.
+
+        ``head_types`` gives each head's type (length ``heads``; default all ``softmax``).
+        Values are cast to the storage dtype before anything is derived from them.
+        """
+        ex = int(example_id)
+        if ex not in self._w._field_ids:
+            raise RoutestatsError(f"example_id {ex} was not written to {S.EXAMPLES} first")
+        if ex in self._seen:
+            raise RoutestatsError(f"example_id {ex} added twice at step {self.step}")
+        w = np.asarray(weights)
+        g = self._w._field_ids[ex]
+        n = len(g)
+        if w.ndim != 4 or w.shape[2:] != (n, n):
+            raise RoutestatsError(
+                f"attention of example_id {ex} has shape {w.shape}, expected (layers, heads, {n}, {n})"
+            )
+        n_layers, n_heads = w.shape[:2]
+        types = ["softmax"] * n_heads if head_types is None else list(head_types)
+        if len(types) != n_heads or any(t not in S.HEAD_TYPES for t in types):
+            raise RoutestatsError(f"head_types must list {n_heads} entries from {S.HEAD_TYPES}, got {types}")
+        stored = w.astype(self._np_dtype).reshape(n_layers * n_heads, n, n)
+        layer = np.repeat(np.arange(n_layers, dtype=np.int16), n_heads)
+        head = np.tile(np.arange(n_heads, dtype=np.int16), n_layers)
+        htype = np.tile(np.asarray(types, dtype=object), n_layers)
+        base = {
+            "example_id": np.full(len(layer), ex, dtype=np.int64),
+            "layer": layer,
+            "head": head,
+            "head_type": htype,
+            "n": np.full(len(layer), n, dtype=np.int32),
+        }
+        if S.FORM_MATRICES in self.forms:
+            self._buf[S.FORM_MATRICES].append({**base, "weights": stored.reshape(len(layer), n * n)})
+        if S.FORM_REDUCTIONS in self.forms:
+            red = reduce_queries(stored, g, self._w._named)
+            red["field_mass"] = red["field_mass"].reshape(len(layer), -1)
+            self._buf[S.FORM_REDUCTIONS].append({**base, **red})
+        self._seen.add(ex)
+        self._pending += 1
+        if self._pending >= self.group_size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write buffered examples as one row group per form."""
+        if not self._pending:
+            return
+        for form, rows in self._buf.items():
+            schema = self._writers[form].schema
+            cols = {}
+            for f in schema:
+                if pa.types.is_list(f.type):
+                    # one row per (layer, head); list length varies between examples
+                    parts = [r[f.name].reshape(len(r[f.name]), -1) for r in rows]
+                    sizes = np.concatenate([np.full(len(p), p.shape[1], dtype=np.int64) for p in parts])
+                    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+                    flat = np.concatenate([p.ravel() for p in parts])
+                    cols[f.name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, f.type.value_type))
+                else:
+                    cols[f.name] = pa.array(np.concatenate([r[f.name] for r in rows]), f.type)
+            self._writers[form].write_table(pa.table(cols, schema=schema))
+            self._buf[form] = []
+        self._pending = 0
+
+    def close(self, ok: bool = True) -> None:
+        if ok:
+            self.flush()
+            for w in self._writers.values():
+                w.close()
+            self._stack.close()
+            missing = set(self._w._field_ids) - self._seen
+            if missing:
+                raise RoutestatsError(
+                    f"attention at step {self.step} lacks {len(missing)} example(s) of {S.EXAMPLES}, "
+                    f"e.g. {sorted(missing)[:5]}"
+                )
+            self._w._steps.add(self.step)
+            self._w._forms.update(self.forms)
+            self._w._dtype = self.dtype
+        else:
+            for w in self._writers.values():
+                with contextlib.suppress(Exception):
+                    w.close()
+            self._stack.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close(ok=True)
+        else:
+            self.close(ok=False)
+        return False
+
+
+class RunWriter:
+    """Write one run directory through the contract.
+
+    Parameters
+    ----------
+    path : path-like
+        The run directory. An existing complete run is refused unless ``overwrite``; an
+        incomplete one (no ``run.json``) is cleared first.
+    run_id, study, factors, seed, init_id, data_order_id, fields
+        Required manifest entries (see :data:`routestats.schema.MANIFEST_REQUIRED`).
+    overwrite : bool
+        Replace an existing complete run (its ``run.json`` is removed first, so a crash while
+        rewriting leaves an incomplete run, never a stale manifest).
+    """
+
+    def __init__(self, path, *, run_id, study, factors, seed, init_id, data_order_id, fields, overwrite=False):
+        self.path = Path(path)
+        manifest_path = self.path / S.MANIFEST
+        if manifest_path.exists():
+            if not overwrite:
+                raise RunFormatError(f"{self.path}: a complete run exists here (pass overwrite=True to replace it)")
+            manifest_path.unlink()
+        if self.path.exists():
+            for rel in (S.EXAMPLES, S.METRICS, S.GRADIENTS, S.LM_SCORES):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.path / rel).unlink()
+            shutil.rmtree(self.path / S.ATTENTION_DIR, ignore_errors=True)
+        self.path.mkdir(parents=True, exist_ok=True)
+        named = {str(int(k)): str(v) for k, v in fields["named"].items()}
+        self.fields = {**fields, "named": named}
+        self._named = S.named_field_ids(self.fields)
+        self.manifest = {
+            "schema_version": S.SCHEMA_VERSION,
+            "run_id": str(run_id),
+            "study": str(study),
+            "factors": dict(factors),
+            "seed": None if seed is None else int(seed),
+            "init_id": str(init_id),
+            "data_order_id": str(data_order_id),
+            "fields": self.fields,
+        }
+        self._files: list[str] = []
+        self._field_ids: dict[int, np.ndarray] = {}
+        self._steps: set[int] = set()
+        self._forms: set[str] = set()
+        self._dtype: str | None = None
+
+    def _register(self, rel: str) -> None:
+        if rel not in self._files:
+            self._files.append(rel)
+
+    def write_examples(self, examples: pd.DataFrame) -> None:
+        """Write ``examples.parquet``.
+
+        Required columns: example_id, split, source_index, prepared_length, cap, field_ids
+        (the evaluated positions). Optional: row_id, label, tokens, word_ids, is_primary,
+        in_length_sample, in_test_sample (default False), length (computed as
+        min(prepared_length, cap) and checked if given), content_sha256 (computed).
+        """
+        df = examples.copy().reset_index(drop=True)
+        for col in ("example_id", "split", "source_index", "prepared_length", "cap", "field_ids"):
+            if col not in df.columns:
+                raise RoutestatsError(f"examples need a column {col!r}")
+        expect = np.minimum(df["prepared_length"].to_numpy(), df["cap"].to_numpy())
+        if "length" in df.columns and not np.array_equal(df["length"].to_numpy(), expect):
+            raise RoutestatsError("examples: 'length' must equal min(prepared_length, cap)")
+        df["length"] = expect
+        for col in ("row_id", "label"):
+            if col not in df.columns:
+                df[col] = None
+        for col in ("tokens", "word_ids"):
+            if col not in df.columns:
+                df[col] = None
+        for col in ("is_primary", "in_length_sample", "in_test_sample"):
+            if col not in df.columns:
+                df[col] = False
+        df["field_ids"] = [np.asarray(v, dtype=np.int16) for v in df["field_ids"]]
+        if "content_sha256" not in df.columns:
+            df["content_sha256"] = [S.content_hash(t, f) for t, f in zip(df["tokens"], df["field_ids"])]
+        table = pa.Table.from_pandas(df[S.EXAMPLES_SCHEMA.names], schema=S.EXAMPLES_SCHEMA, preserve_index=False)
+        # validate through the reader's rules before anything lands on disk
+        from .io import _validate_examples
+
+        _validate_examples(table.to_pandas(), S.EXAMPLES, self.fields["vocab_size"])
+        write_table_atomic(self.path / S.EXAMPLES, table)
+        self._field_ids = {int(e): np.asarray(f, dtype=np.int64) for e, f in zip(df["example_id"], df["field_ids"])}
+        self._register(S.EXAMPLES)
+
+    def attention(self, step: int, dtype: str = "float16", forms=(S.FORM_MATRICES,), group_size: int = 8) -> AttentionSink:
+        """Open a streaming sink for one step's attention (use as a context manager)."""
+        if not self._field_ids:
+            raise RoutestatsError("write the examples before the attention")
+        if self._dtype is not None and dtype != self._dtype:
+            raise RoutestatsError(f"all steps of a run share one dtype ({self._dtype})")
+        if dtype not in S.ATTENTION_DTYPES:
+            raise RoutestatsError(f"attention dtype must be one of {S.ATTENTION_DTYPES}")
+        for f in forms:
+            self._register(S.attention_file(step, f))
+        return AttentionSink(self, step, dtype, forms, group_size)
+
+    def _write_frame(self, rel: str, df: pd.DataFrame) -> None:
+        schema = S.TABLE_SCHEMAS[rel]
+        missing = [f.name for f in schema if f.name not in df.columns and not f.nullable]
+        if missing:
+            raise RoutestatsError(f"{rel}: missing columns {missing}")
+        df = df.copy()
+        for f in schema:
+            if f.name not in df.columns:
+                df[f.name] = None
+        table = pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
+        write_table_atomic(self.path / rel, table)
+        self._register(rel)
+
+    def write_metrics(self, df: pd.DataFrame) -> None:
+        """Write ``metrics.parquet`` (see :data:`routestats.schema.METRICS_SCHEMA`)."""
+        self._write_frame(S.METRICS, df)
+
+    def write_gradients(self, df: pd.DataFrame) -> None:
+        """Write ``gradients.parquet`` (see :data:`routestats.schema.GRADIENTS_SCHEMA`)."""
+        self._write_frame(S.GRADIENTS, df)
+
+    def write_lm_scores(self, df: pd.DataFrame) -> None:
+        """Write ``lm_scores.parquet`` (see :data:`routestats.schema.LM_SCORES_SCHEMA`)."""
+        self._write_frame(S.LM_SCORES, df)
+
+    def add_file(self, rel: str) -> None:
+        """List a file written by the caller (e.g. a checkpoint) in the manifest."""
+        if not (self.path / rel).is_file():
+            raise RoutestatsError(f"{self.path / rel}: no such file")
+        self._register(rel)
+
+    def finalize(self, **extra) -> Path:
+        """Hash every file and write ``run.json`` last; return the run path.
+
+        ``extra`` adds optional manifest keys (model, training, dataset, evaluation,
+        software, git_commit, pairing, notes).
+        """
+        if S.EXAMPLES not in self._files:
+            raise RoutestatsError("a run needs examples.parquet")
+        files = [
+            {"path": rel, "sha256": sha256_file(self.path / rel), "bytes": os.path.getsize(self.path / rel)}
+            for rel in self._files
+        ]
+        manifest = {
+            **self.manifest,
+            "attention": {
+                "forms": sorted(self._forms),
+                "dtype": self._dtype,
+                "steps": sorted(self._steps),
+            },
+            "files": files,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "software": software_versions(),
+        }
+        manifest.update(extra)
+        write_json_atomic(self.path / S.MANIFEST, manifest)
+        return self.path
