@@ -1,0 +1,1 @@
+"""PyTorch runners: training, attention dumps and operator builders (torch imported lazily)."""

@@ -1,0 +1,307 @@
+"""Loading, validation, pairing and atomic writes of run directories."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import routestats as rs
+from routestats import schema as S
+from routestats.atomic import atomic_path, write_json_atomic
+from routestats.datasets import synthetic_pair
+from tests.conftest import FIELDS, make_examples, random_attention, write_run
+
+
+# ------------------------------------------------------------------ round trip
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_round_trip_is_bitwise(tmp_path, rng, dtype):
+    fields = [[4, 4, 3, 3, 3], [4, 3, 3], [4, 4, 4, 3, 3, 3, 3]]
+    att = [random_attention(rng, 2, 3, len(g)) for g in fields]
+    run = rs.load_run(write_run(tmp_path / "r", att, fields, dtype=dtype))
+    blocks = list(run.iter_attention())
+    assert [b.example_id for b in blocks] == [0, 1, 2]
+    for b, a in zip(blocks, att):
+        expected = a.astype(dtype).reshape(6, len(a[0, 0]), -1)
+        assert b.weights.dtype == np.dtype(dtype)
+        assert np.array_equal(b.weights, expected)  # bitwise: same dtype, exact equality
+        assert b.layer.tolist() == [0, 0, 0, 1, 1, 1] and b.head.tolist() == [0, 1, 2, 0, 1, 2]
+    ex = run.examples()
+    assert ex["length"].tolist() == [5, 3, 7]
+    assert [list(v) for v in ex["field_ids"]] == fields
+    assert run.validate(deep=True)[0] == "manifest"
+
+
+def test_selective_reads(tmp_path, rng):
+    fields = [[4, 3, 3]] * 5
+    att = [random_attention(rng, 3, 2, 3) for _ in fields]
+    run = rs.load_run(write_run(tmp_path / "r", att, fields))
+    blocks = list(run.iter_attention(examples=[1, 3], layers=[2]))
+    assert [b.example_id for b in blocks] == [1, 3]
+    assert np.array_equal(blocks[1].weights, att[3][2].astype("float32"))
+    assert run.examples(["example_id", "length"]).columns.tolist() == ["example_id", "length"]
+
+
+def test_row_groups_hold_whole_examples(tmp_path, rng):
+    fields = [[4, 3]] * 5
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 2, 2) for _ in fields], fields)
+    pf = pq.ParquetFile(path / S.attention_file(10, "matrices"))
+    # group_size=2 in write_run: 2 + 2 + 1 examples, 2 rows (heads) per example
+    assert [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)] == [4, 4, 2]
+
+
+def test_example_split_across_row_groups_is_reassembled(tmp_path, rng):
+    fields = [[4, 3]] * 2
+    att = [random_attention(rng, 2, 2, 2) for _ in fields]
+    path = write_run(tmp_path / "r", att, fields)
+    f = path / S.attention_file(10, "matrices")
+    t = pq.read_table(f)
+    pq.write_table(t, f, row_group_size=3)  # 8 rows -> groups of 3, 3, 2: examples straddle
+    man = json.loads((path / "run.json").read_text())
+    run = rs.run = rs.load_run(path)
+    blocks = list(run.iter_attention())
+    assert [b.example_id for b in blocks] == [0, 1]
+    assert np.array_equal(blocks[1].weights, att[1].astype("float32").reshape(4, 2, 2))
+    assert man["schema_version"] == S.SCHEMA_VERSION
+
+
+# ------------------------------------------------------------------ validation errors
+def test_missing_manifest_is_incomplete(tmp_path):
+    (tmp_path / "r").mkdir()
+    with pytest.raises(rs.IncompleteRunError, match="no run.json; the run is incomplete"):
+        rs.load_run(tmp_path / "r")
+
+
+def test_unknown_schema_version(tmp_path, rng):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 2)], [[4, 3]])
+    m = json.loads((path / "run.json").read_text())
+    m["schema_version"] = "9.9"
+    (path / "run.json").write_text(json.dumps(m))
+    with pytest.raises(rs.SchemaVersionError, match=r"schema_version '9.9' is not supported"):
+        rs.load_run(path)
+
+
+def test_wrong_dtype_column(tmp_path, rng):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 2)], [[4, 3]])
+    t = pq.read_table(path / S.EXAMPLES)
+    t = t.set_column(t.schema.get_field_index("length"), "length", t["length"].cast(pa.int64()))
+    pq.write_table(t, path / S.EXAMPLES)
+    with pytest.raises(rs.RunFormatError, match=r"examples.parquet: column 'length' has type int64, expected int32"):
+        rs.load_run(path).examples()
+
+
+def _poison(path, value, where=(0, 0)):
+    f = path / S.attention_file(10, "matrices")
+    t = pq.read_table(f).to_pandas()
+    w = np.array(t.at[0, "weights"], dtype=np.float32)
+    w[where[0] * int(np.sqrt(w.size)) + where[1]] = value
+    t.at[0, "weights"] = w
+    pq.write_table(pa.Table.from_pandas(t, schema=S.attention_matrices_schema("float32"), preserve_index=False), f)
+
+
+def test_nan_attention(tmp_path, rng):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 3)], [[4, 3, 3]])
+    _poison(path, np.nan, (1, 2))
+    with pytest.raises(rs.RunFormatError, match=r"'weights' of example_id 0, layer 0, head 0 holds nan at query 1, key 2"):
+        list(rs.load_run(path).iter_attention())
+
+
+def test_negative_attention(tmp_path, rng):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 3)], [[4, 3, 3]])
+    _poison(path, -0.25, (0, 1))
+    with pytest.raises(rs.RunFormatError, match=r"holds negative attention -0.25 at query 0, key 1"):
+        list(rs.load_run(path).iter_attention())
+
+
+def test_row_not_summing_to_one(tmp_path):
+    a = np.full((1, 1, 3, 3), 1 / 3)
+    a[0, 0, 2] = [0.5, 0.3, 0.1]  # sums to 0.9
+    path = write_run(tmp_path / "r", [a], [[4, 3, 3]])
+    with pytest.raises(rs.RunFormatError, match=r"query 2 sums to 0.9; rows must sum to 1 within 0.0001 for float32"):
+        list(rs.load_run(path).iter_attention())
+
+
+def test_sigmoid_rows_need_not_sum_to_one(tmp_path):
+    a = np.full((1, 2, 3, 3), 0.2)
+    a[0, 0] = 1 / 3
+    path = write_run(tmp_path / "r", [a], [[4, 3, 3]], head_types=["softmax", "sigmoid"])
+    (blk,) = rs.load_run(path).iter_attention()
+    assert blk.head_type.tolist() == ["softmax", "sigmoid"]
+
+
+def test_field_id_out_of_range(tmp_path, rng):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 2)], [[4, 3]])
+    t = pq.read_table(path / S.EXAMPLES).to_pandas()
+    t.at[0, "field_ids"] = np.array([4, 9], dtype=np.int16)
+    pq.write_table(pa.Table.from_pandas(t, schema=S.EXAMPLES_SCHEMA, preserve_index=False), path / S.EXAMPLES)
+    with pytest.raises(rs.RunFormatError, match=r"'field_ids' of example_id 0 holds 9, outside the field vocabulary \[0, 6\)"):
+        rs.load_run(path).examples()
+
+
+def test_wrong_matrix_size(tmp_path, rng):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 3)], [[4, 3, 3]])
+    t = pq.read_table(path / S.EXAMPLES).to_pandas()
+    t["prepared_length"] = np.int32(2)
+    t["length"] = np.int32(2)
+    t.at[0, "field_ids"] = np.array([4, 3], dtype=np.int16)
+    t.at[0, "tokens"] = np.array(["a", "b"], dtype=object)
+    pq.write_table(pa.Table.from_pandas(t, schema=S.EXAMPLES_SCHEMA, preserve_index=False), path / S.EXAMPLES)
+    with pytest.raises(rs.RunFormatError, match=r"column 'n' of example_id 0 is 3, but the example's evaluated length is 2"):
+        list(rs.load_run(path).iter_attention())
+
+
+def test_deep_validation_detects_changed_file(tmp_path, rng):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 2)], [[4, 3]])
+    with open(path / S.EXAMPLES, "ab") as fh:
+        fh.write(b"x")
+    with pytest.raises(rs.RunFormatError, match="differs from run.json"):
+        rs.load_run(path).validate(deep=True)
+
+
+def test_listed_file_missing(tmp_path, rng):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 2)], [[4, 3]])
+    (path / S.attention_file(10, "matrices")).unlink()
+    with pytest.raises(rs.RunFormatError, match=r"lists attention/step=000010/matrices.parquet but that file is missing"):
+        rs.load_run(path)
+
+
+def test_writer_refuses_incomplete_attention(tmp_path, rng):
+    w = rs.RunWriter(tmp_path / "r", run_id="r", study="t", factors={}, seed=0, init_id="i",
+                     data_order_id="d", fields=FIELDS)
+    w.write_examples(make_examples([[4, 3], [4, 3]]))
+    with pytest.raises(rs.RoutestatsError, match=r"lacks 1 example\(s\)"):
+        with w.attention(1, dtype="float32") as sink:
+            sink.add(0, random_attention(rng, 1, 1, 2))
+
+
+def test_writer_refuses_to_overwrite_complete_run(tmp_path, rng):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 2)], [[4, 3]])
+    with pytest.raises(rs.RunFormatError, match="a complete run exists here"):
+        rs.RunWriter(path, run_id="r", study="t", factors={}, seed=0, init_id="i", data_order_id="d", fields=FIELDS)
+
+
+# ------------------------------------------------------------------ pairing
+def _pair_runs(tmp_path, rng, **variant_kw):
+    fields = [[4, 3, 3], [4, 4, 3]]
+    att = [random_attention(rng, 1, 1, 3) for _ in fields]
+    b = write_run(tmp_path / "b", att, fields, run_id="b")
+    kw = {"run_id": "v", "variant": "saab"} | variant_kw
+    vfields = kw.pop("fields_override", fields)
+    v = write_run(tmp_path / "v", att, vfields, **kw)
+    return rs.load_run(b), rs.load_run(v)
+
+
+def test_pair_ok(tmp_path, rng):
+    b, v = _pair_runs(tmp_path, rng)
+    p = rs.pair(b, v)
+    assert p.variant.run_id == "v" and p.swapped().baseline.run_id == "v"
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"init_id": "other"}, r"cannot pair b with v: init_id differs \(init vs other\)"),
+        ({"data_order_id": "other"}, r"data_order_id differs \(order vs other\)"),
+        ({"fields_override": [[4, 3, 3], [4, 3, 3]]}, r"example_id 1 has different content"),
+    ],
+)
+def test_pair_refuses(tmp_path, rng, kw, message):
+    b, v = _pair_runs(tmp_path, rng, **kw)
+    with pytest.raises(rs.PairingError, match=message):
+        rs.pair(b, v)
+
+
+def test_pair_refuses_other_example_sets(tmp_path, rng):
+    b = write_run(tmp_path / "b", [random_attention(rng, 1, 1, 2)] * 2, [[4, 3]] * 2, run_id="b")
+    v = write_run(tmp_path / "v", [random_attention(rng, 1, 1, 2)] * 3, [[4, 3]] * 3, run_id="v")
+    with pytest.raises(rs.PairingError, match=r"evaluated example counts differ \(2 vs 3\)"):
+        rs.pair(rs.load_run(b), rs.load_run(v))
+
+
+# ------------------------------------------------------------------ trees
+def test_load_runs_index_and_pairs(tmp_path):
+    synthetic_pair(tmp_path / "seed1", seed=1, n_examples=2)
+    synthetic_pair(tmp_path / "deep" / "seed2", seed=2, n_examples=2)
+    runs = rs.load_runs(tmp_path)
+    assert len(runs) == 4
+    assert sorted(runs.index["seed"].tolist()) == [1, 1, 2, 2]
+    pairs = runs.pairs()
+    assert sorted(p.seed for p in pairs) == [1, 2]
+    assert all(p.baseline.factors["variant"] == "baseline" for p in pairs)
+
+
+def test_load_runs_incomplete(tmp_path):
+    synthetic_pair(tmp_path / "a", seed=1, n_examples=2)
+    (tmp_path / "a" / "saab" / "run.json").unlink()
+    with pytest.raises(rs.IncompleteRunError, match=r"1 incomplete run\(s\) without run.json"):
+        rs.load_runs(tmp_path)
+    assert len(rs.load_runs(tmp_path, on_incomplete="skip")) == 1
+
+
+# ------------------------------------------------------------------ atomic writes
+def test_atomic_write_failure_leaves_old_file(tmp_path):
+    target = tmp_path / "x.json"
+    write_json_atomic(target, {"v": 1})
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("partial")
+            raise RuntimeError("boom")
+    assert json.loads(target.read_text()) == {"v": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
+
+
+def test_killed_writer_leaves_no_partial_file(tmp_path):
+    """SIGKILL a process mid-way through a large streamed Parquet write."""
+    script = textwrap.dedent(
+        f"""
+        import numpy as np, pyarrow as pa, pyarrow.parquet as pq, sys
+        from routestats.atomic import atomic_path
+        with atomic_path({str(tmp_path / 'big.parquet')!r}) as tmp:
+            with pq.ParquetWriter(tmp, pa.schema([('x', pa.float64())])) as w:
+                print('writing', flush=True)
+                for i in range(100000):
+                    w.write_table(pa.table({{'x': np.random.rand(10000)}}))
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=os.getcwd())
+    assert proc.stdout.readline().strip() == b"writing"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "big.parquet").exists()
+    leftovers = [p.name for p in tmp_path.iterdir()]
+    assert all(n.startswith(".big.parquet.") and n.endswith(".tmp") for n in leftovers)
+
+
+def test_killed_run_reads_as_incomplete(tmp_path, rng):
+    w = rs.RunWriter(tmp_path / "r", run_id="r", study="t", factors={}, seed=0, init_id="i",
+                     data_order_id="d", fields=FIELDS)
+    w.write_examples(make_examples([[4, 3]]))
+    # no finalize(): as if the process died before the manifest
+    with pytest.raises(rs.IncompleteRunError):
+        rs.load_run(tmp_path / "r")
+
+
+# ------------------------------------------------------------------ boundaries
+def test_import_routestats_loads_no_torch_runners_or_jinja():
+    code = "import sys, routestats, routestats.io, routestats.datasets; " \
+           "print(sorted(m for m in ('torch', 'runners', 'jinja2', 'reports') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_import_contract():
+    lint = subprocess.run(["lint-imports"], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+    if lint.returncode != 0 and "command not found" in lint.stderr:
+        pytest.skip("import-linter not installed")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert "0 broken" in lint.stdout
