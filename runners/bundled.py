@@ -119,11 +119,40 @@ def _param_sentences(section: str) -> list[str]:
     return [_cap(_clean(s), 300) for s in out if _clean(s)]
 
 
+def _warm_up() -> None:
+    """Touch every public attribute until no namespace grows.
+
+    Packages load submodules lazily on attribute access, which adds names to other
+    namespaces; harvesting after this fixed point makes the result independent of what the
+    process imported before.
+    """
+    before = None
+    while True:
+        sizes = []
+        for ns in NAMESPACES:
+            try:
+                holder = _resolve(ns)
+            except Exception:  # pragma: no cover
+                sizes.append(0)
+                continue
+            names = sorted(n for n in dir(holder) if not n.startswith("_"))
+            for name in names:
+                try:
+                    getattr(holder, name)
+                except Exception:
+                    pass
+            sizes.append(len(dir(holder)))
+        if sizes == before:
+            return
+        before = sizes
+
+
 def harvest() -> list[dict]:
     """Unique docstrings of the public objects in :data:`NAMESPACES`, in a fixed order."""
     seen, records = set(), []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        _warm_up()
         for ns in NAMESPACES:
             try:
                 holder = _resolve(ns)
