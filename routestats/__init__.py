@@ -13,6 +13,21 @@ from .errors import (
 )
 from .io import Run, RunCollection, RunPair, load_run, load_runs, pair
 from .runwriter import RunWriter
+from .metrics import (
+    adjusted_sfm,
+    entropy,
+    field_to_field,
+    head_metrics,
+    head_sfm,
+    layer_gap,
+    layer_summary,
+    opportunity,
+    profile_distance,
+    sfm,
+    word_attention,
+)
+from .stats import holm, paired_inference, paired_t, spearman_ci
+from .effects import paired_differences, paired_effects
 
 __version__ = "0.1.0"
 
@@ -26,6 +41,23 @@ __all__ = [
     "RunPair",
     "RunWriter",
     "SchemaVersionError",
+    "adjusted_sfm",
+    "entropy",
+    "field_to_field",
+    "head_metrics",
+    "head_sfm",
+    "holm",
+    "layer_gap",
+    "layer_summary",
+    "opportunity",
+    "paired_differences",
+    "paired_effects",
+    "paired_inference",
+    "paired_t",
+    "profile_distance",
+    "sfm",
+    "spearman_ci",
+    "word_attention",
     "load_run",
     "load_runs",
     "pair",

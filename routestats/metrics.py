@@ -1,0 +1,340 @@
+"""Routing metrics from recorded attention, as tidy DataFrames (METHODS Part I section 2).
+
+One pass over a run's attention (either storage form) gives the per example x layer x head
+table that every other metric aggregates: same-field mass (SFM), entropy, row mass, and
+field-to-field mass. Equal weight per example, per head and per valid query.
+
+Columns of the frames returned here
+-----------------------------------
+run_id, step, example_id, layer, head, head_type
+    identify the unit;
+sfm, entropy, entropy_rownorm, row_mass
+    per-unit means over the example's valid queries;
+n_valid
+    number of valid (named-field) positions of the example.
+
+Examples
+--------
+>>> import tempfile
+>>> from routestats.io import load_run
+>>> from routestats.datasets import synthetic_pair
+>>> b, v = synthetic_pair(tempfile.mkdtemp(), seed=0, n_examples=4)
+>>> s = sfm(load_run(b))
+>>> list(s.columns)
+['run_id', 'step', 'example_id', 'layer', 'sfm']
+>>> bool(s["sfm"].between(0, 1).all())
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from . import schema as S
+from .errors import RoutestatsError
+from .io import Run, RunPair
+from .reduce import reduce_queries, summarise_queries
+
+__all__ = [
+    "head_metrics",
+    "sfm",
+    "layer_summary",
+    "head_sfm",
+    "field_to_field",
+    "opportunity",
+    "adjusted_sfm",
+    "profile_distance",
+    "layer_gap",
+    "word_attention",
+]
+
+
+@dataclass(frozen=True)
+class _Pass:
+    heads: pd.DataFrame
+    f2f: np.ndarray  # (rows, F, F) aligned with heads
+    has_source: np.ndarray  # (rows, F)
+
+
+def _choose_form(run: Run, form: str | None) -> str:
+    if form is not None:
+        if form not in run.attention_forms:
+            raise RoutestatsError(f"{run.run_id}: attention form {form!r} is not stored (has {run.attention_forms})")
+        return form
+    if not run.attention_forms:
+        raise RoutestatsError(f"{run.run_id}: the run stores no attention")
+    return S.FORM_REDUCTIONS if S.FORM_REDUCTIONS in run.attention_forms else S.FORM_MATRICES
+
+
+def _pass(run: Run, step: int | None = None, form: str | None = None) -> _Pass:
+    """Reduce a run's attention at one step once; cached on the run object."""
+    step = run.final_step if step is None else int(step)
+    form = _choose_form(run, form)
+    cache = run.__dict__.setdefault("_metric_cache", {})
+    key = (step, form)
+    if key in cache:
+        return cache[key]
+    named = run.field_ids
+    ex = run.examples(["example_id", "field_ids"])
+    fields_by_ex = dict(zip(ex["example_id"].tolist(), ex["field_ids"]))
+    cols = {k: [] for k in ("example_id", "layer", "head", "head_type", "sfm", "entropy",
+                            "entropy_rownorm", "row_mass", "n_valid")}
+    f2f, has = [], []
+    blocks = run.iter_reductions(step) if form == S.FORM_REDUCTIONS else run.iter_attention(step)
+    for blk in blocks:
+        g = np.asarray(fields_by_ex[blk.example_id])
+        if form == S.FORM_REDUCTIONS:
+            red = {k: getattr(blk, k) for k in ("row_mass", "entropy", "entropy_rownorm", "field_mass")}
+        else:
+            red = reduce_queries(blk.weights, g, named)
+        summ = summarise_queries(red, g, named)
+        r = len(blk.layer)
+        cols["example_id"].append(np.full(r, blk.example_id, dtype=np.int64))
+        cols["layer"].append(blk.layer)
+        cols["head"].append(blk.head)
+        cols["head_type"].append(blk.head_type)
+        for k in ("sfm", "entropy", "entropy_rownorm", "row_mass"):
+            cols[k].append(summ[k])
+        cols["n_valid"].append(np.full(r, summ["n_valid"], dtype=np.int64))
+        f2f.append(summ["f2f"])
+        has.append(np.broadcast_to(summ["has_source"], (r, len(named))))
+    if not f2f:
+        raise RoutestatsError(f"{run.run_id}: no attention rows at step {step}")
+    heads = pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()})
+    heads["layer"] = heads["layer"].astype(np.int64)
+    heads["head"] = heads["head"].astype(np.int64)
+    heads.insert(0, "step", step)
+    heads.insert(0, "run_id", run.run_id)
+    out = _Pass(heads, np.concatenate(f2f), np.concatenate(has))
+    cache[key] = out
+    return out
+
+
+def head_metrics(run: Run, step: int | None = None, form: str | None = None) -> pd.DataFrame:
+    """Per example x layer x head metrics (columns in the module docstring).
+
+    ``form`` picks the storage form to read (default: reductions when stored, else
+    matrices); both give identical numbers.
+    """
+    return _pass(run, step, form).heads.copy()
+
+
+def _runs(obj) -> list[tuple[str | None, Run]]:
+    if isinstance(obj, RunPair):
+        return [("baseline", obj.baseline), ("variant", obj.variant)]
+    if isinstance(obj, Run):
+        return [(None, obj)]
+    raise TypeError(f"expected a Run or RunPair, got {type(obj).__name__}")
+
+
+def _per_example(obj, metric: str, step=None) -> pd.DataFrame:
+    frames = []
+    for role, run in _runs(obj):
+        h = _pass(run, step).heads
+        g = h.groupby(["run_id", "step", "example_id", "layer"], sort=False)[metric].mean().reset_index()
+        if role is not None:
+            g.insert(1, "role", role)
+        frames.append(g)
+    return pd.concat(frames, ignore_index=True)
+
+
+def sfm(obj, step: int | None = None) -> pd.DataFrame:
+    """Per-example, per-layer same-field mass (mean over heads; METHODS 2.1).
+
+    For a :class:`~routestats.io.RunPair` both runs are stacked with a ``role`` column
+    (``baseline`` / ``variant``).
+    """
+    return _per_example(obj, "sfm", step)
+
+
+def entropy(obj, step: int | None = None) -> pd.DataFrame:
+    """Per-example, per-layer attention entropy in nats (mean over heads; METHODS 2.2)."""
+    return _per_example(obj, "entropy", step)
+
+
+def layer_summary(obj, step: int | None = None) -> pd.DataFrame:
+    """Per run x layer: mean SFM and entropy over examples (paper Table 1 layout).
+
+    Columns: run_id, [role], step, layer, sfm, entropy, n_examples, is_max_sfm (the layer
+    with the highest SFM within the run).
+    """
+    frames = []
+    for role, run in _runs(obj):
+        h = _pass(run, step).heads
+        per_ex = h.groupby(["example_id", "layer"], sort=False)[["sfm", "entropy"]].mean()
+        t = per_ex.groupby("layer").agg(sfm=("sfm", "mean"), entropy=("entropy", "mean"), n_examples=("sfm", "size"))
+        t = t.reset_index()
+        t["is_max_sfm"] = t["sfm"] == t["sfm"].max()
+        t.insert(0, "step", int(h["step"].iloc[0]))
+        if role is not None:
+            t.insert(0, "role", role)
+        t.insert(0, "run_id", run.run_id)
+        frames.append(t)
+    return pd.concat(frames, ignore_index=True)
+
+
+def head_sfm(run: Run, step: int | None = None) -> pd.DataFrame:
+    """Per layer x head SFM averaged over examples only (METHODS 2.6).
+
+    Columns: run_id, step, layer, head, head_type, sfm, n_examples. The layer SFM is the
+    mean of its heads' values.
+    """
+    h = _pass(run, step).heads
+    t = h.groupby(["run_id", "step", "layer", "head", "head_type"]).agg(
+        sfm=("sfm", "mean"), n_examples=("sfm", "size")
+    )
+    return t.reset_index()
+
+
+def field_to_field(run: Run, step: int | None = None, missing: str = "zero") -> pd.DataFrame:
+    """Field-to-field attention mass per layer (METHODS 2.3); row = source, column = destination.
+
+    Parameters
+    ----------
+    missing : {"zero", "exclude"}
+        How an example lacking the source field counts. ``"zero"`` reproduces the
+        reference: it contributes 0 and still counts in the denominator (examples x heads).
+        ``"exclude"`` averages only over examples that have the source field, so rows sum
+        to 1 whenever all valid keys are named.
+
+    Returns
+    -------
+    DataFrame
+        run_id, step, layer, source, destination, source_name, destination_name, mass,
+        n_examples_with_source.
+    """
+    if missing not in ("zero", "exclude"):
+        raise RoutestatsError("missing must be 'zero' or 'exclude'")
+    p = _pass(run, step)
+    names = run.named_fields
+    ids = list(names)
+    layers = p.heads["layer"].to_numpy()
+    ex = p.heads["example_id"].to_numpy()
+    rows = []
+    for layer in np.unique(layers):
+        sel = layers == layer
+        vals = p.f2f[sel]  # (rows, F, F), 0 where source absent
+        has = p.has_source[sel]  # (rows, F)
+        n_ex_with = [len(np.unique(ex[sel][has[:, s]])) for s in range(len(ids))]
+        if missing == "zero":
+            mean = vals.mean(axis=0)
+        else:
+            cnt = has.sum(axis=0)
+            mean = vals.sum(axis=0) / np.maximum(cnt, 1)[:, None]
+        for si, s in enumerate(ids):
+            for di, d in enumerate(ids):
+                rows.append((run.run_id, int(p.heads["step"].iloc[0]), int(layer), s, d, names[s], names[d],
+                             float(mean[si, di]) if has[:, si].any() else 0.0, n_ex_with[si]))
+    return pd.DataFrame(rows, columns=["run_id", "step", "layer", "source", "destination", "source_name",
+                                       "destination_name", "mass", "n_examples_with_source"])
+
+
+def opportunity(run: Run) -> pd.DataFrame:
+    """Field opportunity O_e per example (METHODS 2.5), from the evaluated positions.
+
+    O_e = sum_f n_ef^2 / N_e^2 over named fields f. Columns: example_id, n_named (N_e),
+    opportunity, n_fields_present, defined_adjusted (1 - O_e > 0).
+
+    Raises when an example has no named position (N_e = 0).
+    """
+    named = run.field_ids
+    ex = run.examples(["example_id", "field_ids"])
+    counts = np.stack([(np.asarray(g)[:, None] == named[None, :]).sum(axis=0) for g in ex["field_ids"]])
+    total = counts.sum(axis=1)
+    if (total == 0).any():
+        bad = ex["example_id"].to_numpy()[total == 0][0]
+        raise RoutestatsError(f"{run.run_id}: example_id {bad} has no named-field position; O_e is undefined")
+    o = (counts.astype(np.float64) ** 2).sum(axis=1) / total.astype(np.float64) ** 2
+    return pd.DataFrame(
+        {
+            "example_id": ex["example_id"].to_numpy(),
+            "n_named": total,
+            "opportunity": o,
+            "n_fields_present": (counts > 0).sum(axis=1),
+            "defined_adjusted": (1.0 - o) > 0,
+        }
+    )
+
+
+def adjust(sfm_value, opportunity_value):
+    """Opportunity-adjusted SFM (SFM - O)/(1 - O); NaN where 1 - O <= 0 (METHODS 2.5).
+
+    >>> adjust(0.6, 0.6), adjust(1.0, 0.6), adjust(1.0, 1.0)
+    (0.0, 1.0, nan)
+    """
+    s = np.asarray(sfm_value, dtype=np.float64)
+    o = np.asarray(opportunity_value, dtype=np.float64)
+    den = 1.0 - o
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(den > 0, (s - o) / np.where(den > 0, den, 1.0), np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
+def adjusted_sfm(obj, step: int | None = None) -> pd.DataFrame:
+    """Per-example, per-layer raw and opportunity-adjusted SFM.
+
+    Columns: run_id, [role], step, example_id, layer, sfm, opportunity, sfm_adj (NaN when
+    only one named field is visible, O_e = 1).
+    """
+    s = sfm(obj, step)
+    frames = []
+    for role, run in _runs(obj):
+        o = opportunity(run)[["example_id", "opportunity"]]
+        part = s[s["run_id"] == run.run_id] if role is None else s[s["role"] == role]
+        part = part.merge(o, on="example_id", how="left", validate="many_to_one")
+        part["sfm_adj"] = adjust(part["sfm"].to_numpy(), part["opportunity"].to_numpy())
+        frames.append(part)
+    return pd.concat(frames, ignore_index=True)
+
+
+def profile_distance(a, b) -> float:
+    """Euclidean norm of the difference between two layer-SFM profiles (METHODS 2.7).
+
+    >>> round(profile_distance([0.750, 0.884, 0.904, 0.899], [0.814, 0.860, 0.820, 0.949]), 4)
+    0.1193
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise RoutestatsError(f"profiles differ in length ({a.shape} vs {b.shape})")
+    return float(np.linalg.norm(a - b))
+
+
+def layer_gap(profile, upper: int = -1, lower: int = -2) -> float:
+    """SFM[upper] - SFM[lower] of one layer profile (default last minus penultimate).
+
+    >>> round(layer_gap([0.75, 0.88, 0.90, 0.899]), 3)
+    -0.001
+    """
+    p = np.asarray(profile, dtype=np.float64)
+    return float(p[upper] - p[lower])
+
+
+def word_attention(matrix, word_ids) -> tuple[np.ndarray, np.ndarray]:
+    """Word-level attention from a piece-level matrix (METHODS 2.9).
+
+    W[u][v] = (1/|u|) sum_{i in u} sum_{j in v} A[i][j]: average over query pieces, sum over
+    key pieces, so rows of W still sum to 1. Groups are ordered by first appearance.
+
+    Returns
+    -------
+    (W, groups)
+        The (U, U) matrix and the group id of each row/column.
+
+    >>> A = [[.5, .5, 0], [.2, .2, .6], [0, 1, 0]]
+    >>> W, g = word_attention(A, [0, 0, 1])
+    >>> W.round(2).tolist(), g.tolist()
+    ([[0.7, 0.3], [1.0, 0.0]], [0, 1])
+    """
+    A = np.asarray(matrix, dtype=np.float64)
+    w = np.asarray(word_ids)
+    if A.ndim != 2 or A.shape[0] != A.shape[1] or A.shape[0] != len(w):
+        raise RoutestatsError(f"matrix of shape {A.shape} does not match {len(w)} word ids")
+    groups, first = np.unique(w, return_index=True)
+    groups = groups[np.argsort(first)]
+    onehot = (w[:, None] == groups[None, :]).astype(np.float64)  # (n, U)
+    sums = onehot.T @ A @ onehot  # sum over query pieces and key pieces
+    return sums / onehot.sum(axis=0)[:, None], groups

@@ -1,0 +1,439 @@
+"""The paired inference engine (METHODS Part I section 3): one implementation of each procedure.
+
+All procedures take paired differences ``d`` of shape (n,) or (n, k) -- k columns forming
+one family (e.g. the layers) -- an explicit seed, and return frozen result objects with
+``.to_frame()``. Randomness is deterministic in the seed.
+
+Modes of :func:`paired_inference`
+---------------------------------
+``"shared"`` (canonical)
+    One ``numpy.random.default_rng(seed)``. Bootstrap: one index matrix shared by all
+    columns, index = floor(u * n) from ``Generator.random`` doubles (one 64-bit draw each,
+    so the stream does not depend on chunking), drawn before the signs. Sign flips: one
+    sign matrix shared by all columns, sign bits = the raw 64-bit outputs of the bit
+    generator read little-endian (bit i of draw p = sign of example i; 1 keeps, 0 flips),
+    ``ceil(n / 64)`` words per draw. Evaluated in chunks: memory stays bounded and the
+    columns share one matrix product. A permuted |mean| counts as >= the observed one
+    within a relative 1e-12 (so the identity flip always counts despite summation order).
+``"numpy"`` (reference compatibility, METHODS 3.1)
+    ``default_rng(seed)`` consumed column by column: ``integers(0, n, size=(B, n))``
+    bootstrap indices, then ``choice([-1.0, 1.0], size=(P, n))`` signs; exact ``>=``.
+``"python-random"`` (reference compatibility, METHODS 3.2)
+    Column l: bootstrap from ``random.Random(seed + l)`` with ``randrange(n)`` one index
+    at a time and order-statistic percentiles; signs from ``random.Random(seed + 100 + l)``
+    with one ``getrandbits(1)`` per value. No d_z in the reference output (we still report it).
+
+In every mode: percentile bootstrap CI of the mean difference (``numpy.quantile`` linear
+interpolation except python-random), two-sided sign-flip p on |mean| with the plus-one
+correction p = (count + 1) / (P + 1), Holm across the columns, d_z = mean / SD (ddof 1).
+
+Examples
+--------
+>>> import numpy as np
+>>> d = np.array([[0.10, 0.02], [0.12, -0.01], [0.08, 0.00], [0.11, 0.03]])
+>>> r = paired_inference(d, resamples=2000, permutations=2000, seed=1, labels=[2, 3])
+>>> r.to_frame()[["label", "mean_diff", "p_raw"]].round(4).values.tolist()
+[[2.0, 0.1025, 0.1304], [3.0, 0.01, 0.5037]]
+>>> holm([0.01, 0.04, 0.03, 0.002]).tolist()
+[0.03, 0.06, 0.06, 0.008]
+"""
+
+from __future__ import annotations
+
+import math
+import random as _pyrandom
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .errors import RoutestatsError
+
+__all__ = [
+    "holm",
+    "cohen_dz",
+    "paired_inference",
+    "PairedInference",
+    "signflip_count",
+    "paired_t",
+    "PairedT",
+    "spearman_ci",
+    "SpearmanResult",
+    "percentile_ci",
+]
+
+MODES = ("shared", "numpy", "python-random")
+_REL_TIE = 1e-12
+_CHUNK = 2048
+
+
+def _as_matrix(d) -> np.ndarray:
+    a = np.asarray(d, dtype=np.float64)
+    if a.ndim == 1:
+        a = a[:, None]
+    if a.ndim != 2:
+        raise RoutestatsError(f"differences must be 1-D or 2-D (n x k), got shape {a.shape}")
+    if a.shape[0] < 2:
+        raise RoutestatsError(f"paired inference needs at least 2 pairs, got {a.shape[0]}")
+    if not np.isfinite(a).all():
+        raise RoutestatsError("paired differences hold NaN or infinity; drop or fix those examples first")
+    return a
+
+
+def holm(p) -> np.ndarray:
+    """Holm step-down adjusted p-values (METHODS 3.3); NaN entries stay NaN and are not counted.
+
+    Sort ascending; candidate_k = min(1, (m - k) * p_(k)); adjusted = running maximum, returned
+    in the original order.
+
+    >>> holm([0.04, 0.01, 0.03, 0.2]).tolist()
+    [0.09, 0.04, 0.09, 0.2]
+    """
+    p = np.asarray(p, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    q = p[ok]
+    m = q.size
+    if m == 0:
+        return out
+    if ((q < 0) | (q > 1)).any():
+        raise RoutestatsError(f"p-values must lie in [0, 1], got {q[(q < 0) | (q > 1)][0]}")
+    order = np.argsort(q, kind="stable")
+    cand = np.minimum(1.0, (m - np.arange(m)) * q[order])
+    adj = np.maximum.accumulate(cand)
+    res = np.empty(m)
+    res[order] = adj
+    out[ok] = res
+    return out
+
+
+def cohen_dz(d) -> np.ndarray:
+    """Paired standardised effect d_z = mean(d) / SD(d, ddof=1) per column; NaN when SD = 0.
+
+    >>> float(cohen_dz([1.0, 2.0, 3.0])[0])
+    2.0
+    """
+    a = _as_matrix(d)
+    sd = a.std(axis=0, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(sd > 0, a.mean(axis=0) / np.where(sd > 0, sd, 1.0), np.nan)
+
+
+def percentile_ci(boot: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of bootstrap replicates along axis 0 (``numpy.quantile``, linear)."""
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2], axis=0)
+    return lo, hi
+
+
+def signflip_count(d: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """Count sign patterns whose |mean| reaches the observed |mean|, per column.
+
+    Parameters
+    ----------
+    d : ndarray (n, k)
+    bits : ndarray (P, n) of 0/1
+        1 keeps the sign of a difference, 0 flips it.
+
+    The permuted mean is (2 * bits @ d - sum(d)) / n, evaluated as one matrix product.
+    """
+    n = d.shape[0]
+    total = d.sum(axis=0)
+    obs = np.abs(total) / n
+    stat = np.abs(2.0 * (bits.astype(np.float64) @ d) - total) / n
+    return (stat >= obs * (1.0 - _REL_TIE)).sum(axis=0)
+
+
+def _shared(d, resamples, permutations, rng, confidence):
+    n, k = d.shape
+    means = np.empty((resamples, k))
+    for s in range(0, resamples, _CHUNK):
+        c = min(_CHUNK, resamples - s)
+        idx = np.minimum((rng.random((c, n)) * n).astype(np.int64), n - 1)
+        means[s : s + c] = d[idx].mean(axis=1)
+    lo, hi = percentile_ci(means, confidence)
+    words = -(-n // 64)
+    count = np.zeros(k, dtype=np.int64)
+    for s in range(0, permutations, _CHUNK):
+        c = min(_CHUNK, permutations - s)
+        raw = rng.bit_generator.random_raw(c * words).astype("<u8")
+        bits = np.unpackbits(raw.view(np.uint8).reshape(c, words * 8), axis=1, bitorder="little")[:, :n]
+        count += signflip_count(d, bits)
+    return lo, hi, count
+
+
+def _numpy_mode(d, resamples, permutations, rng, confidence):
+    n, k = d.shape
+    lo, hi, count = np.empty(k), np.empty(k), np.zeros(k, dtype=np.int64)
+    for j in range(k):
+        x = d[:, j]
+        idx = rng.integers(0, n, size=(resamples, n))
+        boot = x[idx].mean(axis=1)
+        lo[j], hi[j] = percentile_ci(boot, confidence)
+        signs = rng.choice([-1.0, 1.0], size=(permutations, n), replace=True)
+        perm = np.abs((signs * x).mean(axis=1))
+        count[j] = int((perm >= abs(x.mean())).sum())
+    return lo, hi, count
+
+
+def _python_mode(d, resamples, permutations, seed, confidence):
+    n, k = d.shape
+    lo, hi, count = np.empty(k), np.empty(k), np.zeros(k, dtype=np.int64)
+    alpha = 1.0 - confidence
+    for j in range(k):
+        x = d[:, j].tolist()
+        r = _pyrandom.Random(seed + j)
+        means = sorted(sum(x[r.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+        lo[j] = means[math.floor((alpha / 2) * (resamples - 1))]
+        hi[j] = means[math.ceil((1 - alpha / 2) * (resamples - 1))]
+        r = _pyrandom.Random(seed + 100 + j)
+        obs = abs(sum(x) / n)
+        c = 0
+        for _ in range(permutations):
+            s = sum(v if r.getrandbits(1) else -v for v in x)
+            if abs(s / n) >= obs:
+                c += 1
+        count[j] = c
+    return lo, hi, count
+
+
+@dataclass(frozen=True)
+class PairedInference:
+    """Paired inference for one family of columns (e.g. the layers of one run pair).
+
+    Arrays are aligned with ``labels``. ``p_adj`` is Holm across the family.
+    """
+
+    labels: tuple
+    n: int
+    mean_diff: np.ndarray
+    median_diff: np.ndarray
+    sd_diff: np.ndarray
+    dz: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    p_raw: np.ndarray
+    p_adj: np.ndarray
+    mode: str
+    seed: int
+    resamples: int
+    permutations: int
+    confidence: float
+    adj_method: str = "holm"
+    method: str = field(default="paired percentile bootstrap + two-sided sign-flip test")
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per label: label, n, mean_diff, median_diff, sd_diff, dz, ci_low, ci_high,
+        p_raw, p_adj, adj_method, mode, seed, resamples, permutations, confidence, method."""
+        d = asdict(self)
+        scalars = {k: v for k, v in d.items() if not isinstance(v, (np.ndarray, tuple))}
+        df = pd.DataFrame(
+            {
+                "label": list(self.labels),
+                **{k: d[k] for k in ("mean_diff", "median_diff", "sd_diff", "dz", "ci_low", "ci_high", "p_raw", "p_adj")},
+            }
+        )
+        for k, v in scalars.items():
+            df[k] = v
+        return df[["label", "n", "mean_diff", "median_diff", "sd_diff", "dz", "ci_low", "ci_high", "p_raw",
+                   "p_adj", "adj_method", "mode", "seed", "resamples", "permutations", "confidence", "method"]]
+
+
+def paired_inference(
+    d,
+    *,
+    resamples: int = 10_000,
+    permutations: int = 20_000,
+    seed: int = 1001,
+    mode: str = "shared",
+    confidence: float = 0.95,
+    labels=None,
+) -> PairedInference:
+    """Bootstrap CI, sign-flip p, Holm and d_z for paired differences (variant - baseline).
+
+    Parameters
+    ----------
+    d : array_like, shape (n,) or (n, k)
+        Paired differences; columns form one Holm family.
+    resamples, permutations : int
+        Bootstrap resamples (default 10,000) and sign-flip draws (default 20,000).
+    seed : int
+        Seed of the random procedure (default 1001, the reference analysis seed).
+    mode : {"shared", "numpy", "python-random"}
+        Random-number procedure; see the module docstring.
+    confidence : float
+        Coverage of the percentile interval.
+    labels : sequence, optional
+        Column labels (default 0..k-1).
+    """
+    a = _as_matrix(d)
+    n, k = a.shape
+    if mode not in MODES:
+        raise RoutestatsError(f"mode must be one of {MODES}, got {mode!r}")
+    if resamples < 1 or permutations < 1:
+        raise RoutestatsError("resamples and permutations must be positive")
+    if not 0 < confidence < 1:
+        raise RoutestatsError("confidence must lie in (0, 1)")
+    labels = tuple(range(k)) if labels is None else tuple(labels)
+    if len(labels) != k:
+        raise RoutestatsError(f"{len(labels)} labels for {k} columns")
+    if mode == "shared":
+        lo, hi, count = _shared(a, resamples, permutations, np.random.default_rng(seed), confidence)
+    elif mode == "numpy":
+        lo, hi, count = _numpy_mode(a, resamples, permutations, np.random.default_rng(seed), confidence)
+    else:
+        lo, hi, count = _python_mode(a, resamples, permutations, seed, confidence)
+    p = (count + 1) / (permutations + 1)
+    return PairedInference(
+        labels=labels,
+        n=n,
+        mean_diff=a.mean(axis=0),
+        median_diff=np.median(a, axis=0),
+        sd_diff=a.std(axis=0, ddof=1),
+        dz=cohen_dz(a),
+        ci_low=np.asarray(lo, dtype=np.float64),
+        ci_high=np.asarray(hi, dtype=np.float64),
+        p_raw=p,
+        p_adj=holm(p),
+        mode=mode,
+        seed=int(seed),
+        resamples=int(resamples),
+        permutations=int(permutations),
+        confidence=float(confidence),
+    )
+
+
+@dataclass(frozen=True)
+class PairedT:
+    """Paired t-tests per column (``scipy.stats.ttest_rel`` on variant vs baseline)."""
+
+    labels: tuple
+    n: int
+    mean_diff: np.ndarray
+    statistic: np.ndarray
+    df: int
+    p_raw: np.ndarray
+    p_adj: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    confidence: float
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "label": list(self.labels),
+                "n": self.n,
+                "mean_diff": self.mean_diff,
+                "statistic": self.statistic,
+                "df": self.df,
+                "p_raw": self.p_raw,
+                "p_adj": self.p_adj,
+                "adj_method": "holm",
+                "ci_low": self.ci_low,
+                "ci_high": self.ci_high,
+                "confidence": self.confidence,
+                "method": "paired t-test",
+            }
+        )
+
+
+def paired_t(d, confidence: float = 0.95, labels=None) -> PairedT:
+    """Paired t-test of mean difference 0 per column, with a t-based CI and Holm across columns.
+
+    >>> r = paired_t([0.5, 1.0, 1.5, 2.0])
+    >>> round(float(r.statistic[0]), 4), r.df
+    (3.873, 3)
+    """
+    from scipy import stats
+
+    a = _as_matrix(d)
+    n, k = a.shape
+    res = stats.ttest_1samp(a, 0.0, axis=0)
+    ci = res.confidence_interval(confidence)
+    labels = tuple(range(k)) if labels is None else tuple(labels)
+    p = np.asarray(res.pvalue, dtype=np.float64)
+    return PairedT(labels, n, a.mean(axis=0), np.asarray(res.statistic, dtype=np.float64), n - 1, p, holm(p),
+                   np.asarray(ci.low, dtype=np.float64), np.asarray(ci.high, dtype=np.float64), confidence)
+
+
+def _rank_rows(a: np.ndarray) -> np.ndarray:
+    from scipy.stats import rankdata
+
+    return rankdata(a, axis=-1, method="average")
+
+
+def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    xc = x - x.mean(axis=-1, keepdims=True)
+    yc = y - y.mean(axis=-1, keepdims=True)
+    den = np.sqrt((xc * xc).sum(axis=-1) * (yc * yc).sum(axis=-1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, (xc * yc).sum(axis=-1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+@dataclass(frozen=True)
+class SpearmanResult:
+    """Spearman rho per column of y against one x, with percentile bootstrap CIs and Holm."""
+
+    labels: tuple
+    n: int
+    rho: np.ndarray
+    p_raw: np.ndarray
+    p_adj: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    resamples_kept: np.ndarray
+    resamples: int
+    seed: int
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "label": list(self.labels),
+                "n": self.n,
+                "rho": self.rho,
+                "p_raw": self.p_raw,
+                "p_adj": self.p_adj,
+                "adj_method": "holm",
+                "ci_low": self.ci_low,
+                "ci_high": self.ci_high,
+                "resamples_kept": self.resamples_kept,
+                "resamples": self.resamples,
+                "seed": self.seed,
+                "method": "Spearman (average ranks) + percentile bootstrap",
+            }
+        )
+
+
+def spearman_ci(x, y, *, resamples: int = 2000, seed: int = 1001, confidence: float = 0.95, labels=None) -> SpearmanResult:
+    """Spearman rho of x with each column of y, bootstrap CI and Holm (METHODS 3.4).
+
+    rho and its two-sided p come from ``scipy.stats.spearmanr``. The bootstrap follows the
+    reference: one ``default_rng(seed + 17)`` shared across columns in order; per column,
+    ``resamples`` calls of ``integers(0, n, size=n)``; rho recomputed by ranking the
+    resampled x and y (average ranks) and taking Pearson, vectorised over resamples;
+    non-finite rho (a constant resample) are skipped.
+    """
+    from scipy import stats
+
+    xv = np.asarray(x, dtype=np.float64)
+    Y = np.asarray(y, dtype=np.float64)
+    if Y.ndim == 1:
+        Y = Y[:, None]
+    n, k = Y.shape
+    if xv.shape != (n,):
+        raise RoutestatsError(f"x has shape {xv.shape}, expected ({n},)")
+    if n < 3:
+        raise RoutestatsError("Spearman correlation needs at least 3 pairs")
+    rng = np.random.default_rng(seed + 17)
+    rho, p = np.empty(k), np.empty(k)
+    lo, hi, kept = np.empty(k), np.empty(k), np.zeros(k, dtype=np.int64)
+    for j in range(k):
+        res = stats.spearmanr(xv, Y[:, j])
+        rho[j], p[j] = float(res.statistic), float(res.pvalue)
+        idx = np.stack([rng.integers(0, n, size=n) for _ in range(resamples)])
+        r = _pearson_rows(_rank_rows(xv[idx]), _rank_rows(Y[idx, j]))
+        r = r[np.isfinite(r)]
+        kept[j] = r.size
+        lo[j], hi[j] = percentile_ci(r, confidence) if r.size else (np.nan, np.nan)
+    labels = tuple(range(k)) if labels is None else tuple(labels)
+    return SpearmanResult(labels, n, rho, p, holm(p), lo, hi, kept, int(resamples), int(seed))
