@@ -14,7 +14,7 @@ Modes of :func:`paired_inference`
     generator read little-endian (bit i of draw p = sign of example i; 1 keeps, 0 flips),
     ``ceil(n / 64)`` words per draw. Evaluated in chunks: memory stays bounded and the
     columns share one matrix product. A permuted |mean| counts as >= the observed one
-    within a relative 1e-12 (so the identity flip always counts despite summation order).
+    within 1e-12 x max|d| (so exact ties count despite summation order).
 ``"numpy"`` (reference compatibility, METHODS 3.1)
     ``default_rng(seed)`` consumed column by column: ``integers(0, n, size=(B, n))``
     bootstrap indices, then ``choice([-1.0, 1.0], size=(P, n))`` signs; exact ``>=``.
@@ -108,22 +108,30 @@ def holm(p) -> np.ndarray:
 
 
 def cohen_dz(d) -> np.ndarray:
-    """Paired standardised effect d_z = mean(d) / SD(d, ddof=1) per column; NaN when SD = 0.
+    """Paired standardised effect d_z = mean(d) / SD(d, ddof=1) per column; NaN when all d are equal.
 
     >>> float(cohen_dz([1.0, 2.0, 3.0])[0])
     2.0
     """
     a = _as_matrix(d)
     sd = a.std(axis=0, ddof=1)
+    # all-equal differences have SD 0 mathematically; floating point can leave ~1e-17
+    defined = np.ptp(a, axis=0) > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(sd > 0, a.mean(axis=0) / np.where(sd > 0, sd, 1.0), np.nan)
+        return np.where(defined, a.mean(axis=0) / np.where(defined, sd, 1.0), np.nan)
 
 
 def percentile_ci(boot: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval of bootstrap replicates along axis 0 (``numpy.quantile``, linear)."""
-    alpha = 1.0 - confidence
-    lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2], axis=0)
+    lo_q, hi_q = _levels(confidence)
+    lo, hi = np.quantile(boot, [lo_q, hi_q], axis=0)
     return lo, hi
+
+
+def _levels(confidence: float) -> tuple[float, float]:
+    """Quantile levels of a central interval, rounded so 0.95 gives exactly 0.025 / 0.975."""
+    lo = round((1.0 - confidence) / 2.0, 12)
+    return lo, round(1.0 - lo, 12)
 
 
 def signflip_count(d: np.ndarray, bits: np.ndarray) -> np.ndarray:
@@ -141,7 +149,8 @@ def signflip_count(d: np.ndarray, bits: np.ndarray) -> np.ndarray:
     total = d.sum(axis=0)
     obs = np.abs(total) / n
     stat = np.abs(2.0 * (bits.astype(np.float64) @ d) - total) / n
-    return (stat >= obs * (1.0 - _REL_TIE)).sum(axis=0)
+    tol = _REL_TIE * np.abs(d).max(axis=0)
+    return (stat >= obs - tol).sum(axis=0)
 
 
 def _shared(d, resamples, permutations, rng, confidence):
@@ -179,13 +188,13 @@ def _numpy_mode(d, resamples, permutations, rng, confidence):
 def _python_mode(d, resamples, permutations, seed, confidence):
     n, k = d.shape
     lo, hi, count = np.empty(k), np.empty(k), np.zeros(k, dtype=np.int64)
-    alpha = 1.0 - confidence
+    lo_q, hi_q = _levels(confidence)
     for j in range(k):
         x = d[:, j].tolist()
         r = _pyrandom.Random(seed + j)
         means = sorted(sum(x[r.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-        lo[j] = means[math.floor((alpha / 2) * (resamples - 1))]
-        hi[j] = means[math.ceil((1 - alpha / 2) * (resamples - 1))]
+        lo[j] = means[math.floor(lo_q * (resamples - 1))]
+        hi[j] = means[math.ceil(hi_q * (resamples - 1))]
         r = _pyrandom.Random(seed + 100 + j)
         obs = abs(sum(x) / n)
         c = 0

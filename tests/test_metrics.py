@@ -1,0 +1,165 @@
+"""Routing metrics, cross-checked against brute-force loops written straight from METHODS section 2."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import routestats as rs
+from routestats.metrics import adjust
+from tests.conftest import random_attention, write_run
+
+PUBMED = {"named": {"3": "methods", "4": "results", "5": "conclusions"}, "mask_id": 6, "vocab_size": 7}
+
+
+def brute_force(A, g, named):
+    """Loops transcribed from METHODS 2.1-2.3 for one (layer, head) matrix."""
+    n = len(g)
+    valid = [g[i] in named for i in range(n)]
+    nq = max(1, sum(valid))
+    sfm = sum(sum(A[i][j] for j in range(n) if valid[j] and g[j] == g[i]) for i in range(n) if valid[i]) / nq
+    ent = sum(-sum(A[i][j] * math.log(A[i][j] + 1e-10) for j in range(n)) for i in range(n) if valid[i]) / nq
+    f2f = {}
+    for s in named:
+        src = [i for i in range(n) if valid[i] and g[i] == s]
+        for d in named:
+            tot = sum(sum(A[i][j] for j in range(n) if valid[j] and g[j] == d) for i in src)
+            f2f[s, d] = (tot / max(1, len(src)), bool(src))
+    return sfm, ent, f2f
+
+
+def test_methods_worked_example(tmp_path):
+    # METHODS 2.1: these rows with field ids (4, 4, 3, 3) give SFM 0.8
+    A = np.array([[0.6, 0.2, 0.1, 0.1], [0.3, 0.5, 0.1, 0.1], [0.1, 0.1, 0.5, 0.3], [0.1, 0.1, 0.2, 0.6]])
+    run = rs.load_run(write_run(tmp_path / "r", [A[None, None]], [[4, 4, 3, 3]], dtype="float32"))
+    assert rs.sfm(run)["sfm"].iloc[0] == pytest.approx(0.8, abs=1e-7)  # float32 storage
+
+
+def test_metrics_match_brute_force(tmp_path, rng):
+    # three named fields, a mask id (6) and a [NONE] position (1) that are not valid,
+    # and an example lacking field 5
+    fields = [[3, 3, 4, 4, 5, 5, 6], [3, 1, 4, 4, 4, 5], [3, 3, 3, 4, 4], [5, 3, 4, 3, 5]]
+    att = [random_attention(rng, 2, 3, len(g)) for g in fields]
+    run = rs.load_run(write_run(tmp_path / "r", att, fields, fields=PUBMED, dtype="float32"))
+    h = rs.head_metrics(run)
+    named = [3, 4, 5]
+    for row in h.itertuples():
+        A = att[row.example_id][row.layer, row.head].astype(np.float32).astype(np.float64)
+        sfm, ent, _ = brute_force(A, fields[row.example_id], named)
+        assert row.sfm == pytest.approx(sfm, abs=1e-12)
+        assert row.entropy == pytest.approx(ent, abs=1e-12)
+    # field-to-field, reference rule: examples lacking the source count as 0 in the mean
+    f = rs.field_to_field(run, missing="zero")
+    fx = rs.field_to_field(run, missing="exclude")
+    for layer in (0, 1):
+        for s in named:
+            for d in named:
+                vals = []
+                for e, g in enumerate(fields):
+                    for head in range(3):
+                        A = att[e][layer, head].astype(np.float32).astype(np.float64)
+                        vals.append(brute_force(A, g, named)[2][s, d])
+                zero = np.mean([v for v, _ in vals])
+                excl = np.mean([v for v, has in vals if has])
+                got = f[(f.layer == layer) & (f.source == s) & (f.destination == d)]["mass"].item()
+                gotx = fx[(fx.layer == layer) & (fx.source == s) & (fx.destination == d)]["mass"].item()
+                assert got == pytest.approx(zero, abs=1e-12)
+                assert gotx == pytest.approx(excl, abs=1e-12)
+    # example 2 lacks field 5: 3 of 4 examples have it
+    assert fx[(fx.source == 5)]["n_examples_with_source"].unique().tolist() == [3]
+
+
+def test_storage_forms_agree_exactly(tmp_path, rng):
+    fields = [[4, 4, 3, 3, 3], [4, 3, 3], [4, 4, 4, 3, 3, 3, 3, 5]]
+    att = [random_attention(rng, 2, 2, len(g)) for g in fields]
+    run = rs.load_run(write_run(tmp_path / "r", att, fields, dtype="float16", forms=("matrices", "reductions")))
+    a = rs.head_metrics(run, form="matrices")
+    b = rs.head_metrics(run, form="reductions")
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_layer_and_head_aggregation(tmp_path, rng):
+    fields = [[4, 4, 3, 3], [4, 3, 3, 3, 3]]
+    att = [random_attention(rng, 2, 3, len(g)) for g in fields]
+    run = rs.load_run(write_run(tmp_path / "r", att, fields))
+    h = rs.head_metrics(run)
+    layers = rs.layer_summary(run)
+    heads = rs.head_sfm(run)
+    for layer in (0, 1):
+        # layer SFM = mean over examples of the head-mean = mean of the head values (equal weights)
+        want = h[h.layer == layer].groupby("example_id")["sfm"].mean().mean()
+        assert layers.loc[layers.layer == layer, "sfm"].item() == pytest.approx(want, abs=1e-15)
+        assert heads[heads.layer == layer]["sfm"].mean() == pytest.approx(want, abs=1e-15)
+    assert layers["is_max_sfm"].sum() == 1
+    assert layers.loc[layers["is_max_sfm"], "sfm"].item() == layers["sfm"].max()
+
+
+@pytest.mark.parametrize(
+    "g, expected",
+    [
+        ([3, 3, 4, 4], 0.5),  # METHODS 2.5 test value
+        ([3, 3, 3, 4], 10 / 16),  # METHODS 2.5 test value
+        ([3, 3, 4], 5 / 9),  # METHODS [3,3,4,0,5] mask [1,1,1,0,1] cap 4: stored positions are 3,3,4
+        ([3, 3, 4, 5], 5 / 9),  # the mask id (5) is not a named field
+        ([4, 4, 4], 1.0),
+    ],
+)
+def test_opportunity_values(tmp_path, g, expected):
+    run = rs.load_run(write_run(tmp_path / "r", [np.full((1, 1, len(g), len(g)), 1 / len(g))], [g]))
+    o = rs.opportunity(run)
+    assert o["opportunity"].item() == pytest.approx(expected, abs=1e-15)
+    assert o["defined_adjusted"].item() == (expected < 1)
+
+
+def test_adjust_values():
+    # METHODS 2.5: adj(0.6, 0.6) = 0; adj(1, 0.6) = 1; adj(0.4, 0.6) < 0; adj(1, 1) undefined
+    assert adjust(0.6, 0.6) == 0.0
+    assert adjust(1.0, 0.6) == pytest.approx(1.0, abs=1e-15)
+    assert adjust(0.4, 0.6) < 0
+    assert math.isnan(adjust(1.0, 1.0))
+
+
+def test_profile_distance_and_gap():
+    # METHODS 2.7: Table 1 rounded profiles give 0.1193 (paper: 0.119)
+    assert rs.profile_distance([0.750, 0.884, 0.904, 0.899], [0.814, 0.860, 0.820, 0.949]) == pytest.approx(0.1193, abs=5e-5)
+    assert rs.layer_gap([0.1, 0.2, 0.5, 0.9]) == pytest.approx(0.4)
+    with pytest.raises(rs.RoutestatsError, match="profiles differ in length"):
+        rs.profile_distance([1, 2], [1, 2, 3])
+
+
+def test_word_attention_brute_force(rng):
+    A = random_attention(rng, 1, 1, 7)[0, 0]
+    words = [0, 1, 1, 2, 3, 3, 3]
+    W, groups = rs.word_attention(A, words)
+    for ui, u in enumerate(groups):
+        for vi, v in enumerate(groups):
+            qi = [i for i in range(7) if words[i] == u]
+            kj = [j for j in range(7) if words[j] == v]
+            assert W[ui, vi] == pytest.approx(sum(A[i, j] for i in qi for j in kj) / len(qi), abs=1e-15)
+    np.testing.assert_allclose(W.sum(axis=1), 1.0, atol=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.sampled_from([3, 4]), min_size=2, max_size=12),
+    st.integers(0, 2**32 - 1),
+)
+def test_property_sfm_bounds_and_uniform_adjusted_zero(tmp_path_factory, g, seed):
+    rng = np.random.default_rng(seed)
+    n = len(g)
+    path = tmp_path_factory.mktemp("p")
+    att = random_attention(rng, 1, 2, n)
+    uniform = np.full((1, 1, n, n), 1.0 / n)
+    run = rs.load_run(write_run(path / "r", [att, uniform], [g, g], dtype="float32"))
+    s = rs.sfm(run)
+    assert ((s["sfm"] >= -1e-7) & (s["sfm"] <= 1 + 1e-7)).all()
+    adj = rs.adjusted_sfm(run)
+    u = adj[adj.example_id == 1]["sfm_adj"].item()
+    if len(set(g)) == 1:
+        assert math.isnan(u)
+    else:
+        # uniform attention over valid keys has SFM = O_e exactly, so the adjusted SFM is 0
+        assert u == pytest.approx(0.0, abs=1e-6)  # float32 storage of 1/n

@@ -1,0 +1,253 @@
+"""The paired inference engine against independent implementations (scipy, statsmodels, pingouin, enumeration)."""
+
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+import routestats as rs
+from routestats.stats import cohen_dz, signflip_count
+
+
+# ------------------------------------------------------------------ Holm
+def test_holm_methods_examples():
+    # METHODS 3.3 test values, compared with exact float equality as the reference tests do
+    assert rs.holm([0.01, 0.04, 0.03, 0.002]).tolist() == [0.03, 0.06, 0.06, 0.008]
+    assert rs.holm([0.04, 0.01, 0.03, 0.2]).tolist() == [0.09, 0.04, 0.09, 0.2]
+    # paper: four raw p at the floor 1/20001 give p_Holm = 4/20001
+    assert rs.holm([1 / 20001] * 4).tolist() == [4 / 20001] * 4
+
+
+def test_holm_matches_statsmodels():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(0)
+    for m in (1, 2, 4, 9, 30):
+        p = rng.uniform(0, 0.2, m)
+        # method="holm": statsmodels' default is Holm-Sidak, which is a different procedure
+        want = multipletests(p, method="holm")[1]
+        np.testing.assert_allclose(rs.holm(p), want, rtol=0, atol=1e-15)
+
+
+def test_holm_nan_not_counted():
+    out = rs.holm([0.01, np.nan, 0.02])
+    assert math.isnan(out[1])
+    assert out[[0, 2]].tolist() == [0.02, 0.02]  # m = 2, not 3
+
+
+# ------------------------------------------------------------------ d_z and t
+def test_dz_and_t_match_scipy_and_pingouin():
+    pingouin = pytest.importorskip("pingouin")
+    rng = np.random.default_rng(1)
+    base = rng.normal(0.8, 0.05, 40)
+    var = base + rng.normal(0.02, 0.03, 40)
+    d = var - base
+    t = stats.ttest_rel(var, base)
+    # d_z = t / sqrt(n) for the paired t statistic (closed form)
+    assert cohen_dz(d)[0] == pytest.approx(t.statistic / math.sqrt(40), rel=1e-12)
+    r = rs.paired_t(d)
+    assert r.statistic[0] == pytest.approx(t.statistic, rel=1e-12)
+    assert r.p_raw[0] == pytest.approx(t.pvalue, rel=1e-10)
+    pg = pingouin.ttest(var, base, paired=True)
+    assert r.statistic[0] == pytest.approx(pg["T"].item(), rel=1e-10)
+    # pingouin's paired "cohen" effect size is d_av (mean / average SD), NOT d_z: it differs
+    d_av = d.mean() / math.sqrt((var.std(ddof=1) ** 2 + base.std(ddof=1) ** 2) / 2)
+    assert pingouin.compute_effsize(var, base, paired=True, eftype="cohen") == pytest.approx(d_av, rel=1e-10)
+    assert abs(cohen_dz(d)[0] - d_av) > 0.1
+
+
+def test_dz_undefined_when_constant():
+    assert math.isnan(cohen_dz([0.1, 0.1, 0.1])[0])
+
+
+# ------------------------------------------------------------------ sign-flip test
+def test_signflip_exhaustive_matches_scipy_exact():
+    rng = np.random.default_rng(2)
+    for n in (5, 8, 10):
+        d = rng.normal(0.3, 1.0, n)
+        bits = np.array(list(itertools.product([0, 1], repeat=n)), dtype=np.uint8)
+        p_enum = signflip_count(d[:, None], bits)[0] / 2**n
+        # scipy: exact enumeration (2^n < n_resamples); two-sided = 2 x min one-sided, which
+        # equals P(|T| >= |t|) here because the sign-flip null of the mean is symmetric
+        res = stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=10**6,
+                                     alternative="two-sided")
+        assert p_enum == pytest.approx(res.pvalue, rel=1e-12)
+
+
+def test_signflip_monte_carlo_close_to_exact():
+    rng = np.random.default_rng(3)
+    d = rng.normal(0.25, 1.0, 12)
+    bits = np.array(list(itertools.product([0, 1], repeat=12)), dtype=np.uint8)
+    exact = signflip_count(d[:, None], bits)[0] / 2**12
+    r = rs.paired_inference(d, resamples=10, permutations=20000, seed=5)
+    se = math.sqrt(exact * (1 - exact) / 20000)
+    assert abs(r.p_raw[0] - exact) < 4 * se + 1 / 20001
+
+
+def test_signflip_floor_and_plus_one():
+    d = np.linspace(0.5, 1.5, 64)  # all positive, far from 0
+    r = rs.paired_inference(d, resamples=100, permutations=20000, seed=1001)
+    assert r.p_raw[0] == 1 / 20001  # only the observed statistic counts: (0 + 1) / (P + 1)
+
+
+def test_signflip_exact_ties_count_despite_rounding():
+    # mathematically the mean is 0, so every sign pattern ties with the observed |mean|
+    d = np.array([0.1, -0.1, 0.3, -0.3, 0.7, -0.7, 0.2, -0.2])
+    assert rs.paired_inference(d, resamples=10, permutations=1000, seed=0).p_raw[0] == 1.0
+    # all-equal differences: only "keep all" and "flip all" reach the observed |mean|
+    bits = np.array(list(itertools.product([0, 1], repeat=7)), dtype=np.uint8)
+    assert signflip_count(np.full((7, 1), 0.1), bits)[0] == 2
+
+
+# ------------------------------------------------------------------ bootstrap
+def test_bootstrap_close_to_scipy_percentile():
+    rng = np.random.default_rng(4)
+    d = rng.normal(0.05, 0.1, 200)
+    r = rs.paired_inference(d, resamples=20000, permutations=10, seed=7)
+    sc = stats.bootstrap((d,), np.mean, method="percentile", n_resamples=20000, rng=np.random.default_rng(8))
+    width = sc.confidence_interval.high - sc.confidence_interval.low
+    # two independent Monte Carlo runs of the same percentile definition agree to ~1 % of width
+    assert abs(r.ci_low[0] - sc.confidence_interval.low) < 0.03 * width
+    assert abs(r.ci_high[0] - sc.confidence_interval.high) < 0.03 * width
+
+
+def test_bootstrap_matches_scipy_on_same_resamples():
+    """scipy's percentile CI of the same replicate means equals ours (same quantile rule)."""
+    rng = np.random.default_rng(5)
+    d = rng.normal(0, 1, 30)
+    r = rs.paired_inference(d, resamples=999, permutations=10, seed=11)
+    g = np.random.default_rng(11)
+    idx = np.minimum((g.random((999, 30)) * 30).astype(np.int64), 29)  # the documented index rule
+    means = d[idx].mean(axis=1)
+    assert r.ci_low[0] == np.percentile(means, 2.5)
+    assert r.ci_high[0] == np.percentile(means, 97.5)
+
+
+# ------------------------------------------------------------------ compatibility modes
+def reference_numpy_mode(d, B, P, seed):
+    """METHODS 3.1 transcribed: one default_rng shared layer by layer; indices then signs."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for j in range(d.shape[1]):
+        x = d[:, j]
+        idx = rng.integers(0, len(x), size=(B, len(x)))
+        lo, hi = np.quantile(x[idx].mean(axis=1), [0.025, 0.975])
+        signs = rng.choice([-1.0, 1.0], size=(P, len(x)), replace=True)
+        p = (int((np.abs((signs * x).mean(axis=1)) >= abs(x.mean())).sum()) + 1) / (P + 1)
+        out.append((lo, hi, p))
+    return out
+
+
+def reference_python_mode(d, B, P, seed):
+    """METHODS 3.2 transcribed: random.Random(seed + l) and (seed + 100 + l)."""
+    out = []
+    for j in range(d.shape[1]):
+        x = list(d[:, j])
+        n = len(x)
+        r = random.Random(seed + j)
+        means = []
+        for _ in range(B):
+            means.append(sum(x[r.randrange(n)] for _ in range(n)) / n)
+        means.sort()
+        lo, hi = means[math.floor(0.025 * (B - 1))], means[math.ceil(0.975 * (B - 1))]
+        r = random.Random(seed + 100 + j)
+        obs = abs(sum(x) / n)
+        c = 0
+        for _ in range(P):
+            vals = [v if r.getrandbits(1) == 1 else -v for v in x]
+            c += abs(sum(vals) / n) >= obs
+        out.append((lo, hi, (c + 1) / (P + 1)))
+    return out
+
+
+def test_numpy_mode_number_for_number():
+    d = np.random.default_rng(6).normal(0.01, 0.05, (64, 4))
+    r = rs.paired_inference(d, resamples=500, permutations=700, seed=1001, mode="numpy")
+    for j, (lo, hi, p) in enumerate(reference_numpy_mode(d, 500, 700, 1001)):
+        assert (r.ci_low[j], r.ci_high[j], r.p_raw[j]) == (lo, hi, p)
+
+
+def test_python_random_mode_number_for_number():
+    d = np.random.default_rng(7).normal(0.01, 0.05, (16, 2))
+    r = rs.paired_inference(d, resamples=300, permutations=400, seed=1001, mode="python-random")
+    for j, (lo, hi, p) in enumerate(reference_python_mode(d, 300, 400, 1001)):
+        assert (r.ci_low[j], r.ci_high[j], r.p_raw[j]) == (lo, hi, p)
+
+
+# ------------------------------------------------------------------ properties
+@settings(max_examples=25, deadline=None)
+@given(st.integers(3, 40), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_property_swap_permute_seed(n, k, seed):
+    rng = np.random.default_rng(seed)
+    d = rng.normal(0.05, 0.2, (n, k))
+    kw = dict(resamples=300, permutations=300, seed=seed % 1000)
+    a = rs.paired_inference(d, **kw)
+    b = rs.paired_inference(-d, **kw)  # baseline and variant swapped
+    np.testing.assert_allclose(b.mean_diff, -a.mean_diff, atol=1e-15)
+    np.testing.assert_allclose(b.ci_low, -a.ci_high, atol=1e-12)
+    np.testing.assert_allclose(b.ci_high, -a.ci_low, atol=1e-12)
+    np.testing.assert_array_equal(b.p_raw, a.p_raw)
+    np.testing.assert_allclose(b.dz, -a.dz, atol=1e-12)
+    perm = rng.permutation(n)
+    c = rs.paired_inference(d[perm], **kw)  # reordering examples leaves the estimates unchanged
+    np.testing.assert_allclose(c.mean_diff, a.mean_diff, atol=1e-14)
+    np.testing.assert_allclose(c.median_diff, a.median_diff, atol=0)
+    np.testing.assert_allclose(c.dz, a.dz, rtol=1e-10)
+    again = rs.paired_inference(d, **kw)  # identical seeds give identical results
+    for f in ("ci_low", "ci_high", "p_raw", "p_adj"):
+        np.testing.assert_array_equal(getattr(again, f), getattr(a, f))
+
+
+def test_inputs_validated():
+    with pytest.raises(rs.RoutestatsError, match="NaN or infinity"):
+        rs.paired_inference([0.1, np.nan, 0.2])
+    with pytest.raises(rs.RoutestatsError, match="at least 2 pairs"):
+        rs.paired_inference([0.1])
+    with pytest.raises(rs.RoutestatsError, match="mode must be one of"):
+        rs.paired_inference([0.1, 0.2], mode="bca")
+
+
+def test_to_frame_columns():
+    f = rs.paired_inference(np.ones((5, 2)) * [[0.1, 0.2]] + np.arange(5)[:, None] * 0.01, resamples=50,
+                            permutations=50, labels=["L0", "L1"]).to_frame()
+    assert f.columns[:10].tolist() == ["label", "n", "mean_diff", "median_diff", "sd_diff", "dz", "ci_low",
+                                       "ci_high", "p_raw", "p_adj"]
+    assert f["label"].tolist() == ["L0", "L1"] and (f["resamples"] == 50).all()
+
+
+# ------------------------------------------------------------------ Spearman
+def test_spearman_matches_scipy_and_brute_force_bootstrap():
+    rng = np.random.default_rng(9)
+    x = rng.integers(20, 60, 50).astype(float)  # integer lengths: many ties
+    y = np.column_stack([0.01 * x + rng.normal(0, 0.2, 50), rng.normal(0, 1, 50)])
+    r = rs.spearman_ci(x, y, resamples=200, seed=1001)
+    for j in range(2):
+        s = stats.spearmanr(x, y[:, j])
+        assert r.rho[j] == pytest.approx(s.statistic, abs=1e-12)
+        assert r.p_raw[j] == pytest.approx(s.pvalue, rel=1e-10)
+    # brute force: the same reference index stream, scipy.spearmanr per resample
+    g = np.random.default_rng(1001 + 17)
+    for j in range(2):
+        vals = []
+        for _ in range(200):
+            i = g.integers(0, 50, size=50)
+            v = stats.spearmanr(x[i], y[i, j]).statistic
+            if np.isfinite(v):
+                vals.append(v)
+        lo, hi = np.quantile(vals, [0.025, 0.975])
+        assert r.ci_low[j] == pytest.approx(lo, abs=1e-12)
+        assert r.ci_high[j] == pytest.approx(hi, abs=1e-12)
+    np.testing.assert_allclose(r.p_adj, rs.holm(r.p_raw))
+
+
+def test_spearman_reference_values():
+    # METHODS 3.4 test values of the hand-written Spearman: +1 and -1 on monotone data
+    assert rs.spearman_ci([1, 2, 3, 4], [10, 20, 30, 40], resamples=5).rho[0] == pytest.approx(1.0)
+    assert rs.spearman_ci([1, 2, 3, 4], [40, 30, 20, 10], resamples=5).rho[0] == pytest.approx(-1.0)
+    # ties: average ranks ranks([1, 1, 3]) = [1.5, 1.5, 3]
+    assert stats.rankdata([1, 1, 3]).tolist() == [1.5, 1.5, 3.0]
