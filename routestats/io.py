@@ -122,10 +122,13 @@ def _read_manifest(path: Path) -> dict:
     if min(ids) < 0:
         raise RunFormatError(f"{mpath}: fields.named has a negative id {min(ids)}")
     att = manifest["attention"]
-    forms = att.get("forms", [])
-    if any(f not in S.ATTENTION_FORMS for f in forms):
-        raise RunFormatError(f"{mpath}: attention.forms {forms} has an unknown form")
-    if forms and att.get("dtype") not in S.ATTENTION_DTYPES:
+    steps = att.get("steps", {})
+    if not isinstance(steps, dict):
+        raise RunFormatError(f"{mpath}: attention.steps must map step -> list of forms")
+    for st, forms in steps.items():
+        if not str(st).isdigit() or not isinstance(forms, list) or any(f not in S.ATTENTION_FORMS for f in forms):
+            raise RunFormatError(f"{mpath}: attention.steps[{st!r}] = {forms!r} is not a list of {S.ATTENTION_FORMS}")
+    if steps and att.get("dtype") not in S.ATTENTION_DTYPES:
         raise RunFormatError(f"{mpath}: attention.dtype {att.get('dtype')!r} is not one of {S.ATTENTION_DTYPES}")
     for entry in manifest["files"]:
         if not isinstance(entry, dict) or "path" not in entry or "sha256" not in entry:
@@ -196,13 +199,17 @@ class Run:
     def field_ids(self) -> np.ndarray:
         return S.named_field_ids(self.manifest["fields"])
 
-    @property
-    def attention_forms(self) -> list[str]:
-        return list(self.manifest["attention"].get("forms", []))
+    def attention_forms(self, step: int | None = None) -> list[str]:
+        """Storage forms held at ``step`` (default: the final step)."""
+        steps = self.manifest["attention"].get("steps", {})
+        if not steps:
+            return []
+        step = self.final_step if step is None else int(step)
+        return list(steps.get(str(step), []))
 
     @property
     def attention_steps(self) -> list[int]:
-        return sorted(int(s) for s in self.manifest["attention"].get("steps", []))
+        return sorted(int(s) for s in self.manifest["attention"].get("steps", {}))
 
     @property
     def final_step(self) -> int:
@@ -265,8 +272,10 @@ class Run:
             raise RunFormatError(
                 f"{self.path}: no attention at step {step}; stored steps: {self.attention_steps}"
             )
-        if form not in self.attention_forms:
-            raise RunFormatError(f"{self.path}: attention form {form!r} not stored (has {self.attention_forms})")
+        if form not in self.attention_forms(step):
+            raise RunFormatError(
+                f"{self.path}: attention form {form!r} not stored at step {step} (has {self.attention_forms(step)})"
+            )
         p = self._file(S.attention_file(step, form))
         if not p.is_file():
             raise RunFormatError(f"{self.path}: missing {S.attention_file(step, form)}")
@@ -341,7 +350,7 @@ class Run:
             done.append("content hashes")
         ids = set(df["example_id"].tolist())
         for step in self.attention_steps:
-            for form in self.attention_forms:
+            for form in self.attention_forms(step):
                 it = self.iter_attention(step) if form == S.FORM_MATRICES else self.iter_reductions(step)
                 seen = {blk.example_id for blk in it}
                 if seen != ids:

@@ -59,20 +59,21 @@ class _Pass:
     has_source: np.ndarray  # (rows, F)
 
 
-def _choose_form(run: Run, form: str | None) -> str:
+def _choose_form(run: Run, step: int, form: str | None) -> str:
+    forms = run.attention_forms(step)
     if form is not None:
-        if form not in run.attention_forms:
-            raise RoutestatsError(f"{run.run_id}: attention form {form!r} is not stored (has {run.attention_forms})")
+        if form not in forms:
+            raise RoutestatsError(f"{run.run_id}: attention form {form!r} is not stored at step {step} (has {forms})")
         return form
-    if not run.attention_forms:
-        raise RoutestatsError(f"{run.run_id}: the run stores no attention")
-    return S.FORM_REDUCTIONS if S.FORM_REDUCTIONS in run.attention_forms else S.FORM_MATRICES
+    if not forms:
+        raise RoutestatsError(f"{run.run_id}: no attention stored at step {step} (steps: {run.attention_steps})")
+    return S.FORM_REDUCTIONS if S.FORM_REDUCTIONS in forms else S.FORM_MATRICES
 
 
 def _pass(run: Run, step: int | None = None, form: str | None = None) -> _Pass:
     """Reduce a run's attention at one step once; cached on the run object."""
     step = run.final_step if step is None else int(step)
-    form = _choose_form(run, form)
+    form = _choose_form(run, step, form)
     cache = run.__dict__.setdefault("_metric_cache", {})
     key = (step, form)
     if key in cache:

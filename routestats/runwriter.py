@@ -154,8 +154,7 @@ class AttentionSink:
                     f"attention at step {self.step} lacks {len(missing)} example(s) of {S.EXAMPLES}, "
                     f"e.g. {sorted(missing)[:5]}"
                 )
-            self._w._steps.add(self.step)
-            self._w._forms.update(self.forms)
+            self._w._steps[self.step] = sorted(set(self._w._steps.get(self.step, [])) | set(self.forms))
             self._w._dtype = self.dtype
         else:
             for w in self._writers.values():
@@ -187,16 +186,20 @@ class RunWriter:
     overwrite : bool
         Replace an existing complete run (its ``run.json`` is removed first, so a crash while
         rewriting leaves an incomplete run, never a stale manifest).
+    resume : bool
+        Keep the files of an incomplete run (a training resumed after a kill); re-list
+        earlier attention steps with :meth:`adopt_attention`.
     """
 
-    def __init__(self, path, *, run_id, study, factors, seed, init_id, data_order_id, fields, overwrite=False):
+    def __init__(self, path, *, run_id, study, factors, seed, init_id, data_order_id, fields, overwrite=False,
+                 resume=False):
         self.path = Path(path)
         manifest_path = self.path / S.MANIFEST
         if manifest_path.exists():
             if not overwrite:
                 raise RunFormatError(f"{self.path}: a complete run exists here (pass overwrite=True to replace it)")
             manifest_path.unlink()
-        if self.path.exists():
+        if self.path.exists() and not resume:
             for rel in (S.EXAMPLES, S.METRICS, S.GRADIENTS, S.LM_SCORES):
                 with contextlib.suppress(FileNotFoundError):
                     (self.path / rel).unlink()
@@ -217,8 +220,7 @@ class RunWriter:
         }
         self._files: list[str] = []
         self._field_ids: dict[int, np.ndarray] = {}
-        self._steps: set[int] = set()
-        self._forms: set[str] = set()
+        self._steps: dict[int, list[str]] = {}
         self._dtype: str | None = None
 
     def _register(self, rel: str) -> None:
@@ -274,6 +276,18 @@ class RunWriter:
             self._register(S.attention_file(step, f))
         return AttentionSink(self, step, dtype, forms, group_size)
 
+    def adopt_attention(self, step: int, forms: Sequence[str], dtype: str) -> None:
+        """List attention files already on disk (written before a resume) in the manifest."""
+        if self._dtype is not None and dtype != self._dtype:
+            raise RoutestatsError(f"all steps of a run share one dtype ({self._dtype})")
+        for f in forms:
+            rel = S.attention_file(step, f)
+            if not (self.path / rel).is_file():
+                raise RoutestatsError(f"{self.path / rel}: cannot adopt a missing attention file")
+            self._register(rel)
+        self._steps[int(step)] = sorted(set(self._steps.get(int(step), [])) | set(forms))
+        self._dtype = dtype
+
     def _write_frame(self, rel: str, df: pd.DataFrame) -> None:
         schema = S.TABLE_SCHEMAS[rel]
         missing = [f.name for f in schema if f.name not in df.columns and not f.nullable]
@@ -320,9 +334,8 @@ class RunWriter:
         manifest = {
             **self.manifest,
             "attention": {
-                "forms": sorted(self._forms),
                 "dtype": self._dtype,
-                "steps": sorted(self._steps),
+                "steps": {str(k): v for k, v in sorted(self._steps.items())},
             },
             "files": files,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -209,7 +209,8 @@ Optional keys: ``model``, ``training``, ``dataset``, ``evaluation``, ``software`
 ``git_commit``, ``pairing`` (evidence such as first-batch hashes), ``notes``.
 
 ``fields`` = ``{"named": {"3": "content", "4": "title"}, "mask_id": 5, "vocab_size": 6}``;
-``attention`` = ``{"forms": ["matrices", "reductions"], "dtype": "float16", "steps": [500]}``;
+``attention`` = ``{"dtype": "float16", "steps": {"1": ["reductions"], "500": ["matrices", "reductions"]}}``
+(forms stored at each step);
 ``files`` = ``[{"path": "examples.parquet", "sha256": "...", "bytes": 123}, ...]``.
 """
 

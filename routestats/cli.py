@@ -1,0 +1,150 @@
+"""The ``routestats`` command line: a thin shell over the library.
+
+Each command parses its options, makes one library call and prints or writes the result.
+User errors (bad paths, broken runs, bad options) exit with code 2 and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Statistics of attention routing in paired Transformer runs.",
+    pretty_exceptions_enable=False,
+)
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code=2)
+
+
+def command(fn):
+    """Register ``fn`` as a command whose user errors become one line and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from .errors import RoutestatsError
+
+        try:
+            return fn(*args, **kwargs)
+        except RoutestatsError as exc:
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(code=130)
+
+    return app.command()(wrapper)
+
+
+def _load(path: Path):
+    """A Run when ``path`` holds run.json, else a RunCollection of the tree."""
+    from .io import load_run, load_runs
+    from .schema import MANIFEST
+
+    if not path.exists():
+        _fail(f"{path}: no such file or directory")
+    if (path / MANIFEST).is_file():
+        return load_run(path)
+    return load_runs(path)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _frame_table(df, title: str, floatfmt: str = "{:.4f}"):
+    from rich.table import Table
+
+    t = Table(title=title, show_lines=False)
+    for c in df.columns:
+        t.add_column(str(c), justify="right" if df[c].dtype.kind in "fiu" else "left")
+    for row in df.itertuples(index=False):
+        t.add_row(*[floatfmt.format(v) if isinstance(v, float) else str(v) for v in row])
+    return t
+
+
+@command
+def info(path: Path = typer.Argument(..., help="A run directory or a tree of runs.")) -> None:
+    """Say what a run or a run tree holds."""
+    from .io import Run
+
+    obj = _load(path)
+    con = _console()
+    runs = [obj] if isinstance(obj, Run) else list(obj)
+    import pandas as pd
+
+    rows = []
+    for r in runs:
+        rows.append(
+            {
+                "run_id": r.run_id,
+                "study": r.study,
+                "seed": r.seed,
+                **{k: str(v) for k, v in r.factors.items()},
+                "examples": len(r.examples(["example_id"])),
+                "steps": ",".join(map(str, r.attention_steps)),
+                "final forms": ",".join(r.attention_forms()) if r.attention_steps else "",
+                "init": r.init_id[:10],
+            }
+        )
+    con.print(_frame_table(pd.DataFrame(rows), f"{len(runs)} run(s) under {path}"))
+
+
+@command
+def validate(
+    path: Path = typer.Argument(..., help="A run directory or a tree of runs."),
+    quick: bool = typer.Option(False, "--quick", help="Skip file and content hashes."),
+) -> None:
+    """Check runs against the run-directory contract (every file, hash and value)."""
+    from .io import Run
+
+    obj = _load(path)
+    runs = [obj] if isinstance(obj, Run) else list(obj)
+    for r in runs:
+        checks = r.validate(deep=not quick)
+        typer.echo(f"ok  {r.run_id}: " + "; ".join(checks))
+
+
+@command
+def summary(
+    path: Path = typer.Argument(..., help="A run directory, a pair, or a tree of runs."),
+    resamples: int = typer.Option(10_000, help="Bootstrap resamples."),
+    permutations: int = typer.Option(20_000, help="Sign-flip draws."),
+    seed: int = typer.Option(1001, help="Seed of the random procedures."),
+    factor: str = typer.Option("variant", help="Factor whose levels form the pairs."),
+    baseline: str = typer.Option("baseline", help="Level of FACTOR that is the baseline."),
+) -> None:
+    """Print per-layer SFM/entropy per run and paired effects for every pair."""
+    from .effects import paired_effects
+    from .io import Run, RunCollection
+    from .metrics import layer_summary
+
+    obj = _load(path)
+    con = _console()
+    runs = [obj] if isinstance(obj, Run) else list(obj)
+    for r in runs:
+        t = layer_summary(r)[["layer", "sfm", "entropy", "n_examples"]]
+        con.print(_frame_table(t, f"{r.run_id} (step {r.final_step})"))
+    if isinstance(obj, RunCollection) and factor in obj.index.columns:
+        for p in obj.pairs(factor=factor, baseline=baseline):
+            e = paired_effects(p, resamples=resamples, permutations=permutations, seed=seed)
+            cols = ["layer", "baseline_mean", "variant_mean", "mean_diff", "ci_low", "ci_high", "dz", "p_holm"]
+            con.print(_frame_table(e[cols], f"paired SFM: {p.variant.run_id} - {p.baseline.run_id}"))
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
