@@ -1,0 +1,367 @@
+"""Paired MSM training with attention dumps written through the run-directory contract.
+
+``train_study`` trains a set of conditions (baseline, SAAB, w_f values, placements, shuffled)
+from one seed into a run tree: every condition starts from identical initial tensors, sees
+the same data order and the same masks, and the pairing evidence (init hash, data-order
+hash, first-batch hash) is checked equal across conditions. Each run resumes from its last
+checkpoint after a kill and reproduces the uninterrupted run bitwise on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import random
+import subprocess
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from routestats import schema as S
+from routestats.atomic import atomic_path, sha256_file
+from routestats.errors import RoutestatsError
+from routestats.runwriter import RunWriter, software_versions
+
+from .data import DataSpec
+from .model import EncoderConfig, SAABEncoder, qkv_grad_norms, state_hash
+from .msm import collate, encode_record, load_tokenizer, lr_at, mask_field_ids, train_tokenizer
+from .presets import Condition, Preset
+
+
+# ------------------------------------------------------------------ environment
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy, torch CPU and CUDA generators with the run seed (METHODS 4.5)."""
+    random.seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def pick_device(device: str) -> torch.device:
+    """``auto`` = CUDA when available, else CPU; TF32 is switched off explicitly on GPU."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise RoutestatsError("--device cuda requested but CUDA is not available")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return torch.device(device)
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+# ------------------------------------------------------------------ prepared data
+@dataclass
+class Prepared:
+    spec: DataSpec
+    tokenizer_path: Path
+    tokenizer_sha256: str
+    train: list
+    val: list
+    val_prepared_lengths: list[int]
+    max_length: int
+
+    @property
+    def dataset_id(self) -> str:
+        h = hashlib.sha256()
+        for path, digest in sorted(self.spec.files().items()):
+            h.update(digest.encode())
+        h.update(self.tokenizer_sha256.encode())
+        h.update(str(self.max_length).encode())
+        return h.hexdigest()
+
+
+def prepare(spec: DataSpec, out_dir: Path, vocab_size: int, max_length: int) -> Prepared:
+    """Train (or reuse) the study's BPE tokenizer on the training split and encode both splits."""
+    train_recs, val_recs = spec.load()
+    if not train_recs or not val_recs:
+        raise RoutestatsError(f"{spec.name}: empty training or validation split")
+    tok_path = out_dir / "tokenizer.json"
+    if tok_path.is_file():
+        tok = load_tokenizer(tok_path)
+    else:
+        tok = train_tokenizer(train_recs, vocab_size)
+        with atomic_path(tok_path) as tmp:
+            tok.save(str(tmp))
+    fid = spec.field_ids
+    train = [encode_record(tok, r, fid, max_length)[0] for r in train_recs]
+    val_pairs = [encode_record(tok, r, fid, max_length) for r in val_recs]
+    return Prepared(spec, tok_path, sha256_file(tok_path), train, [e for e, _ in val_pairs],
+                    [n for _, n in val_pairs], max_length)
+
+
+def data_order(n_records: int, n_needed: int, seed: int) -> torch.Tensor:
+    """Record order of the whole run: fresh ``randperm`` epochs from a generator seeded with ``seed``."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed)
+    parts, total = [], 0
+    while total < n_needed:
+        parts.append(torch.randperm(n_records, generator=g))
+        total += n_records
+    return torch.cat(parts)[:n_needed]
+
+
+# ------------------------------------------------------------------ one run
+def _examples_frame(prep: Prepared, n: int, cap: int) -> pd.DataFrame:
+    if len(prep.val) < n:
+        raise RoutestatsError(f"validation split has {len(prep.val)} records, fewer than the {n} to evaluate")
+    rows = []
+    for i in range(n):
+        e = prep.val[i]
+        k = min(len(e.input_ids), cap)
+        rows.append({
+            "example_id": i, "split": "val", "source_index": i, "row_id": f"row_{i}", "label": e.label,
+            "prepared_length": prep.val_prepared_lengths[i], "cap": cap,
+            "field_ids": e.field_ids[:k], "tokens": e.tokens[:k], "word_ids": e.word_ids[:k], "is_primary": True,
+        })
+    df = pd.DataFrame(rows)
+    # prepared_length counts the whole record before the model's own max_length cut
+    df["prepared_length"] = np.minimum(df["prepared_length"], prep.max_length)
+    return df
+
+
+def _cut(e, cap):
+    return replace(e, input_ids=e.input_ids[:cap], field_ids=e.field_ids[:cap], tokens=e.tokens[:cap],
+                   word_ids=e.word_ids[:cap])
+
+
+@torch.inference_mode()
+def dump_attention(model: SAABEncoder, records: Sequence, sink, batch_size: int, device, start_id: int = 0) -> None:
+    """Write every layer and head's attention over each record's valid prefix (eval mode)."""
+    model.eval()
+    for s in range(0, len(records), batch_size):
+        chunk = records[s : s + batch_size]
+        b = {k: v.to(device) for k, v in collate(chunk).items()}
+        _, probs = model(b["input_ids"], b["field_ids"], b["attention_mask"], need_probs=True, impl="explicit")
+        stacked = torch.stack(probs, dim=1).float().cpu().numpy()  # [B, L, H, S, S]
+        for i, e in enumerate(chunk):
+            n = len(e.input_ids)
+            sink.add(start_id + s + i, stacked[i, :, :, :n, :n])
+
+
+@torch.inference_mode()
+def evaluate(model, records, spec: DataSpec, p: float, gen, batch_size: int, device) -> tuple[float, float]:
+    """MSM loss (mean of batch means) and accuracy (micro over masked positions) on ``records``.
+
+    As in the reference, masking consumes the training masking generator.
+    """
+    model.eval()
+    losses, correct, total = [], 0, 0
+    for s in range(0, len(records), batch_size):
+        b = {k: v.to(device) for k, v in collate(records[s : s + batch_size]).items()}
+        masked, labels = mask_field_ids(b["field_ids"], b["attention_mask"], p, spec.mask_id, gen)
+        logits, _ = model(b["input_ids"], masked, b["attention_mask"])
+        losses.append(float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)))
+        sel = labels != -100
+        correct += int((logits.argmax(-1)[sel] == labels[sel]).sum())
+        total += int(sel.sum())
+    return float(np.mean(losses)), correct / max(total, 1)
+
+
+def _latest_checkpoint(run_dir: Path) -> Path | None:
+    ck = sorted((run_dir / S.CHECKPOINT_DIR).glob("step_*.pt"))
+    return ck[-1] if ck else None
+
+
+def train_run(
+    run_dir: Path,
+    *,
+    prep: Prepared,
+    preset: Preset,
+    condition: Condition,
+    seed: int,
+    study: str,
+    device: str = "auto",
+    attention_impl: str = "explicit",
+    keep_checkpoints: str = "last",
+    progress: Callable[[str, int, int], None] | None = None,
+    stop_after: int | None = None,
+) -> Path | None:
+    """Train one condition into ``run_dir``; resume from its last checkpoint if one exists.
+
+    ``stop_after`` ends the process-side loop after that step without finalising (tests use
+    it to simulate a kill). Returns the run path, or None when stopped early.
+    """
+    if (run_dir / S.MANIFEST).is_file():
+        return run_dir  # complete: nothing to do
+    dev = pick_device(device)
+    tc = preset.train
+    spec = prep.spec
+    cfg = EncoderConfig(
+        vocab_size=preset.vocab_size, field_vocab_size=spec.field_vocab_size, max_length=prep.max_length,
+        num_labels=spec.num_labels, attention_impl=attention_impl, **preset.model, **condition.model_overrides(),
+    )
+    seed_everything(seed)
+    model = SAABEncoder(cfg)  # on CPU, before any other torch RNG use
+    init_hash = state_hash(model)
+    model.to(dev)
+    per_step = tc.microbatch_size * tc.grad_accum
+    order = data_order(len(prep.train), tc.max_steps * per_step, seed)
+    order_hash = hashlib.sha256(order.numpy().astype("<i8").tobytes()).hexdigest()
+    data_order_id = hashlib.sha256(f"{prep.dataset_id}|{order_hash}|mask-seed={seed}".encode()).hexdigest()
+    mask_gen = torch.Generator(device=dev)
+    mask_gen.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.learning_rate, betas=tc.betas, weight_decay=tc.weight_decay)
+    factors = {**condition.factors(), "depth": cfg.num_layers, "dataset": spec.name, "preset": preset.name}
+    run_id = f"{study}-{condition.name}-seed{seed}"
+    resume = _latest_checkpoint(run_dir)
+    writer = RunWriter(run_dir, run_id=run_id, study=study, factors=factors, seed=seed, init_id=init_hash,
+                       data_order_id=data_order_id, fields=spec.manifest_fields(), resume=resume is not None)
+    cap = min(tc.eval_cap, prep.max_length)
+    eval_df = _examples_frame(prep, tc.eval_examples, cap)
+    writer.write_examples(eval_df)
+    eval_records = [_cut(prep.val[i], cap) for i in range(tc.eval_examples)]
+    metrics_rows, grad_rows, first_batch = [], [], None
+    start, elapsed0 = 0, 0.0
+    if resume is not None:
+        ck = torch.load(resume, map_location="cpu", weights_only=False)
+        if ck["init_id"] != init_hash or ck["data_order_id"] != data_order_id:
+            raise RoutestatsError(f"{resume}: checkpoint belongs to another init or data order; remove {run_dir}")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        torch.set_rng_state(ck["rng_cpu"])
+        mask_gen.set_state(ck["rng_mask"])
+        if dev.type == "cuda" and ck.get("rng_cuda") is not None:
+            torch.cuda.set_rng_state(ck["rng_cuda"])
+        start, elapsed0 = ck["step"], ck["elapsed"]
+        metrics_rows, grad_rows, first_batch = ck["metrics"], ck["gradients"], ck["first_batch"]
+        for step_done, forms in ck["dumped"].items():
+            writer.adopt_attention(step_done, forms, tc.dump_dtype)
+    dumped = {} if resume is None else dict(ck["dumped"])
+    final = tc.max_steps
+    t0 = time.perf_counter() - elapsed0
+    for step in range(start + 1, final + 1):
+        model.train()
+        lr = lr_at(step, tc.learning_rate, tc.lr_schedule, tc.warmup_steps, tc.min_lr_ratio, tc.max_steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        losses = []
+        tstep = time.perf_counter()
+        for r in range(tc.grad_accum):
+            pos = (step - 1) * per_step + r * tc.microbatch_size
+            idx = order[pos : pos + tc.microbatch_size].tolist()
+            b = {k: v.to(dev) for k, v in collate([prep.train[i] for i in idx]).items()}
+            masked, labels = mask_field_ids(b["field_ids"], b["attention_mask"], tc.mask_probability, spec.mask_id, mask_gen)
+            if first_batch is None:
+                h = hashlib.sha256()
+                for t in (b["input_ids"], masked, labels):
+                    h.update(t.cpu().numpy().astype("<i8").tobytes())
+                first_batch = h.hexdigest()
+            logits, _ = model(b["input_ids"], masked, b["attention_mask"])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+            (loss / tc.grad_accum).backward()
+            losses.append(float(loss.detach()))
+        if tc.log_gradients:
+            for layer, norms in enumerate(qkv_grad_norms(model)):
+                for comp, val in norms.items():
+                    grad_rows.append({"step": step, "layer": layer, "component": comp, "norm": val})
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip))
+        opt.step()
+        dt = time.perf_counter() - tstep
+        metrics_rows.append({"step": step, "phase": "train", "loss": float(np.mean(losses)), "accuracy": None,
+                             "lr": lr, "grad_norm": grad_norm, "examples_per_sec": per_step / dt,
+                             "elapsed_seconds": time.perf_counter() - t0})
+        if step in tc.eval_steps or step == final:
+            vl, va = evaluate(model, prep.val, spec, tc.mask_probability, mask_gen, tc.eval_batch_size, dev)
+            metrics_rows.append({"step": step, "phase": "eval", "loss": vl, "accuracy": va, "lr": lr,
+                                 "grad_norm": None, "examples_per_sec": None,
+                                 "elapsed_seconds": time.perf_counter() - t0})
+        if step in tc.checkpoint_steps:
+            forms = [S.FORM_MATRICES, S.FORM_REDUCTIONS] if step == final else [S.FORM_REDUCTIONS]
+            with writer.attention(step, dtype=tc.dump_dtype, forms=forms) as sink:
+                dump_attention(model, eval_records, sink, tc.eval_batch_size, dev)
+            dumped[step] = forms
+            ck = {
+                "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "rng_cpu": torch.get_rng_state(), "rng_mask": mask_gen.get_state(),
+                "rng_cuda": torch.cuda.get_rng_state() if dev.type == "cuda" else None,
+                "elapsed": time.perf_counter() - t0, "metrics": metrics_rows, "gradients": grad_rows,
+                "first_batch": first_batch, "dumped": dumped, "init_id": init_hash, "data_order_id": data_order_id,
+                "config": {"model": cfg.to_dict(), "training": tc.to_dict()},
+            }
+            with atomic_path(run_dir / S.checkpoint_file(step)) as tmp:
+                torch.save(ck, tmp)
+        if progress is not None:
+            progress(run_id, step, final)
+        if stop_after is not None and step >= stop_after:
+            return None
+    writer.write_metrics(pd.DataFrame(metrics_rows))
+    if tc.log_gradients:
+        writer.write_gradients(pd.DataFrame(grad_rows))
+    ckpts = sorted((run_dir / S.CHECKPOINT_DIR).glob("step_*.pt"))
+    keep = {"all": ckpts, "last": ckpts[-1:], "none": []}[keep_checkpoints]
+    for c in ckpts:
+        if c not in keep:
+            c.unlink()
+    for c in keep:
+        writer.add_file(str(c.relative_to(run_dir)))
+    return writer.finalize(
+        model=cfg.to_dict(),
+        training=tc.to_dict(),
+        dataset={"name": spec.name, "format": spec.format, "files": spec.files(),
+                 "tokenizer_sha256": prep.tokenizer_sha256, "train_records": len(prep.train),
+                 "val_records": len(prep.val), "max_length": prep.max_length},
+        evaluation={"examples": tc.eval_examples, "cap": cap, "batch_size": tc.eval_batch_size,
+                    "selection": "first N validation records", "field_ids": "unmasked"},
+        pairing={"init_state_sha256": init_hash, "data_order_sha256": order_hash, "first_batch_sha256": first_batch},
+        device={"device": str(dev), "dtype": "float32",
+                "tf32": bool(dev.type == "cuda" and torch.backends.cuda.matmul.allow_tf32),
+                "name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+                "torch_threads": torch.get_num_threads()},
+        timing={"train_seconds": time.perf_counter() - t0},
+        software=software_versions(("torch", "tokenizers")),
+        git_commit=git_commit(),
+        condition=condition.name,
+    )
+
+
+def train_study(
+    out: Path,
+    *,
+    data: DataSpec,
+    preset: Preset,
+    conditions: Sequence[Condition],
+    seed: int,
+    study: str = "saab",
+    device: str = "auto",
+    attention_impl: str = "explicit",
+    keep_checkpoints: str = "last",
+    progress=None,
+) -> list[Path]:
+    """Train every condition at ``seed`` into ``out/<condition>`` and verify they are an exact pair set."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    max_length = preset.max_length or data.max_length
+    prep = prepare(data, out, preset.vocab_size, max_length)
+    paths = []
+    for c in conditions:
+        paths.append(
+            train_run(out / c.name, prep=prep, preset=preset, condition=c, seed=seed, study=study, device=device,
+                      attention_impl=attention_impl, keep_checkpoints=keep_checkpoints, progress=progress)
+        )
+    evidence = {}
+    for p in paths:
+        m = json.loads((p / S.MANIFEST).read_text())
+        evidence[p.name] = m["pairing"]
+    first = next(iter(evidence.values()))
+    for name, ev in evidence.items():
+        if ev != first:
+            raise RoutestatsError(f"pairing evidence of {name} differs from the first condition: {ev} vs {first}")
+    return paths
