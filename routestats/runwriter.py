@@ -74,7 +74,7 @@ class AttentionSink:
             schema = S.attention_matrices_schema(dtype) if form == S.FORM_MATRICES else S.REDUCTIONS_SCHEMA
             tmp = self._stack.enter_context(atomic_path(writer.path / S.attention_file(step, form)))
             self._writers[form] = self._stack.enter_context(
-                pq.ParquetWriter(tmp, schema, **S.PARQUET_OPTIONS)
+                pq.ParquetWriter(tmp, schema, **S.PARQUET_OPTIONS, use_byte_stream_split=S.float_list_columns(schema))
             )
 
     def add(self, example_id: int, weights: np.ndarray, head_types: Sequence[str] | None = None) -> None:

@@ -72,6 +72,35 @@ def saab(
 
 
 @app.command()
+def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write the demo run tree."),
+         threads: int = typer.Option(2, help="torch CPU threads.")) -> None:
+    """Regenerate the recorded demo run: tiny preset, baseline + SAAB, seed 1001, bundled DBpedia-format data.
+
+    32 primary examples; per-query reductions at steps 1..300 (trajectories) and full matrices
+    at step 500; no checkpoint files, so it stays small enough to commit.
+    """
+    import shutil
+    from dataclasses import replace
+
+    import torch
+
+    from .data import resolve
+    from .presets import get_preset, parse_condition
+    from .train import train_study
+
+    torch.set_num_threads(threads)
+    p = get_preset("tiny")
+    p = replace(p, train=replace(p.train, eval_examples=32, final_forms=("matrices",)))
+    if out.exists():
+        shutil.rmtree(out)
+    paths = train_study(out, data=resolve("bundled-dbpedia"), preset=p,
+                        conditions=[parse_condition(c, 4) for c in ("baseline", "saab")], seed=1001, study="demo",
+                        device="cpu", keep_checkpoints="none")
+    for path in paths:
+        typer.echo(f"run complete: {path}")
+
+
+@app.command()
 def bundled(out: Path = typer.Option(Path("data"), help="Output folder."),
             check: bool = typer.Option(False, help="Rebuild in a temporary folder and compare bytes.")) -> None:
     """Build the bundled docstring corpora (see runners/bundled.py)."""

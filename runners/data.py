@@ -50,10 +50,9 @@ class DataSpec:
                 "vocab_size": self.field_vocab_size}
 
     def files(self) -> dict[str, str]:
-        out = {str(self.train): sha256_file(self.train)}
-        if self.val is not None:
-            out[str(self.val)] = sha256_file(self.val)
-        return out
+        """SHA-256 of the data files, keyed ``<folder>/<file>`` (no machine-specific prefix)."""
+        paths = [self.train] + ([self.val] if self.val is not None else [])
+        return {f"{p.parent.name}/{p.name}": sha256_file(p) for p in paths}
 
     def load(self):
         """(train records, validation records) in file order."""

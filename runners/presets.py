@@ -28,6 +28,8 @@ class TrainConfig:
     eval_batch_size: int = 16
     eval_cap: int = 256
     dump_dtype: str = "float16"
+    final_forms: tuple[str, ...] = ("matrices", "reductions")  # attention forms at the final step
+    trajectory_forms: tuple[str, ...] = ("reductions",)  # at the other checkpoint steps
     log_gradients: bool = True
 
     def to_dict(self) -> dict:
@@ -35,6 +37,8 @@ class TrainConfig:
         d["betas"] = list(self.betas)
         d["checkpoint_steps"] = list(self.checkpoint_steps)
         d["eval_steps"] = list(self.eval_steps)
+        d["final_forms"] = list(self.final_forms)
+        d["trajectory_forms"] = list(self.trajectory_forms)
         return d
 
 

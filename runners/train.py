@@ -284,7 +284,7 @@ def train_run(
                                  "grad_norm": None, "examples_per_sec": None,
                                  "elapsed_seconds": time.perf_counter() - t0})
         if step in tc.checkpoint_steps:
-            forms = [S.FORM_MATRICES, S.FORM_REDUCTIONS] if step == final else [S.FORM_REDUCTIONS]
+            forms = list(tc.final_forms if step == final else tc.trajectory_forms)
             with writer.attention(step, dtype=tc.dump_dtype, forms=forms) as sink:
                 dump_attention(model, eval_records, sink, tc.eval_batch_size, dev)
             dumped[step] = forms

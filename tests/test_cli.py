@@ -1,0 +1,93 @@
+"""The routestats CLI (typer CliRunner) and the committed demo run."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import routestats as rs
+from routestats.cli import app
+from routestats.datasets import demo_run_dir, synthetic_pair
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def tree(tmp_path):
+    synthetic_pair(tmp_path / "s1", seed=1, n_examples=6)
+    return tmp_path
+
+
+def test_info(tree):
+    r = runner.invoke(app, ["info", str(tree)])
+    assert r.exit_code == 0, r.output
+    assert "2 run(s)" in r.output and "baseline" in r.output
+
+
+def test_validate(tree):
+    r = runner.invoke(app, ["validate", str(tree / "s1" / "saab")])
+    assert r.exit_code == 0
+    assert r.output.startswith("ok  synthetic-saab-seed1: manifest; file hashes")
+
+
+def test_summary_prints_paired_effects(tree):
+    r = runner.invoke(app, ["summary", str(tree), "--resamples", "200", "--permutations", "200"])
+    assert r.exit_code == 0, r.output
+    assert "paired SFM" in r.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["info", "/no/such/dir"], "error: /no/such/dir: no such file or directory"),
+        (["validate", "{empty}"], "no runs found"),
+        (["summary", "{incomplete}"], "1 incomplete run(s) without run.json"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(tmp_path, args, message):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "incomplete").mkdir()
+    (tmp_path / "incomplete" / "examples.parquet").write_bytes(b"")
+    args = [a.format(empty=tmp_path / "empty", incomplete=tmp_path / "incomplete") for a in args]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2
+    assert message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_corrupted_run_is_a_user_error(tree):
+    m = tree / "s1" / "saab" / "run.json"
+    data = json.loads(m.read_text())
+    data["schema_version"] = "0.1"
+    m.write_text(json.dumps(data))
+    r = runner.invoke(app, ["info", str(tree / "s1" / "saab")])
+    assert r.exit_code == 2 and "schema_version '0.1' is not supported" in r.output
+
+
+def test_help_everywhere():
+    for cmd in ([], ["info"], ["validate"], ["summary"]):
+        r = runner.invoke(app, cmd + ["--help"])
+        assert r.exit_code == 0 and "Usage" in r.output
+
+
+# ------------------------------------------------------------------ the committed demo run
+def test_demo_run_is_valid_and_paired():
+    runs = rs.load_runs(demo_run_dir())
+    assert len(runs) == 2
+    for r in runs:
+        r.validate(deep=True)
+        assert r.attention_steps == [1, 10, 50, 100, 200, 300, 500]
+        assert "SYNTHETIC" not in json.dumps(r.manifest)
+    (p,) = runs.pairs()
+    assert p.baseline.manifest["pairing"] == p.variant.manifest["pairing"]
+    e = rs.paired_effects(p, resamples=500, permutations=500)
+    assert len(e) == 4 and e["n"].unique().tolist() == [32]
+    # SAAB raises same-field mass in every layer of this run (its headline effect)
+    assert (e["mean_diff"] > 0).all()
+
+
+def test_demo_run_size_budget():
+    total = sum(f.stat().st_size for f in Path(demo_run_dir()).parent.rglob("*") if f.is_file())
+    assert total <= 15 * 1024 * 1024

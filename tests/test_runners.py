@@ -1,0 +1,252 @@
+"""PyTorch runners: pairing guarantees, MSM rules, schedule, attention paths, resume, dumps."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tokenizers")
+
+import routestats as rs  # noqa: E402
+from routestats import schema as S  # noqa: E402
+from runners.corpora import Record  # noqa: E402
+from runners.data import resolve  # noqa: E402
+from runners.model import EncoderConfig, SAABEncoder, shuffle_bias_ids, state_hash  # noqa: E402
+from runners.msm import encode_record, lr_at, mask_field_ids, train_tokenizer  # noqa: E402
+from runners.presets import Condition, get_preset, parse_condition  # noqa: E402
+from runners.train import data_order, prepare, seed_everything, train_run, train_study  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)  # avoid the 2-thread contention slowdowns (ENVIRONMENT.md)
+    yield
+    torch.set_num_threads(old)
+
+
+def cfg(**kw):
+    base = dict(vocab_size=50, field_vocab_size=6, max_length=16, num_labels=5, d_model=16, num_layers=3,
+                num_heads=2, ff_dim=32, dropout=0.0)
+    return EncoderConfig(**(base | kw))
+
+
+def batch():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 50, (3, 10), generator=g)
+    fids = torch.tensor([[4, 4, 3, 3, 3, 3, 3, 0, 0, 0], [4, 3, 3, 3, 3, 3, 3, 3, 3, 3], [4, 4, 4, 3, 3, 0, 0, 0, 0, 0]])
+    mask = (fids != 0).long()
+    ids = ids * mask
+    return ids, fids, mask
+
+
+# ------------------------------------------------------------------ init and pairing
+def test_identical_init_across_variants():
+    seed_everything(5)
+    a = SAABEncoder(cfg(variant="baseline"))
+    seed_everything(5)
+    b = SAABEncoder(cfg(variant="saab", saab_field_weight=2.0, saab_layer_mask=[0, 0, 1], saab_shuffle_bias=True))
+    assert state_hash(a) == state_hash(b)
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
+    assert torch.count_nonzero(a.tok.weight[0]) == 0  # padding row initialised to zero
+
+
+def test_data_order_and_masks_identical_for_same_seed():
+    assert torch.equal(data_order(100, 250, 7), data_order(100, 250, 7))
+    assert not torch.equal(data_order(100, 250, 7), data_order(100, 250, 8))
+    _, fids, mask = batch()
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    m1, l1 = mask_field_ids(fids, mask, 0.15, 5, g1)
+    m2, l2 = mask_field_ids(fids, mask, 0.15, 5, g2)
+    assert torch.equal(m1, m2) and torch.equal(l1, l2)
+
+
+# ------------------------------------------------------------------ MSM
+def test_msm_quota_example():
+    # METHODS 4.3: ids (4,4,4,3,3,3), p = 0.34, seed 7 -> exactly 2 masked, one per field, both set to 5
+    fids = torch.tensor([[4, 4, 4, 3, 3, 3]])
+    masked, labels = mask_field_ids(fids, torch.ones_like(fids), 0.34, 5, torch.Generator().manual_seed(7))
+    sel = labels != -100
+    assert int(sel.sum()) == 2
+    assert sorted(labels[sel].tolist()) == [3, 4]
+    assert masked[sel].tolist() == [5, 5]
+    assert torch.equal(masked[~sel], fids[~sel])
+
+
+@pytest.mark.parametrize("n, p, k", [(30, 0.15, 4), (70, 0.15, 10), (10, 0.15, 2), (3, 0.01, 1)])
+def test_msm_bankers_rounding(n, p, k):
+    # k = min(n, max(1, round(p n))): round(4.5) = 4, round(10.5) = 10, round(1.5) = 2, floor 1
+    fids = torch.full((1, n), 3)
+    _, labels = mask_field_ids(fids, torch.ones_like(fids), p, 5, torch.Generator().manual_seed(0))
+    assert int((labels != -100).sum()) == k
+
+
+def test_lr_schedule_values():
+    f = lambda s: lr_at(s, 1e-4, "linear_warmup_cosine", 50, 0.1, 500)  # noqa: E731
+    # METHODS 4.4 derived values
+    assert f(1) == pytest.approx(1e-5, rel=1e-12)
+    assert f(50) == pytest.approx(9.82e-5, rel=1e-12)
+    assert f(51) == pytest.approx(1e-4, rel=1e-12)
+    assert f(100) == pytest.approx(9.739e-5, rel=1e-4)
+    assert f(200) == pytest.approx(7.777e-5, rel=1e-4)
+    assert f(300) == pytest.approx(4.750e-5, rel=1e-3)
+    assert f(500) == pytest.approx(1.0001e-5, rel=1e-4)
+    # METHODS test: base 1e-3, warmup 1, min ratio 0.5, 2 steps -> 5e-4 then 1e-3
+    assert [lr_at(s, 1e-3, "linear_warmup_cosine", 1, 0.5, 2) for s in (1, 2)] == [5e-4, 1e-3]
+    assert lr_at(7, 3e-4, "constant", 50, 0.1, 500) == 3e-4
+
+
+# ------------------------------------------------------------------ attention paths and bias
+def test_fused_and_explicit_attention_agree():
+    seed_everything(1)
+    m = SAABEncoder(cfg(variant="saab", saab_layer_mask=[1, 0, 2])).eval()
+    ids, fids, mask = batch()
+    with torch.no_grad():
+        a, _ = m(ids, fids, mask, impl="explicit")
+        b, _ = m(ids, fids, mask, impl="fused")
+    assert torch.allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_probabilities_rows_sum_to_one_and_pad_keys_zero():
+    seed_everything(1)
+    m = SAABEncoder(cfg(variant="saab")).eval()
+    ids, fids, mask = batch()
+    with torch.no_grad():
+        _, probs = m(ids, fids, mask, need_probs=True)
+    p = probs[0]
+    assert torch.allclose(p.sum(-1), torch.ones_like(p.sum(-1)), atol=1e-6)
+    assert float(p[0, :, :, 7:].abs().max()) == 0.0  # padded keys get exactly 0
+
+
+def test_layer_biases_follow_mask():
+    m = SAABEncoder(cfg(variant="saab", saab_field_weight=0.5, saab_layer_mask=[0, 1, 2]))
+    _, fids, _ = batch()
+    b = m.layer_biases(fids)
+    assert b[0] is None and float(b[1].max()) == 0.5 and float(b[2].max()) == 1.0
+    assert SAABEncoder(cfg()).layer_biases(fids) == [None, None, None]
+
+
+def test_shuffle_control_invariants():
+    ids, fids, mask = batch()
+    a = shuffle_bias_ids(fids, mask, 17)
+    assert torch.equal(a, shuffle_bias_ids(fids, mask, 17))  # deterministic (seed 17)
+    assert torch.equal(a[mask == 0], fids[mask == 0])  # padding untouched
+    for r in range(3):
+        v = mask[r].bool()
+        assert sorted(a[r, v].tolist()) == sorted(fids[r, v].tolist())  # multiset kept
+        same = lambda x: int((x[:, None] == x[None, :]).sum())  # noqa: E731
+        assert same(a[r, v]) == same(fids[r, v])  # count of positively biased pairs kept
+    # a row padded to 6 or to 8 positions shuffles identically on the valid prefix (seed 23)
+    row = torch.tensor([4, 4, 3, 3, 3])
+    six = torch.cat([row, torch.zeros(1, dtype=torch.long)])[None]
+    eight = torch.cat([row, torch.zeros(3, dtype=torch.long)])[None]
+    s6 = shuffle_bias_ids(six, (six != 0).long(), 23)
+    s8 = shuffle_bias_ids(eight, (eight != 0).long(), 23)
+    assert torch.equal(s6[0, :5], s8[0, :5])
+
+
+# ------------------------------------------------------------------ tokenizer / records
+def test_encode_record_word_groups():
+    recs = [Record("1", (("title", "Aerostar jet"), ("content", "Aerostar is a jet, built in 1967.")))]
+    tok = train_tokenizer(recs * 3, 60)
+    e, n = encode_record(tok, recs[0], {"title": 4, "content": 3}, 256)
+    assert e.input_ids[0] == 2 and e.field_ids[0] == 4 and e.tokens[0] == "[FIELD_START]"
+    assert n == len(e.input_ids)
+    start2 = e.tokens.index("[FIELD_START]", 1)
+    assert e.field_ids[start2] == 3
+    # start tokens are their own groups; "Aerostar" in title and in content are two groups
+    assert e.word_ids[0] not in e.word_ids[1:start2]
+    assert len(set(e.word_ids)) == 1 + 2 + 1 + 7  # start, 2 title words, start, 7 content words
+    cut, _ = encode_record(tok, recs[0], {"title": 4, "content": 3}, 4)
+    assert len(cut.input_ids) == 4 and cut.field_ids == e.field_ids[:4]
+
+
+# ------------------------------------------------------------------ training end to end (smoke preset)
+@pytest.fixture(scope="module")
+def smoke_study(tmp_path_factory):
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("study")
+    p = get_preset("smoke")
+    conds = [parse_condition(c, p.model["num_layers"]) for c in ("baseline", "saab", "wf=0", "shuffled")]
+    paths = train_study(out, data=resolve("bundled-dbpedia"), preset=p, conditions=conds, seed=3, device="cpu",
+                        keep_checkpoints="all")
+    return out, paths
+
+
+def test_study_runs_validate_and_pair(smoke_study):
+    out, paths = smoke_study
+    runs = rs.load_runs(out)
+    assert len(runs) == 4
+    for r in runs:
+        r.validate(deep=True)
+        assert r.attention_steps == [1, 10, 20]
+        assert r.attention_forms(20) == ["matrices", "reductions"] and r.attention_forms(1) == ["reductions"]
+    pairs = runs.pairs()
+    assert len(pairs) == 3  # baseline paired with saab, w_f 0 and shuffled
+    assert len({r.init_id for r in runs}) == 1 and len({r.data_order_id for r in runs}) == 1
+    g = runs.get("saab-saab-seed3").gradients()
+    assert set(g["component"]) == {"q", "k", "v"} and g["step"].max() == 20
+
+
+def test_wf_zero_reproduces_baseline(smoke_study):
+    # the paper's null check: max |delta SFM| <= 1.2e-7 between w_f = 0 and the baseline
+    out, _ = smoke_study
+    base = rs.load_run(out / "baseline")
+    zero = rs.load_run(out / "saab-wf0")
+    for step in base.attention_steps:
+        a = rs.sfm(base, step)["sfm"].to_numpy()
+        b = rs.sfm(zero, step)["sfm"].to_numpy()
+        assert np.max(np.abs(a - b)) <= 1.2e-7
+    ma, mb = base.metrics(), zero.metrics()
+    np.testing.assert_array_equal(ma["loss"], mb["loss"])
+
+
+def test_resume_after_kill_is_bitwise(smoke_study, tmp_path):
+    out, _ = smoke_study
+    p = get_preset("smoke")
+    prep = prepare(resolve("bundled-dbpedia"), out, p.vocab_size, p.max_length)
+    cond = Condition("saab", "saab")
+    assert train_run(tmp_path / "saab", prep=prep, preset=p, condition=cond, seed=3, study="saab", device="cpu",
+                     stop_after=12) is None  # "killed" after step 12; last checkpoint is step 10
+    assert not (tmp_path / "saab" / "run.json").exists()
+    with pytest.raises(rs.IncompleteRunError):
+        rs.load_run(tmp_path / "saab")
+    train_run(tmp_path / "saab", prep=prep, preset=p, condition=cond, seed=3, study="saab", device="cpu")
+    resumed, full = rs.load_run(tmp_path / "saab"), rs.load_run(out / "saab")
+    cols = ["step", "phase", "loss", "accuracy", "lr", "grad_norm"]
+    pd.testing.assert_frame_equal(resumed.metrics()[cols], full.metrics()[cols], check_exact=True)
+    pd.testing.assert_frame_equal(resumed.gradients(), full.gradients(), check_exact=True)
+    for step in (1, 10, 20):
+        a = list(resumed.iter_reductions(step))
+        b = list(full.iter_reductions(step))
+        assert all(np.array_equal(x.field_mass, y.field_mass) for x, y in zip(a, b))
+    for x, y in zip(resumed.iter_attention(20), full.iter_attention(20)):
+        assert np.array_equal(x.weights, y.weights)
+
+
+def test_manifest_records_pairing_and_device(smoke_study):
+    out, _ = smoke_study
+    m = rs.load_run(out / "saab-shuffled").manifest
+    assert m["factors"]["variant"] == "saab_shuffled" and m["factors"]["shuffled"] is True
+    assert m["device"]["device"] == "cpu" and m["device"]["tf32"] is False
+    assert set(m["pairing"]) == {"init_state_sha256", "data_order_sha256", "first_batch_sha256"}
+    assert m["software"]["torch"].startswith("2.")
+    assert [f["path"] for f in m["files"] if f["path"].startswith("checkpoints/")] == [
+        "checkpoints/step_0001.pt", "checkpoints/step_0010.pt", "checkpoints/step_0020.pt"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_fused_matches_explicit():
+    seed_everything(1)
+    m = SAABEncoder(cfg(variant="saab")).cuda().eval()
+    ids, fids, mask = (t.cuda() for t in batch())
+    with torch.no_grad():
+        a, _ = m(ids, fids, mask, impl="explicit")
+        b, _ = m(ids, fids, mask, impl="fused")
+    assert torch.allclose(a, b, atol=1e-4)
