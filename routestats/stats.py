@@ -9,7 +9,8 @@ Modes of :func:`paired_inference`
 ``"shared"`` (canonical)
     One ``numpy.random.default_rng(seed)``. Bootstrap: one index matrix shared by all
     columns, index = floor(u * n) from ``Generator.random`` doubles (one 64-bit draw each,
-    so the stream does not depend on chunking), drawn before the signs. Sign flips: one
+    so the stream does not depend on chunking), drawn before the signs; each resample mean
+    is (resample counts @ d) / n, one matrix product for all columns. Sign flips: one
     sign matrix shared by all columns, sign bits = the raw 64-bit outputs of the bit
     generator read little-endian (bit i of draw p = sign of example i; 1 keeps, 0 flips),
     ``ceil(n / 64)`` words per draw. Evaluated in chunks: memory stays bounded and the
@@ -156,10 +157,14 @@ def signflip_count(d: np.ndarray, bits: np.ndarray) -> np.ndarray:
 def _shared(d, resamples, permutations, rng, confidence):
     n, k = d.shape
     means = np.empty((resamples, k))
-    for s in range(0, resamples, _CHUNK):
-        c = min(_CHUNK, resamples - s)
+    rows = max(1, _CHUNK * 512 // n)  # bounded memory: about 1M indices per chunk
+    for s in range(0, resamples, rows):
+        c = min(rows, resamples - s)
         idx = np.minimum((rng.random((c, n)) * n).astype(np.int64), n - 1)
-        means[s : s + c] = d[idx].mean(axis=1)
+        idx += (np.arange(c, dtype=np.int64) * n)[:, None]
+        # resample counts per example, then one matrix product for all columns
+        counts = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(np.float64)
+        means[s : s + c] = (counts @ d) / n
     lo, hi = percentile_ci(means, confidence)
     words = -(-n // 64)
     count = np.zeros(k, dtype=np.int64)
