@@ -32,6 +32,10 @@ def saab(
     threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's)."),
     keep_checkpoints: str = typer.Option("last", help="Checkpoint files kept when a run completes: all, last, none."),
     study: str = typer.Option("saab", help="Study name recorded in each manifest."),
+    examples: Optional[int] = typer.Option(None, help="Primary evaluation examples: the first N validation records."),
+    length_sample: int = typer.Option(0, help="Also evaluate an Algorithm R reservoir sample of this many validation records."),
+    sample_seed: int = typer.Option(1001, help="Seed of the reservoir sample."),
+    checkpoint_steps: Optional[str] = typer.Option(None, help="Comma list of dump/checkpoint steps (the final step is always added)."),
 ) -> None:
     """Train a paired condition set (baseline, SAAB variants) from one seed into a run tree."""
     import torch
@@ -46,7 +50,14 @@ def saab(
     if threads:
         torch.set_num_threads(threads)
     try:
-        p = get_preset(preset, depth=depth, max_steps=max_steps)
+        from dataclasses import replace
+
+        p = get_preset(preset, depth=depth, max_steps=max_steps,
+                       checkpoint_steps=None if checkpoint_steps is None else [int(s) for s in checkpoint_steps.split(",")])
+        overrides = {"length_sample": length_sample, "sample_seed": sample_seed}
+        if examples is not None:
+            overrides["eval_examples"] = examples
+        p = replace(p, train=replace(p.train, **overrides))
         conds = [parse_condition(c, p.model["num_layers"]) for c in conditions.split(",") if c.strip()]
         spec = resolve(data)
     except (ValueError, FileNotFoundError) as exc:
@@ -98,6 +109,36 @@ def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write th
                         device="cpu", keep_checkpoints="none")
     for path in paths:
         typer.echo(f"run complete: {path}")
+
+
+@app.command()
+def overhead(
+    out: Path = typer.Option(..., help="Folder for overhead_raw.parquet, overhead_summary.parquet, overhead.json."),
+    preset: str = typer.Option("paper", help="Model dimensions from this preset."),
+    lengths: str = typer.Option("64,128,256", help="Comma list of sequence lengths."),
+    batch_size: int = typer.Option(4),
+    device: str = typer.Option("auto"),
+    allow_tf32: bool = typer.Option(False, help="Allow TF32 matmuls on GPU (off by default)."),
+    repeats: int = typer.Option(5),
+    inference_iterations: int = typer.Option(20),
+    training_iterations: int = typer.Option(5),
+    attention: str = typer.Option("explicit", help="explicit or fused attention path."),
+    threads: Optional[int] = typer.Option(None),
+) -> None:
+    """Compute overhead of SAAB vs baseline (paper Table 13): parameters, FLOPs, latency, memory."""
+    import torch
+
+    from .overhead import run_overhead
+    from .presets import get_preset
+
+    if threads:
+        torch.set_num_threads(threads)
+    p = get_preset(preset)
+    s = run_overhead(out, model=p.model, lengths=[int(x) for x in lengths.split(",")], batch_size=batch_size,
+                     vocab_size=p.vocab_size, device=device, allow_tf32=allow_tf32, repeats=repeats,
+                     inference_iterations=inference_iterations, training_iterations=training_iterations,
+                     attention_impl=attention)
+    typer.echo(s[["variant", "mode", "length", "mean_latency_ms", "latency_change_pct"]].to_string(index=False))
 
 
 @app.command()

@@ -25,6 +25,8 @@ class TrainConfig:
     checkpoint_steps: tuple[int, ...] = (1, 10, 50, 100, 200, 300, 500)
     eval_steps: tuple[int, ...] = ()  # full-validation loss/accuracy; the final step always
     eval_examples: int = 64  # first N validation records dumped at every checkpoint step
+    length_sample: int = 0  # plus a reservoir sample (Algorithm R) of this many validation records
+    sample_seed: int = 1001
     eval_batch_size: int = 16
     eval_cap: int = 256
     dump_dtype: str = "float16"
@@ -78,7 +80,8 @@ PRESETS = {
 }
 
 
-def get_preset(name: str, depth: int | None = None, max_steps: int | None = None) -> Preset:
+def get_preset(name: str, depth: int | None = None, max_steps: int | None = None,
+               checkpoint_steps=None) -> Preset:
     """A preset, optionally at another depth (paper depth runs use 750/1,000/1,500 steps)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
@@ -91,6 +94,8 @@ def get_preset(name: str, depth: int | None = None, max_steps: int | None = None
             train = replace(train, max_steps=p.depth_steps[depth])
     if max_steps is not None:
         train = replace(train, max_steps=max_steps)
+    if checkpoint_steps is not None:
+        train = replace(train, checkpoint_steps=tuple(sorted(set(int(s) for s in checkpoint_steps))))
     if train.max_steps not in train.checkpoint_steps:
         train = replace(train, checkpoint_steps=tuple(sorted({*(s for s in train.checkpoint_steps if s < train.max_steps),
                                                               train.max_steps})))

@@ -29,6 +29,7 @@ from routestats import schema as S
 from routestats.atomic import atomic_path, sha256_file
 from routestats.errors import RoutestatsError
 from routestats.runwriter import RunWriter, software_versions
+from routestats.sampling import reservoir_indices
 
 from .data import DataSpec
 from .model import EncoderConfig, SAABEncoder, qkv_grad_norms, state_hash
@@ -118,17 +119,29 @@ def data_order(n_records: int, n_needed: int, seed: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ one run
-def _examples_frame(prep: Prepared, n: int, cap: int) -> pd.DataFrame:
-    if len(prep.val) < n:
-        raise RoutestatsError(f"validation split has {len(prep.val)} records, fewer than the {n} to evaluate")
+def evaluation_indices(n_val: int, n_primary: int, length_sample: int, seed: int) -> tuple[list[int], set, set]:
+    """Validation indices to evaluate: the first ``n_primary`` records plus a reservoir sample,
+    sorted; returns (indices, primary set, sample set). Fixed before any model output exists."""
+    if n_val < max(n_primary, length_sample):
+        raise RoutestatsError(
+            f"validation split has {n_val} records, fewer than max(primary {n_primary}, sample {length_sample})"
+        )
+    primary = set(range(n_primary))
+    sample = set(reservoir_indices(n_val, length_sample, seed)) if length_sample else set()
+    return sorted(primary | sample), primary, sample
+
+
+def _examples_frame(prep: Prepared, tc, cap: int) -> pd.DataFrame:
+    idx, primary, sample = evaluation_indices(len(prep.val), tc.eval_examples, tc.length_sample, tc.sample_seed)
     rows = []
-    for i in range(n):
+    for i in idx:
         e = prep.val[i]
         k = min(len(e.input_ids), cap)
         rows.append({
             "example_id": i, "split": "val", "source_index": i, "row_id": f"row_{i}", "label": e.label,
             "prepared_length": prep.val_prepared_lengths[i], "cap": cap,
-            "field_ids": e.field_ids[:k], "tokens": e.tokens[:k], "word_ids": e.word_ids[:k], "is_primary": True,
+            "field_ids": e.field_ids[:k], "tokens": e.tokens[:k], "word_ids": e.word_ids[:k],
+            "is_primary": i in primary, "in_length_sample": i in sample,
         })
     df = pd.DataFrame(rows)
     # prepared_length counts the whole record before the model's own max_length cut
@@ -142,8 +155,11 @@ def _cut(e, cap):
 
 
 @torch.inference_mode()
-def dump_attention(model: SAABEncoder, records: Sequence, sink, batch_size: int, device, start_id: int = 0) -> None:
-    """Write every layer and head's attention over each record's valid prefix (eval mode)."""
+def dump_attention(model: SAABEncoder, records: Sequence, sink, batch_size: int, device,
+                   example_ids: Sequence[int] | None = None) -> None:
+    """Write every layer and head's attention over each record's valid prefix (eval mode).
+
+    Streams batch by batch: at most one batch of probabilities is held in memory."""
     model.eval()
     for s in range(0, len(records), batch_size):
         chunk = records[s : s + batch_size]
@@ -152,7 +168,7 @@ def dump_attention(model: SAABEncoder, records: Sequence, sink, batch_size: int,
         stacked = torch.stack(probs, dim=1).float().cpu().numpy()  # [B, L, H, S, S]
         for i, e in enumerate(chunk):
             n = len(e.input_ids)
-            sink.add(start_id + s + i, stacked[i, :, :, :n, :n])
+            sink.add(s + i if example_ids is None else example_ids[s + i], stacked[i, :, :, :n, :n])
 
 
 @torch.inference_mode()
@@ -224,9 +240,10 @@ def train_run(
     writer = RunWriter(run_dir, run_id=run_id, study=study, factors=factors, seed=seed, init_id=init_hash,
                        data_order_id=data_order_id, fields=spec.manifest_fields(), resume=resume is not None)
     cap = min(tc.eval_cap, prep.max_length)
-    eval_df = _examples_frame(prep, tc.eval_examples, cap)
+    eval_df = _examples_frame(prep, tc, cap)
     writer.write_examples(eval_df)
-    eval_records = [_cut(prep.val[i], cap) for i in range(tc.eval_examples)]
+    eval_ids = eval_df["example_id"].tolist()
+    eval_records = [_cut(prep.val[i], cap) for i in eval_ids]
     metrics_rows, grad_rows, first_batch = [], [], None
     start, elapsed0 = 0, 0.0
     if resume is not None:
@@ -286,7 +303,7 @@ def train_run(
         if step in tc.checkpoint_steps:
             forms = list(tc.final_forms if step == final else tc.trajectory_forms)
             with writer.attention(step, dtype=tc.dump_dtype, forms=forms) as sink:
-                dump_attention(model, eval_records, sink, tc.eval_batch_size, dev)
+                dump_attention(model, eval_records, sink, tc.eval_batch_size, dev, eval_ids)
             dumped[step] = forms
             ck = {
                 "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -318,8 +335,10 @@ def train_run(
         dataset={"name": spec.name, "format": spec.format, "files": spec.files(),
                  "tokenizer_sha256": prep.tokenizer_sha256, "train_records": len(prep.train),
                  "val_records": len(prep.val), "max_length": prep.max_length},
-        evaluation={"examples": tc.eval_examples, "cap": cap, "batch_size": tc.eval_batch_size,
-                    "selection": "first N validation records", "field_ids": "unmasked"},
+        evaluation={"examples": len(eval_ids), "primary": tc.eval_examples, "length_sample": tc.length_sample,
+                    "sample_seed": tc.sample_seed, "cap": cap, "batch_size": tc.eval_batch_size,
+                    "selection": "first N validation records + Algorithm R reservoir sample (sorted)",
+                    "field_ids": "unmasked"},
         pairing={"init_state_sha256": init_hash, "data_order_sha256": order_hash, "first_batch_sha256": first_batch},
         device={"device": str(dev), "dtype": "float32",
                 "tf32": bool(dev.type == "cuda" and torch.backends.cuda.matmul.allow_tf32),

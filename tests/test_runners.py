@@ -250,3 +250,28 @@ def test_cuda_fused_matches_explicit():
         a, _ = m(ids, fids, mask, impl="explicit")
         b, _ = m(ids, fids, mask, impl="fused")
     assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_evaluation_indices_union_primary_and_reservoir():
+    from runners.train import evaluation_indices
+
+    # METHODS 3.7: N = 10, k = 5, seed 1001 -> {2, 4, 5, 7, 8}
+    idx, primary, sample = evaluation_indices(10, 3, 5, 1001)
+    assert sample == {2, 4, 5, 7, 8} and primary == {0, 1, 2}
+    assert idx == [0, 1, 2, 4, 5, 7, 8]
+    with pytest.raises(rs.RoutestatsError, match="fewer than"):
+        evaluation_indices(4, 5, 0, 1)
+
+
+def test_overhead_benchmark_small(tmp_path):
+    from runners.overhead import run_overhead
+
+    s = run_overhead(tmp_path, model=dict(d_model=16, num_layers=2, num_heads=2, ff_dim=32, dropout=0.0),
+                     lengths=(8, 16), batch_size=2, vocab_size=50, inference_warmup=1, inference_iterations=2,
+                     training_warmup=1, training_iterations=1, repeats=2, device="cpu")
+    assert len(s) == 8  # 2 variants x 2 modes x 2 lengths
+    assert s["trainable_parameters"].nunique() == 1
+    saab = s[(s["variant"] == "saab") & (s["mode"] == "inference") & (s["length"] == 16)]
+    assert saab["extra_saab_scalar_ops"].item() == 2 * 16 * 16 * (2 + 2 * 2)  # B L^2 (2 + layers heads)
+    assert (s["forward_flops"] > 0).all()
+    assert (tmp_path / "overhead_summary.parquet").is_file() and (tmp_path / "overhead.json").is_file()
