@@ -1,1 +1,9 @@
-"""Report rendering: Jinja2 templates (HTML, LaTeX) and figures over tidy frames; computes no statistics."""
+"""Report rendering: Jinja2 templates (HTML, LaTeX) and seaborn figures over finished tidy frames.
+
+Nothing in this package computes a statistic; the numbers come from
+:func:`routestats.pair_report.build_pair_report`.
+"""
+
+from .render import build_context, render, table_text
+
+__all__ = ["build_context", "render", "table_text"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 from typing import Optional
+from typing import Optional
 
 import typer
 
@@ -139,6 +140,113 @@ def summary(
             e = paired_effects(p, resamples=resamples, permutations=permutations, seed=seed)
             cols = ["layer", "baseline_mean", "variant_mean", "mean_diff", "ci_low", "ci_high", "dz", "p_holm"]
             con.print(_frame_table(e[cols], f"paired SFM: {p.variant.run_id} - {p.baseline.run_id}"))
+
+
+def _pairs_of(obj, factor: str, baseline: str):
+    from .errors import RoutestatsError
+    from .io import Run
+
+    if isinstance(obj, Run):
+        raise RoutestatsError(
+            f"{obj.path} is a single run; give the folder holding the baseline and variant runs"
+        )
+    pairs = obj.pairs(factor=factor, baseline=baseline)
+    if not pairs:
+        raise RoutestatsError(f"no {factor}={baseline} baseline with a paired variant found")
+    return pairs
+
+
+def _settings(resamples, permutations, seed, mode, examples, step):
+    from .pair_report import ReportSettings
+    from .stats import MODES
+
+    if mode not in MODES:
+        _fail(f"--mode must be one of {', '.join(MODES)}")
+    return ReportSettings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
+                          step=step)
+
+
+@command
+def report(
+    path: Path = typer.Argument(..., help="A folder holding a baseline and its variant run(s), or a tree of such pairs."),
+    out: Path = typer.Option(Path("report"), "-o", "--out", help="Output folder."),
+    format: str = typer.Option("html,latex", "--format", help="Comma list of html, latex."),
+    resamples: int = typer.Option(10_000, help="Bootstrap resamples."),
+    permutations: int = typer.Option(20_000, help="Sign-flip draws."),
+    seed: int = typer.Option(1001, help="Seed of the random procedures."),
+    mode: str = typer.Option("shared", help="RNG procedure: shared, numpy or python-random (reference modes)."),
+    examples: str = typer.Option("all", help="Examples analysed: all, primary, length_sample or test_sample."),
+    step: Optional[int] = typer.Option(None, help="Checkpoint step (default: the final one)."),
+    factor: str = typer.Option("variant", help="Factor whose levels form the pairs."),
+    baseline: str = typer.Option("baseline", help="Level of FACTOR that is the baseline."),
+) -> None:
+    """Write OUT/report.html (self-contained), OUT/tables/*.tex|csv and OUT/figures/*.png|pdf."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from .pair_report import build_pair_report
+
+    formats = [f.strip() for f in format.split(",") if f.strip()]
+    if not formats or set(formats) - {"html", "latex"}:
+        _fail(f"--format takes html and/or latex, got {format!r}")
+    settings = _settings(resamples, permutations, seed, mode, examples, step)
+    obj = _load(path)
+    pairs = _pairs_of(obj, factor, baseline)
+    import reports
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True) as bar:
+        task = bar.add_task("loading", total=None)
+        say = lambda label: bar.update(task, description=label)  # noqa: E731
+        built = [build_pair_report(p, settings, progress=say) for p in pairs]
+        written = reports.render(built, out, formats, progress=say)
+    for name, p in written.items():
+        typer.echo(f"{name}: {p}")
+
+
+TABLES = ("performance", "layers", "effects", "entropy_effects", "adjusted", "field_to_field", "head_sfm",
+          "trajectory", "gradients", "word_map")
+
+
+@command
+def table(
+    name: str = typer.Argument(..., help=f"One of: {', '.join(TABLES)}."),
+    path: Path = typer.Argument(..., help="A folder holding a baseline and its variant run."),
+    format: str = typer.Option("latex", "--format", help="latex, csv or markdown."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write to this file instead of standard output."),
+    resamples: int = typer.Option(10_000, help="Bootstrap resamples."),
+    permutations: int = typer.Option(20_000, help="Sign-flip draws."),
+    seed: int = typer.Option(1001, help="Seed of the random procedures."),
+    mode: str = typer.Option("shared", help="RNG procedure: shared, numpy or python-random."),
+    examples: str = typer.Option("all", help="Examples analysed: all, primary, length_sample or test_sample."),
+    step: Optional[int] = typer.Option(None, help="Checkpoint step (default: the final one)."),
+) -> None:
+    """Print (or write) one table of the report for a single pair."""
+    from .atomic import write_text_atomic
+    from .pair_report import build_pair_report
+
+    if name not in TABLES:
+        _fail(f"unknown table {name!r}; choose from {', '.join(TABLES)}")
+    if format not in ("latex", "csv", "markdown"):
+        _fail(f"--format must be latex, csv or markdown, got {format!r}")
+    pairs = _pairs_of(_load(path), "variant", "baseline")
+    if len(pairs) != 1:
+        _fail(f"{path} holds {len(pairs)} pairs; point at one pair's folder")
+    rep = build_pair_report(pairs[0], _settings(resamples, permutations, seed, mode, examples, step))
+    tables = rep.tables()
+    if name not in tables:
+        _fail(f"table {name!r} is not available for this pair (no data for it)")
+    from reports.formatting import report_specs
+    from reports.render import table_text
+
+    spec = report_specs(rep).get(name)
+    try:
+        text = table_text(tables[name], spec, format)
+    except ValueError as exc:
+        _fail(str(exc))
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        write_text_atomic(out, text)
+        typer.echo(f"wrote {out}")
 
 
 def main() -> None:

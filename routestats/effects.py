@@ -38,7 +38,8 @@ __all__ = ["paired_differences", "paired_effects"]
 METRICS = ("sfm", "entropy")
 
 
-def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, step: int | None = None) -> pd.DataFrame:
+def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, step: int | None = None,
+                       examples=None) -> pd.DataFrame:
     """Per example x layer values of both runs and their difference (variant - baseline).
 
     Columns: example_id, layer, baseline, variant, diff, and for ``adjusted=True`` also
@@ -53,10 +54,10 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
     if adjusted and metric != "sfm":
         raise RoutestatsError("opportunity adjustment applies to SFM only")
     if adjusted:
-        long = adjusted_sfm(p, step)
+        long = adjusted_sfm(p, step, examples)
         value = "sfm_adj"
     else:
-        long = (sfm if metric == "sfm" else entropy)(p, step)
+        long = (sfm if metric == "sfm" else entropy)(p, step, examples)
         value = metric
     wide = long.pivot_table(index=["example_id", "layer"], columns="role", values=value, dropna=False, sort=False)
     wide = wide.reset_index()
@@ -70,9 +71,11 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
         wide = wide[~wide["example_id"].isin(bad)]
     else:
         excluded = 0
+    all_ids = sorted(set(long["example_id"]))
     wide["diff"] = wide["variant"] - wide["baseline"]
     wide = wide.sort_values(["layer", "example_id"], kind="stable").reset_index(drop=True)
     wide.attrs["excluded"] = excluded
+    wide.attrs["example_ids"] = all_ids
     return wide
 
 
@@ -86,6 +89,7 @@ def paired_effects(
     seed: int = 1001,
     mode: str = "shared",
     confidence: float = 0.95,
+    examples=None,
 ) -> pd.DataFrame:
     """Per-layer paired effects with bootstrap CI, sign-flip p, Holm over layers and d_z.
 
@@ -100,8 +104,10 @@ def paired_effects(
         examples, excluded ones included, as the reference reports it.
     resamples, permutations, seed, mode, confidence
         Passed to :func:`routestats.stats.paired_inference`.
+    examples : None, "all", "primary", "length_sample", "test_sample" or a list of ids
+        The examples analysed (see :func:`routestats.metrics.select_examples`).
     """
-    diffs = paired_differences(p, metric, adjusted, step)
+    diffs = paired_differences(p, metric, adjusted, step, examples)
     layers = sorted(diffs["layer"].unique())
     n_per = diffs.groupby("layer").size()
     if n_per.nunique() != 1:
@@ -118,7 +124,9 @@ def paired_effects(
     if adjusted:
         from .metrics import opportunity
 
-        out["mean_opportunity"] = float(opportunity(p.baseline)["opportunity"].mean())
+        o = opportunity(p.baseline)
+        o = o[o["example_id"].isin(diffs.attrs["example_ids"])]
+        out["mean_opportunity"] = float(o["opportunity"].mean())
     out["baseline_run"] = p.baseline.run_id
     out["variant_run"] = p.variant.run_id
     out["step"] = p.baseline.final_step if step is None else int(step)

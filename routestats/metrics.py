@@ -114,6 +114,38 @@ def _pass(run: Run, step: int | None = None, form: str | None = None) -> _Pass:
     return out
 
 
+EXAMPLE_SETS = {"primary": "is_primary", "length_sample": "in_length_sample", "test_sample": "in_test_sample"}
+
+
+def select_examples(run: Run, examples=None) -> np.ndarray | None:
+    """Example ids selected by ``examples``: None or "all" (every example), "primary",
+    "length_sample", "test_sample" (the flags in examples.parquet), or a sequence of ids."""
+    if examples is None or (isinstance(examples, str) and examples == "all"):
+        return None
+    ex = run.examples(["example_id", *EXAMPLE_SETS.values()])
+    if isinstance(examples, str):
+        if examples not in EXAMPLE_SETS:
+            raise RoutestatsError(f"examples must be all, {', '.join(EXAMPLE_SETS)} or a list of ids, got {examples!r}")
+        ids = ex.loc[ex[EXAMPLE_SETS[examples]], "example_id"].to_numpy()
+    else:
+        ids = np.asarray(list(examples), dtype=np.int64)
+        unknown = np.setdiff1d(ids, ex["example_id"].to_numpy())
+        if unknown.size:
+            raise RoutestatsError(f"{run.run_id}: unknown example ids {unknown[:5].tolist()}")
+    if ids.size == 0:
+        raise RoutestatsError(f"{run.run_id}: no example selected by {examples!r}")
+    return ids
+
+
+def _selected(run: Run, step, examples) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    p = _pass(run, step)
+    ids = select_examples(run, examples)
+    if ids is None:
+        return p.heads, p.f2f, p.has_source
+    keep = np.isin(p.heads["example_id"].to_numpy(), ids)
+    return p.heads[keep], p.f2f[keep], p.has_source[keep]
+
+
 def head_metrics(run: Run, step: int | None = None, form: str | None = None) -> pd.DataFrame:
     """Per example x layer x head metrics (columns in the module docstring).
 
@@ -131,10 +163,10 @@ def _runs(obj) -> list[tuple[str | None, Run]]:
     raise TypeError(f"expected a Run or RunPair, got {type(obj).__name__}")
 
 
-def _per_example(obj, metric: str, step=None) -> pd.DataFrame:
+def _per_example(obj, metric: str, step=None, examples=None) -> pd.DataFrame:
     frames = []
     for role, run in _runs(obj):
-        h = _pass(run, step).heads
+        h = _selected(run, step, examples)[0]
         g = h.groupby(["run_id", "step", "example_id", "layer"], sort=False)[metric].mean().reset_index()
         if role is not None:
             g.insert(1, "role", role)
@@ -142,21 +174,21 @@ def _per_example(obj, metric: str, step=None) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def sfm(obj, step: int | None = None) -> pd.DataFrame:
+def sfm(obj, step: int | None = None, examples=None) -> pd.DataFrame:
     """Per-example, per-layer same-field mass (mean over heads; METHODS 2.1).
 
     For a :class:`~routestats.io.RunPair` both runs are stacked with a ``role`` column
-    (``baseline`` / ``variant``).
+    (``baseline`` / ``variant``). ``examples`` selects a subset (see :func:`select_examples`).
     """
-    return _per_example(obj, "sfm", step)
+    return _per_example(obj, "sfm", step, examples)
 
 
-def entropy(obj, step: int | None = None) -> pd.DataFrame:
+def entropy(obj, step: int | None = None, examples=None) -> pd.DataFrame:
     """Per-example, per-layer attention entropy in nats (mean over heads; METHODS 2.2)."""
-    return _per_example(obj, "entropy", step)
+    return _per_example(obj, "entropy", step, examples)
 
 
-def layer_summary(obj, step: int | None = None) -> pd.DataFrame:
+def layer_summary(obj, step: int | None = None, examples=None) -> pd.DataFrame:
     """Per run x layer: mean SFM and entropy over examples (paper Table 1 layout).
 
     Columns: run_id, [role], step, layer, sfm, entropy, n_examples, is_max_sfm (the layer
@@ -164,7 +196,7 @@ def layer_summary(obj, step: int | None = None) -> pd.DataFrame:
     """
     frames = []
     for role, run in _runs(obj):
-        h = _pass(run, step).heads
+        h = _selected(run, step, examples)[0]
         per_ex = h.groupby(["example_id", "layer"], sort=False)[["sfm", "entropy"]].mean()
         t = per_ex.groupby("layer").agg(sfm=("sfm", "mean"), entropy=("entropy", "mean"), n_examples=("sfm", "size"))
         t = t.reset_index()
@@ -177,20 +209,20 @@ def layer_summary(obj, step: int | None = None) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def head_sfm(run: Run, step: int | None = None) -> pd.DataFrame:
+def head_sfm(run: Run, step: int | None = None, examples=None) -> pd.DataFrame:
     """Per layer x head SFM averaged over examples only (METHODS 2.6).
 
     Columns: run_id, step, layer, head, head_type, sfm, n_examples. The layer SFM is the
     mean of its heads' values.
     """
-    h = _pass(run, step).heads
+    h = _selected(run, step, examples)[0]
     t = h.groupby(["run_id", "step", "layer", "head", "head_type"]).agg(
         sfm=("sfm", "mean"), n_examples=("sfm", "size")
     )
     return t.reset_index()
 
 
-def field_to_field(run: Run, step: int | None = None, missing: str = "zero") -> pd.DataFrame:
+def field_to_field(run: Run, step: int | None = None, missing: str = "zero", examples=None) -> pd.DataFrame:
     """Field-to-field attention mass per layer (METHODS 2.3); row = source, column = destination.
 
     Parameters
@@ -209,16 +241,17 @@ def field_to_field(run: Run, step: int | None = None, missing: str = "zero") -> 
     """
     if missing not in ("zero", "exclude"):
         raise RoutestatsError("missing must be 'zero' or 'exclude'")
-    p = _pass(run, step)
+    heads, f2f, has_source = _selected(run, step, examples)
     names = run.named_fields
     ids = list(names)
-    layers = p.heads["layer"].to_numpy()
-    ex = p.heads["example_id"].to_numpy()
+    layers = heads["layer"].to_numpy()
+    ex = heads["example_id"].to_numpy()
+    step_value = int(heads["step"].iloc[0])
     rows = []
     for layer in np.unique(layers):
         sel = layers == layer
-        vals = p.f2f[sel]  # (rows, F, F), 0 where source absent
-        has = p.has_source[sel]  # (rows, F)
+        vals = f2f[sel]  # (rows, F, F), 0 where source absent
+        has = has_source[sel]  # (rows, F)
         n_ex_with = [len(np.unique(ex[sel][has[:, s]])) for s in range(len(ids))]
         if missing == "zero":
             mean = vals.mean(axis=0)
@@ -227,7 +260,7 @@ def field_to_field(run: Run, step: int | None = None, missing: str = "zero") -> 
             mean = vals.sum(axis=0) / np.maximum(cnt, 1)[:, None]
         for si, s in enumerate(ids):
             for di, d in enumerate(ids):
-                rows.append((run.run_id, int(p.heads["step"].iloc[0]), int(layer), s, d, names[s], names[d],
+                rows.append((run.run_id, step_value, int(layer), s, d, names[s], names[d],
                              float(mean[si, di]) if has[:, si].any() else 0.0, n_ex_with[si]))
     return pd.DataFrame(rows, columns=["run_id", "step", "layer", "source", "destination", "source_name",
                                        "destination_name", "mass", "n_examples_with_source"])
@@ -274,13 +307,13 @@ def adjust(sfm_value, opportunity_value):
     return float(out) if out.ndim == 0 else out
 
 
-def adjusted_sfm(obj, step: int | None = None) -> pd.DataFrame:
+def adjusted_sfm(obj, step: int | None = None, examples=None) -> pd.DataFrame:
     """Per-example, per-layer raw and opportunity-adjusted SFM.
 
     Columns: run_id, [role], step, example_id, layer, sfm, opportunity, sfm_adj (NaN when
     only one named field is visible, O_e = 1).
     """
-    s = sfm(obj, step)
+    s = sfm(obj, step, examples)
     frames = []
     for role, run in _runs(obj):
         o = opportunity(run)[["example_id", "opportunity"]]

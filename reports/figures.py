@@ -1,0 +1,185 @@
+"""Figures of the one-pair report, drawn from the report's tidy frames (seaborn on matplotlib Agg).
+
+Each function returns a matplotlib Figure; :func:`save` writes PNG + PDF and returns the PNG
+bytes for embedding.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+PALETTE = {"baseline": "#4C72B0", "variant": "#DD8452"}
+SHORT = {"baseline": "baseline", "variant": "variant", "difference": "variant − baseline"}
+sns.set_theme(style="whitegrid", context="notebook")
+
+
+def plain(text) -> str:
+    """User text for matplotlib: '$' would start mathtext, so it is escaped."""
+    return str(text).replace("$", r"\$")
+
+
+def save(fig, folder: Path, name: str) -> bytes:
+    """Write ``name.png`` and ``name.pdf`` under ``folder``; return the PNG bytes."""
+    from routestats.atomic import write_bytes_atomic
+
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=130, bbox_inches="tight")
+    png = buf.getvalue()
+    write_bytes_atomic(folder / f"{name}.png", png)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="pdf", bbox_inches="tight")
+    write_bytes_atomic(folder / f"{name}.pdf", buf.getvalue())
+    plt.close(fig)
+    return png
+
+
+def heat(ax, m: pd.DataFrame, *, vmin, vmax, cmap, annot: bool = True, cbar: bool = False, fmt: str = "{:.2f}",
+         ticklabels=None):
+    """A labelled heatmap with imshow (seaborn's heatmap redraws the whole figure per call)."""
+    data = np.asarray(m, dtype=float)
+    im = ax.imshow(data, vmin=vmin, vmax=vmax, cmap=cmap, aspect="equal", interpolation="nearest")
+    ax.grid(False)
+    rows = [str(x) for x in m.index] if ticklabels is None else ticklabels
+    cols = [str(x) for x in m.columns] if ticklabels is None else ticklabels
+    ax.set_xticks(range(data.shape[1]), cols, rotation=90 if ticklabels is not None else 0)
+    ax.set_yticks(range(data.shape[0]), rows)
+    if annot:
+        cm = plt.get_cmap(cmap)
+        for (i, j), v in np.ndenumerate(data):
+            r, g, b, _ = cm((v - vmin) / (vmax - vmin) if vmax > vmin else 0.5)
+            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=9,
+                    color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
+    if cbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return im
+
+
+def profile(layers: pd.DataFrame, effects: pd.DataFrame, labels: dict):
+    """SFM per layer for both models, and the paired difference with its CI."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for role in ("baseline", "variant"):
+        t = layers[layers["role"] == role]
+        a.plot(t["layer"], t["sfm"], marker="o", color=PALETTE[role], label=plain(labels[role]))
+    a.set(xlabel="layer", ylabel="same-field mass", title="Layer profile")
+    a.set_xticks(sorted(layers["layer"].unique()))
+    a.legend(fontsize=8)
+    e = effects.sort_values("layer")
+    err = np.vstack([e["mean_diff"] - e["ci_low"], e["ci_high"] - e["mean_diff"]])
+    b.errorbar(e["layer"], e["mean_diff"], yerr=err, fmt="o", color="#55A868", capsize=4)
+    b.axhline(0, color="0.3", lw=1, ls="--")
+    b.set(xlabel="layer", ylabel="Δ SFM (variant − baseline)", title="Paired difference, 95% CI")
+    b.set_xticks(sorted(e["layer"].unique()))
+    fig.tight_layout()
+    return fig
+
+
+def field_heatmaps(f2f: pd.DataFrame, labels: dict):
+    """Field-to-field mass per layer: baseline, variant, difference (rows = source field)."""
+    layers = sorted(f2f["layer"].unique())
+    roles = ["baseline", "variant", "difference"]
+    fig, axes = plt.subplots(len(layers), 3, figsize=(9.5, 2.6 * len(layers)), squeeze=False)
+    diff_max = max(1e-9, float(f2f.loc[f2f["role"] == "difference", "mass"].abs().max()))
+    for i, layer in enumerate(layers):
+        for j, role in enumerate(roles):
+            t = f2f[(f2f["role"] == role) & (f2f["layer"] == layer)]
+            m = t.pivot(index="source_name", columns="destination_name", values="mass")
+            m.index = [plain(x) for x in m.index]
+            m.columns = [plain(x) for x in m.columns]
+            kw = dict(vmin=-diff_max, vmax=diff_max, cmap="RdBu_r") if role == "difference" else dict(vmin=0, vmax=1, cmap="viridis")
+            heat(axes[i, j], m, **kw)
+            axes[i, j].set(title=f"L{layer} {SHORT[role]}", xlabel="destination" if i == len(layers) - 1 else "",
+                           ylabel="source" if j == 0 else "")
+    fig.tight_layout()
+    return fig
+
+
+def head_heatmaps(hs: pd.DataFrame, labels: dict):
+    """Head-level SFM (layer x head) for both models and their difference."""
+    roles = ["baseline", "variant", "difference"]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    dmax = max(1e-9, float(hs.loc[hs["role"] == "difference", "sfm"].abs().max()))
+    for ax, role in zip(axes, roles):
+        m = hs[hs["role"] == role].pivot(index="layer", columns="head", values="sfm")
+        kw = dict(vmin=-dmax, vmax=dmax, cmap="RdBu_r") if role == "difference" else dict(vmin=0, vmax=1, cmap="viridis")
+        heat(ax, m, cbar=True, **kw)
+        ax.set(title=SHORT[role], xlabel="head", ylabel="layer")
+    fig.tight_layout()
+    return fig
+
+
+def trajectories(traj: pd.DataFrame, labels: dict):
+    """SFM per layer over checkpoint steps; baseline dashed, variant solid."""
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots(figsize=(8.5, 3.8))
+    layers = sorted(traj["layer"].unique())
+    colors = sns.color_palette("viridis", len(layers))
+    for c, layer in zip(colors, layers):
+        for role, ls in (("baseline", "--"), ("variant", "-")):
+            t = traj[(traj["role"] == role) & (traj["layer"] == layer)].sort_values("step")
+            ax.plot(t["step"], t["sfm"], ls=ls, marker="o", ms=3, color=c)
+    ax.set(xscale="symlog", xlabel="training step", ylabel="same-field mass", title="SFM trajectories")
+    handles = [Line2D([], [], color=c, marker="o", label=f"layer {layer}") for c, layer in zip(colors, layers)]
+    handles += [Line2D([], [], color="0.3", ls="--", label="baseline"), Line2D([], [], color="0.3", ls="-", label="variant")]
+    ax.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def gradient_ratios(steps: pd.DataFrame, labels: dict):
+    """Trailing-mean gradient-norm ratio per step for both models (dashed line at 1)."""
+    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    for role in ("baseline", "variant"):
+        t = steps[steps["role"] == role]
+        ax.plot(t["step"], t["trailing_mean"], color=PALETTE[role], label=plain(labels[role]))
+    ax.axhline(1.0, color="0.3", ls="--", lw=1)
+    lo, up = int(steps["lower_layer"].iloc[0]), int(steps["upper_layer"].iloc[0])
+    ax.set(xlabel="training step", ylabel=f"‖∇QKV L{up}‖ / ‖∇QKV L{lo}‖", title="Gradient-norm ratio (trailing mean)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def training_curves(metrics: dict, labels: dict):
+    """Training loss per step for both models."""
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    for role, m in metrics.items():
+        t = m[m["phase"] == "train"]
+        ax.plot(t["step"], t["loss"], color=PALETTE[role], lw=1, label=plain(labels[role]))
+    ax.set(yscale="log", xlabel="training step", ylabel="MSM loss", title="Training loss")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def word_map(wm, labels: dict):
+    """Word-level attention of one example: rows = layers; baseline, variant, difference."""
+    n = len(wm.words)
+    fig, axes = plt.subplots(len(wm.layers), 3, figsize=(3.6 * 3 + 1, 3.4 * len(wm.layers) + 0.6), squeeze=False)
+    vmax = max(float(np.max(wm.matrices[(r, layer)])) for r in ("baseline", "variant") for layer in wm.layers)
+    dmax = max(1e-9, max(float(np.abs(wm.matrices[("difference", layer)]).max()) for layer in wm.layers))
+    bounds = [i for i in range(1, n) if wm.word_fields[i] != wm.word_fields[i - 1]]
+    ticks = [plain(w if len(w) <= 14 else w[:13] + "…") for w in wm.words]
+    for i, layer in enumerate(wm.layers):
+        for j, role in enumerate(("baseline", "variant", "difference")):
+            ax = axes[i, j]
+            kw = dict(vmin=-dmax, vmax=dmax, cmap="RdBu_r") if role == "difference" else dict(vmin=0, vmax=vmax, cmap="viridis")
+            heat(ax, pd.DataFrame(wm.matrices[(role, layer)]), annot=False, cbar=True, ticklabels=ticks, **kw)
+            for bnd in bounds:
+                ax.axhline(bnd - 0.5, color="white" if role != "difference" else "black", lw=1)
+                ax.axvline(bnd - 0.5, color="white" if role != "difference" else "black", lw=1)
+            ax.tick_params(labelsize=6)
+            ax.set(title=f"L{layer} {SHORT[role]}", xlabel="key word" if i == len(wm.layers) - 1 else "",
+                   ylabel="query word" if j == 0 else "")
+    fig.tight_layout()
+    return fig

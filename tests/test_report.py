@@ -1,0 +1,230 @@
+"""Reports: the numbers behind the templates, the CLI, and real-tool checks (Chromium, pdflatex)."""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import routestats as rs
+from reports.formatting import fmt_ci, fmt_num, fmt_p
+from reports.latex import latex_escape
+from reports.render import build_context, render
+from routestats.cli import app
+from routestats.datasets import demo_run_dir, synthetic_pair
+from routestats.pair_report import ReportSettings, build_pair_report, select_token_map_example
+from tests.conftest import random_attention, write_run
+
+runner = CliRunner()
+QUICK = ReportSettings(resamples=300, permutations=300, seed=7)
+HOSTILE_ID = r"a_b & \input{x} <script>alert(1)</script> 100% $5 #1 ~^"
+HOSTILE_FIELDS = {"named": {"3": "con_tent & $x$", "4": "<b>title</b> \\emph{t}"}, "mask_id": 5, "vocab_size": 6}
+
+
+def need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("ROUTESTATS_REQUIRE_TOOLS"):
+            pytest.fail(f"{tool} is required here (ROUTESTATS_REQUIRE_TOOLS is set) but not installed")
+        pytest.skip(f"{tool} is not installed on this machine (CI installs it in .ci/run)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def synth_pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("syn")
+    b, v = synthetic_pair(d, seed=4, n_examples=10, steps=(10, 20))
+    return d, rs.pair(rs.load_run(b), rs.load_run(v))
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hostile")
+    rng = np.random.default_rng(0)
+    fields = [[4, 4, 3, 3, 3, 3], [4, 3, 3, 3], [4, 4, 4, 3, 3]]
+    att = [random_attention(rng, 2, 2, len(g)) for g in fields]
+    att2 = [random_attention(rng, 2, 2, len(g)) for g in fields]
+    write_run(d / "b", att, fields, run_id=HOSTILE_ID + " base", fields=HOSTILE_FIELDS)
+    write_run(d / "v", att2, fields, run_id=HOSTILE_ID, variant="saab", fields=HOSTILE_FIELDS)
+    return d
+
+
+# ------------------------------------------------------------------ numbers behind the templates
+def test_context_numbers_match_the_tables(synth_pair):
+    _, p = synth_pair
+    rep = build_pair_report(p, QUICK)
+    ctx = build_context([rep])
+    (pc,) = ctx["pairs"]
+    eff = rep.effects.set_index("layer")
+    blocks = {b["id"]: b for b in pc["blocks"]}
+    table = blocks["effects"]["tables"][0]
+    assert table["headers"][:4] == ["Layer", "SFM baseline", "SFM variant", "Δ"]
+    for row in table["rows"]:
+        layer = int(row[0]["text"])
+        # each cell is the frame's unrounded value, formatted; data-value keeps the full precision
+        assert row[3]["text"] == fmt_num(eff.loc[layer, "mean_diff"])
+        assert row[3]["value"] == eff.loc[layer, "mean_diff"]
+        assert row[4]["text"] == fmt_ci(eff.loc[layer, "ci_low"], eff.loc[layer, "ci_high"])
+        assert row[7]["text"] == fmt_p(eff.loc[layer, "p_holm"])
+    # findings lines quote the same numbers
+    assert pc["findings"][3].startswith(
+        f"Layer 3: SFM {fmt_num(eff.loc[3, 'baseline_mean'])} → {fmt_num(eff.loc[3, 'variant_mean'])}")
+    # Table 1: the highest SFM of each model is the bold cell
+    lay = blocks["profile"]["tables"][0]
+    bold = [(r[0]["text"], r[1]["text"]) for r in lay["rows"] if r[2]["bold"]]
+    want = rep.layers.loc[rep.layers.groupby("role")["sfm"].idxmax(), ["role", "layer"]]
+    assert bold == [(role, str(layer)) for role, layer in want.itertuples(index=False)]
+    # the methods paragraph is generated from the actual settings
+    assert "(300 resamples)" in pc["methods"] and "300 random sign patterns" in pc["methods"]
+    assert "seed 7" in pc["methods"]
+    assert f"{rep.n_examples} evaluation examples" in pc["methods"]
+
+
+def test_report_tables_match_library_calls(synth_pair):
+    _, p = synth_pair
+    rep = build_pair_report(p, QUICK)
+    direct = rs.paired_effects(p, resamples=300, permutations=300, seed=7)
+    np.testing.assert_array_equal(rep.effects["mean_diff"], direct["mean_diff"])
+    np.testing.assert_array_equal(rep.effects["p_holm"], direct["p_holm"])
+    f = rep.field_to_field
+    d = f[f.role == "difference"].set_index(["layer", "source", "destination"])["mass"]
+    bv = f[f.role == "variant"].set_index(["layer", "source", "destination"])["mass"]
+    bb = f[f.role == "baseline"].set_index(["layer", "source", "destination"])["mass"]
+    np.testing.assert_allclose(d, bv - bb, atol=0)
+    assert rep.trajectory["step"].unique().tolist() == [10, 20]
+    assert rep.profile_distance == pytest.approx(
+        rs.profile_distance(rep.layers[rep.layers.role == "baseline"]["sfm"], rep.layers[rep.layers.role == "variant"]["sfm"]))
+
+
+def test_token_map_selection_rule(tmp_path):
+    # lengths 12, 22 (one field has 3 tokens), 25 (qualifies), 24 (qualifies, later); none uses model output
+    fields = [[4] * 4 + [3] * 8, [4] * 3 + [3] * 19, [4] * 5 + [3] * 20, [4] * 4 + [3] * 20]
+    att = [np.full((1, 1, len(g), len(g)), 1 / len(g)) for g in fields]
+    run = rs.load_run(write_run(tmp_path / "r", att, fields))
+    assert select_token_map_example(run, 20, 30, 4) == 2
+    assert select_token_map_example(run, 26, 30, 4) is None
+
+
+# ------------------------------------------------------------------ CLI
+def test_report_cli_writes_everything(synth_pair, tmp_path):
+    d, _ = synth_pair
+    r = runner.invoke(app, ["report", str(d), "-o", str(tmp_path / "out"), "--resamples", "200", "--permutations", "200"])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "out"
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 5  # figures embedded
+    assert "http://" not in html and "https://" not in html  # self-contained
+    for name in ("layers", "effects", "adjusted", "performance", "entropy_effects", "gradients"):
+        assert (out / "tables" / f"{name}.tex").is_file() and (out / "tables" / f"{name}.csv").is_file()
+    assert (out / "tables" / "tables.tex").is_file()
+    assert (out / "figures" / "profile.png").is_file() and (out / "figures" / "profile.pdf").is_file()
+    assert oct((out / "report.html").stat().st_mode & 0o777) != "0o600"
+
+
+@pytest.mark.parametrize("fmt, needle", [("latex", r"\toprule"), ("csv", "metric,layer,n,excluded"), ("markdown", "| Layer |")])
+def test_table_cli_formats(synth_pair, fmt, needle):
+    d, _ = synth_pair
+    r = runner.invoke(app, ["table", "effects", str(d), "--format", fmt, "--resamples", "100", "--permutations", "100"])
+    assert r.exit_code == 0, r.output
+    assert needle in r.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "{d}", "--format", "pdf"], "--format takes html and/or latex"),
+        (["report", "{d}", "--mode", "bca"], "--mode must be one of"),
+        (["report", "{d}/saab"], "is a single run; give the folder holding the baseline"),
+        (["report", "{d}", "--examples", "nonsense"], "examples must be all, primary"),
+        (["report", "{d}", "--step", "999"], "no attention"),
+        (["table", "bogus", "{d}"], "unknown table 'bogus'"),
+        (["table", "effects", "{d}", "--format", "xlsx"], "--format must be latex, csv or markdown"),
+        (["report", "/nonexistent/x"], "no such file or directory"),
+    ],
+)
+def test_report_cli_errors(synth_pair, tmp_path, args, message):
+    d, _ = synth_pair
+    r = runner.invoke(app, [a.format(d=d) for a in args] + ["-o", str(tmp_path / "o")] if args[0] == "report" else
+                      [a.format(d=d) for a in args])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert "Traceback" not in r.output
+
+
+# ------------------------------------------------------------------ escaping
+def test_latex_escape_neutralises_commands():
+    s = latex_escape(HOSTILE_ID)
+    assert "\\input{" not in s and r"\textbackslash{}input\{x\}" in s
+    assert r"\&" in s and r"\%" in s and r"\$" in s and r"\#" in s
+
+
+def test_hostile_names_are_harmless_in_html_and_latex(hostile, tmp_path):
+    r = runner.invoke(app, ["report", str(hostile), "-o", str(tmp_path / "o"), "--resamples", "100", "--permutations", "100"])
+    assert r.exit_code == 0, r.output
+    html = (tmp_path / "o" / "report.html").read_text()
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<b>title</b>" not in html
+    tex = (tmp_path / "o" / "tables" / "performance.tex").read_text()
+    assert "\\input{x}" not in tex and r"\textbackslash{}input\{x\}" in tex
+    pdflatex = need("pdflatex")
+    compile_tex(pdflatex, tmp_path / "o" / "tables", "tables.tex")  # \input{x} would fail: no file x
+
+
+# ------------------------------------------------------------------ real tools
+def compile_tex(pdflatex: str, folder: Path, name: str) -> None:
+    res = subprocess.run([pdflatex, "-interaction=nonstopmode", "-halt-on-error", name], cwd=folder,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert (folder / name.replace(".tex", ".pdf")).is_file()
+
+
+def test_every_exported_table_compiles_standalone(tmp_path):
+    pdflatex = need("pdflatex")
+    p = rs.load_runs(demo_run_dir()).pairs()[0]
+    rep = build_pair_report(p, QUICK)
+    render([rep], tmp_path, formats=("latex",))
+    tables = sorted((tmp_path / "tables").glob("*.tex"))
+    assert len(tables) >= 6
+    for t in tables:
+        if t.name == "tables.tex":
+            continue
+        doc = tmp_path / "tables" / f"standalone-{t.stem}.tex"
+        doc.write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n"
+                       "\\usepackage[landscape]{geometry}\n\\begin{document}\n\\input{" + t.name + "}\n\\end{document}\n")
+        compile_tex(pdflatex, tmp_path / "tables", doc.name)
+    compile_tex(pdflatex, tmp_path / "tables", "tables.tex")
+
+
+def chromium_console(chromium: str, html: Path, shot: Path) -> str:
+    """Screenshot ``html`` headless; return Chromium's log (console messages included)."""
+    with tempfile.TemporaryDirectory() as profile:
+        res = subprocess.run(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--hide-scrollbars", "--window-size=1200,900", "--enable-logging=stderr",
+             "--v=0", f"--screenshot={shot}", html.resolve().as_uri()],
+            capture_output=True, text=True, timeout=120)
+    return res.stderr
+
+
+def console_errors(log: str) -> list[str]:
+    return [ln for ln in log.splitlines() if "CONSOLE" in ln and re.search(r"Uncaught|Error", ln)]
+
+
+def test_report_opens_in_chromium_without_console_errors(tmp_path):
+    chromium = need("chromium")
+    p = rs.load_runs(demo_run_dir()).pairs()[0]
+    render([build_pair_report(p, QUICK)], tmp_path, formats=("html",))
+    log = chromium_console(chromium, tmp_path / "report.html", tmp_path / "shot.png")
+    assert (tmp_path / "shot.png").stat().st_size > 10_000
+    assert console_errors(log) == [], log[-2000:]
+    # the check itself can fail: a page with a script error is caught
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>undefinedFunction();</script></body></html>")
+    assert console_errors(chromium_console(chromium, bad, tmp_path / "bad.png"))
