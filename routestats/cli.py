@@ -21,6 +21,17 @@ app = typer.Typer(
 )
 
 
+# Options shared by the analysis commands (one definition each).
+RESAMPLES = typer.Option(10_000, help="Bootstrap resamples.")
+PERMUTATIONS = typer.Option(20_000, help="Sign-flip draws.")
+SEED = typer.Option(1001, help="Seed of the random procedures.")
+MODE = typer.Option("shared", help="RNG procedure: shared, numpy or python-random (reference modes).")
+EXAMPLES = typer.Option("all", help="Examples analysed: all, primary, length_sample or test_sample.")
+STEP = typer.Option(None, help="Checkpoint step (default: the final one).")
+FACTOR = typer.Option("variant", help="Factor whose levels form the pairs.")
+BASELINE = typer.Option("baseline", help="Level of FACTOR that is the baseline.")
+
+
 def _fail(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(code=2)
@@ -118,11 +129,11 @@ def validate(
 @command
 def summary(
     path: Path = typer.Argument(..., help="A run directory, a pair, or a tree of runs."),
-    resamples: int = typer.Option(10_000, help="Bootstrap resamples."),
-    permutations: int = typer.Option(20_000, help="Sign-flip draws."),
-    seed: int = typer.Option(1001, help="Seed of the random procedures."),
-    factor: str = typer.Option("variant", help="Factor whose levels form the pairs."),
-    baseline: str = typer.Option("baseline", help="Level of FACTOR that is the baseline."),
+    resamples: int = RESAMPLES,
+    permutations: int = PERMUTATIONS,
+    seed: int = SEED,
+    factor: str = FACTOR,
+    baseline: str = BASELINE,
 ) -> None:
     """Print per-layer SFM/entropy per run and paired effects for every pair."""
     from .effects import paired_effects
@@ -171,14 +182,14 @@ def report(
     path: Path = typer.Argument(..., help="A folder holding a baseline and its variant run(s), or a tree of such pairs."),
     out: Path = typer.Option(Path("report"), "-o", "--out", help="Output folder."),
     format: str = typer.Option("html,latex", "--format", help="Comma list of html, latex."),
-    resamples: int = typer.Option(10_000, help="Bootstrap resamples."),
-    permutations: int = typer.Option(20_000, help="Sign-flip draws."),
-    seed: int = typer.Option(1001, help="Seed of the random procedures."),
-    mode: str = typer.Option("shared", help="RNG procedure: shared, numpy or python-random (reference modes)."),
-    examples: str = typer.Option("all", help="Examples analysed: all, primary, length_sample or test_sample."),
-    step: Optional[int] = typer.Option(None, help="Checkpoint step (default: the final one)."),
-    factor: str = typer.Option("variant", help="Factor whose levels form the pairs."),
-    baseline: str = typer.Option("baseline", help="Level of FACTOR that is the baseline."),
+    resamples: int = RESAMPLES,
+    permutations: int = PERMUTATIONS,
+    seed: int = SEED,
+    mode: str = MODE,
+    examples: str = EXAMPLES,
+    step: Optional[int] = STEP,
+    factor: str = FACTOR,
+    baseline: str = BASELINE,
 ) -> None:
     """Write OUT/report.html (self-contained), OUT/tables/*.tex|csv and OUT/figures/*.png|pdf."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -212,12 +223,12 @@ def table(
     path: Path = typer.Argument(..., help="A folder holding a baseline and its variant run."),
     format: str = typer.Option("latex", "--format", help="latex, csv or markdown."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write to this file instead of standard output."),
-    resamples: int = typer.Option(10_000, help="Bootstrap resamples."),
-    permutations: int = typer.Option(20_000, help="Sign-flip draws."),
-    seed: int = typer.Option(1001, help="Seed of the random procedures."),
-    mode: str = typer.Option("shared", help="RNG procedure: shared, numpy or python-random."),
-    examples: str = typer.Option("all", help="Examples analysed: all, primary, length_sample or test_sample."),
-    step: Optional[int] = typer.Option(None, help="Checkpoint step (default: the final one)."),
+    resamples: int = RESAMPLES,
+    permutations: int = PERMUTATIONS,
+    seed: int = SEED,
+    mode: str = MODE,
+    examples: str = EXAMPLES,
+    step: Optional[int] = STEP,
 ) -> None:
     """Print (or write) one table of the report for a single pair."""
     from .atomic import write_text_atomic
