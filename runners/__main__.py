@@ -83,6 +83,56 @@ def saab(
 
 
 @app.command()
+def sweep(
+    out: Path = typer.Option(..., help="Run tree: OUT/seed<S>/<condition>, plus OUT/plan.json."),
+    seeds: str = typer.Option(..., help="Comma list of seeds."),
+    conditions: str = typer.Option("baseline,saab,wf=0.5,wf=2,shuffled", help="Comma list of conditions (see saab --help)."),
+    preset: str = typer.Option("tiny"),
+    data: str = typer.Option("bundled-dbpedia"),
+    depth: Optional[int] = typer.Option(None),
+    max_steps: Optional[int] = typer.Option(None),
+    device: str = typer.Option("auto"),
+    threads: Optional[int] = typer.Option(None),
+    keep_checkpoints: str = typer.Option("last"),
+    study: str = typer.Option("saab"),
+) -> None:
+    """Train seeds x conditions sequentially; rerun to resume (complete runs are skipped)."""
+    import torch
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .data import resolve
+    from .presets import get_preset, parse_condition
+    from .sweep import run_sweep
+
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        p = get_preset(preset, depth=depth, max_steps=max_steps)
+        conds = [parse_condition(c, p.model["num_layers"]) for c in conditions.split(",") if c.strip()]
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+        spec = resolve(data)
+    except (ValueError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn()) as bar:
+        tasks = {}
+
+        def progress(run_id, step, total):
+            if run_id not in tasks:
+                tasks[run_id] = bar.add_task(run_id, total=total)
+            bar.update(tasks[run_id], completed=step)
+
+        res = run_sweep(out, seeds=seed_list, conditions=conds, preset=p, data=spec, study=study, device=device,
+                        keep_checkpoints=keep_checkpoints, progress=progress, on_run=bar.console.log)
+    typer.echo(f"{len(res.complete)} trained, {len(res.skipped)} already complete, {len(res.failed)} seed(s) failed")
+    for seed, log in res.failed.items():
+        typer.echo(f"seed {seed} failed: see {log}", err=True)
+    if res.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
 def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write the demo run tree."),
          threads: int = typer.Option(2, help="torch CPU threads.")) -> None:
     """Regenerate the recorded demo run: tiny preset, baseline + SAAB, seed 1001, bundled DBpedia-format data.

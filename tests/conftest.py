@@ -27,9 +27,9 @@ def make_examples(field_lists, cap=256):
 
 def write_run(path, attention_by_example, field_lists, *, run_id="r", variant="baseline", init_id="init",
               data_order_id="order", dtype="float32", forms=("matrices",), step=10, seed=0, head_types=None,
-              fields=FIELDS):
+              fields=FIELDS, factors=None):
     """Write a run whose attention[example] has shape (layers, heads, n, n)."""
-    w = RunWriter(path, run_id=run_id, study="test", factors={"variant": variant}, seed=seed,
+    w = RunWriter(path, run_id=run_id, study="test", factors=factors or {"variant": variant}, seed=seed,
                   init_id=init_id, data_order_id=data_order_id, fields=fields, overwrite=True)
     w.write_examples(make_examples(field_lists))
     with w.attention(step, dtype=dtype, forms=forms, group_size=2) as sink:

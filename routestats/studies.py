@@ -1,0 +1,334 @@
+"""Multi-run SAAB studies: seeds, bias sweeps, placement, shuffled control, depth, data sets.
+
+Every table here is a view of one long frame, :func:`paired_deltas`: for each pair in a run
+tree (a variant run and the baseline sharing its init and data order) and each layer, the
+baseline SFM, variant SFM and their difference from unrounded per-example values, with the
+pair's factors (seed, variant, w_f, bias_layers, shuffled, depth, dataset).
+
+Across-seed inference treats the seed (initialisation) as the unit; the hierarchical
+two-stage bootstrap and the mixed model separate example-level from seed-level variance.
+
+Examples
+--------
+>>> import tempfile
+>>> from routestats.io import load_runs
+>>> from routestats.datasets import synthetic_pair
+>>> d = tempfile.mkdtemp()
+>>> for s in (1, 2, 3):
+...     _ = synthetic_pair(f"{d}/seed{s}", seed=s, n_examples=6)
+>>> deltas = paired_deltas(load_runs(d))
+>>> seed_table(deltas)[["seed", "pattern"]].shape
+(3, 2)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .effects import paired_differences
+from .errors import RoutestatsError
+from .io import RunCollection
+from .metrics import profile_distance
+from .stats import cohen_dz, holm, paired_t, signflip_count
+
+__all__ = [
+    "paired_deltas",
+    "example_deltas",
+    "PatternRules",
+    "seed_table",
+    "sweep_table",
+    "placement_table",
+    "shuffled_table",
+    "depth_table",
+    "dataset_table",
+    "across_seed_tests",
+    "hierarchical_bootstrap",
+    "variance_components",
+]
+
+FACTORS = ("variant", "w_f", "bias_layers", "shuffled", "depth", "dataset")
+
+
+def _factor_cols(run) -> dict:
+    """The study factors of a variant run; absent ones take the standard condition's level
+    (w_f 1, all layers, unshuffled; depth from the model config; data set from the manifest)."""
+    f = run.factors
+    variant = f.get("variant", "saab")
+    return {
+        "variant": variant,
+        "w_f": float(f.get("w_f", 1.0)),
+        "bias_layers": str(f.get("bias_layers", "all")),
+        "shuffled": bool(f.get("shuffled", variant == "saab_shuffled")),
+        "depth": f.get("depth", (run.manifest.get("model") or {}).get("num_layers",
+                                                                       (run.manifest.get("model") or {}).get("n_layers"))),
+        "dataset": f.get("dataset", (run.manifest.get("dataset") or {}).get("name", "unknown")),
+    }
+
+
+def example_deltas(runs: RunCollection, step: int | None = None, examples=None) -> pd.DataFrame:
+    """Per pair x example x layer differences (variant - baseline) with the pair's factors.
+
+    Columns: baseline_run, variant_run, seed, variant, w_f, bias_layers, shuffled, depth,
+    dataset, step, example_id, layer, baseline, variant_sfm, diff.
+    """
+    frames = []
+    for p in runs.pairs():
+        d = paired_differences(p, step=step, examples=examples)
+        d = d.rename(columns={"variant": "variant_sfm"})
+        meta = {"baseline_run": p.baseline.run_id, "variant_run": p.variant.run_id, "seed": p.variant.seed,
+                **_factor_cols(p.variant), "step": p.variant.final_step if step is None else int(step)}
+        for k, v in reversed(list(meta.items())):
+            d.insert(0, k, v)
+        frames.append(d)
+    if not frames:
+        raise RoutestatsError("no baseline/variant pairs in these runs")
+    return pd.concat(frames, ignore_index=True)
+
+
+def paired_deltas(runs: RunCollection, step: int | None = None, examples=None) -> pd.DataFrame:
+    """Per pair x layer means: baseline_sfm, variant_sfm, delta (= mean of per-example diffs),
+    n_examples, max_abs_diff (largest per-example |diff|, the null check of w_f = 0), plus factors."""
+    ex = example_deltas(runs, step, examples)
+    keys = ["baseline_run", "variant_run", "seed", *FACTORS, "step", "layer"]
+    g = ex.groupby(keys, dropna=False, sort=False)
+    out = g.agg(baseline_sfm=("baseline", "mean"), variant_sfm=("variant_sfm", "mean"), delta=("diff", "mean"),
+                n_examples=("diff", "size"), max_abs_diff=("diff", lambda x: float(np.abs(x).max())))
+    return out.reset_index()
+
+
+def _is_reference(df: pd.DataFrame) -> pd.Series:
+    """Rows of the standard SAAB condition: w_f 1, all layers, not shuffled."""
+    return (df["variant"] == "saab") & (df["w_f"].astype(float) == 1.0) & (df["bias_layers"] == "all") & \
+        (~df["shuffled"].astype(bool))
+
+
+@dataclass(frozen=True)
+class PatternRules:
+    """Thresholds of the seed-table pattern labels (first matching rule wins).
+
+    1. ``ordering reverses`` -- the gap SFM_upper - SFM_lower changes sign between baseline
+       and variant, both gaps at least ``gap_tol`` in size;
+    2. ``L<upper>-dominant`` -- delta_upper > 0 and delta_upper >= ``dominance_ratio`` x |delta_lower|;
+    3. ``relatively strong paired change`` -- max(|delta_lower|, |delta_upper|) >= ``strong_delta``;
+    4. ``gap narrows`` -- |variant gap| <= |baseline gap| - ``gap_tol``;
+    5. otherwise ``small change``.
+    """
+
+    strong_delta: float = 0.05
+    dominance_ratio: float = 2.0
+    gap_tol: float = 0.01
+
+    def label(self, d_lo, d_up, gap_b, gap_v, upper_name: str) -> str:
+        if abs(gap_b) >= self.gap_tol and abs(gap_v) >= self.gap_tol and np.sign(gap_b) != np.sign(gap_v):
+            return "ordering reverses"
+        if d_up > 0 and d_up >= self.dominance_ratio * abs(d_lo):
+            return f"{upper_name}-dominant"
+        if max(abs(d_lo), abs(d_up)) >= self.strong_delta:
+            return "relatively strong paired change"
+        if abs(gap_v) <= abs(gap_b) - self.gap_tol:
+            return "gap narrows"
+        return "small change"
+
+
+def seed_table(deltas: pd.DataFrame, lower: int = -2, upper: int = -1, rules: PatternRules = PatternRules(),
+               condition=None) -> pd.DataFrame:
+    """Per-seed SFM of two layers (default penultimate and last) for both models (paper Table 3).
+
+    ``condition`` filters the pairs (default: standard SAAB, w_f 1 on all layers, unshuffled).
+    Columns: seed, lower_layer, upper_layer, baseline_lower, baseline_upper, variant_lower,
+    variant_upper, delta_lower, delta_upper, displacement (delta_upper - delta_lower),
+    baseline_gap, variant_gap, pattern.
+    """
+    d = deltas[_is_reference(deltas)] if condition is None else deltas[condition(deltas)]
+    if d.empty:
+        raise RoutestatsError("no pairs of the requested condition")
+    rows = []
+    for seed, g in d.groupby("seed", sort=True):
+        layers = sorted(g["layer"].unique())
+        lo, up = layers[lower], layers[upper]
+        a, b = g.set_index("layer").loc[lo], g.set_index("layer").loc[up]
+        gap_b = b["baseline_sfm"] - a["baseline_sfm"]
+        gap_v = b["variant_sfm"] - a["variant_sfm"]
+        rows.append({
+            "seed": seed, "lower_layer": lo, "upper_layer": up,
+            "baseline_lower": a["baseline_sfm"], "baseline_upper": b["baseline_sfm"],
+            "variant_lower": a["variant_sfm"], "variant_upper": b["variant_sfm"],
+            "delta_lower": a["delta"], "delta_upper": b["delta"], "displacement": b["delta"] - a["delta"],
+            "baseline_gap": gap_b, "variant_gap": gap_v,
+            "pattern": rules.label(a["delta"], b["delta"], gap_b, gap_v, f"L{up}"),
+        })
+    return pd.DataFrame(rows)
+
+
+def _wide(d: pd.DataFrame, index: list[str]) -> pd.DataFrame:
+    w = d.pivot_table(index=index, columns="layer", values="delta", aggfunc="first")
+    w.columns = [f"delta_l{c}" for c in w.columns]
+    return w.reset_index()
+
+
+def sweep_table(deltas: pd.DataFrame) -> pd.DataFrame:
+    """Bias-strength sweep: per seed x w_f (all layers, unshuffled) the per-layer deltas, and
+    the null check at w_f = 0: ``max_abs_diff`` = largest per-example |SFM difference| from the
+    explicit baseline over all layers (the paper requires <= 1.2e-7)."""
+    d = deltas[(deltas["variant"] == "saab") & (deltas["bias_layers"] == "all") & (~deltas["shuffled"].astype(bool))]
+    if d.empty:
+        raise RoutestatsError("no bias-strength pairs")
+    w = _wide(d, ["seed", "w_f"])
+    null = d.groupby(["seed", "w_f"])["max_abs_diff"].max().rename("max_abs_diff").reset_index()
+    return w.merge(null, on=["seed", "w_f"]).sort_values(["seed", "w_f"]).reset_index(drop=True)
+
+
+def placement_table(deltas: pd.DataFrame) -> pd.DataFrame:
+    """Layer placement: per seed x bias_layers (w_f 1, unshuffled) the per-layer deltas."""
+    d = deltas[(deltas["variant"] == "saab") & (deltas["w_f"].astype(float) == 1.0) & (~deltas["shuffled"].astype(bool))]
+    if d["bias_layers"].nunique() < 2:
+        raise RoutestatsError("no placement variants (need more than one bias_layers level)")
+    return _wide(d, ["seed", "bias_layers"]).sort_values(["seed", "bias_layers"]).reset_index(drop=True)
+
+
+def shuffled_table(deltas: pd.DataFrame) -> pd.DataFrame:
+    """Shuffled control: per seed the profile distances SAAB-baseline, shuffled-baseline and
+    SAAB-shuffled (Euclidean over layer SFM), and both delta profiles."""
+    rows = []
+    for seed, g in deltas.groupby("seed"):
+        ref = g[_is_reference(g)].sort_values("layer")
+        sh = g[(g["variant"] == "saab_shuffled")].sort_values("layer")
+        if ref.empty or sh.empty:
+            continue
+        base = ref["baseline_sfm"].to_numpy()
+        rows.append({
+            "seed": seed,
+            "distance_saab_baseline": profile_distance(ref["variant_sfm"], base),
+            "distance_shuffled_baseline": profile_distance(sh["variant_sfm"], base),
+            "distance_saab_shuffled": profile_distance(ref["variant_sfm"], sh["variant_sfm"]),
+            **{f"delta_saab_l{int(r.layer)}": r.delta for r in ref.itertuples()},
+            **{f"delta_shuffled_l{int(r.layer)}": r.delta for r in sh.itertuples()},
+        })
+    if not rows:
+        raise RoutestatsError("no seed has both a SAAB and a shuffled-control pair")
+    return pd.DataFrame(rows)
+
+
+def depth_table(deltas: pd.DataFrame) -> pd.DataFrame:
+    """Depth: per depth x seed the last layer's baseline/variant SFM and delta, and the profile
+    distance over all layers (standard SAAB condition)."""
+    d = deltas[_is_reference(deltas)]
+    rows = []
+    for (depth, seed), g in d.groupby(["depth", "seed"]):
+        g = g.sort_values("layer")
+        last = g.iloc[-1]
+        rows.append({"depth": depth, "seed": seed, "last_layer": int(last["layer"]),
+                     "baseline_last": last["baseline_sfm"], "variant_last": last["variant_sfm"],
+                     "delta_last": last["delta"],
+                     "profile_distance": profile_distance(g["variant_sfm"], g["baseline_sfm"])})
+    return pd.DataFrame(rows)
+
+
+def dataset_table(deltas: pd.DataFrame) -> pd.DataFrame:
+    """Per data set (standard SAAB): mean over seeds of each layer's baseline SFM, variant SFM
+    and delta, with the number of seeds (paper Table 8)."""
+    d = deltas[_is_reference(deltas)]
+    g = d.groupby(["dataset", "layer"]).agg(baseline_sfm=("baseline_sfm", "mean"), variant_sfm=("variant_sfm", "mean"),
+                                            delta=("delta", "mean"), n_seeds=("seed", "nunique"))
+    return g.reset_index()
+
+
+# ------------------------------------------------------------------ across seeds
+def across_seed_tests(deltas: pd.DataFrame, condition=None, exact_max_seeds: int = 16) -> pd.DataFrame:
+    """Seed-level inference on per-seed deltas, per layer, Holm across layers.
+
+    Unit = seed (initialisation): each seed contributes its mean per-example delta. Reports
+    the paired t-test (``scipy.stats.ttest_1samp`` on the deltas) and the exact two-sided
+    sign-flip p over all 2^n sign patterns (n <= ``exact_max_seeds``), with the smallest
+    attainable sign-flip p (2 / 2^n): with few seeds no result can reach 0.05.
+    """
+    d = deltas[_is_reference(deltas)] if condition is None else deltas[condition(deltas)]
+    w = d.pivot_table(index="seed", columns="layer", values="delta")
+    if w.isna().any().any():
+        raise RoutestatsError("every seed needs a delta at every layer")
+    x = w.to_numpy()
+    n, k = x.shape
+    if n < 2:
+        raise RoutestatsError("across-seed inference needs at least 2 seeds")
+    if n > exact_max_seeds:
+        raise RoutestatsError(f"{n} seeds: exact enumeration is limited to {exact_max_seeds}")
+    bits = ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1).astype(np.uint8)
+    p_sf = signflip_count(x, bits) / 2**n
+    t = paired_t(x, labels=list(w.columns))
+    return pd.DataFrame({
+        "layer": list(w.columns), "n_seeds": n, "mean_delta": x.mean(axis=0), "sd_delta": x.std(axis=0, ddof=1),
+        "dz": cohen_dz(x), "t": t.statistic, "df": t.df, "p_t": t.p_raw, "p_t_holm": t.p_adj,
+        "ci_low_t": t.ci_low, "ci_high_t": t.ci_high,
+        "p_signflip_exact": p_sf, "p_signflip_holm": holm(p_sf), "min_attainable_p": 2 / 2**n,
+    })
+
+
+def hierarchical_bootstrap(ex_deltas: pd.DataFrame, resamples: int = 2000, seed: int = 1001, confidence: float = 0.95,
+                           condition=None) -> pd.DataFrame:
+    """Two-stage bootstrap of the across-seed mean delta, per layer.
+
+    Each resample draws seeds with replacement, then, independently for every drawn seed,
+    that seed's examples with replacement; the statistic is the mean over drawn seeds of
+    the per-seed mean delta. Assumes seeds are exchangeable draws of the initialisation and
+    examples exchangeable within a seed; with few seeds the interval is too narrow (the
+    seed-level resampling has only n^n distinct outcomes).
+    """
+    from .stats import percentile_ci
+
+    d = ex_deltas[_is_reference(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
+    rng = np.random.default_rng(seed)
+    rows = []
+    seeds = sorted(d["seed"].unique())
+    layers = sorted(d["layer"].unique())
+    per_seed = {s: d[d["seed"] == s].pivot(index="example_id", columns="layer", values="diff")[layers].to_numpy()
+                for s in seeds}
+    S = len(seeds)
+    pick = rng.integers(0, S, size=(resamples, S))
+    stats = np.zeros((resamples, len(layers)))
+    for j in range(S):
+        for si, s in enumerate(seeds):
+            rows_b = np.flatnonzero(pick[:, j] == si)
+            if rows_b.size == 0:
+                continue
+            x = per_seed[s]
+            idx = rng.integers(0, x.shape[0], size=(rows_b.size, x.shape[0]))
+            stats[rows_b] += x[idx].mean(axis=1)
+    stats /= S
+    lo, hi = percentile_ci(stats, confidence)
+    point = np.mean([per_seed[s].mean(axis=0) for s in seeds], axis=0)
+    for i, layer in enumerate(layers):
+        rows.append({"layer": layer, "n_seeds": S, "mean_delta": point[i], "ci_low": lo[i], "ci_high": hi[i],
+                     "resamples": resamples, "seed": seed, "method": "two-stage bootstrap (seeds, then examples)"})
+    return pd.DataFrame(rows)
+
+
+def variance_components(ex_deltas: pd.DataFrame, condition=None) -> pd.DataFrame:
+    """Random-intercept model per layer, diff ~ 1 + (1 | seed), fitted by REML (statsmodels MixedLM).
+
+    Reports the fixed mean delta with its standard error and Wald CI, the between-seed and
+    within-seed (example) variances and the intra-class correlation. Assumes normal
+    random seed effects and residuals; with few seeds the between-seed variance is poorly
+    determined.
+    """
+    import warnings
+
+    import statsmodels.formula.api as smf
+
+    d = ex_deltas[_is_reference(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
+    rows = []
+    for layer, g in d.groupby("layer"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = smf.mixedlm("diff ~ 1", g, groups=g["seed"]).fit(reml=True)
+        between = float(fit.cov_re.iloc[0, 0])
+        within = float(fit.scale)
+        ci = fit.conf_int().loc["Intercept"]
+        rows.append({"layer": layer, "n_seeds": g["seed"].nunique(), "n_examples": len(g),
+                     "mean_delta": float(fit.fe_params["Intercept"]), "se": float(fit.bse_fe["Intercept"]),
+                     "ci_low": float(ci[0]), "ci_high": float(ci[1]), "var_between_seeds": between,
+                     "var_within_seed": within, "icc": between / (between + within) if between + within > 0 else np.nan,
+                     "method": "MixedLM REML, random intercept per seed"})
+    return pd.DataFrame(rows)

@@ -1,0 +1,78 @@
+"""Resumable study sweeps: seeds x conditions into one run tree, run sequentially on this machine.
+
+The plan (``OUT/plan.json``) lists every (seed, condition) run. Running the sweep again skips
+complete runs (those with ``run.json``), resumes incomplete ones from their last checkpoint,
+and trains the rest. A failing seed is recorded with its error and the sweep goes on; the
+result lists failures so the caller can exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from routestats import schema as S
+from routestats.atomic import write_json_atomic, write_text_atomic
+
+from .data import DataSpec
+from .presets import Condition, Preset
+
+
+@dataclass
+class SweepResult:
+    complete: list[Path] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)  # seed -> log path
+
+
+def plan(out: Path, seeds: Sequence[int], conditions: Sequence[Condition], preset: Preset, data: DataSpec) -> dict:
+    """Write ``OUT/plan.json`` (or check it matches an existing plan) and return it."""
+    p = {
+        "preset": preset.name,
+        "model": preset.model,
+        "training": preset.train.to_dict(),
+        "data": data.name,
+        "seeds": list(seeds),
+        "conditions": [c.name for c in conditions],
+        "runs": [f"seed{s}/{c.name}" for s in seeds for c in conditions],
+    }
+    path = Path(out) / "plan.json"
+    if path.is_file():
+        old = json.loads(path.read_text())
+        for key in ("preset", "model", "training", "data"):
+            if old.get(key) != p[key]:
+                raise ValueError(f"{path}: the existing plan has a different {key}; use another --out")
+        p["seeds"] = sorted(set(old["seeds"]) | set(p["seeds"]))
+        p["conditions"] = list(dict.fromkeys(old["conditions"] + p["conditions"]))
+        p["runs"] = list(dict.fromkeys(old["runs"] + p["runs"]))
+    write_json_atomic(path, p)
+    return p
+
+
+def run_sweep(out: Path, *, seeds: Sequence[int], conditions: Sequence[Condition], preset: Preset, data: DataSpec,
+              study: str = "saab", device: str = "auto", keep_checkpoints: str = "last",
+              progress: Callable | None = None, on_run: Callable[[str], None] | None = None) -> SweepResult:
+    """Train every (seed, condition) of the plan that is not complete yet."""
+    from .train import train_study
+
+    out = Path(out)
+    plan(out, seeds, conditions, preset, data)
+    res = SweepResult()
+    for seed in seeds:
+        folder = out / f"seed{seed}"
+        todo = [c for c in conditions if not (folder / c.name / S.MANIFEST).is_file()]
+        res.skipped += [folder / c.name for c in conditions if c not in todo]
+        if on_run:
+            on_run(f"seed {seed}: {len(todo)} to train, {len(conditions) - len(todo)} complete")
+        try:
+            paths = train_study(folder, data=data, preset=preset, conditions=conditions, seed=seed, study=study,
+                                device=device, keep_checkpoints=keep_checkpoints, progress=progress)
+            res.complete += [p for p in paths if p not in res.skipped]
+        except Exception:  # noqa: BLE001 - recorded and reported; the sweep continues
+            log = out / "logs" / f"seed{seed}.log"
+            write_text_atomic(log, traceback.format_exc())
+            res.failed[seed] = str(log)
+    return res

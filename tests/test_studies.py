@@ -1,0 +1,155 @@
+"""Multi-run study tables, checked against hand computation from per-run library calls."""
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+import routestats as rs
+from routestats.studies import (
+    PatternRules, across_seed_tests, dataset_table, depth_table, example_deltas, hierarchical_bootstrap,
+    paired_deltas, placement_table, seed_table, shuffled_table, sweep_table, variance_components,
+)
+from tests.conftest import random_attention, write_run
+
+FIELDS = [[4, 4, 3, 3, 3], [4, 3, 3, 3], [4, 4, 4, 3, 3, 3], [4, 3, 3, 3, 3, 3]]
+CONDITIONS = {
+    "baseline": {"variant": "baseline", "w_f": 0.0, "bias_layers": "none", "shuffled": False},
+    "saab": {"variant": "saab", "w_f": 1.0, "bias_layers": "all", "shuffled": False},
+    "wf0": {"variant": "saab", "w_f": 0.0, "bias_layers": "all", "shuffled": False},
+    "wf2": {"variant": "saab", "w_f": 2.0, "bias_layers": "all", "shuffled": False},
+    "lastonly": {"variant": "saab", "w_f": 1.0, "bias_layers": "0,0,1", "shuffled": False},
+    "shuffled": {"variant": "saab_shuffled", "w_f": 1.0, "bias_layers": "all", "shuffled": True},
+}
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tree")
+    for seed in (1, 2, 3):
+        rng = np.random.default_rng(seed)
+        base = [random_attention(rng, 3, 2, len(g)) for g in FIELDS]
+        for name, f in CONDITIONS.items():
+            att = base if name in ("baseline", "wf0") else [random_attention(rng, 3, 2, len(g)) for g in FIELDS]
+            write_run(root / f"seed{seed}" / name, att, FIELDS, run_id=f"s{seed}-{name}", seed=seed,
+                      init_id=f"init{seed}", data_order_id=f"order{seed}",
+                      factors={**f, "depth": 3, "dataset": "toy"})
+    return rs.load_runs(root)
+
+
+def test_paired_deltas_against_per_run_sfm(tree):
+    d = paired_deltas(tree)
+    assert len(d) == 3 * 5 * 3  # seeds x non-baseline conditions x layers
+    row = d[(d.seed == 2) & (d.w_f == 2.0) & (d.layer == 1)].iloc[0]
+    b = rs.sfm(tree.get("s2-baseline")).query("layer == 1")["sfm"].to_numpy()
+    v = rs.sfm(tree.get("s2-wf2")).query("layer == 1")["sfm"].to_numpy()
+    assert row["delta"] == pytest.approx((v - b).mean(), abs=1e-15)
+    assert row["baseline_sfm"] == pytest.approx(b.mean(), abs=1e-15)
+    assert row["max_abs_diff"] == pytest.approx(np.abs(v - b).max(), abs=1e-15)
+
+
+def test_sweep_table_null_check(tree):
+    t = sweep_table(paired_deltas(tree))
+    assert sorted(t["w_f"].unique()) == [0.0, 1.0, 2.0]
+    # w_f = 0 was written with the baseline's own attention: the null check is exactly 0
+    assert (t.loc[t.w_f == 0.0, "max_abs_diff"] == 0).all()
+    assert (t.loc[t.w_f == 2.0, "max_abs_diff"] > 0).all()
+    assert {"delta_l0", "delta_l1", "delta_l2"} <= set(t.columns)
+
+
+def test_placement_shuffled_depth_dataset_tables(tree):
+    d = paired_deltas(tree)
+    p = placement_table(d)
+    assert sorted(p["bias_layers"].unique()) == ["0,0,1", "all"]
+    s = shuffled_table(d)
+    ref = d[(d.seed == 1) & (d.variant == "saab") & (d.w_f == 1.0) & (d.bias_layers == "all")].sort_values("layer")
+    sh = d[(d.seed == 1) & (d.variant == "saab_shuffled")].sort_values("layer")
+    want = np.linalg.norm(ref["variant_sfm"].to_numpy() - sh["variant_sfm"].to_numpy())
+    assert s.loc[s.seed == 1, "distance_saab_shuffled"].item() == pytest.approx(want, abs=1e-15)
+    dt = depth_table(d)
+    assert dt["depth"].unique().tolist() == [3] and dt["last_layer"].unique().tolist() == [2]
+    ds = dataset_table(d)
+    assert ds["n_seeds"].unique().tolist() == [3]
+    assert ds.loc[ds.layer == 0, "delta"].item() == pytest.approx(ref_mean(d, 0), abs=1e-15)
+
+
+def ref_mean(d, layer):
+    r = d[(d.variant == "saab") & (d.w_f == 1.0) & (d.bias_layers == "all") & (d.layer == layer)]
+    return r["delta"].mean()
+
+
+def test_seed_table_values(tree):
+    d = paired_deltas(tree)
+    t = seed_table(d)
+    assert t["seed"].tolist() == [1, 2, 3]
+    r = t.iloc[0]
+    ref = d[(d.seed == 1) & (d.variant == "saab") & (d.w_f == 1.0) & (d.bias_layers == "all")].set_index("layer")
+    assert r["delta_upper"] == ref.loc[2, "delta"] and r["delta_lower"] == ref.loc[1, "delta"]
+    assert r["displacement"] == pytest.approx(ref.loc[2, "delta"] - ref.loc[1, "delta"], abs=1e-15)
+    assert r["variant_gap"] == pytest.approx(ref.loc[2, "variant_sfm"] - ref.loc[1, "variant_sfm"], abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    "args, label",
+    [
+        ((0.01, 0.02, -0.05, 0.04), "ordering reverses"),   # gaps -0.05 -> +0.04
+        ((0.01, 0.08, 0.02, 0.09), "L3-dominant"),           # 0.08 >= 2 x 0.01
+        ((0.06, 0.07, 0.02, 0.03), "relatively strong paired change"),
+        ((0.02, 0.01, 0.05, 0.02), "gap narrows"),           # |0.02| <= |0.05| - 0.01
+        ((0.01, 0.01, 0.02, 0.02), "small change"),
+    ],
+)
+def test_pattern_rules(args, label):
+    assert PatternRules().label(*args, "L3") == label
+
+
+def test_across_seed_tests_exact_and_t(tree):
+    d = paired_deltas(tree)
+    a = across_seed_tests(d)
+    x = d[(d.variant == "saab") & (d.w_f == 1.0) & (d.bias_layers == "all")].pivot(index="seed", columns="layer", values="delta")
+    for layer in range(3):
+        v = x[layer].to_numpy()
+        # exact enumeration by brute force over the 8 sign patterns
+        obs = abs(v.mean())
+        count = sum(abs((np.array(s) * v).mean()) >= obs - 1e-12 for s in itertools.product([-1, 1], repeat=3))
+        row = a[a.layer == layer].iloc[0]
+        assert row["p_signflip_exact"] == count / 8
+        t = stats.ttest_1samp(v, 0.0)
+        assert row["t"] == pytest.approx(t.statistic, rel=1e-12)
+        assert row["p_t"] == pytest.approx(t.pvalue, rel=1e-12)
+    assert a["min_attainable_p"].unique().tolist() == [0.25]
+
+
+def test_hierarchical_bootstrap_and_variance_components(tree):
+    ex = example_deltas(tree)
+    h = hierarchical_bootstrap(ex, resamples=500, seed=3)
+    assert (h["ci_low"] <= h["mean_delta"]).all() and (h["mean_delta"] <= h["ci_high"]).all()
+    again = hierarchical_bootstrap(ex, resamples=500, seed=3)
+    pd.testing.assert_frame_equal(h, again)
+    v = variance_components(ex)
+    # balanced one-way design: REML equals the ANOVA estimators when the between part is positive
+    ref = ex[(ex.variant == "saab") & (ex.w_f == 1.0) & (ex.bias_layers == "all")]
+    for layer, g in ref.groupby("layer"):
+        groups = [x["diff"].to_numpy() for _, x in g.groupby("seed")]
+        k, n = len(groups), len(groups[0])
+        grand = np.mean(np.concatenate(groups))
+        msb = n * sum((x.mean() - grand) ** 2 for x in groups) / (k - 1)
+        msw = sum(((x - x.mean()) ** 2).sum() for x in groups) / (k * (n - 1))
+        row = v[v.layer == layer].iloc[0]
+        assert row["mean_delta"] == pytest.approx(grand, abs=1e-10)
+        if msb > msw:
+            assert row["var_within_seed"] == pytest.approx(msw, rel=1e-4)
+            assert row["var_between_seeds"] == pytest.approx((msb - msw) / n, rel=1e-3, abs=1e-8)
+
+
+def test_constant_deltas_collapse_bootstrap(tmp_path):
+    rng = np.random.default_rng(0)
+    for seed in (1, 2):
+        base = [random_attention(rng, 1, 1, len(g)) for g in FIELDS]
+        for name in ("baseline", "saab"):
+            write_run(tmp_path / f"s{seed}" / name, base, FIELDS, run_id=f"{seed}{name}", seed=seed,
+                      init_id=f"i{seed}", data_order_id=f"o{seed}", factors=CONDITIONS[name])
+    h = hierarchical_bootstrap(example_deltas(rs.load_runs(tmp_path)), resamples=50)
+    assert h[["mean_delta", "ci_low", "ci_high"]].abs().max().max() == 0.0
