@@ -126,10 +126,17 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
     """The dict rendered by ``report.html.j2``. ``figures`` maps (pair slug, name) -> PNG bytes."""
     from routestats import __version__
 
+    from routestats.study_report import StudyReport
+
+    from .study import study_section
+
     figures = figures or {}
     pairs = []
     for rep in reports:
         s = slug(rep.title)
+        if isinstance(rep, StudyReport):
+            pairs.append(study_section(rep, s, figures))
+            continue
         specs = report_specs(rep)
 
         def table(name):
@@ -176,6 +183,8 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
             "provenance_json": json.dumps(rep.provenance, indent=2, sort_keys=True, default=str),
         })
     generated = reports[0].provenance["analysis"]["generated"] if reports else ""
+    if title is None and reports and isinstance(reports[0], StudyReport):
+        title = "routestats report: " + reports[0].title
     return {"title": title or ("routestats report: " + (reports[0].title if len(reports) == 1 else f"{len(reports)} pairs")),
             "version": __version__, "generated": generated, "pairs": pairs}
 
@@ -199,8 +208,16 @@ def make_figures(rep, folder: Path, prefix: str = "") -> dict:
 
 
 def latex_tables(rep, prefix: str = "") -> dict[str, str]:
-    """Every table of one pair as a LaTeX fragment, by file stem."""
+    """Every table of one pair (or study) as a LaTeX fragment, by file stem."""
+    from routestats.study_report import StudyReport
+
+    from .study import study_specs
+
     env = latex_env()
+    if isinstance(rep, StudyReport):
+        tables = rep.tables()
+        return {prefix + name: latex_table(tables[name], spec, f"tab:{slug(prefix + name)}", env)
+                for name, spec in study_specs(rep).items()}
     specs = report_specs(rep)
     out = {}
     for name, spec in specs.items():
@@ -222,11 +239,16 @@ def render(reports: Sequence, out: str | Path, formats: Sequence[str] = FORMATS,
     figs = {}
     multi = len(reports) > 1
     tex_files = []
+    from routestats.study_report import StudyReport
+
+    from .study import study_figures
+
     for rep in reports:
         s = slug(rep.title)
         prefix = f"{s}-" if multi else ""
         say(f"figures: {rep.title}")
-        for name, png in make_figures(rep, out / "figures", prefix).items():
+        draw = study_figures if isinstance(rep, StudyReport) else make_figures
+        for name, png in draw(rep, out / "figures", prefix).items():
             figs[(s, name)] = png
         for name, df in rep.tables().items():
             write_text_atomic(out / "tables" / f"{prefix}{name}.csv", df.to_csv(index=False))

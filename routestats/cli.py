@@ -190,8 +190,13 @@ def report(
     step: Optional[int] = STEP,
     factor: str = FACTOR,
     baseline: str = BASELINE,
+    pairs: str = typer.Option("auto", "--pairs", help="Per-pair sections: auto (only for a single pair), "
+                                                     "reference (standard SAAB pairs), all, none."),
 ) -> None:
-    """Write OUT/report.html (self-contained), OUT/tables/*.tex|csv and OUT/figures/*.png|pdf."""
+    """Write OUT/report.html (self-contained), OUT/tables/*.tex|csv and OUT/figures/*.png|pdf.
+
+    A tree with several pairs gets a study section (seeds, sweeps, placement, shuffled control,
+    depth, data sets, across-seed inference) before any per-pair sections."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from .pair_report import build_pair_report
@@ -200,14 +205,28 @@ def report(
     if not formats or set(formats) - {"html", "latex"}:
         _fail(f"--format takes html and/or latex, got {format!r}")
     settings = _settings(resamples, permutations, seed, mode, examples, step)
+    if pairs not in ("auto", "reference", "all", "none"):
+        _fail(f"--pairs must be auto, reference, all or none, got {pairs!r}")
     obj = _load(path)
-    pairs = _pairs_of(obj, factor, baseline)
+    found = _pairs_of(obj, factor, baseline)
     import reports
+
+    from .study_report import StudySettings, build_study_report
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True) as bar:
         task = bar.add_task("loading", total=None)
         say = lambda label: bar.update(task, description=label)  # noqa: E731
-        built = [build_pair_report(p, settings, progress=say) for p in pairs]
+        built = []
+        if len(found) > 1:
+            built.append(build_study_report(obj, StudySettings(resamples=resamples, seed=seed,
+                                                               examples=examples, step=step), progress=say))
+        mode_pairs = ("all" if len(found) == 1 else "none") if pairs == "auto" else pairs
+        if mode_pairs == "reference":
+            found = [p for p in found if p.variant.factors.get("variant") == "saab"
+                     and float(p.variant.factors.get("w_f", 1.0)) == 1.0
+                     and p.variant.factors.get("bias_layers", "all") == "all"]
+        if mode_pairs != "none":
+            built += [build_pair_report(p, settings, progress=say) for p in found]
         written = reports.render(built, out, formats, progress=say)
     for name, p in written.items():
         typer.echo(f"{name}: {p}")

@@ -322,7 +322,14 @@ def variance_components(ex_deltas: pd.DataFrame, condition=None) -> pd.DataFrame
     for layer, g in d.groupby("layer"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fit = smf.mixedlm("diff ~ 1", g, groups=g["seed"]).fit(reml=True)
+            try:
+                fit = smf.mixedlm("diff ~ 1", g, groups=g["seed"]).fit(reml=True)
+            except (np.linalg.LinAlgError, ValueError) as exc:
+                rows.append({"layer": layer, "n_seeds": g["seed"].nunique(), "n_examples": len(g),
+                             "mean_delta": float(g["diff"].mean()), "se": np.nan, "ci_low": np.nan, "ci_high": np.nan,
+                             "var_between_seeds": np.nan, "var_within_seed": np.nan, "icc": np.nan,
+                             "method": f"MixedLM REML failed: {exc}"})
+                continue
         between = float(fit.cov_re.iloc[0, 0])
         within = float(fit.scale)
         ci = fit.conf_int().loc["Intercept"]

@@ -1,0 +1,163 @@
+"""Everything a multi-run (study) report shows, as tidy frames; sections appear when applicable.
+
+Examples
+--------
+>>> import tempfile
+>>> from routestats.io import load_runs
+>>> from routestats.datasets import synthetic_pair
+>>> d = tempfile.mkdtemp()
+>>> for s in (1, 2):
+...     _ = synthetic_pair(f"{d}/seed{s}", seed=s, n_examples=5)
+>>> rep = build_study_report(load_runs(d), StudySettings(resamples=100))
+>>> sorted(rep.tables())
+['across_seeds', 'deltas', 'gradients', 'hierarchical', 'seeds', 'variance_components']
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+
+from . import schema as S
+from .errors import RoutestatsError
+from .io import RunCollection
+from .studies import (
+    PatternRules,
+    _is_reference,
+    across_seed_tests,
+    dataset_table,
+    depth_table,
+    example_deltas,
+    hierarchical_bootstrap,
+    paired_deltas,
+    placement_table,
+    seed_table,
+    shuffled_table,
+    sweep_table,
+    variance_components,
+)
+from .training import gradient_checkpoint_summary, trajectory
+
+__all__ = ["StudySettings", "StudyReport", "build_study_report"]
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    resamples: int = 2000
+    seed: int = 1001
+    confidence: float = 0.95
+    examples: str = "all"
+    step: int | None = None
+    rules: PatternRules = field(default_factory=PatternRules)
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """Multi-run tables; None marks a section the tree has no data for."""
+
+    title: str
+    settings: StudySettings
+    n_runs: int
+    seeds: list
+    conditions: pd.DataFrame
+    deltas: pd.DataFrame
+    seed_table: pd.DataFrame | None
+    sweep: pd.DataFrame | None
+    placement: pd.DataFrame | None
+    shuffled: pd.DataFrame | None
+    depth: pd.DataFrame | None
+    datasets: pd.DataFrame | None
+    across_seeds: pd.DataFrame | None
+    hierarchical: pd.DataFrame | None
+    variance: pd.DataFrame | None
+    trajectories: pd.DataFrame | None
+    gradients: pd.DataFrame | None
+    provenance: dict
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        named = {"deltas": self.deltas, "seeds": self.seed_table, "sweep": self.sweep, "placement": self.placement,
+                 "shuffled": self.shuffled, "depth": self.depth, "datasets": self.datasets,
+                 "across_seeds": self.across_seeds, "hierarchical": self.hierarchical,
+                 "variance_components": self.variance, "trajectories": self.trajectories,
+                 "gradients": self.gradients}
+        return {k: v for k, v in named.items() if v is not None}
+
+
+def _try(fn, *args, **kw):
+    try:
+        out = fn(*args, **kw)
+    except RoutestatsError:
+        return None
+    return None if out is None or len(out) == 0 else out
+
+
+def build_study_report(runs: RunCollection, settings: StudySettings = StudySettings(), progress=None) -> StudyReport:
+    """Compute every applicable multi-run table for a run tree."""
+    say = progress or (lambda label: None)
+    say("paired deltas")
+    ex = example_deltas(runs, settings.step, settings.examples)
+    keys = ["baseline_run", "variant_run", "seed", "variant", "w_f", "bias_layers", "shuffled", "depth", "dataset",
+            "step", "layer"]
+    deltas = paired_deltas(runs, settings.step, settings.examples)
+    ref = _is_reference(deltas)
+    n_ref_seeds = deltas.loc[ref, "seed"].nunique()
+    say("seed tables")
+    seeds = _try(seed_table, deltas, rules=settings.rules) if ref.any() else None
+    sweep = _try(sweep_table, deltas) if deltas.loc[deltas["variant"] == "saab", "w_f"].nunique() > 1 else None
+    placement = _try(placement_table, deltas)
+    shuffled = _try(shuffled_table, deltas) if (deltas["variant"] == "saab_shuffled").any() else None
+    depth = _try(depth_table, deltas) if deltas["depth"].nunique() > 1 else None
+    datasets = _try(dataset_table, deltas) if deltas["dataset"].nunique() > 1 else None
+    across = hier = var = None
+    if n_ref_seeds >= 2:
+        say("across-seed inference")
+        across = _try(across_seed_tests, deltas)
+        hier = _try(hierarchical_bootstrap, ex, resamples=settings.resamples, seed=settings.seed,
+                    confidence=settings.confidence)
+        var = _try(variance_components, ex)
+    say("trajectories")
+    traj_rows, grad_rows, seen = [], [], set()
+    for p in runs.pairs():
+        common = sorted(set(p.baseline.attention_steps) & set(p.variant.attention_steps))
+        if len(common) > 1:
+            t = trajectory(p, "sfm")
+            w = t.pivot_table(index=["step", "layer"], columns="role", values="value").reset_index()
+            w["delta"] = w["variant"] - w["baseline"]
+            w.insert(0, "variant_run", p.variant.run_id)
+            w.insert(1, "seed", p.variant.seed)
+            traj_rows.append(w.rename(columns={"baseline": "baseline_sfm", "variant": "variant_sfm"}))
+        for run in (p.baseline, p.variant):
+            if run.has(S.GRADIENTS) and run.run_id not in seen:
+                seen.add(run.run_id)
+                g = _try(gradient_checkpoint_summary, run)
+                if g is not None:
+                    g.insert(1, "seed", run.seed)
+                    g.insert(2, "condition", run.manifest.get("condition", run.factors.get("variant")))
+                    grad_rows.append(g)
+    conditions = runs.index.drop(columns=["path", "init_id", "data_order_id"])
+    return StudyReport(
+        title=f"Study of {len(runs)} runs",
+        settings=settings,
+        n_runs=len(runs),
+        seeds=sorted(deltas["seed"].dropna().unique().tolist()),
+        conditions=conditions,
+        deltas=deltas[keys + ["baseline_sfm", "variant_sfm", "delta", "n_examples", "max_abs_diff"]],
+        seed_table=seeds,
+        sweep=sweep,
+        placement=placement,
+        shuffled=shuffled,
+        depth=depth,
+        datasets=datasets,
+        across_seeds=across,
+        hierarchical=hier,
+        variance=var,
+        trajectories=pd.concat(traj_rows, ignore_index=True) if traj_rows else None,
+        gradients=pd.concat(grad_rows, ignore_index=True) if grad_rows else None,
+        provenance={
+            "runs": runs.index.astype(str).to_dict(orient="records"),
+            "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                         "settings": {**asdict(settings), "rules": asdict(settings.rules)}},
+        },
+    )
