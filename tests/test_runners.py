@@ -275,3 +275,22 @@ def test_overhead_benchmark_small(tmp_path):
     assert saab["extra_saab_scalar_ops"].item() == 2 * 16 * 16 * (2 + 2 * 2)  # B L^2 (2 + layers heads)
     assert (s["forward_flops"] > 0).all()
     assert (tmp_path / "overhead_summary.parquet").is_file() and (tmp_path / "overhead.json").is_file()
+
+
+def test_sweep_is_resumable(tmp_path):
+    import json
+
+    from runners.sweep import run_sweep
+
+    p = get_preset("smoke", max_steps=4, checkpoint_steps=[2, 4])
+    conds = [parse_condition(c, p.model["num_layers"]) for c in ("baseline", "saab")]
+    res = run_sweep(tmp_path, seeds=[1, 2], conditions=conds, preset=p, data=resolve("bundled-dbpedia"), device="cpu")
+    assert len(res.complete) == 4 and not res.failed
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["runs"] == ["seed1/baseline", "seed1/saab", "seed2/baseline", "seed2/saab"]
+    kept = (tmp_path / "seed1" / "baseline" / "run.json").stat().st_mtime_ns
+    (tmp_path / "seed2" / "saab" / "run.json").unlink()  # as if killed before finishing
+    res2 = run_sweep(tmp_path, seeds=[1, 2], conditions=conds, preset=p, data=resolve("bundled-dbpedia"), device="cpu")
+    assert [x.name for x in res2.complete] == ["saab"] and len(res2.skipped) == 3
+    assert (tmp_path / "seed1" / "baseline" / "run.json").stat().st_mtime_ns == kept
+    assert len(rs.load_runs(tmp_path)) == 4

@@ -153,3 +153,29 @@ def test_constant_deltas_collapse_bootstrap(tmp_path):
                       init_id=f"i{seed}", data_order_id=f"o{seed}", factors=CONDITIONS[name])
     h = hierarchical_bootstrap(example_deltas(rs.load_runs(tmp_path)), resamples=50)
     assert h[["mean_delta", "ci_low", "ci_high"]].abs().max().max() == 0.0
+
+
+def test_depth_and_dataset_tables(tmp_path):
+    rng = np.random.default_rng(5)
+    for seed in (1, 2):
+        for depth, dataset in ((2, "dbpedia"), (3, "pubmed")):
+            base = [random_attention(rng, depth, 1, len(g)) for g in FIELDS]
+            var = [random_attention(rng, depth, 1, len(g)) for g in FIELDS]
+            tag = f"s{seed}-d{depth}"
+            for name, att in (("baseline", base), ("saab", var)):
+                write_run(tmp_path / tag / name, att, FIELDS, run_id=f"{tag}-{name}", seed=seed, init_id=tag,
+                          data_order_id=tag, factors={**CONDITIONS[name], "depth": depth, "dataset": dataset})
+    runs = rs.load_runs(tmp_path)
+    d = paired_deltas(runs)
+    dt = depth_table(d)
+    assert sorted(dt["depth"].unique()) == [2, 3]
+    assert dt.loc[dt.depth == 3, "last_layer"].unique().tolist() == [2]
+    r = dt[(dt.depth == 2) & (dt.seed == 1)].iloc[0]
+    g = d[(d.depth == 2) & (d.seed == 1)].sort_values("layer")
+    assert r["delta_last"] == g["delta"].iloc[-1]
+    assert r["profile_distance"] == pytest.approx(np.linalg.norm(g["variant_sfm"] - g["baseline_sfm"]), abs=1e-15)
+    ds = dataset_table(d)
+    # per data set and layer: mean over the two seeds of the pair deltas
+    want = d[(d.dataset == "pubmed") & (d.layer == 1)]["delta"].mean()
+    assert ds[(ds.dataset == "pubmed") & (ds.layer == 1)]["delta"].item() == pytest.approx(want, abs=1e-15)
+    assert ds.groupby("dataset")["layer"].nunique().to_dict() == {"dbpedia": 2, "pubmed": 3}
