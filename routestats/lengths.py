@@ -1,0 +1,234 @@
+"""Length analyses (METHODS 3.4-3.6, 3.9): data-set length tables, length association of the
+paired SFM change, equal-count length bins, common length range, and exact-length
+standardisation of a contrast between two data sets (or any two run pairs).
+
+Examples
+--------
+>>> import pandas as pd
+>>> t = length_table(pd.DataFrame({"split": ["val"] * 4, "length": [10, 20, 30, 256]}), cap=256)
+>>> t[["split", "n", "mean", "median", "saturation_count"]].values.tolist()
+[['val', 4, 79.0, 25.0, 1]]
+>>> equal_count_bins([1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2, 3, 4, 5, 6, 7]).tolist()
+[1, 1, 2, 2, 3, 3, 4, 4]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .effects import paired_differences
+from .errors import RoutestatsError
+from .io import RunPair
+from .stats import percentile_ci, spearman_ci
+
+__all__ = [
+    "length_table",
+    "length_association",
+    "equal_count_bins",
+    "length_bins",
+    "common_length_range",
+    "StandardisedContrast",
+    "length_standardised_contrast",
+]
+
+
+def length_table(lengths: pd.DataFrame, cap: int) -> pd.DataFrame:
+    """Per split: n, mean, population SD, quantiles (linear, position (n-1)p), IQR, min, max,
+    saturation count and rate (length == cap). ``exact_truncation_rate`` is NA: lengths before
+    truncation are not stored (METHODS 3.9).
+
+    ``lengths`` has columns ``split`` and ``length``; lengths must be integers in 1..cap.
+    """
+    if not {"split", "length"} <= set(lengths.columns):
+        raise RoutestatsError("lengths need columns 'split' and 'length'")
+    x = lengths["length"].to_numpy()
+    if (x <= 0).any() or (x > cap).any():
+        bad = x[(x <= 0) | (x > cap)][0]
+        raise RoutestatsError(f"length {bad} is outside 1..{cap}")
+    rows = []
+    for split, g in lengths.groupby("split", sort=False):
+        v = g["length"].to_numpy(dtype=np.float64)
+        q = np.quantile(v, [0.25, 0.5, 0.75, 0.90, 0.95])
+        sat = int((v == cap).sum())
+        rows.append({"split": split, "n": len(v), "mean": v.mean(), "sd_population": v.std(ddof=0), "p25": q[0],
+                     "median": q[1], "p75": q[2], "iqr": q[2] - q[0], "p90": q[3], "p95": q[4], "min": v.min(),
+                     "max": v.max(), "cap": cap, "saturation_count": sat, "saturation_rate": sat / len(v),
+                     "exact_truncation_rate": pd.NA})
+    return pd.DataFrame(rows)
+
+
+def _wide_diffs(p: RunPair, step=None, examples=None) -> tuple[pd.DataFrame, list[int]]:
+    d = paired_differences(p, step=step, examples=examples)
+    w = d.pivot(index="example_id", columns="layer", values="diff")
+    ex = p.baseline.examples(["example_id", "length", "source_index"]).set_index("example_id")
+    w = w.join(ex, how="left")
+    layers = sorted(d["layer"].unique())
+    return w.reset_index(), layers
+
+
+def length_association(p: RunPair, resamples: int = 2000, seed: int = 1001, step=None, examples=None) -> pd.DataFrame:
+    """Per layer Spearman rho between evaluated length and the per-example SFM change (METHODS 3.4).
+
+    rho and p from ``scipy.stats.spearmanr``; percentile bootstrap CI with the reference
+    stream (``default_rng(seed + 17)``); Holm over layers. Columns: layer, n, rho, p_raw,
+    p_adj, ci_low, ci_high, resamples_kept, resamples, seed.
+    """
+    w, layers = _wide_diffs(p, step, examples)
+    res = spearman_ci(w["length"].to_numpy(dtype=float), w[layers].to_numpy(), resamples=resamples, seed=seed,
+                      labels=layers)
+    return res.to_frame().rename(columns={"label": "layer"})
+
+
+def equal_count_bins(lengths, source_index, n_bins: int = 4) -> np.ndarray:
+    """Equal-count bins by rank: sort by (length, source_index); the row at rank r of n gets
+    bin min(n_bins, floor(n_bins * r / n) + 1) (METHODS 3.5)."""
+    x = np.asarray(lengths)
+    order = np.lexsort((np.asarray(source_index), x))
+    rank = np.empty(len(x), dtype=np.int64)
+    rank[order] = np.arange(len(x))
+    return np.minimum(n_bins, (n_bins * rank) // len(x) + 1)
+
+
+def length_bins(p: RunPair, n_bins: int = 4, step=None, examples=None) -> pd.DataFrame:
+    """Per equal-count length bin and layer: count, min/max length, mean and median change.
+
+    ``attrs["cut_points"]`` records numpy quantile cut points (descriptive only)."""
+    w, layers = _wide_diffs(p, step, examples)
+    w["bin"] = equal_count_bins(w["length"], w["source_index"], n_bins)
+    rows = []
+    for (b, g) in w.groupby("bin"):
+        for layer in layers:
+            rows.append({"bin": int(b), "layer": layer, "count": len(g), "min_length": int(g["length"].min()),
+                         "max_length": int(g["length"].max()), "mean_delta": g[layer].mean(),
+                         "median_delta": g[layer].median()})
+    out = pd.DataFrame(rows)
+    out.attrs["cut_points"] = np.quantile(w["length"], np.arange(1, n_bins) / n_bins).tolist()
+    return out
+
+
+def common_length_range(pairs: dict, step=None, examples=None) -> pd.DataFrame:
+    """Common support of several pairs' lengths (lower = max of minima, upper = min of maxima)
+    and each pair's mean change per layer inside it. Columns: name, layer, lower, upper, n, mean_delta."""
+    wides = {name: _wide_diffs(p, step, examples) for name, p in pairs.items()}
+    lower = max(w["length"].min() for w, _ in wides.values())
+    upper = min(w["length"].max() for w, _ in wides.values())
+    if lower > upper:
+        raise RoutestatsError(f"the length ranges do not overlap (lower {lower} > upper {upper})")
+    rows = []
+    for name, (w, layers) in wides.items():
+        inside = w[(w["length"] >= lower) & (w["length"] <= upper)]
+        for layer in layers:
+            rows.append({"name": name, "layer": layer, "lower": int(lower), "upper": int(upper), "n": len(inside),
+                         "mean_delta": inside[layer].mean()})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class StandardisedContrast:
+    """Exact-length standardisation of B - A (METHODS 3.6)."""
+
+    names: tuple[str, str]
+    exact: pd.DataFrame  # per layer: standardised deltas, contrast, CI
+    sensitivity: pd.DataFrame  # per band width and layer: point estimates
+    lower: int
+    upper: int
+    shared_strata: int
+    overlap_target_mass: int
+    standardised_length: dict
+    resamples: int
+    seed: int
+    mode: str
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.exact
+
+
+def _strata(x, lower, w):
+    return np.floor((x - lower) / w).astype(np.int64)
+
+
+def length_standardised_contrast(a: RunPair, b: RunPair, names=("A", "B"), band_widths=(1, 2, 5, 10),
+                                 resamples: int = 10_000, seed: int = 1001, mode: str = "vectorised",
+                                 confidence: float = 0.95, examples=None, step=None) -> StandardisedContrast:
+    """Standardise each pair's per-layer change over shared lengths and contrast them (B - A).
+
+    Support = [max of minima, min of maxima]; strata = floor((length - lower) / w); shared
+    strata get weight w_k = min(n_A,k, n_B,k); W = sum of weights (the overlap target mass).
+    Standardised delta = sum_k w_k mean(delta | k) / W. The contrast's CI (exact lengths,
+    w = 1 only) is a stratified bootstrap with the weights held fixed: ``mode="reference"``
+    draws resample by resample, stratum by stratum (A then B), as the reference script does;
+    ``mode="vectorised"`` draws stratum by stratum for all resamples at once (same
+    distribution, different stream, much faster). Band widths after the first are point
+    estimates only. Errors when the lengths share no stratum.
+    """
+    if band_widths[0] != 1:
+        raise RoutestatsError("the first band width must be 1 (exact lengths)")
+    if mode not in ("vectorised", "reference"):
+        raise RoutestatsError("mode must be 'vectorised' or 'reference'")
+    wa, layers = _wide_diffs(a, step, examples)
+    wb, layers_b = _wide_diffs(b, step, examples)
+    if layers != layers_b:
+        raise RoutestatsError(f"the pairs have different layers ({layers} vs {layers_b})")
+    lower = int(max(wa["length"].min(), wb["length"].min()))
+    upper = int(min(wa["length"].max(), wb["length"].max()))
+    if lower > upper:
+        raise RoutestatsError(f"no length overlap between {names[0]} and {names[1]} (lower {lower} > upper {upper})")
+    wa = wa[(wa["length"] >= lower) & (wa["length"] <= upper)]
+    wb = wb[(wb["length"] >= lower) & (wb["length"] <= upper)]
+    sens, exact = [], None
+    for w in band_widths:
+        ka, kb = _strata(wa["length"].to_numpy(), lower, w), _strata(wb["length"].to_numpy(), lower, w)
+        shared = np.intersect1d(ka, kb)
+        if shared.size == 0:
+            raise RoutestatsError(f"no shared length stratum at band width {w}")
+        na = np.array([(ka == k).sum() for k in shared])
+        nb = np.array([(kb == k).sum() for k in shared])
+        wk = np.minimum(na, nb)
+        W = wk.sum()
+        xa, xb = wa[layers].to_numpy(), wb[layers].to_numpy()
+        ma = np.stack([xa[ka == k].mean(axis=0) for k in shared])
+        mb = np.stack([xb[kb == k].mean(axis=0) for k in shared])
+        sa, sb = (wk[:, None] * ma).sum(0) / W, (wk[:, None] * mb).sum(0) / W
+        for i, layer in enumerate(layers):
+            sens.append({"band_width": w, "layer": layer, "shared_strata": len(shared), "overlap_target_mass": int(W),
+                         f"standardised_delta_{names[0]}": sa[i], f"standardised_delta_{names[1]}": sb[i],
+                         "contrast": sb[i] - sa[i]})
+        if w == 1:
+            len_a = (wk * np.array([wa["length"].to_numpy()[ka == k].mean() for k in shared])).sum() / W
+            len_b = (wk * np.array([wb["length"].to_numpy()[kb == k].mean() for k in shared])).sum() / W
+            groups_a = [xa[ka == k] for k in shared]
+            groups_b = [xb[kb == k] for k in shared]
+            boot = _stratified_bootstrap(groups_a, groups_b, wk, resamples, seed, mode)
+            lo, hi = percentile_ci(boot, confidence)
+            exact = pd.DataFrame({"layer": layers, f"standardised_delta_{names[0]}": sa,
+                                  f"standardised_delta_{names[1]}": sb, "contrast": sb - sa, "ci_low": lo, "ci_high": hi,
+                                  "shared_strata": len(shared), "overlap_target_mass": int(W)})
+            info = (len(shared), int(W), {names[0]: float(len_a), names[1]: float(len_b)})
+    return StandardisedContrast(tuple(names), exact, pd.DataFrame(sens), lower, upper, info[0], info[1], info[2],
+                                int(resamples), int(seed), mode)
+
+
+def _stratified_bootstrap(groups_a, groups_b, wk, resamples, seed, mode) -> np.ndarray:
+    """Bootstrap replicates (resamples x layers) of sum_k w_k (mean_B* - mean_A*) / W."""
+    rng = np.random.default_rng(seed)
+    W = wk.sum()
+    L = groups_a[0].shape[1]
+    if mode == "reference":
+        out = np.empty((resamples, L))
+        for r in range(resamples):
+            acc = np.zeros(L)
+            for ga, gb, w in zip(groups_a, groups_b, wk):
+                ia = rng.integers(0, len(ga), size=len(ga))
+                ib = rng.integers(0, len(gb), size=len(gb))
+                acc += w * (gb[ib].mean(axis=0) - ga[ia].mean(axis=0))
+            out[r] = acc / W
+        return out
+    out = np.zeros((resamples, L))
+    for ga, gb, w in zip(groups_a, groups_b, wk):
+        ia = rng.integers(0, len(ga), size=(resamples, len(ga)))
+        ib = rng.integers(0, len(gb), size=(resamples, len(gb)))
+        out += w * (gb[ib].mean(axis=1) - ga[ia].mean(axis=1))
+    return out / W

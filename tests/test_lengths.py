@@ -1,0 +1,112 @@
+"""Length analyses: tables, Spearman association, equal-count bins, exact-length standardisation."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+import routestats as rs
+from routestats.lengths import (
+    common_length_range, equal_count_bins, length_association, length_bins, length_standardised_contrast, length_table,
+)
+from tests.conftest import random_attention, write_run
+
+
+def make_pair(tmp_path, lengths, seed, tag):
+    rng = np.random.default_rng(seed)
+    fields = [[4] * max(1, n // 3) + [3] * (n - max(1, n // 3)) for n in lengths]
+    b = [random_attention(rng, 2, 1, len(g)) for g in fields]
+    v = [random_attention(rng, 2, 1, len(g)) for g in fields]
+    pb = write_run(tmp_path / tag / "b", b, fields, run_id=f"{tag}b", init_id=tag, data_order_id=tag)
+    pv = write_run(tmp_path / tag / "v", v, fields, run_id=f"{tag}v", variant="saab", init_id=tag, data_order_id=tag)
+    return rs.pair(rs.load_run(pb), rs.load_run(pv))
+
+
+def test_length_table_against_numpy():
+    x = np.array([5, 7, 7, 9, 12, 64, 64, 30])
+    t = length_table(pd.DataFrame({"split": "val", "length": x}), cap=64).iloc[0]
+    assert t["mean"] == x.mean() and t["sd_population"] == x.std(ddof=0)
+    assert t["median"] == np.median(x) and t["p90"] == np.percentile(x, 90)  # linear interpolation
+    assert t["iqr"] == np.percentile(x, 75) - np.percentile(x, 25)
+    assert t["saturation_count"] == 2 and t["saturation_rate"] == 0.25
+    with pytest.raises(rs.RoutestatsError, match="length 65 is outside 1..64"):
+        length_table(pd.DataFrame({"split": "val", "length": [3, 65]}), cap=64)
+
+
+def test_equal_count_bins_methods_example():
+    # METHODS 3.5: lengths 1..10 plus thirty rows of 256 -> every bin has exactly 10 rows
+    lengths = list(range(1, 11)) + [256] * 30
+    bins = equal_count_bins(lengths, list(range(40)))
+    assert np.bincount(bins)[1:].tolist() == [10, 10, 10, 10]
+    assert (bins[:10] == 1).all()
+
+
+def test_length_association_matches_scipy(tmp_path):
+    lengths = [6, 8, 8, 9, 11, 12, 14, 15, 17, 20]
+    p = make_pair(tmp_path, lengths, 1, "a")
+    la = length_association(p, resamples=200)
+    d = rs.paired_differences(p)
+    for layer in (0, 1):
+        y = d[d.layer == layer].sort_values("example_id")["diff"].to_numpy()
+        s = stats.spearmanr(lengths, y)
+        row = la[la.layer == layer].iloc[0]
+        assert row["rho"] == pytest.approx(s.statistic, abs=1e-12)
+        assert row["p_raw"] == pytest.approx(s.pvalue, rel=1e-10)
+    bins = length_bins(p)
+    assert bins.groupby("bin")["count"].first().tolist() == [3, 2, 3, 2]  # floor(4r/10)+1 for r = 0..9
+    assert bins[(bins.bin == 1) & (bins.layer == 0)]["max_length"].item() == 8
+
+
+def test_common_range_and_standardisation_by_hand(tmp_path):
+    pa_ = make_pair(tmp_path, [5, 6, 6, 7, 9], 2, "a")
+    pb_ = make_pair(tmp_path, [6, 6, 7, 7, 7, 10], 3, "b")
+    c = common_length_range({"A": pa_, "B": pb_})
+    assert c["lower"].unique().tolist() == [6] and c["upper"].unique().tolist() == [9]
+    res = length_standardised_contrast(pa_, pb_, names=("A", "B"), resamples=300, seed=4)
+    # shared exact lengths in [6, 9]: 6 (A 2, B 2) and 7 (A 1, B 3) -> weights 2 and 1, W = 3
+    assert res.shared_strata == 2 and res.overlap_target_mass == 3
+    da = rs.paired_differences(pa_).merge(pa_.baseline.examples(["example_id", "length"]), on="example_id")
+    db = rs.paired_differences(pb_).merge(pb_.baseline.examples(["example_id", "length"]), on="example_id")
+    for layer in (0, 1):
+        ma = {n: da[(da.layer == layer) & (da.length == n)]["diff"].mean() for n in (6, 7)}
+        mb = {n: db[(db.layer == layer) & (db.length == n)]["diff"].mean() for n in (6, 7)}
+        sa = (2 * ma[6] + 1 * ma[7]) / 3
+        sb = (2 * mb[6] + 1 * mb[7]) / 3
+        row = res.exact[res.exact.layer == layer].iloc[0]
+        assert row["standardised_delta_A"] == pytest.approx(sa, abs=1e-15)
+        assert row["contrast"] == pytest.approx(sb - sa, abs=1e-15)
+        assert row["ci_low"] <= row["contrast"] <= row["ci_high"] or np.isclose(row["ci_low"], row["ci_high"])
+    assert res.standardised_length == {"A": pytest.approx((2 * 6 + 7) / 3), "B": pytest.approx((2 * 6 + 7) / 3)}
+    assert sorted(res.sensitivity["band_width"].unique()) == [1, 2, 5, 10]
+
+
+def test_reference_mode_is_the_transcribed_loop(tmp_path):
+    pa_ = make_pair(tmp_path, [5, 6, 6, 7, 9], 2, "a")
+    pb_ = make_pair(tmp_path, [6, 6, 7, 7, 7, 10], 3, "b")
+    res = length_standardised_contrast(pa_, pb_, resamples=50, seed=9, mode="reference")
+    # METHODS 3.6 step 5 transcribed: per resample, per shared stratum ascending, A then B
+    da = rs.paired_differences(pa_).merge(pa_.baseline.examples(["example_id", "length"]), on="example_id")
+    db = rs.paired_differences(pb_).merge(pb_.baseline.examples(["example_id", "length"]), on="example_id")
+    ga = [da[da.length == n].pivot(index="example_id", columns="layer", values="diff").to_numpy() for n in (6, 7)]
+    gb = [db[db.length == n].pivot(index="example_id", columns="layer", values="diff").to_numpy() for n in (6, 7)]
+    rng = np.random.default_rng(9)
+    boots = []
+    for _ in range(50):
+        acc = np.zeros(2)
+        for a, b, w in zip(ga, gb, (2, 1)):
+            ia = rng.integers(0, len(a), size=len(a))
+            ib = rng.integers(0, len(b), size=len(b))
+            acc += w * (b[ib].mean(0) - a[ia].mean(0))
+        boots.append(acc / 3)
+    lo, hi = np.quantile(np.array(boots), [0.025, 0.975], axis=0)
+    np.testing.assert_allclose(res.exact["ci_low"], lo, atol=1e-15)
+    np.testing.assert_allclose(res.exact["ci_high"], hi, atol=1e-15)
+
+
+def test_zero_overlap_is_a_clear_error(tmp_path):
+    pa_ = make_pair(tmp_path, [5, 6, 7], 2, "a")
+    pb_ = make_pair(tmp_path, [9, 10, 11], 3, "b")
+    with pytest.raises(rs.RoutestatsError, match="no length overlap"):
+        length_standardised_contrast(pa_, pb_, resamples=10)
+    with pytest.raises(rs.RoutestatsError, match="do not overlap"):
+        common_length_range({"a": pa_, "b": pb_})
