@@ -133,6 +133,35 @@ def sweep(
 
 
 @app.command()
+def evaluate(
+    pair: Path = typer.Argument(..., help="Folder holding a baseline and its variant run(s) (with checkpoints)."),
+    out: Path = typer.Option(..., help="Output folder for the test-sample runs and test_manifest.json."),
+    sample_size: int = typer.Option(2336, help="Reservoir sample size of the held-out split."),
+    sample_seed: int = typer.Option(1001, help="Seed of the reservoir sample."),
+    batch_size: int = typer.Option(16),
+    device: str = typer.Option("auto"),
+    threads: Optional[int] = typer.Option(None),
+) -> None:
+    """Untouched-test confirmation: evaluate trained runs on a fixed sample of the held-out split."""
+    import torch
+
+    from routestats.errors import RoutestatsError
+
+    from .evaluate import evaluate_split
+
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        paths = evaluate_split(pair, out, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size,
+                               device=device)
+    except (RoutestatsError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    for p in paths:
+        typer.echo(f"run complete: {p}")
+
+
+@app.command()
 def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write the demo run tree."),
          threads: int = typer.Option(2, help="torch CPU threads.")) -> None:
     """Regenerate the recorded demo run: tiny preset, baseline + SAAB, seed 1001, bundled DBpedia-format data.

@@ -32,6 +32,8 @@ class DataSpec:
     max_length: int = 256
     validation_size: int | None = None  # DBpedia without val.csv: RandomState(42) split; default
     # 70,000 (the reference) for files over 140,000 rows, else 10 %
+    test: Path | None = None  # held-out split, touched only by `python -m runners evaluate`
+    source: str = ""  # the spec string this was resolved from (recorded in manifests)
 
     @property
     def mask_id(self) -> int:
@@ -53,6 +55,14 @@ class DataSpec:
         """SHA-256 of the data files, keyed ``<folder>/<file>`` (no machine-specific prefix)."""
         paths = [self.train] + ([self.val] if self.val is not None else [])
         return {f"{p.parent.name}/{p.name}": sha256_file(p) for p in paths}
+
+    def load_test(self):
+        """Records of the held-out test split, in file order."""
+        if self.test is None or not self.test.is_file():
+            raise FileNotFoundError(f"{self.name}: no test split file")
+        if self.format == "dbpedia":
+            return dbpedia_records(read_dbpedia_csv(self.test))
+        return list(iter_pubmed(self.test, self.fields))
 
     def load(self):
         """(train records, validation records) in file order."""
@@ -80,25 +90,28 @@ def resolve(spec: str, max_length: int | None = None) -> DataSpec:
     if spec == "bundled-dbpedia":
         d = DATA_DIR / "docstrings_dbpedia"
         s = DataSpec("docstrings-dbpedia", "dbpedia", d / "train.csv", d / "val.csv", ("title", "content"),
-                     DBPEDIA_FIELD_IDS, 256)
+                     DBPEDIA_FIELD_IDS, 256, test=d / "test.csv", source=spec)
     elif spec == "bundled-pubmed":
         d = DATA_DIR / "docstrings_pubmed"
         s = DataSpec("docstrings-pubmed", "pubmed", d / "train.txt", d / "dev.txt",
-                     ("summary", "parameters", "returns"), {"summary": 3, "parameters": 4, "returns": 5}, 512)
+                     ("summary", "parameters", "returns"), {"summary": 3, "parameters": 4, "returns": 5}, 512,
+                     test=d / "test.txt", source=spec)
     elif spec.startswith("dbpedia:"):
         d = Path(spec.split(":", 1)[1])
         val = d / "val.csv"
         s = DataSpec("dbpedia", "dbpedia", d / "train.csv", val if val.is_file() else None, ("title", "content"),
-                     DBPEDIA_FIELD_IDS, 256)
+                     DBPEDIA_FIELD_IDS, 256, test=d / "test.csv", source=spec)
     elif spec.startswith("pubmed:"):
         d = Path(spec.split(":", 1)[1])
         s = DataSpec("pubmed-rct", "pubmed", d / "train.txt", d / "dev.txt", ("methods", "results", "conclusions"),
-                     PUBMED_FIELD_IDS, 512)
+                     PUBMED_FIELD_IDS, 512, test=d / "test.txt", source=spec)
     else:
         raise ValueError(f"unknown data {spec!r}: use bundled-dbpedia, bundled-pubmed, dbpedia:DIR or pubmed:DIR")
     for p in (s.train, s.val):
         if p is not None and not p.is_file():
             raise FileNotFoundError(f"{p}: data file not found")
     if max_length is not None:
-        s = DataSpec(s.name, s.format, s.train, s.val, s.fields, s.field_ids, max_length, s.validation_size)
+        from dataclasses import replace
+
+        s = replace(s, max_length=max_length)
     return s

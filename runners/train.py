@@ -332,7 +332,7 @@ def train_run(
     return writer.finalize(
         model=cfg.to_dict(),
         training=tc.to_dict(),
-        dataset={"name": spec.name, "format": spec.format, "files": spec.files(),
+        dataset={"name": spec.name, "spec": spec.source, "format": spec.format, "files": spec.files(),
                  "tokenizer_sha256": prep.tokenizer_sha256, "train_records": len(prep.train),
                  "val_records": len(prep.val), "max_length": prep.max_length},
         evaluation={"examples": len(eval_ids), "primary": tc.eval_examples, "length_sample": tc.length_sample,

@@ -294,3 +294,32 @@ def test_sweep_is_resumable(tmp_path):
     assert [x.name for x in res2.complete] == ["saab"] and len(res2.skipped) == 3
     assert (tmp_path / "seed1" / "baseline" / "run.json").stat().st_mtime_ns == kept
     assert len(rs.load_runs(tmp_path)) == 4
+
+
+def test_untouched_test_evaluation(smoke_study, tmp_path):
+    import json
+
+    from runners.evaluate import evaluate_split
+    from routestats.sampling import reservoir_indices
+
+    out, _ = smoke_study
+    # a folder with just the baseline and SAAB runs of the smoke study (the tokenizer beside them)
+    pair_dir = tmp_path / "pair"
+    pair_dir.mkdir()
+    import shutil
+
+    for name in ("baseline", "saab"):
+        shutil.copytree(out / name, pair_dir / name)
+    shutil.copy(out / "tokenizer.json", pair_dir / "tokenizer.json")
+    paths = evaluate_split(pair_dir, tmp_path / "test", sample_size=6, sample_seed=1001, device="cpu")
+    man = json.loads((tmp_path / "test" / "test_manifest.json").read_text())
+    n_test = len(resolve("bundled-dbpedia").load_test())
+    assert man["indices"] == reservoir_indices(n_test, 6, 1001) and man["records"] == n_test
+    assert set(man["checkpoints"]) == {"saab-baseline-seed3", "saab-saab-seed3"}
+    runs = rs.load_runs(tmp_path / "test")
+    (p,) = runs.pairs()
+    assert p.baseline.factors["split"] == "test" and p.baseline.manifest["parent_run_id"] == "saab-baseline-seed3"
+    ex = p.baseline.examples()
+    assert ex["example_id"].tolist() == man["indices"] and ex["in_test_sample"].all()
+    t = rs.paired_effects(p, examples="test_sample", mode="numpy", resamples=50, permutations=50)
+    assert t["n"].unique().tolist() == [6]

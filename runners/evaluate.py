@@ -1,0 +1,119 @@
+"""Untouched-test confirmation (METHODS 3.7, Table 10 last row): evaluate trained runs on a
+deterministic reservoir sample of a held-out split, fixed before any model output is seen.
+
+For a folder holding a baseline and its variant run(s), ``evaluate_split``:
+
+1. draws the sample (Algorithm R, ``random.Random(sample_seed)``, sorted indices) from the
+   held-out file and writes ``OUT/test_manifest.json`` -- source file and checkpoint SHA-256,
+   seed, size and the sorted indices -- *before* any model is evaluated;
+2. rebuilds each model from its manifest and final checkpoint and writes a new run
+   ``OUT/<condition>`` (same init and data-order ids, factor ``split = test``,
+   ``parent_run_id``) whose examples are the sample, flagged ``in_test_sample``.
+
+The new runs pair like the originals, so ``routestats report OUT --mode numpy`` gives the raw
+and opportunity-adjusted confirmation statistics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from routestats import schema as S
+from routestats.atomic import sha256_file, write_json_atomic
+from routestats.errors import RoutestatsError
+from routestats.io import load_runs
+from routestats.runwriter import RunWriter, software_versions
+from routestats.sampling import reservoir_indices
+
+from .data import resolve
+from .model import EncoderConfig, SAABEncoder
+from .msm import encode_record, load_tokenizer
+from .train import _cut, dump_attention, pick_device
+
+_NAMES = {"docstrings-dbpedia": "bundled-dbpedia", "docstrings-pubmed": "bundled-pubmed"}
+
+
+def _final_checkpoint(run) -> Path:
+    steps = [e["path"] for e in run.manifest["files"] if e["path"].startswith(S.CHECKPOINT_DIR + "/")]
+    if not steps:
+        raise RoutestatsError(f"{run.run_id}: no checkpoint file kept; train with --keep-checkpoints last")
+    return run.path / sorted(steps)[-1]
+
+
+def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample_seed: int = 1001,
+                   batch_size: int = 16, device: str = "auto", cap: int | None = None) -> list[Path]:
+    """Evaluate every run under ``pair_dir`` on the test sample; returns the new run paths."""
+    pair_dir, out = Path(pair_dir), Path(out)
+    runs = load_runs(pair_dir)
+    first = runs.runs[0]
+    ds = first.manifest.get("dataset") or {}
+    spec_str = ds.get("spec") or _NAMES.get(ds.get("name", ""))
+    if not spec_str:
+        raise RoutestatsError(f"{first.run_id}: the manifest does not say which data set it was trained on")
+    spec = resolve(spec_str, max_length=ds.get("max_length"))
+    tok_path = pair_dir / "tokenizer.json"
+    if not tok_path.is_file():
+        raise RoutestatsError(f"{tok_path}: the study's tokenizer is missing")
+    if sha256_file(tok_path) != ds.get("tokenizer_sha256"):
+        raise RoutestatsError(f"{tok_path}: tokenizer differs from the one the runs were trained with")
+    records = spec.load_test()
+    idx = reservoir_indices(len(records), sample_size, sample_seed)
+    ckpts = {r.run_id: _final_checkpoint(r) for r in runs}
+    cap = cap or (first.manifest.get("evaluation") or {}).get("cap") or spec.max_length
+    manifest = {
+        "split": "test",
+        "source_file": str(spec.test.name),
+        "source_sha256": sha256_file(spec.test),
+        "records": len(records),
+        "sample_size": sample_size,
+        "sample_seed": sample_seed,
+        "method": "Algorithm R, random.Random(seed), sorted indices",
+        "indices": idx,
+        "checkpoints": {rid: {"path": str(p.relative_to(pair_dir)), "sha256": sha256_file(p)} for rid, p in ckpts.items()},
+        "tokenizer_sha256": sha256_file(tok_path),
+        "cap": cap,
+    }
+    write_json_atomic(out / "test_manifest.json", manifest)  # fixed before any model output exists
+    tok = load_tokenizer(tok_path)
+    enc = [encode_record(tok, records[i], spec.field_ids, spec.max_length) for i in idx]
+    rows = []
+    for i, (e, n_prep) in zip(idx, enc):
+        k = min(len(e.input_ids), cap)
+        rows.append({"example_id": i, "split": "test", "source_index": i, "row_id": f"row_{i}", "label": e.label,
+                     "prepared_length": min(n_prep, spec.max_length), "cap": cap, "field_ids": e.field_ids[:k],
+                     "tokens": e.tokens[:k], "word_ids": e.word_ids[:k], "in_test_sample": True})
+    examples = pd.DataFrame(rows)
+    recs = [_cut(e, cap) for e, _ in enc]
+    dev = pick_device(device)
+    paths = []
+    for run in runs:
+        cfg = EncoderConfig(**run.manifest["model"])
+        model = SAABEncoder(cfg)
+        ck = torch.load(ckpts[run.run_id], map_location="cpu", weights_only=False)
+        model.load_state_dict(ck["model"])
+        model.to(dev)
+        step = int(ck["step"])
+        name = run.path.name
+        w = RunWriter(out / name, run_id=f"{run.run_id}-test", study=run.study, factors={**run.factors, "split": "test"},
+                      seed=run.seed, init_id=run.init_id, data_order_id=run.data_order_id,
+                      fields=run.manifest["fields"], overwrite=True)
+        w.write_examples(examples)
+        with w.attention(step, dtype=(run.manifest["attention"].get("dtype") or "float16"),
+                         forms=(S.FORM_MATRICES, S.FORM_REDUCTIONS)) as sink:
+            dump_attention(model, recs, sink, batch_size, dev, idx)
+        paths.append(w.finalize(
+            parent_run_id=run.run_id, model=run.manifest["model"], dataset=ds,
+            evaluation={"split": "test", "examples": len(idx), "cap": cap, "selection": manifest["method"],
+                        "sample_seed": sample_seed, "test_manifest_sha256": sha256_file(out / "test_manifest.json"),
+                        "checkpoint_sha256": manifest["checkpoints"][run.run_id]["sha256"]},
+            software=software_versions(("torch", "tokenizers")),
+        ))
+    return paths
+
+
+def read_test_manifest(out: Path) -> dict:
+    return json.loads((Path(out) / "test_manifest.json").read_text())
