@@ -161,6 +161,34 @@ def evaluate(
         typer.echo(f"run complete: {p}")
 
 
+@app.command("init-probe")
+def init_probe(
+    out: Path = typer.Option(..., help="Output folder for the probe frames (e.g. runs/study/init_probe)."),
+    seeds: str = typer.Option(..., help="Comma list of seeds (those of the multi-seed study)."),
+    mask_seeds: str = typer.Option("101,202,303,404,505"),
+    examples: int = typer.Option(256, help="Probe examples: the first N validation records."),
+    blocks: int = typer.Option(4, help="Equal blocks of the probe examples."),
+    preset: str = typer.Option("tiny"),
+    data: str = typer.Option("bundled-dbpedia"),
+    depth: Optional[int] = typer.Option(None),
+    skip_one_update: bool = typer.Option(False, help="Skip the one-update probe."),
+    threads: Optional[int] = typer.Option(None),
+) -> None:
+    """Initialisation probes: initial-state summaries, dropout-free initial losses, one-update probe."""
+    import torch
+
+    from .data import resolve
+    from .initprobe import run_init_probe
+    from .presets import get_preset
+
+    if threads:
+        torch.set_num_threads(threads)
+    frames = run_init_probe(out, data=resolve(data), preset=get_preset(preset, depth=depth),
+                            seeds=[int(s) for s in seeds.split(",")], mask_seeds=[int(s) for s in mask_seeds.split(",")],
+                            examples=examples, blocks=blocks, one_update=not skip_one_update)
+    typer.echo(f"wrote {', '.join(sorted(frames))} to {out}")
+
+
 @app.command()
 def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write the demo run tree."),
          threads: int = typer.Option(2, help="torch CPU threads.")) -> None:

@@ -1,0 +1,139 @@
+"""Initialisation probes (METHODS 3.8): model-side quantities at initialisation, per seed.
+
+For each seed the baseline and SAAB models are built exactly as training builds them; their
+state hashes must be equal (the SAAB pathway has no parameters). Written under ``OUT``:
+
+* ``state_hashes.parquet`` -- seed, variant, sha256;
+* ``init_summaries.parquet`` -- per seed the five baseline initial-state summaries;
+* ``layer_norms.parquet`` -- per seed and layer the joint Q/K/V, output-projection and FFN weight norms;
+* ``initial_loss.parquet`` -- seed, variant, mask_seed, block, loss: dropout-free MSM loss on
+  fixed probe blocks, masked with a fresh CPU generator per (mask seed, block);
+* ``one_update.parquet`` -- seed, variant, gradient and AdamW update ratios (last / penultimate
+  layer) after one update on block 0 under the first mask seed;
+* ``probe.json`` -- settings and provenance.
+
+Correlations with the displacement score live in :mod:`routestats.initprobe`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import pyarrow as pa
+import torch
+import torch.nn.functional as F
+
+from routestats.atomic import write_json_atomic, write_table_atomic
+from routestats.errors import RoutestatsError
+from routestats.runwriter import software_versions
+
+from .data import DataSpec
+from .model import EncoderConfig, SAABEncoder, state_hash
+from .msm import collate, mask_field_ids
+from .presets import Preset
+from .train import _cut, prepare, seed_everything
+
+
+def _joint(*ws) -> float:
+    return math.sqrt(sum(float(w.detach().double().pow(2).sum()) for w in ws))
+
+
+def _layer_norms(model: SAABEncoder) -> list[dict]:
+    out = []
+    for i, layer in enumerate(model.layers):
+        a = layer.attn
+        out.append({"layer": i, "qkv_norm": _joint(a.q.weight, a.k.weight, a.v.weight), "out_proj_norm": _joint(a.o.weight),
+                    "ffn_norm": _joint(layer.ff1.weight, layer.ff2.weight)})
+    return out
+
+
+def run_init_probe(out: Path, *, data: DataSpec, preset: Preset, seeds: Sequence[int],
+                   mask_seeds: Sequence[int] = (101, 202, 303, 404, 505), examples: int = 256, blocks: int = 4,
+                   one_update: bool = True, lr_factor: float = 0.1) -> dict:
+    """Compute every probe quantity; returns the frames written (by file stem)."""
+    out = Path(out)
+    if examples % blocks:
+        raise RoutestatsError(f"{examples} probe examples do not split into {blocks} equal blocks")
+    max_length = preset.max_length or data.max_length
+    prep = prepare(data, out, preset.vocab_size, max_length)
+    if len(prep.val) < examples:
+        raise RoutestatsError(f"validation split has {len(prep.val)} records, fewer than {examples} probe examples")
+    per = examples // blocks
+    cap = min(preset.train.eval_cap, max_length)
+    block_batches = [collate([_cut(e, cap) for e in prep.val[b * per:(b + 1) * per]]) for b in range(blocks)]
+    masked = {}
+    for m in mask_seeds:  # the same masked batches for every seed and both variants
+        for b, batch in enumerate(block_batches):
+            g = torch.Generator(device="cpu").manual_seed(m)
+            masked[m, b] = mask_field_ids(batch["field_ids"], batch["attention_mask"], preset.train.mask_probability,
+                                          data.mask_id, g)
+    hashes, summaries, norms, losses, updates = [], [], [], [], []
+    for s in seeds:
+        models = {}
+        for variant in ("baseline", "saab"):
+            cfg = EncoderConfig(vocab_size=preset.vocab_size, field_vocab_size=data.field_vocab_size, max_length=max_length,
+                                num_labels=data.num_labels, variant=variant, saab_field_weight=1.0, **preset.model)
+            seed_everything(s)
+            models[variant] = SAABEncoder(cfg)
+            hashes.append({"seed": s, "variant": variant, "sha256": state_hash(models[variant])})
+        if hashes[-1]["sha256"] != hashes[-2]["sha256"]:
+            raise RoutestatsError(f"seed {s}: baseline and SAAB initial states differ")
+        base = models["baseline"]
+        E = base.field.weight.detach().double()
+        ids = data.field_ids
+        title, content = ids.get("title", min(ids.values()) + 1), ids.get("content", min(ids.values()))
+        ln = _layer_norms(base)
+        last, pen = ln[-1], ln[-2]
+        summaries.append({
+            "seed": s,
+            "field_embedding_distance": float((E[title] - E[content]).norm()),
+            "mask_embedding_offset": float((E[data.mask_id] - (E[title] + E[content]) / 2).norm()),
+            "qkv_norm_ratio": last["qkv_norm"] / pen["qkv_norm"],
+            "out_proj_norm_ratio": last["out_proj_norm"] / pen["out_proj_norm"],
+            "ffn_norm_ratio": last["ffn_norm"] / pen["ffn_norm"],
+        })
+        norms += [{"seed": s, **r} for r in ln]
+        for variant, model in models.items():
+            model.eval()
+            with torch.inference_mode():
+                for (m, b), (mids, labels) in masked.items():
+                    batch = block_batches[b]
+                    logits, _ = model(batch["input_ids"], mids, batch["attention_mask"])
+                    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+                    losses.append({"seed": s, "variant": variant, "mask_seed": m, "block": b, "loss": float(loss)})
+        if one_update:
+            for variant in ("baseline", "saab"):
+                seed_everything(s)
+                cfg = models[variant].cfg
+                model = SAABEncoder(cfg)
+                model.train()
+                opt = torch.optim.AdamW(model.parameters(), lr=preset.train.learning_rate * lr_factor,
+                                        weight_decay=preset.train.weight_decay, betas=preset.train.betas)
+                before = [[getattr(layer.attn, c).weight.detach().clone() for c in "qkv"] for layer in model.layers]
+                mids, labels = masked[mask_seeds[0], 0]
+                batch = block_batches[0]
+                logits, _ = model(batch["input_ids"], mids, batch["attention_mask"])
+                F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100).backward()
+                grads = [_joint(*(getattr(layer.attn, c).weight.grad for c in "qkv")) for layer in model.layers]
+                torch.nn.utils.clip_grad_norm_(model.parameters(), preset.train.grad_clip)
+                opt.step()
+                upd = [_joint(*(getattr(layer.attn, c).weight - w0 for c, w0 in zip("qkv", before[i])))
+                       for i, layer in enumerate(model.layers)]
+                updates.append({"seed": s, "variant": variant, "grad_ratio": grads[-1] / grads[-2],
+                                "update_ratio": upd[-1] / upd[-2]})
+    frames = {"state_hashes": pd.DataFrame(hashes), "init_summaries": pd.DataFrame(summaries),
+              "layer_norms": pd.DataFrame(norms), "initial_loss": pd.DataFrame(losses)}
+    if one_update:
+        frames["one_update"] = pd.DataFrame(updates)
+    for name, df in frames.items():
+        write_table_atomic(out / f"{name}.parquet", pa.Table.from_pandas(df, preserve_index=False))
+    write_json_atomic(out / "probe.json", {
+        "seeds": list(seeds), "mask_seeds": list(mask_seeds), "examples": examples, "blocks": blocks,
+        "block_size": per, "cap": cap, "preset": preset.name, "model": preset.model, "data": data.source or data.name,
+        "one_update": one_update, "one_update_lr": preset.train.learning_rate * lr_factor,
+        "tokenizer_sha256": prep.tokenizer_sha256, "software": software_versions(("torch", "tokenizers")),
+    })
+    return frames
