@@ -183,3 +183,24 @@ def word_map(wm, labels: dict):
                    ylabel="query word" if j == 0 else "")
     fig.tight_layout()
     return fig
+
+
+def lengths(ex: pd.DataFrame):
+    """Evaluated lengths (histogram) and the per-example Δ SFM against length with a running mean."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
+    one = ex.drop_duplicates("example_id")
+    a.hist(one["length"], bins=min(30, max(5, one["length"].nunique())), color="#4C72B0")
+    a.set(xlabel="evaluated tokens", ylabel="examples", title="Length distribution")
+    layers = sorted(ex["layer"].unique())
+    colors = sns.color_palette("viridis", len(layers))
+    window = max(5, len(one) // 20)
+    for c, layer in zip(colors, layers):
+        t = ex[ex["layer"] == layer].sort_values("length")
+        b.scatter(t["length"], t["diff"], s=8, color=c, alpha=0.35)
+        b.plot(t["length"], t["diff"].rolling(window, min_periods=1, center=True).mean(), color=c, lw=2,
+               label=f"layer {layer}")
+    b.axhline(0, color="0.4", ls="--", lw=1)
+    b.set(xlabel="evaluated tokens", ylabel="Δ SFM (variant − baseline)", title=f"Δ vs length (running mean of {window})")
+    b.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    return fig

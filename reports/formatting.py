@@ -146,6 +146,27 @@ def report_specs(rep) -> dict[str, TableSpec]:
              Column(f"Adj. {v}", "variant_mean"), Column("Δ adj.", "mean_diff"),
              Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p"))),
     }
+    if getattr(rep, "lengths", None) is not None:
+        specs["lengths"] = TableSpec(
+            "lengths", "Evaluated token lengths (Table 11 layout): mean, population SD, linear-interpolation "
+                       "quantiles and saturation at the evaluation cap.",
+            (Column("Split", "split", "text"), Column("n", "n", "int"), Column("Mean", "mean", "num", 1),
+             Column("SD", "sd_population", "num", 1), Column("Median", "median", "num", 1), Column("IQR", "iqr", "num", 1),
+             Column("P90", "p90", "num", 1), Column("P95", "p95", "num", 1), Column("Cap", "cap", "int"),
+             Column("Saturated", "saturation_count", "int"), Column("Rate", "saturation_rate", "num", 3)))
+        specs["length_association"] = TableSpec(
+            "length_association", f"Length association (Table 12A): Spearman ρ between evaluated length and the "
+                                  f"per-example Δ SFM, percentile bootstrap CI ({rep.settings.length_resamples:,} "
+                                  "resamples), Holm over layers.",
+            (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("ρ", "rho"),
+             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (raw)", "p_raw", "p"),
+             Column("p (Holm)", "p_adj", "p")))
+        specs["length_bins"] = TableSpec(
+            "length_bins", "Equal-count length quartile bins (by rank of length, then source index): mean and median "
+                           "Δ SFM per layer.",
+            (Column("Bin", "bin", "int"), Column("Layer", "layer", "int"), Column("n", "count", "int"),
+             Column("Lengths", ("min_length", "max_length"), "range"), Column("Mean Δ", "mean_delta"),
+             Column("Median Δ", "median_delta")))
     if rep.gradient_checkpoints is not None:
         g = rep.gradient_checkpoints
         lo, up = int(g["lower_layer"].iloc[0]), int(g["upper_layer"].iloc[0])

@@ -166,6 +166,10 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
             blocks.append({"id": "gradients", "title": "Gradient-norm ratio",
                            "tables": [table("gradients")] if rep.gradient_checkpoints is not None else [],
                            "figure": fig("gradients"), "text": ""})
+        if rep.lengths is not None:
+            blocks.append({"id": "lengths", "title": "Lengths (Tables 11 and 12A)",
+                           "tables": [table("lengths"), table("length_association"), table("length_bins")],
+                           "figure": fig("lengths"), "text": ""})
         if rep.word_map is not None:
             blocks.append({"id": "words", "title": f"Word-level attention, example {rep.word_map.example_id}",
                            "tables": [], "figure": fig("word_map"),
@@ -204,6 +208,8 @@ def make_figures(rep, folder: Path, prefix: str = "") -> dict:
         out["gradients"] = F.save(F.gradient_ratios(rep.gradient_steps, labels), folder, prefix + "gradients")
     if rep.word_map is not None:
         out["word_map"] = F.save(F.word_map(rep.word_map, labels), folder, prefix + "word_map")
+    if rep.lengths is not None and rep.length_examples is not None:
+        out["lengths"] = F.save(F.lengths(rep.length_examples), folder, prefix + "lengths")
     return out
 
 

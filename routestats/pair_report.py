@@ -25,10 +25,11 @@ import numpy as np
 import pandas as pd
 
 from . import schema as S
-from .effects import paired_effects
+from .effects import paired_differences, paired_effects
 from .errors import RoutestatsError
 from .io import Run, RunPair
 from .metrics import field_to_field, head_sfm, layer_summary, profile_distance, select_examples, word_attention
+from .lengths import length_association, length_bins, length_table
 from .training import gradient_checkpoint_summary, gradient_ratios, trajectory
 
 __all__ = ["ReportSettings", "PairReport", "build_pair_report", "select_token_map_example"]
@@ -51,6 +52,7 @@ class ReportSettings:
     token_map_max_length: int = 30
     token_map_min_tokens_per_field: int = 4
     token_map_layers: tuple[int, ...] | None = None  # default: the last two layers
+    length_resamples: int = 2000  # bootstrap resamples of the Spearman length association
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,10 @@ class PairReport:
     gradient_checkpoints: pd.DataFrame | None
     word_map: WordMap | None
     provenance: dict
+    lengths: pd.DataFrame | None = None
+    length_examples: pd.DataFrame | None = None  # example_id, length, layer, diff (for the length figure)
+    length_association: pd.DataFrame | None = None
+    length_bins: pd.DataFrame | None = None
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every table of the report by name (None-valued sections are left out)."""
@@ -119,6 +125,9 @@ class PairReport:
             out["gradients"] = self.gradient_checkpoints
         if self.word_map is not None:
             out["word_map"] = self.word_map.to_frame()
+        for name in ("lengths", "length_association", "length_bins"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
 
@@ -303,6 +312,19 @@ def build_pair_report(p: RunPair, settings: ReportSettings = ReportSettings(),
         grad_ck = pd.concat(gc, ignore_index=True) if gc else None
     say("word-level map")
     wm = _word_map(p, settings, step, n_layers)
+    lengths = assoc = bins = length_examples = None
+    ex = p.baseline.examples(["example_id", "split", "length", "cap"])
+    ids_sel = select_examples(p.baseline, settings.examples)
+    if ids_sel is not None:
+        ex = ex[ex["example_id"].isin(ids_sel)]
+    if ex["length"].nunique() >= 3 and len(ex) >= 8:
+        say("length analyses")
+        lengths = length_table(ex[["split", "length"]], cap=int(ex["cap"].max()))
+        assoc = length_association(p, resamples=settings.length_resamples, seed=settings.seed, step=step,
+                                   examples=settings.examples)
+        bins = length_bins(p, step=step, examples=settings.examples)
+        length_examples = paired_differences(p, step=step, examples=settings.examples)[["example_id", "layer", "diff"]]
+        length_examples = length_examples.merge(ex[["example_id", "length"]], on="example_id")
     ids = select_examples(p.baseline, settings.examples)
     n_examples = len(p.baseline.examples(["example_id"])) if ids is None else len(ids)
     return PairReport(
@@ -332,4 +354,8 @@ def build_pair_report(p: RunPair, settings: ReportSettings = ReportSettings(),
         gradient_checkpoints=grad_ck,
         word_map=wm,
         provenance=_provenance(p, settings, step),
+        lengths=lengths,
+        length_examples=length_examples,
+        length_association=assoc,
+        length_bins=bins,
     )
