@@ -20,9 +20,20 @@ def _delta_columns(df: pd.DataFrame, prefix: str = "delta_l", label: str = "Δ L
     return tuple(Column(f"{label}{c[len(prefix):]}", c) for c in cols)
 
 
+def _group_cols(rep) -> tuple[Column, ...]:
+    """Data-set / depth columns, shown only when the tree has more than one of them."""
+    cols = []
+    if rep.deltas["dataset"].nunique() > 1:
+        cols.append(Column("Data set", "dataset", "text"))
+    if rep.deltas["depth"].nunique() > 1:
+        cols.append(Column("Depth", "depth", "int"))
+    return tuple(cols)
+
+
 def study_specs(rep) -> dict[str, TableSpec]:
     """Table layouts of the study sections present in ``rep``."""
     specs = {}
+    grp = _group_cols(rep)
     conf = f"{100 * rep.settings.confidence:.0f}%"
     if rep.seed_table is not None:
         t = rep.seed_table
@@ -30,7 +41,7 @@ def study_specs(rep) -> dict[str, TableSpec]:
         specs["seeds"] = TableSpec(
             "seeds", f"Per-seed SFM of layers L{lo} and L{up} (standard SAAB vs baseline); Δ from unrounded values; "
                      "pattern labels by the documented rules (routestats.studies.PatternRules).",
-            (Column("Seed", "seed", "int"), Column(f"Base L{lo}", "baseline_lower"), Column(f"Base L{up}", "baseline_upper"),
+            (*grp, Column("Seed", "seed", "int"), Column(f"Base L{lo}", "baseline_lower"), Column(f"Base L{up}", "baseline_upper"),
              Column(f"SAAB L{lo}", "variant_lower"), Column(f"SAAB L{up}", "variant_upper"),
              Column(f"Δ L{lo}", "delta_lower"), Column(f"Δ L{up}", "delta_upper"),
              Column("Displacement", "displacement"), Column("Pattern", "pattern", "text")))
@@ -65,7 +76,7 @@ def study_specs(rep) -> dict[str, TableSpec]:
             "across_seeds", "Across-seed inference (unit = seed): per-seed mean Δ, paired t-test and exact sign-flip "
                             "test over all 2^n sign patterns, Holm over layers. The smallest attainable sign-flip p is "
                             "2/2^n.",
-            (Column("Layer", "layer", "int"), Column("Seeds", "n_seeds", "int"), Column("Mean Δ", "mean_delta"),
+            (*grp, Column("Layer", "layer", "int"), Column("Seeds", "n_seeds", "int"), Column("Mean Δ", "mean_delta"),
              Column("SD", "sd_delta"), Column("d_z", "dz", "num", 2), Column("t", "t", "num", 2),
              Column(f"{conf} CI (t)", ("ci_low_t", "ci_high_t"), "ci"), Column("p t (Holm)", "p_t_holm", "p"),
              Column("p sign-flip (Holm)", "p_signflip_holm", "p"), Column("min p", "min_attainable_p", "p")))
@@ -74,15 +85,35 @@ def study_specs(rep) -> dict[str, TableSpec]:
             "hierarchical", f"Two-stage bootstrap (seeds, then examples within seeds; {rep.settings.resamples:,} "
                             f"resamples): mean Δ over seeds with a {conf} percentile interval. Assumes exchangeable seeds "
                             "and exchangeable examples within a seed.",
-            (Column("Layer", "layer", "int"), Column("Seeds", "n_seeds", "int"), Column("Mean Δ", "mean_delta"),
+            (*grp, Column("Layer", "layer", "int"), Column("Seeds", "n_seeds", "int"), Column("Mean Δ", "mean_delta"),
              Column(f"{conf} CI", ("ci_low", "ci_high"), "ci")))
     if rep.variance is not None:
         specs["variance_components"] = TableSpec(
             "variance_components", "Random-intercept model diff ~ 1 + (1 | seed) per layer (REML): mean Δ with Wald "
                                    "CI and the split of variance between seeds (initialisation) and examples.",
-            (Column("Layer", "layer", "int"), Column("Mean Δ", "mean_delta"), Column("SE", "se", "num", 4),
+            (*grp, Column("Layer", "layer", "int"), Column("Mean Δ", "mean_delta"), Column("SE", "se", "num", 4),
              Column("95% CI", ("ci_low", "ci_high"), "ci"), Column("Var seeds", "var_between_seeds", "num", 5),
              Column("Var examples", "var_within_seed", "num", 5), Column("ICC", "icc", "num", 2)))
+    if rep.standardisation is not None:
+        a, b = [c.replace("standardised_delta_", "") for c in rep.standardisation.columns if c.startswith("standardised_delta_")]
+        specs["standardisation"] = TableSpec(
+            "standardisation", f"Exact-length standardisation (Table 12B): per-layer Δ standardised over the shared "
+                               f"exact lengths (weights min of the two counts), contrast {b} − {a} with a stratified "
+                               f"bootstrap {conf} CI ({rep.settings.resamples:,} resamples, weights fixed).",
+            (Column("Seed", "seed", "int"), Column("Layer", "layer", "int"), Column(f"Std. Δ {a}", f"standardised_delta_{a}"),
+             Column(f"Std. Δ {b}", f"standardised_delta_{b}"), Column("Contrast", "contrast"),
+             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("Strata", "shared_strata", "int"),
+             Column("Mass W", "overlap_target_mass", "int")))
+        specs["standardisation_sensitivity"] = TableSpec(
+            "standardisation_sensitivity", "Band-width sensitivity of the standardised contrast (point estimates).",
+            (Column("Band", "band_width", "int"), Column("Layer", "layer", "int"), Column("Strata", "shared_strata", "int"),
+             Column("Contrast", "contrast")))
+    if rep.init_probe is not None:
+        specs["init_probe"] = TableSpec(
+            "init_probe", "Initialisation probes: Spearman ρ of initial-state quantities with the per-seed "
+                          "displacement score (Δ last − Δ penultimate layer).",
+            (Column("Analysis", "analysis", "text"), Column("Metric", "metric", "text"), Column("ρ", "spearman_rho"),
+             Column("Seeds", "n_seeds", "int")))
     if rep.gradients is not None:
         specs["gradients"] = TableSpec(
             "gradients", "Gradient-norm ratio last/penultimate layer: mean of per-step ratios over the last steps "
@@ -101,9 +132,10 @@ def study_figures(rep, folder: Path, prefix: str = "") -> dict:
     if rep.seed_table is not None:
         d = rep.deltas[(rep.deltas["variant"] == "saab") & (rep.deltas["w_f"] == 1.0) & (rep.deltas["bias_layers"] == "all")]
         fig, ax = plt.subplots(figsize=(7, 3.6))
-        for seed, g in d.groupby("seed"):
+        for (ds, seed), g in d.groupby(["dataset", "seed"]):
             g = g.sort_values("layer")
-            ax.plot(g["layer"], g["delta"], marker="o", lw=1, alpha=0.6, label=f"seed {seed}")
+            label = f"seed {seed}" if d["dataset"].nunique() == 1 else f"{ds} seed {seed}"
+            ax.plot(g["layer"], g["delta"], marker="o", lw=1, alpha=0.6, label=F.plain(label))
         m = d.groupby("layer")["delta"].mean()
         ax.plot(m.index, m.values, color="black", lw=2.5, marker="s", label="mean over seeds")
         ax.axhline(0, color="0.4", ls="--", lw=1)
@@ -184,6 +216,9 @@ def study_section(rep, slug: str, figs: dict) -> dict:
              ("variance_components", "Example vs initialisation variance: mixed model", None),
              ("sweep", "Bias strength", "sweep"), ("placement", "Layer placement", None),
              ("shuffled", "Shuffled control", "shuffled"), ("depth", "Depth", None), ("datasets", "Data sets", None),
+             ("standardisation", "Length-standardised data-set contrast", None),
+             ("standardisation_sensitivity", "Band-width sensitivity", None),
+             ("init_probe", "Initialisation probes", None),
              ("gradients", "Gradient-norm ratios", None)]
     for name, title, figname in order:
         if name in specs:
@@ -198,7 +233,8 @@ def study_section(rep, slug: str, figs: dict) -> dict:
         findings.append("Seed patterns: " + "; ".join(f"{k} × {v}" for k, v in counts.items()) + ".")
     if rep.across_seeds is not None:
         for r in rep.across_seeds.itertuples():
-            findings.append(f"Layer {r.layer}: mean Δ over {r.n_seeds} seeds {fmt_num(r.mean_delta)} "
+            where = f"{r.dataset}, " if rep.across_seeds["dataset"].nunique() > 1 else ""
+            findings.append(f"{where}Layer {r.layer}: mean Δ over {r.n_seeds} seeds {fmt_num(r.mean_delta)} "
                             f"(SD {fmt_num(r.sd_delta)}), paired t p_Holm {fmt_p(r.p_t_holm)}, exact sign-flip "
                             f"p_Holm {fmt_p(r.p_signflip_holm)} (min attainable {fmt_p(r.min_attainable_p)}).")
     if rep.sweep is not None and (rep.sweep["w_f"] == 0).any():

@@ -190,6 +190,7 @@ def report(
     step: Optional[int] = STEP,
     factor: str = FACTOR,
     baseline: str = BASELINE,
+    init_probe: Optional[Path] = typer.Option(None, help="Init-probe folder (default: PATH/init_probe when present)."),
     pairs: str = typer.Option("auto", "--pairs", help="Per-pair sections: auto (only for a single pair), "
                                                      "reference (standard SAAB pairs), all, none."),
 ) -> None:
@@ -218,8 +219,10 @@ def report(
         say = lambda label: bar.update(task, description=label)  # noqa: E731
         built = []
         if len(found) > 1:
+            probe = init_probe or (path / "init_probe" if (path / "init_probe" / "probe.json").is_file() else None)
             built.append(build_study_report(obj, StudySettings(resamples=resamples, seed=seed,
-                                                               examples=examples, step=step), progress=say))
+                                                               examples=examples, step=step), progress=say,
+                                            init_probe=probe))
         mode_pairs = ("all" if len(found) == 1 else "none") if pairs == "auto" else pairs
         if mode_pairs == "reference":
             found = [p for p in found if p.variant.factors.get("variant") == "saab"

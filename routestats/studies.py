@@ -32,7 +32,7 @@ from .effects import paired_differences
 from .errors import RoutestatsError
 from .io import RunCollection
 from .metrics import profile_distance
-from .stats import cohen_dz, holm, paired_t, signflip_count
+from .stats import cohen_dz, holm, paired_t, percentile_ci, signflip_count
 
 __all__ = [
     "paired_deltas",
@@ -138,7 +138,7 @@ def seed_table(deltas: pd.DataFrame, lower: int = -2, upper: int = -1, rules: Pa
     """Per-seed SFM of two layers (default penultimate and last) for both models (paper Table 3).
 
     ``condition`` filters the pairs (default: standard SAAB, w_f 1 on all layers, unshuffled).
-    Columns: seed, lower_layer, upper_layer, baseline_lower, baseline_upper, variant_lower,
+    One row per data set, depth and seed. Columns: dataset, depth, seed, lower_layer, upper_layer, baseline_lower, baseline_upper, variant_lower,
     variant_upper, delta_lower, delta_upper, displacement (delta_upper - delta_lower),
     baseline_gap, variant_gap, pattern.
     """
@@ -146,14 +146,14 @@ def seed_table(deltas: pd.DataFrame, lower: int = -2, upper: int = -1, rules: Pa
     if d.empty:
         raise RoutestatsError("no pairs of the requested condition")
     rows = []
-    for seed, g in d.groupby("seed", sort=True):
+    for (dataset, depth, seed), g in d.groupby(["dataset", "depth", "seed"], sort=True, dropna=False):
         layers = sorted(g["layer"].unique())
         lo, up = layers[lower], layers[upper]
         a, b = g.set_index("layer").loc[lo], g.set_index("layer").loc[up]
         gap_b = b["baseline_sfm"] - a["baseline_sfm"]
         gap_v = b["variant_sfm"] - a["variant_sfm"]
         rows.append({
-            "seed": seed, "lower_layer": lo, "upper_layer": up,
+            "dataset": dataset, "depth": depth, "seed": seed, "lower_layer": lo, "upper_layer": up,
             "baseline_lower": a["baseline_sfm"], "baseline_upper": b["baseline_sfm"],
             "variant_lower": a["variant_sfm"], "variant_upper": b["variant_sfm"],
             "delta_lower": a["delta"], "delta_upper": b["delta"], "displacement": b["delta"] - a["delta"],
@@ -238,7 +238,7 @@ def dataset_table(deltas: pd.DataFrame) -> pd.DataFrame:
 
 # ------------------------------------------------------------------ across seeds
 def across_seed_tests(deltas: pd.DataFrame, condition=None, exact_max_seeds: int = 16) -> pd.DataFrame:
-    """Seed-level inference on per-seed deltas, per layer, Holm across layers.
+    """Seed-level inference on per-seed deltas, per data set, depth and layer; Holm across layers.
 
     Unit = seed (initialisation): each seed contributes its mean per-example delta. Reports
     the paired t-test (``scipy.stats.ttest_1samp`` on the deltas) and the exact two-sided
@@ -246,24 +246,30 @@ def across_seed_tests(deltas: pd.DataFrame, condition=None, exact_max_seeds: int
     attainable sign-flip p (2 / 2^n): with few seeds no result can reach 0.05.
     """
     d = deltas[_is_reference(deltas)] if condition is None else deltas[condition(deltas)]
-    w = d.pivot_table(index="seed", columns="layer", values="delta")
-    if w.isna().any().any():
-        raise RoutestatsError("every seed needs a delta at every layer")
-    x = w.to_numpy()
-    n, k = x.shape
-    if n < 2:
-        raise RoutestatsError("across-seed inference needs at least 2 seeds")
-    if n > exact_max_seeds:
-        raise RoutestatsError(f"{n} seeds: exact enumeration is limited to {exact_max_seeds}")
-    bits = ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1).astype(np.uint8)
-    p_sf = signflip_count(x, bits) / 2**n
-    t = paired_t(x, labels=list(w.columns))
-    return pd.DataFrame({
-        "layer": list(w.columns), "n_seeds": n, "mean_delta": x.mean(axis=0), "sd_delta": x.std(axis=0, ddof=1),
-        "dz": cohen_dz(x), "t": t.statistic, "df": t.df, "p_t": t.p_raw, "p_t_holm": t.p_adj,
-        "ci_low_t": t.ci_low, "ci_high_t": t.ci_high,
-        "p_signflip_exact": p_sf, "p_signflip_holm": holm(p_sf), "min_attainable_p": 2 / 2**n,
-    })
+    frames = []
+    for (dataset, depth), grp in d.groupby(["dataset", "depth"], dropna=False):
+        w = grp.pivot(index="seed", columns="layer", values="delta")
+        if w.isna().any().any():
+            raise RoutestatsError(f"{dataset}, depth {depth}: every seed needs a delta at every layer")
+        x = w.to_numpy()
+        n, k = x.shape
+        if n < 2:
+            continue
+        if n > exact_max_seeds:
+            raise RoutestatsError(f"{n} seeds: exact enumeration is limited to {exact_max_seeds}")
+        bits = ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1).astype(np.uint8)
+        p_sf = signflip_count(x, bits) / 2**n
+        t = paired_t(x, labels=list(w.columns))
+        frames.append(pd.DataFrame({
+            "dataset": dataset, "depth": depth,
+            "layer": list(w.columns), "n_seeds": n, "mean_delta": x.mean(axis=0), "sd_delta": x.std(axis=0, ddof=1),
+            "dz": cohen_dz(x), "t": t.statistic, "df": t.df, "p_t": t.p_raw, "p_t_holm": t.p_adj,
+            "ci_low_t": t.ci_low, "ci_high_t": t.ci_high,
+            "p_signflip_exact": p_sf, "p_signflip_holm": holm(p_sf), "min_attainable_p": 2 / 2**n,
+        }))
+    if not frames:
+        raise RoutestatsError("across-seed inference needs at least 2 seeds in some data set and depth")
+    return pd.concat(frames, ignore_index=True)
 
 
 def hierarchical_bootstrap(ex_deltas: pd.DataFrame, resamples: int = 2000, seed: int = 1001, confidence: float = 0.95,
@@ -274,12 +280,17 @@ def hierarchical_bootstrap(ex_deltas: pd.DataFrame, resamples: int = 2000, seed:
     that seed's examples with replacement; the statistic is the mean over drawn seeds of
     the per-seed mean delta. Assumes seeds are exchangeable draws of the initialisation and
     examples exchangeable within a seed; with few seeds the interval is too narrow (the
-    seed-level resampling has only n^n distinct outcomes).
+    seed-level resampling has only n^n distinct outcomes). One block of rows per data set and depth.
     """
-    from .stats import percentile_ci
-
-    d = ex_deltas[_is_reference(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
+    d_all = ex_deltas[_is_reference(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
     rng = np.random.default_rng(seed)
+    rows = []
+    for (dataset, depth), d in d_all.groupby(["dataset", "depth"], dropna=False):
+        rows += _two_stage(d, rng, resamples, seed, confidence, dataset, depth)
+    return pd.DataFrame(rows)
+
+
+def _two_stage(d, rng, resamples, seed, confidence, dataset, depth) -> list[dict]:
     rows = []
     seeds = sorted(d["seed"].unique())
     layers = sorted(d["layer"].unique())
@@ -300,9 +311,10 @@ def hierarchical_bootstrap(ex_deltas: pd.DataFrame, resamples: int = 2000, seed:
     lo, hi = percentile_ci(stats, confidence)
     point = np.mean([per_seed[s].mean(axis=0) for s in seeds], axis=0)
     for i, layer in enumerate(layers):
-        rows.append({"layer": layer, "n_seeds": S, "mean_delta": point[i], "ci_low": lo[i], "ci_high": hi[i],
-                     "resamples": resamples, "seed": seed, "method": "two-stage bootstrap (seeds, then examples)"})
-    return pd.DataFrame(rows)
+        rows.append({"dataset": dataset, "depth": depth, "layer": layer, "n_seeds": S, "mean_delta": point[i],
+                     "ci_low": lo[i], "ci_high": hi[i], "resamples": resamples, "seed": seed,
+                     "method": "two-stage bootstrap (seeds, then examples)"})
+    return rows
 
 
 def variance_components(ex_deltas: pd.DataFrame, condition=None) -> pd.DataFrame:
@@ -319,22 +331,22 @@ def variance_components(ex_deltas: pd.DataFrame, condition=None) -> pd.DataFrame
 
     d = ex_deltas[_is_reference(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
     rows = []
-    for layer, g in d.groupby("layer"):
+    for (dataset, depth, layer), g in d.groupby(["dataset", "depth", "layer"], dropna=False):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 fit = smf.mixedlm("diff ~ 1", g, groups=g["seed"]).fit(reml=True)
             except (np.linalg.LinAlgError, ValueError) as exc:
-                rows.append({"layer": layer, "n_seeds": g["seed"].nunique(), "n_examples": len(g),
-                             "mean_delta": float(g["diff"].mean()), "se": np.nan, "ci_low": np.nan, "ci_high": np.nan,
+                rows.append({"dataset": dataset, "depth": depth, "layer": layer, "n_seeds": g["seed"].nunique(),
+                             "n_examples": len(g), "mean_delta": float(g["diff"].mean()), "se": np.nan, "ci_low": np.nan, "ci_high": np.nan,
                              "var_between_seeds": np.nan, "var_within_seed": np.nan, "icc": np.nan,
                              "method": f"MixedLM REML failed: {exc}"})
                 continue
         between = float(fit.cov_re.iloc[0, 0])
         within = float(fit.scale)
         ci = fit.conf_int().loc["Intercept"]
-        rows.append({"layer": layer, "n_seeds": g["seed"].nunique(), "n_examples": len(g),
-                     "mean_delta": float(fit.fe_params["Intercept"]), "se": float(fit.bse_fe["Intercept"]),
+        rows.append({"dataset": dataset, "depth": depth, "layer": layer, "n_seeds": g["seed"].nunique(),
+                     "n_examples": len(g), "mean_delta": float(fit.fe_params["Intercept"]), "se": float(fit.bse_fe["Intercept"]),
                      "ci_low": float(ci[0]), "ci_high": float(ci[1]), "var_between_seeds": between,
                      "var_within_seed": within, "icc": between / (between + within) if between + within > 0 else np.nan,
                      "method": "MixedLM REML, random intercept per seed"})

@@ -75,9 +75,14 @@ class StudyReport:
     trajectories: pd.DataFrame | None
     gradients: pd.DataFrame | None
     provenance: dict
+    standardisation: pd.DataFrame | None = None
+    standardisation_sensitivity: pd.DataFrame | None = None
+    init_probe: pd.DataFrame | None = None
 
     def tables(self) -> dict[str, pd.DataFrame]:
         named = {"deltas": self.deltas, "seeds": self.seed_table, "sweep": self.sweep, "placement": self.placement,
+                 "standardisation": self.standardisation,
+                 "standardisation_sensitivity": self.standardisation_sensitivity, "init_probe": self.init_probe,
                  "shuffled": self.shuffled, "depth": self.depth, "datasets": self.datasets,
                  "across_seeds": self.across_seeds, "hierarchical": self.hierarchical,
                  "variance_components": self.variance, "trajectories": self.trajectories,
@@ -93,8 +98,41 @@ def _try(fn, *args, **kw):
     return None if out is None or len(out) == 0 else out
 
 
-def build_study_report(runs: RunCollection, settings: StudySettings = StudySettings(), progress=None) -> StudyReport:
-    """Compute every applicable multi-run table for a run tree."""
+def _standardisation(runs: RunCollection, deltas: pd.DataFrame, settings: StudySettings):
+    """Exact-length standardised contrast between the two data sets, at the first seed that has
+    a standard SAAB pair on both."""
+    from .lengths import length_standardised_contrast
+
+    names = sorted(deltas["dataset"].unique())
+    if len(names) != 2:
+        return None, None
+    ref = deltas[_is_reference(deltas)]
+    by = {}
+    for p in runs.pairs():
+        if p.variant.run_id in set(ref["variant_run"]):
+            row = ref[ref["variant_run"] == p.variant.run_id].iloc[0]
+            by.setdefault(row["seed"], {})[row["dataset"]] = p
+    for seed in sorted(by):
+        if len(by[seed]) == 2:
+            try:
+                res = length_standardised_contrast(by[seed][names[0]], by[seed][names[1]], names=tuple(names),
+                                                   resamples=settings.resamples, seed=settings.seed,
+                                                   confidence=settings.confidence, examples=settings.examples)
+            except RoutestatsError:
+                return None, None
+            ex = res.exact.copy()
+            ex.insert(0, "seed", seed)
+            return ex, res.sensitivity
+    return None, None
+
+
+def build_study_report(runs: RunCollection, settings: StudySettings = StudySettings(), progress=None,
+                       init_probe=None) -> StudyReport:
+    """Compute every applicable multi-run table for a run tree.
+
+    ``init_probe``: folder of ``python -m runners init-probe`` outputs; its correlations with
+    the seed table's displacement score become a section.
+    """
     say = progress or (lambda label: None)
     say("paired deltas")
     ex = example_deltas(runs, settings.step, settings.examples)
@@ -137,6 +175,16 @@ def build_study_report(runs: RunCollection, settings: StudySettings = StudySetti
                     g.insert(2, "condition", run.manifest.get("condition", run.factors.get("variant")))
                     grad_rows.append(g)
     conditions = runs.index.drop(columns=["path", "init_id", "data_order_id"])
+    say("length standardisation")
+    std, std_sens = _standardisation(runs, deltas, settings)
+    probe = None
+    if init_probe is not None and seeds is not None:
+        from .initprobe import load_probe, probe_correlations
+
+        # outcomes of the largest data-set/depth group (the init probe is one data set, one depth)
+        key = seeds.groupby(["dataset", "depth"], dropna=False).size().idxmax()
+        main = seeds[(seeds["dataset"] == key[0]) & (seeds["depth"] == key[1])]
+        probe = probe_correlations(load_probe(init_probe), main[["seed", "displacement"]])
     return StudyReport(
         title=f"Study of {len(runs)} runs",
         settings=settings,
@@ -155,6 +203,9 @@ def build_study_report(runs: RunCollection, settings: StudySettings = StudySetti
         variance=var,
         trajectories=pd.concat(traj_rows, ignore_index=True) if traj_rows else None,
         gradients=pd.concat(grad_rows, ignore_index=True) if grad_rows else None,
+        standardisation=std,
+        standardisation_sensitivity=std_sens,
+        init_probe=probe,
         provenance={
             "runs": runs.index.astype(str).to_dict(orient="records"),
             "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

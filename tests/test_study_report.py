@@ -40,3 +40,41 @@ def test_pairs_option_validated(tree, tmp_path):  # noqa: F811
     root = tree.runs[0].path.parent.parent
     r = runner.invoke(app, ["report", str(root), "-o", str(tmp_path / "o"), "--pairs", "some"])
     assert r.exit_code == 2 and "--pairs must be auto, reference, all or none" in r.output
+
+
+def test_dataset_standardisation_and_init_probe_sections(tmp_path):
+    import pandas as pd
+
+    from routestats.initprobe import probe_correlations
+    from routestats.lengths import length_standardised_contrast
+    from tests.conftest import random_attention, write_run
+    from tests.test_initprobe import synthetic_probe
+    from tests.test_studies import CONDITIONS
+
+    rng = np.random.default_rng(3)
+    lens = {"dbpedia": [6, 7, 7, 8, 9, 10], "pubmed": [7, 7, 8, 8, 9, 12]}
+    for seed in (0, 7, 42, 99, 123):
+        for ds, lengths in lens.items():
+            fields = [[4] * 2 + [3] * (n - 2) for n in lengths]
+            tag = f"{ds}-s{seed}"
+            for name in ("baseline", "saab"):
+                att = [random_attention(rng, 2, 1, len(g)) for g in fields]
+                write_run(tmp_path / "tree" / tag / name, att, fields, run_id=f"{tag}-{name}", seed=seed,
+                          init_id=tag, data_order_id=tag, factors={**CONDITIONS[name], "dataset": ds, "depth": 2})
+    probe, _ = synthetic_probe()
+    pdir = tmp_path / "probe"
+    pdir.mkdir()
+    for name, df in probe.items():
+        df.to_parquet(pdir / f"{name}.parquet")
+    runs = rs.load_runs(tmp_path / "tree")
+    rep = build_study_report(runs, StudySettings(resamples=200, seed=2), init_probe=pdir)
+    # standardisation at the first seed with both data sets (seed 0), B - A = pubmed - dbpedia
+    pairs = {p.variant.factors["dataset"]: p for p in runs.pairs() if p.variant.seed == 0}
+    direct = length_standardised_contrast(pairs["dbpedia"], pairs["pubmed"], names=("dbpedia", "pubmed"),
+                                          resamples=200, seed=2)
+    np.testing.assert_array_equal(rep.standardisation["contrast"], direct.exact["contrast"])
+    np.testing.assert_array_equal(rep.standardisation["ci_low"], direct.exact["ci_low"])
+    assert rep.datasets is not None and set(rep.datasets["dataset"]) == {"dbpedia", "pubmed"}
+    first = rep.seed_table[rep.seed_table["dataset"] == "dbpedia"]  # equal group sizes: the first group
+    want = probe_correlations(probe, first[["seed", "displacement"]])
+    pd.testing.assert_frame_equal(rep.init_probe, want)
