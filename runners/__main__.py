@@ -95,8 +95,13 @@ def sweep(
     threads: Optional[int] = typer.Option(None),
     keep_checkpoints: str = typer.Option("last"),
     study: str = typer.Option("saab"),
+    launcher: str = typer.Option("sequential", help="sequential (this process), or submitit on a cluster: "
+                                                    "submitit-local, submitit-debug, slurm."),
+    slurm_partition: Optional[str] = typer.Option(None, help="SLURM partition (launcher slurm)."),
+    timeout_min: int = typer.Option(240, help="Per-job time limit for submitit launchers."),
+    gpus_per_node: int = typer.Option(0, help="GPUs per job (launcher slurm)."),
 ) -> None:
-    """Train seeds x conditions sequentially; rerun to resume (complete runs are skipped)."""
+    """Train seeds x conditions (one job per seed); rerun to resume (complete runs are skipped)."""
     import torch
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -123,8 +128,22 @@ def sweep(
                 tasks[run_id] = bar.add_task(run_id, total=total)
             bar.update(tasks[run_id], completed=step)
 
+        runner = None
+        if launcher != "sequential":
+            from .launch import SubmititLauncher
+
+            cluster = {"submitit-local": "local", "submitit-debug": "debug", "slurm": "slurm"}.get(launcher)
+            if cluster is None:
+                typer.echo(f"error: unknown launcher {launcher!r}", err=True)
+                raise typer.Exit(2)
+            params = {"timeout_min": timeout_min}
+            if cluster == "slurm":
+                params.update(slurm_partition=slurm_partition, gpus_per_node=gpus_per_node)
+                params = {k: v for k, v in params.items() if v is not None}
+            runner = SubmititLauncher(out / "submitit", cluster, **params)
         res = run_sweep(out, seeds=seed_list, conditions=conds, preset=p, data=spec, study=study, device=device,
-                        keep_checkpoints=keep_checkpoints, progress=progress, on_run=bar.console.log)
+                        keep_checkpoints=keep_checkpoints, progress=progress if runner is None else None,
+                        on_run=bar.console.log, launcher=runner, threads=threads)
     typer.echo(f"{len(res.complete)} trained, {len(res.skipped)} already complete, {len(res.failed)} seed(s) failed")
     for seed, log in res.failed.items():
         typer.echo(f"seed {seed} failed: see {log}", err=True)

@@ -52,27 +52,65 @@ def plan(out: Path, seeds: Sequence[int], conditions: Sequence[Condition], prese
     return p
 
 
+def train_seed(out: str, seed: int, conditions, preset: Preset, data: DataSpec, study: str, device: str,
+               keep_checkpoints: str, threads: int | None = None) -> list[str]:
+    """One sweep job: train every condition of one seed (resuming what a killed job left)."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    from .train import train_study
+
+    paths = train_study(Path(out) / f"seed{seed}", data=data, preset=preset, conditions=conditions, seed=seed,
+                        study=study, device=device, keep_checkpoints=keep_checkpoints)
+    return [str(p) for p in paths]
+
+
 def run_sweep(out: Path, *, seeds: Sequence[int], conditions: Sequence[Condition], preset: Preset, data: DataSpec,
               study: str = "saab", device: str = "auto", keep_checkpoints: str = "last",
-              progress: Callable | None = None, on_run: Callable[[str], None] | None = None) -> SweepResult:
-    """Train every (seed, condition) of the plan that is not complete yet."""
+              progress: Callable | None = None, on_run: Callable[[str], None] | None = None,
+              launcher=None, threads: int | None = None) -> SweepResult:
+    """Train every (seed, condition) of the plan that is not complete yet.
+
+    One job per seed with something left to train; ``launcher`` defaults to
+    :class:`runners.launch.SequentialLauncher` (with live progress bars).
+    """
+    from .launch import Job, SequentialLauncher
     from .train import train_study
 
     out = Path(out)
     plan(out, seeds, conditions, preset, data)
     res = SweepResult()
+    jobs = []
     for seed in seeds:
         folder = out / f"seed{seed}"
         todo = [c for c in conditions if not (folder / c.name / S.MANIFEST).is_file()]
         res.skipped += [folder / c.name for c in conditions if c not in todo]
         if on_run:
             on_run(f"seed {seed}: {len(todo)} to train, {len(conditions) - len(todo)} complete")
-        try:
-            paths = train_study(folder, data=data, preset=preset, conditions=conditions, seed=seed, study=study,
-                                device=device, keep_checkpoints=keep_checkpoints, progress=progress)
-            res.complete += [p for p in paths if p not in res.skipped]
-        except Exception:  # noqa: BLE001 - recorded and reported; the sweep continues
-            log = out / "logs" / f"seed{seed}.log"
-            write_text_atomic(log, traceback.format_exc())
-            res.failed[seed] = str(log)
+        if todo:
+            jobs.append(Job(f"seed{seed}", train_seed, dict(out=str(out), seed=seed, conditions=list(conditions),
+                                                            preset=preset, data=data, study=study, device=device,
+                                                            keep_checkpoints=keep_checkpoints, threads=threads)))
+    if launcher is None and progress is not None:
+        # in-process: keep the live progress bars
+        for job in jobs:
+            kw = job.kwargs
+            try:
+                paths = train_study(out / f"seed{kw['seed']}", data=data, preset=preset, conditions=conditions,
+                                    seed=kw["seed"], study=study, device=device, keep_checkpoints=keep_checkpoints,
+                                    progress=progress)
+                res.complete += [p for p in paths if p not in res.skipped]
+            except Exception:  # noqa: BLE001 - recorded and reported; the sweep continues
+                log = out / "logs" / f"{job.name}.log"
+                write_text_atomic(log, traceback.format_exc())
+                res.failed[kw["seed"]] = str(log)
+        return res
+    launcher = launcher or SequentialLauncher(out / "logs")
+    for job, r in zip(jobs, launcher.run(jobs)):
+        seed = job.kwargs["seed"]
+        if r.ok:
+            res.complete += [Path(p) for p in r.value if Path(p) not in res.skipped]
+        else:
+            res.failed[seed] = r.log or r.error or "failed"
     return res

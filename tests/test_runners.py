@@ -323,3 +323,33 @@ def test_untouched_test_evaluation(smoke_study, tmp_path):
     assert ex["example_id"].tolist() == man["indices"] and ex["in_test_sample"].all()
     t = rs.paired_effects(p, examples="test_sample", mode="numpy", resamples=50, permutations=50)
     assert t["n"].unique().tolist() == [6]
+
+
+def test_sweep_through_submitit_local_resumes(tmp_path):
+    pytest.importorskip("submitit")
+    from runners.launch import SubmititLauncher
+    from runners.sweep import run_sweep
+
+    p = get_preset("smoke", max_steps=4, checkpoint_steps=[2, 4])
+    conds = [parse_condition(c, p.model["num_layers"]) for c in ("baseline", "saab", "shuffled")]
+    launcher = SubmititLauncher(tmp_path / "submitit", "local", timeout_min=10)
+    res = run_sweep(tmp_path, seeds=[1, 2], conditions=conds, preset=p, data=resolve("bundled-dbpedia"),
+                    device="cpu", launcher=launcher, threads=1)
+    assert not res.failed and len(res.complete) == 6
+    (tmp_path / "seed2" / "saab-shuffled" / "run.json").unlink()  # an interrupted job left this run incomplete
+    res2 = run_sweep(tmp_path, seeds=[1, 2], conditions=conds, preset=p, data=resolve("bundled-dbpedia"),
+                     device="cpu", launcher=launcher, threads=1)
+    assert [str(x.relative_to(tmp_path)) for x in res2.complete] == ["seed2/saab-shuffled"]
+    assert len(res2.skipped) == 5
+    runs = rs.load_runs(tmp_path)
+    assert len(runs) == 6 and len(runs.pairs()) == 4
+
+
+def test_launcher_reports_failures(tmp_path):
+    from runners.launch import Job, SequentialLauncher
+
+    def boom():
+        raise ValueError("no such data")
+
+    (r,) = SequentialLauncher(tmp_path).run([Job("bad", boom)])
+    assert not r.ok and r.error == "ValueError: no such data" and Path(r.log).read_text().count("Traceback") == 1
