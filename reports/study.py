@@ -108,6 +108,15 @@ def study_specs(rep) -> dict[str, TableSpec]:
             "standardisation_sensitivity", "Band-width sensitivity of the standardised contrast (point estimates).",
             (Column("Band", "band_width", "int"), Column("Layer", "layer", "int"), Column("Strata", "shared_strata", "int"),
              Column("Contrast", "contrast")))
+    if rep.corpus_lengths is not None:
+        specs["corpus_lengths"] = TableSpec(
+            "corpus_lengths", "Data-set token lengths per split (Table 11): mean, population SD, linear-interpolation "
+                              "quantiles, and saturation at the cap.",
+            (Column("Data set", "dataset", "text"), Column("Split", "split", "text"), Column("n", "n", "int"),
+             Column("Mean", "mean", "num", 1), Column("SD", "sd_population", "num", 1), Column("Median", "median", "num", 1),
+             Column("IQR", "iqr", "num", 1), Column("P90", "p90", "num", 1), Column("P95", "p95", "num", 1),
+             Column("Cap", "cap", "int"), Column("Saturated", "saturation_count", "int"),
+             Column("Rate", "saturation_rate", "num", 3)))
     if rep.init_probe is not None:
         specs["init_probe"] = TableSpec(
             "init_probe", "Initialisation probes: Spearman ρ of initial-state quantities with the per-seed "
@@ -216,6 +225,7 @@ def study_section(rep, slug: str, figs: dict) -> dict:
              ("variance_components", "Example vs initialisation variance: mixed model", None),
              ("sweep", "Bias strength", "sweep"), ("placement", "Layer placement", None),
              ("shuffled", "Shuffled control", "shuffled"), ("depth", "Depth", None), ("datasets", "Data sets", None),
+             ("corpus_lengths", "Data-set lengths (Table 11)", None),
              ("standardisation", "Length-standardised data-set contrast", None),
              ("standardisation_sensitivity", "Band-width sensitivity", None),
              ("init_probe", "Initialisation probes", None),

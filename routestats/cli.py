@@ -220,9 +220,10 @@ def report(
         built = []
         if len(found) > 1:
             probe = init_probe or (path / "init_probe" if (path / "init_probe" / "probe.json").is_file() else None)
+            lengths_dir = path / "lengths" if (path / "lengths").is_dir() else None
             built.append(build_study_report(obj, StudySettings(resamples=resamples, seed=seed,
                                                                examples=examples, step=step), progress=say,
-                                            init_probe=probe))
+                                            init_probe=probe, lengths=lengths_dir))
         mode_pairs = ("all" if len(found) == 1 else "none") if pairs == "auto" else pairs
         if mode_pairs == "reference":
             found = [p for p in found if p.variant.factors.get("variant") == "saab"

@@ -78,11 +78,13 @@ class StudyReport:
     standardisation: pd.DataFrame | None = None
     standardisation_sensitivity: pd.DataFrame | None = None
     init_probe: pd.DataFrame | None = None
+    corpus_lengths: pd.DataFrame | None = None  # Table 11: per data set and split
 
     def tables(self) -> dict[str, pd.DataFrame]:
         named = {"deltas": self.deltas, "seeds": self.seed_table, "sweep": self.sweep, "placement": self.placement,
                  "standardisation": self.standardisation,
                  "standardisation_sensitivity": self.standardisation_sensitivity, "init_probe": self.init_probe,
+                 "corpus_lengths": self.corpus_lengths,
                  "shuffled": self.shuffled, "depth": self.depth, "datasets": self.datasets,
                  "across_seeds": self.across_seeds, "hierarchical": self.hierarchical,
                  "variance_components": self.variance, "trajectories": self.trajectories,
@@ -126,12 +128,33 @@ def _standardisation(runs: RunCollection, deltas: pd.DataFrame, settings: StudyS
     return None, None
 
 
+def _corpus_lengths(folder) -> pd.DataFrame | None:
+    from pathlib import Path
+
+    from .lengths import length_table
+
+    if folder is None:
+        return None
+    files = sorted(Path(folder).rglob("lengths.parquet"))
+    if not files:
+        return None
+    frames = []
+    for f in files:
+        df = pd.read_parquet(f)
+        for ds, g in df.groupby("dataset"):
+            t = length_table(g[["split", "length"]], cap=int(g["cap"].max()))
+            t.insert(0, "dataset", ds)
+            frames.append(t)
+    return pd.concat(frames, ignore_index=True)
+
+
 def build_study_report(runs: RunCollection, settings: StudySettings = StudySettings(), progress=None,
-                       init_probe=None) -> StudyReport:
+                       init_probe=None, lengths=None) -> StudyReport:
     """Compute every applicable multi-run table for a run tree.
 
     ``init_probe``: folder of ``python -m runners init-probe`` outputs; its correlations with
-    the seed table's displacement score become a section.
+    the seed table's displacement score become a section. ``lengths``: folder searched for
+    ``lengths.parquet`` files (``python -m runners lengths``), summarised per data set and split.
     """
     say = progress or (lambda label: None)
     say("paired deltas")
@@ -203,6 +226,7 @@ def build_study_report(runs: RunCollection, settings: StudySettings = StudySetti
         variance=var,
         trajectories=pd.concat(traj_rows, ignore_index=True) if traj_rows else None,
         gradients=pd.concat(grad_rows, ignore_index=True) if grad_rows else None,
+        corpus_lengths=_corpus_lengths(lengths),
         standardisation=std,
         standardisation_sensitivity=std_sens,
         init_probe=probe,

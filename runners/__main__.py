@@ -209,6 +209,23 @@ def init_probe(
 
 
 @app.command()
+def lengths(
+    out: Path = typer.Option(..., help="Folder for lengths.parquet (e.g. runs/study/lengths/dbpedia)."),
+    data: str = typer.Option("bundled-dbpedia"),
+    preset: str = typer.Option("tiny", help="Tokenizer size and max length come from the preset."),
+) -> None:
+    """Token lengths of every split of a corpus (Table 11), after the preset's max-length cut."""
+    from .data import resolve
+    from .lengths import corpus_lengths
+    from .presets import get_preset
+
+    p = get_preset(preset)
+    spec = resolve(data)
+    df = corpus_lengths(out, spec, p.vocab_size, p.max_length or spec.max_length)
+    typer.echo(f"wrote {len(df)} lengths to {out / 'lengths.parquet'}")
+
+
+@app.command()
 def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write the demo run tree."),
          threads: int = typer.Option(2, help="torch CPU threads.")) -> None:
     """Regenerate the recorded demo run: tiny preset, baseline + SAAB, seed 1001, bundled DBpedia-format data.

@@ -353,3 +353,16 @@ def test_launcher_reports_failures(tmp_path):
 
     (r,) = SequentialLauncher(tmp_path).run([Job("bad", boom)])
     assert not r.ok and r.error == "ValueError: no such data" and Path(r.log).read_text().count("Traceback") == 1
+
+
+def test_corpus_lengths_feed_the_length_table(tmp_path):
+    from routestats.lengths import length_table
+    from runners.lengths import corpus_lengths
+
+    spec = resolve("bundled-pubmed")
+    df = corpus_lengths(tmp_path, spec, vocab_size=300, max_length=32)
+    assert set(df["split"]) == {"train", "val", "test"}
+    assert df["length"].max() <= 32 and (df["cap"] == 32).all()
+    assert len(df[df.split == "val"]) == len(spec.load()[1])
+    t = length_table(df[["split", "length"]], cap=32)
+    assert t.set_index("split").loc["val", "saturation_count"] == int((df[df.split == "val"]["length"] == 32).sum())
