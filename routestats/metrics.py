@@ -28,7 +28,11 @@ True
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -70,14 +74,71 @@ def _choose_form(run: Run, step: int, form: str | None) -> str:
     return S.FORM_REDUCTIONS if S.FORM_REDUCTIONS in forms else S.FORM_MATRICES
 
 
+CACHE_VERSION = "1"  # bump when the reduction or summary definitions change
+
+
+def cache_dir() -> Path | None:
+    """Folder of the on-disk cache of per-example tables, or None when disabled.
+
+    ``ROUTESTATS_CACHE`` = a folder, or ``off``; default ``$XDG_CACHE_HOME/routestats``
+    (``~/.cache/routestats``).
+    """
+    v = os.environ.get("ROUTESTATS_CACHE", "")
+    if v.lower() in ("0", "off", "no", "false", "none"):
+        return None
+    if v:
+        return Path(v)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routestats"
+
+
+def _cache_key(run: Run, step: int, form: str) -> str:
+    """Key of a derived table: the SHA-256 the manifest records for its inputs, plus versions."""
+    files = {e["path"]: e["sha256"] for e in run.manifest["files"]}
+    parts = [CACHE_VERSION, run.run_id, str(step), form, files.get(S.EXAMPLES, ""),
+             files.get(S.attention_file(step, form), ""), json.dumps(run.manifest["fields"], sort_keys=True)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+def _cache_load(path: Path) -> _Pass | None:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            heads = pd.DataFrame({k[2:]: z[k] for k in z.files if k.startswith("h_")})
+            return _Pass(heads, z["f2f"], z["has_source"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _cache_save(path: Path, p: _Pass) -> None:
+    import io as _io
+
+    from .atomic import write_bytes_atomic
+
+    buf = _io.BytesIO()
+    arrays = {f"h_{c}": (p.heads[c].to_numpy().astype(str) if p.heads[c].dtype == object or str(p.heads[c].dtype) in
+                         ("str", "string") else p.heads[c].to_numpy()) for c in p.heads.columns}
+    np.savez(buf, f2f=p.f2f, has_source=p.has_source, **arrays)
+    try:
+        write_bytes_atomic(path, buf.getvalue())
+    except OSError:  # a read-only or full cache never breaks an analysis
+        pass
+
+
 def _pass(run: Run, step: int | None = None, form: str | None = None) -> _Pass:
-    """Reduce a run's attention at one step once; cached on the run object."""
+    """Reduce a run's attention at one step once; cached on the run object and on disk
+    (keyed by the input files' SHA-256, see :func:`cache_dir`)."""
     step = run.final_step if step is None else int(step)
     form = _choose_form(run, step, form)
     cache = run.__dict__.setdefault("_metric_cache", {})
     key = (step, form)
     if key in cache:
         return cache[key]
+    folder = cache_dir()
+    disk = folder / f"{_cache_key(run, step, form)}.npz" if folder is not None else None
+    if disk is not None and disk.is_file():
+        hit = _cache_load(disk)
+        if hit is not None:
+            cache[key] = hit
+            return hit
     named = run.field_ids
     ex = run.examples(["example_id", "field_ids"])
     fields_by_ex = dict(zip(ex["example_id"].tolist(), ex["field_ids"]))
@@ -111,6 +172,8 @@ def _pass(run: Run, step: int | None = None, form: str | None = None) -> _Pass:
     heads.insert(0, "run_id", run.run_id)
     out = _Pass(heads, np.concatenate(f2f), np.concatenate(has))
     cache[key] = out
+    if disk is not None:
+        _cache_save(disk, out)
     return out
 
 

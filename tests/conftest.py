@@ -47,3 +47,9 @@ def random_attention(rng, n_layers, n_heads, n):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(autouse=True)
+def no_disk_cache(monkeypatch):
+    """Tests compute metrics afresh unless a test opts into the on-disk cache."""
+    monkeypatch.setenv("ROUTESTATS_CACHE", "off")

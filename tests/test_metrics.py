@@ -163,3 +163,25 @@ def test_property_sfm_bounds_and_uniform_adjusted_zero(tmp_path_factory, g, seed
     else:
         # uniform attention over valid keys has SFM = O_e exactly, so the adjusted SFM is 0
         assert u == pytest.approx(0.0, abs=1e-6)  # float32 storage of 1/n
+
+
+def test_disk_cache_round_trip_and_key(tmp_path, rng, monkeypatch):
+    fields = [[4, 4, 3, 3], [4, 3, 3, 3, 3]]
+    att = [random_attention(rng, 2, 2, len(g)) for g in fields]
+    path = write_run(tmp_path / "r", att, fields)
+    monkeypatch.setenv("ROUTESTATS_CACHE", str(tmp_path / "cache"))
+    first = rs.head_metrics(rs.load_run(path))
+    files = list((tmp_path / "cache").glob("*.npz"))
+    assert len(files) == 1
+    # a fresh Run object reads the cached table: identical numbers, attention never opened
+    run = rs.load_run(path)
+    with monkeypatch.context() as m:
+        m.setattr(type(run), "iter_attention", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read")))
+        second = rs.head_metrics(run)
+        pd.testing.assert_frame_equal(first, second, check_dtype=False)
+        np.testing.assert_array_equal(rs.field_to_field(run)["mass"], rs.field_to_field(rs.load_run(path))["mass"])
+    # different inputs (another run written with other attention) get another key
+    att2 = [random_attention(rng, 2, 2, len(g)) for g in fields]
+    path2 = write_run(tmp_path / "r2", att2, fields)
+    rs.head_metrics(rs.load_run(path2))
+    assert len(list((tmp_path / "cache").glob("*.npz"))) == 2
