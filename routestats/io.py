@@ -380,16 +380,18 @@ def _validate_examples(df: pd.DataFrame, fname: str, vocab_size: int) -> None:
             f"{fname}: column 'length' of example_id {r.example_id} is {r.length}, "
             f"expected min(prepared_length, cap) = {expect[bad[0]]}"
         )
+    length = df["length"].to_numpy()
     for col in ("field_ids", "tokens", "word_ids"):
-        if col == "field_ids" or df[col].notna().any():
-            lens = df[col].map(lambda v: -1 if v is None else len(v)).to_numpy()
-            bad = np.flatnonzero((lens != df["length"].to_numpy()) & (lens != -1 if col != "field_ids" else True))
-            if bad.size:
-                r = df.iloc[bad[0]]
-                raise RunFormatError(
-                    f"{fname}: column {col!r} of example_id {r.example_id} has {lens[bad[0]]} "
-                    f"entries, expected length = {r.length}"
-                )
+        lens = df[col].map(lambda v: -1 if v is None else len(v)).to_numpy()
+        # tokens and word_ids are optional (null); field_ids never is
+        wrong = lens != length if col == "field_ids" else (lens != length) & (lens != -1)
+        bad = np.flatnonzero(wrong)
+        if bad.size:
+            r = df.iloc[bad[0]]
+            raise RunFormatError(
+                f"{fname}: column {col!r} of example_id {r.example_id} has {lens[bad[0]]} "
+                f"entries, expected length = {r.length}"
+            )
     if len(df):
         flat = np.concatenate([np.asarray(v, dtype=np.int64) for v in df["field_ids"]] or [np.empty(0, np.int64)])
         if flat.size and (flat.min() < 0 or flat.max() >= vocab_size):

@@ -305,3 +305,12 @@ def test_import_contract():
         pytest.skip("import-linter not installed")
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert "0 broken" in lint.stdout
+
+
+def test_token_list_length_must_match(tmp_path, rng):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 3)], [[4, 3, 3]])
+    t = pq.read_table(path / S.EXAMPLES).to_pandas()
+    t.at[0, "tokens"] = np.array(["a", "b"], dtype=object)
+    pq.write_table(pa.Table.from_pandas(t, schema=S.EXAMPLES_SCHEMA, preserve_index=False), path / S.EXAMPLES)
+    with pytest.raises(rs.RunFormatError, match=r"column 'tokens' of example_id 0 has 2 entries, expected length = 3"):
+        rs.load_run(path).examples()
