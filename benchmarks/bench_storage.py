@@ -144,6 +144,22 @@ def main(argv=None):
         t0 = time.perf_counter()
         rs.head_metrics(rs.load_run(b), form="reductions")
         print(f"metric pass from reductions (one run): {time.perf_counter() - t0:.2f} s")
+        # the whole report in a fresh process (no disk cache), peak RSS from /usr/bin/time
+        import subprocess
+        import sys
+
+        for label, env_cache in (("cold (cache off)", "off"), ("cold, filling cache", str(root / "cache")),
+                                 ("warm cache, other seed", str(root / "cache"))):
+            seed = "7" if "other" in label else "1001"
+            t0 = time.perf_counter()
+            res = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "routestats.cli", "report",
+                                  str(root / "f16"), "-o", str(root / "rep"), "--seed", seed],
+                                 capture_output=True, text=True, env={**os.environ, "ROUTESTATS_CACHE": env_cache})
+            wall = time.perf_counter() - t0
+            rss = [ln for ln in res.stderr.splitlines() if "Maximum resident set size" in ln]
+            peak = int(rss[0].split(":")[1]) / 1024 if rss else float("nan")
+            print(f"routestats report ({label}): {wall:.1f} s wall, peak RSS {peak:.0f} MB, exit {res.returncode}; "
+                  f"{wall / bare:.1f}x the bare scan")
         # float16 vs float32 storage effect on SFM
         (b32, _), _, _ = write_runs(root / "f32", min(args.examples, 400), dtype="float32")
         (b16, _), _, _ = write_runs(root / "f16s", min(args.examples, 400), dtype="float16")

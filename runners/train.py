@@ -235,7 +235,11 @@ def train_run(
     mask_gen.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=tc.learning_rate, betas=tc.betas, weight_decay=tc.weight_decay)
     factors = {**condition.factors(), "depth": cfg.num_layers, "dataset": spec.name, "preset": preset.name}
-    run_id = f"{study}-{condition.name}-seed{seed}"
+    # unique across data sets and depths of one study tree
+    from .presets import PRESETS
+
+    depth_tag = "" if cfg.num_layers == PRESETS[preset.name].model["num_layers"] else f"-L{cfg.num_layers}"
+    run_id = f"{study}-{spec.name}-{condition.name}{depth_tag}-seed{seed}"
     resume = _latest_checkpoint(run_dir)
     writer = RunWriter(run_dir, run_id=run_id, study=study, factors=factors, seed=seed, init_id=init_hash,
                        data_order_id=data_order_id, fields=spec.manifest_fields(), resume=resume is not None)

@@ -190,7 +190,7 @@ def test_study_runs_validate_and_pair(smoke_study):
     pairs = runs.pairs()
     assert len(pairs) == 3  # baseline paired with saab, w_f 0 and shuffled
     assert len({r.init_id for r in runs}) == 1 and len({r.data_order_id for r in runs}) == 1
-    g = runs.get("saab-saab-seed3").gradients()
+    g = runs.get("saab-docstrings-dbpedia-saab-seed3").gradients()
     assert set(g["component"]) == {"q", "k", "v"} and g["step"].max() == 20
 
 
@@ -315,10 +315,10 @@ def test_untouched_test_evaluation(smoke_study, tmp_path):
     man = json.loads((tmp_path / "test" / "test_manifest.json").read_text())
     n_test = len(resolve("bundled-dbpedia").load_test())
     assert man["indices"] == reservoir_indices(n_test, 6, 1001) and man["records"] == n_test
-    assert set(man["checkpoints"]) == {"saab-baseline-seed3", "saab-saab-seed3"}
+    assert set(man["checkpoints"]) == {"saab-docstrings-dbpedia-baseline-seed3", "saab-docstrings-dbpedia-saab-seed3"}
     runs = rs.load_runs(tmp_path / "test")
     (p,) = runs.pairs()
-    assert p.baseline.factors["split"] == "test" and p.baseline.manifest["parent_run_id"] == "saab-baseline-seed3"
+    assert p.baseline.factors["split"] == "test" and p.baseline.manifest["parent_run_id"] == "saab-docstrings-dbpedia-baseline-seed3"
     ex = p.baseline.examples()
     assert ex["example_id"].tolist() == man["indices"] and ex["in_test_sample"].all()
     t = rs.paired_effects(p, examples="test_sample", mode="numpy", resamples=50, permutations=50)
