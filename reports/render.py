@@ -181,6 +181,8 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
                                    "at this step), so no word-level map is shown."})
         pairs.append({
             "slug": s, "label": rep.title, "baseline_id": rep.baseline_id, "variant_id": rep.variant_id,
+            "subtitle": f"Baseline {rep.baseline_id} · variant {rep.variant_id} · step {rep.step} · "
+                        f"{rep.n_examples} examples · {rep.n_layers} layers × {rep.n_heads} heads",
             "step": rep.step, "n_examples": rep.n_examples, "n_layers": rep.n_layers, "n_heads": rep.n_heads,
             "findings": findings(rep), "blocks": blocks, "methods": methods_text(rep),
             "provenance_rows": _provenance_rows(rep),

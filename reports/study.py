@@ -259,7 +259,10 @@ def study_section(rep, slug: str, figs: dict) -> dict:
                f"{rep.settings.rules.dominance_ratio}, gap tolerance {rep.settings.rules.gap_tol}).")
     prov = [("runs", str(rep.n_runs)), ("analysis settings", json.dumps(rep.provenance["analysis"]["settings"], sort_keys=True))]
     prov += [(r["run_id"], json.dumps(r, sort_keys=True)) for r in rep.provenance["runs"]]
+    n_pairs = rep.deltas["variant_run"].nunique()
     return {"slug": slug, "label": rep.title, "baseline_id": "—", "variant_id": "—", "step": "final",
+            "subtitle": f"{rep.n_runs} runs · {n_pairs} pairs · seeds {', '.join(map(str, rep.seeds))} · "
+                        f"data sets {', '.join(sorted(map(str, rep.deltas['dataset'].unique())))}",
             "n_examples": int(rep.deltas["n_examples"].max()), "n_layers": int(rep.deltas["layer"].nunique()),
             "n_heads": "—", "findings": findings, "blocks": blocks, "methods": methods, "provenance_rows": prov,
             "provenance_json": json.dumps(rep.provenance, indent=2, sort_keys=True, default=str)}

@@ -286,7 +286,10 @@ def hierarchical_bootstrap(ex_deltas: pd.DataFrame, resamples: int = 2000, seed:
     rng = np.random.default_rng(seed)
     rows = []
     for (dataset, depth), d in d_all.groupby(["dataset", "depth"], dropna=False):
-        rows += _two_stage(d, rng, resamples, seed, confidence, dataset, depth)
+        if d["seed"].nunique() >= 2:  # one seed has no between-seed variation to resample
+            rows += _two_stage(d, rng, resamples, seed, confidence, dataset, depth)
+    if not rows:
+        raise RoutestatsError("the two-stage bootstrap needs at least 2 seeds in some data set and depth")
     return pd.DataFrame(rows)
 
 
@@ -332,6 +335,8 @@ def variance_components(ex_deltas: pd.DataFrame, condition=None) -> pd.DataFrame
     d = ex_deltas[_is_reference(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
     rows = []
     for (dataset, depth, layer), g in d.groupby(["dataset", "depth", "layer"], dropna=False):
+        if g["seed"].nunique() < 2:
+            continue  # a random seed effect needs at least two seeds
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -350,4 +355,6 @@ def variance_components(ex_deltas: pd.DataFrame, condition=None) -> pd.DataFrame
                      "ci_low": float(ci[0]), "ci_high": float(ci[1]), "var_between_seeds": between,
                      "var_within_seed": within, "icc": between / (between + within) if between + within > 0 else np.nan,
                      "method": "MixedLM REML, random intercept per seed"})
+    if not rows:
+        raise RoutestatsError("the mixed model needs at least 2 seeds in some data set and depth")
     return pd.DataFrame(rows)

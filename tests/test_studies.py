@@ -179,3 +179,14 @@ def test_depth_and_dataset_tables(tmp_path):
     want = d[(d.dataset == "pubmed") & (d.layer == 1)]["delta"].mean()
     assert ds[(ds.dataset == "pubmed") & (ds.layer == 1)]["delta"].item() == pytest.approx(want, abs=1e-15)
     assert ds.groupby("dataset")["layer"].nunique().to_dict() == {"dbpedia": 2, "pubmed": 3}
+
+
+def test_single_seed_groups_are_skipped(tree):
+    ex = example_deltas(tree)
+    one = ex[ex.seed == 1]
+    with pytest.raises(rs.RoutestatsError, match="at least 2 seeds"):
+        hierarchical_bootstrap(one, resamples=10)
+    with pytest.raises(rs.RoutestatsError, match="at least 2 seeds"):
+        variance_components(one)
+    two = ex[ex.seed.isin([1, 2])]
+    assert hierarchical_bootstrap(two, resamples=10)["n_seeds"].unique().tolist() == [2]
