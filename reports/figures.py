@@ -33,11 +33,11 @@ def save(fig, folder: Path, name: str) -> bytes:
 
     folder.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=130, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=130)  # layouts are set by tight_layout; no second "tight" draw
     png = buf.getvalue()
     write_bytes_atomic(folder / f"{name}.png", png)
     buf = io.BytesIO()
-    fig.savefig(buf, format="pdf", bbox_inches="tight")
+    fig.savefig(buf, format="pdf")
     write_bytes_atomic(folder / f"{name}.pdf", buf.getvalue())
     plt.close(fig)
     return png
