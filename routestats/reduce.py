@@ -24,7 +24,11 @@ from .schema import ENTROPY_EPS
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
-    return -(p * np.log(p + ENTROPY_EPS)).sum(axis=-1)
+    """-sum p ln(p + eps) over the last axis, with one temporary (bitwise equal to the naive form)."""
+    t = p + ENTROPY_EPS
+    np.log(t, out=t)
+    t *= p
+    return -t.sum(axis=-1)
 
 
 def reduce_queries(weights: np.ndarray, field_ids: np.ndarray, named: np.ndarray) -> dict:
