@@ -44,7 +44,7 @@ def save(fig, folder: Path, name: str) -> bytes:
 
 
 def heat(ax, m: pd.DataFrame, *, vmin, vmax, cmap, annot: bool = True, cbar: bool = False, fmt: str = "{:.2f}",
-         ticklabels=None):
+         ticklabels=None, labels=None):
     """A labelled heatmap with imshow (seaborn's heatmap redraws the whole figure per call)."""
     data = np.asarray(m, dtype=float)
     im = ax.imshow(data, vmin=vmin, vmax=vmax, cmap=cmap, aspect="equal", interpolation="nearest")
@@ -57,7 +57,7 @@ def heat(ax, m: pd.DataFrame, *, vmin, vmax, cmap, annot: bool = True, cbar: boo
         cm = plt.get_cmap(cmap)
         for (i, j), v in np.ndenumerate(data):
             r, g, b, _ = cm((v - vmin) / (vmax - vmin) if vmax > vmin else 0.5)
-            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=9,
+            ax.text(j, i, fmt.format(v) if labels is None else labels[i][j], ha="center", va="center", fontsize=9,
                     color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
     if cbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)

@@ -126,8 +126,10 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
     """The dict rendered by ``report.html.j2``. ``figures`` maps (pair slug, name) -> PNG bytes."""
     from routestats import __version__
 
+    from routestats.mofa_report import MoFAReport
     from routestats.study_report import StudyReport
 
+    from .mofa import mofa_section
     from .study import study_section
 
     figures = figures or {}
@@ -136,6 +138,9 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
         s = slug(rep.title)
         if isinstance(rep, StudyReport):
             pairs.append(study_section(rep, s, figures))
+            continue
+        if isinstance(rep, MoFAReport):
+            pairs.append(mofa_section(rep, s, figures))
             continue
         specs = report_specs(rep)
 
@@ -189,7 +194,7 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
             "provenance_json": json.dumps(rep.provenance, indent=2, sort_keys=True, default=str),
         })
     generated = reports[0].provenance["analysis"]["generated"] if reports else ""
-    if title is None and reports and isinstance(reports[0], StudyReport):
+    if title is None and reports and isinstance(reports[0], (StudyReport, MoFAReport)):
         title = "routestats report: " + reports[0].title
     return {"title": title or ("routestats report: " + (reports[0].title if len(reports) == 1 else f"{len(reports)} pairs")),
             "version": __version__, "generated": generated, "pairs": pairs}
@@ -221,7 +226,15 @@ def latex_tables(rep, prefix: str = "") -> dict[str, str]:
 
     from .study import study_specs
 
+    from routestats.mofa_report import MoFAReport
+
+    from .mofa import mofa_specs
+
     env = latex_env()
+    if isinstance(rep, MoFAReport):
+        tables = {**rep.tables(), "pca": rep.pca.scores if rep.pca is not None else None}
+        return {prefix + name: latex_table(tables[name], spec, f"tab:{slug(prefix + name)}", env)
+                for name, spec in mofa_specs(rep).items()}
     if isinstance(rep, StudyReport):
         tables = rep.tables()
         return {prefix + name: latex_table(tables[name], spec, f"tab:{slug(prefix + name)}", env)
@@ -255,7 +268,12 @@ def render(reports: Sequence, out: str | Path, formats: Sequence[str] = FORMATS,
         s = slug(rep.title)
         prefix = f"{s}-" if multi else ""
         say(f"figures: {rep.title}")
-        draw = study_figures if isinstance(rep, StudyReport) else make_figures
+        from routestats.mofa_report import MoFAReport
+
+        from .mofa import mofa_figures
+
+        draw = (study_figures if isinstance(rep, StudyReport) else
+                mofa_figures if isinstance(rep, MoFAReport) else make_figures)
         for name, png in draw(rep, out / "figures", prefix).items():
             figs[(s, name)] = png
         for name, df in rep.tables().items():

@@ -209,8 +209,21 @@ def report(
     if pairs not in ("auto", "reference", "all", "none"):
         _fail(f"--pairs must be auto, reference, all or none, got {pairs!r}")
     obj = _load(path)
-    found = _pairs_of(obj, factor, baseline)
     import reports
+
+    from .io import RunCollection
+
+    if isinstance(obj, RunCollection) and "ratio" in obj.index.columns and factor not in obj.index.columns:
+        from .mofa_report import build_mofa_report
+
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True) as bar:
+            task = bar.add_task("loading", total=None)
+            say = lambda label: bar.update(task, description=label)  # noqa: E731
+            written = reports.render([build_mofa_report(obj, progress=say)], out, formats, progress=say)
+        for name, p in written.items():
+            typer.echo(f"{name}: {p}")
+        return
+    found = _pairs_of(obj, factor, baseline)
 
     from .study_report import StudySettings, build_study_report
 

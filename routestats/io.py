@@ -535,7 +535,8 @@ def _reductions_block(fname, ex, rows, lengths, n_fields) -> ExampleReductions:
                 f"(expected {n * width} per row)"
             )
         arr = values[offsets[0] : offsets[-1]].reshape((len(ns), n) + ((width,) if col == "field_mass" else ()))
-        if not np.isfinite(arr).all() or (col != "entropy_rownorm" and (arr < -1e-12).any()):
+        # masses are non-negative; entropies can be ~ -1e-10 (the epsilon inside the log) on one-hot rows
+        if not np.isfinite(arr).all() or (col in ("row_mass", "field_mass") and (arr < 0).any()):
             raise RunFormatError(f"{fname}: column {col!r} of example_id {ex} holds a non-finite or negative value")
         out[col] = arr[order]
     head_type = rows["head_type"].to_numpy(zero_copy_only=False)[order]

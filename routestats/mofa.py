@@ -220,3 +220,49 @@ def consecutive_ratio_tests(entropy: pd.DataFrame, value: str = "entropy") -> pd
         if pairs:
             frames.append(ratio_tests(g.rename(columns={"head_type": "stratum"}), pairs, test="t", value=value))
     return pd.concat(frames, ignore_index=True).rename(columns={"stratum": "head_type"})
+
+
+def head_entropy(runs: RunCollection, ratio_factor: str = "ratio", sigmoid_factor: str = "n_sigmoid",
+                 min_query_pos: int = 0) -> pd.DataFrame:
+    """Row-normalised attention entropy (nats) and row mass per seed, ratio, domain, layer, head.
+
+    Uses the per-query reductions (``entropy_rownorm``, ``row_mass``) averaged over the
+    evaluated blocks and query positions; the domain of a block is its ``split`` in
+    examples.parquet. Query position 0 (entropy 0) is included unless ``min_query_pos`` > 0.
+    Columns: seed, ratio, n_sigmoid, domain, layer, head, head_type, entropy, row_mass.
+    """
+    from .metrics import head_metrics
+
+    frames = []
+    for r in runs:
+        f = r.factors
+        ex = r.examples(["example_id", "split"]).rename(columns={"split": "domain"})
+        if min_query_pos:
+            rows = []
+            for blk in r.iter_reductions():
+                e = blk.entropy_rownorm[:, min_query_pos:].mean(axis=1)
+                m = blk.row_mass[:, min_query_pos:].mean(axis=1)
+                rows.append(pd.DataFrame({"example_id": blk.example_id, "layer": blk.layer, "head": blk.head,
+                                          "head_type": blk.head_type, "entropy_rownorm": e, "row_mass": m}))
+            h = pd.concat(rows, ignore_index=True)
+        else:
+            h = head_metrics(r)
+        h = h.merge(ex, on="example_id")
+        g = h.groupby(["domain", "layer", "head", "head_type"]).agg(entropy=("entropy_rownorm", "mean"),
+                                                                   row_mass=("row_mass", "mean")).reset_index()
+        g.insert(0, "seed", r.seed)
+        g.insert(1, "ratio", str(f[ratio_factor]))
+        g.insert(2, "n_sigmoid", int(f[sigmoid_factor]))
+        frames.append(g)
+    return pd.concat(frames, ignore_index=True)
+
+
+def entropy_by_type(h: pd.DataFrame) -> pd.DataFrame:
+    """H_type[seed, ratio, type]: mean over layers and heads of a type per domain, then over domains."""
+    per_domain = h.groupby(["seed", "ratio", "n_sigmoid", "domain", "head_type"])["entropy"].mean().reset_index()
+    return per_domain.groupby(["seed", "ratio", "n_sigmoid", "head_type"])["entropy"].mean().reset_index()
+
+
+def entropy_by_layer(h: pd.DataFrame) -> pd.DataFrame:
+    """Per ratio, layer and head type: mean over seeds, domains and heads (descriptive, Fig. 2)."""
+    return h.groupby(["ratio", "n_sigmoid", "layer", "head_type"])["entropy"].mean().reset_index()

@@ -226,6 +226,68 @@ def lengths(
 
 
 @app.command()
+def domains(out: Path = typer.Option(Path("data/domains"), help="Folder for <domain>.jsonl and domains_manifest.json."),
+            max_chars: int = typer.Option(150_000, help="Characters per domain at most.")) -> None:
+    """Build the offline real-text domains for zero-shot perplexity (see runners/domains.py)."""
+    from .domains import build_domains
+
+    m = build_domains(out, max_chars)
+    for name, d in m["domains"].items():
+        typer.echo(f"{name}: {d['documents']} documents, {d['characters']} characters")
+
+
+@app.command()
+def mofa(
+    out: Path = typer.Option(..., help="Run tree: OUT/seed<S>/ratio-<sfx>-<sig>."),
+    seeds: str = typer.Option("1,2", help="Comma list of seeds."),
+    sigmoid_heads: str = typer.Option("0,1,2,3,4", help="Comma list of sigmoid-head counts (one run each)."),
+    domains_dir: Path = typer.Option(Path("data/domains"), help="Folder of <domain>.jsonl|parquet|txt files."),
+    train_domain: str = typer.Option("docstrings", help="In-domain: its training text comes from the bundled "
+                                                        "DBpedia-format train split; the domain file is held out."),
+    steps: int = typer.Option(300), n_ctx: int = typer.Option(64), n_layer: int = typer.Option(4),
+    n_head: int = typer.Option(4), d_model: int = typer.Option(128),
+    sigmoid_bias: str = typer.Option("neg_log_t", help="neg_log_t, neg_log_n, none or a number."),
+    device: str = typer.Option("cpu"), threads: Optional[int] = typer.Option(None),
+) -> None:
+    """Train tiny MoFA GPTs (ratios x seeds), score every domain, dump head entropies."""
+    import torch
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .domains import docstrings_domain, read_domain
+    from .mofa import GPTConfig, MoFATrain, train_mofa_run
+
+    if threads:
+        torch.set_num_threads(threads)
+    files = sorted(p for p in domains_dir.iterdir() if p.suffix in (".jsonl", ".parquet", ".txt"))
+    if not files:
+        typer.echo(f"error: no domain files in {domains_dir} (run: python -m runners domains)", err=True)
+        raise typer.Exit(2)
+    doms = {p.stem: read_domain(p) for p in files}
+    train_text = docstrings_domain("train")
+    try:
+        bias = float(sigmoid_bias)
+    except ValueError:
+        bias = sigmoid_bias
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn()) as bar:
+        tasks = {}
+
+        def progress(name, step, total):
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total)
+            bar.update(tasks[name], completed=step)
+
+        for seed in [int(s) for s in seeds.split(",")]:
+            for k in [int(x) for x in sigmoid_heads.split(",")]:
+                cfg = GPTConfig(n_ctx=n_ctx, n_layer=n_layer, n_head=n_head, d_model=d_model, n_sigmoid=k,
+                                sigmoid_bias=bias)
+                path = out / f"seed{seed}" / f"ratio-{n_head - k}-{k}"
+                train_mofa_run(path, cfg=cfg, train_text=train_text, domains=doms, seed=seed,
+                               tc=MoFATrain(steps=steps), device=device, progress=progress)
+    typer.echo(f"runs under {out}")
+
+
+@app.command()
 def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write the demo run tree."),
          threads: int = typer.Option(2, help="torch CPU threads.")) -> None:
     """Regenerate the recorded demo run: tiny preset, baseline + SAAB, seed 1001, bundled DBpedia-format data.
