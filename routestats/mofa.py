@@ -139,7 +139,7 @@ def ratio_tests(values: pd.DataFrame, pairs: list[tuple[str, str, str]], test: s
         if test == "t":
             r = paired_t(d)
             row.update(statistic=float(r.statistic[0]), df=n - 1, p_raw=float(r.p_raw[0]), ci_low=float(r.ci_low[0]),
-                       ci_high=float(r.ci_high[0]), min_attainable_p=0.0)
+                       ci_high=float(r.ci_high[0]), min_attainable_p=np.nan)  # no floor for the t-test
         elif test == "wilcoxon":
             res = stats.wilcoxon(pair[b], pair[a], method="exact")
             row.update(statistic=float(res.statistic), df=np.nan, p_raw=float(res.pvalue), ci_low=np.nan,
