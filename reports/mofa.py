@@ -82,6 +82,7 @@ def mofa_figures(rep, folder: Path, prefix: str = "") -> dict:
             for r, g in t.groupby("ratio"):
                 ax.plot(g["layer"], g["entropy"], marker="o", color=colors[r], label=r)
             ax.set(title=f"{htype} heads", xlabel="layer", ylabel="row-normalised entropy (nats)")
+            ax.set_xticks(sorted(rep.entropy_layer["layer"].unique()))
             if len(t):
                 ax.legend(fontsize=8, title="ratio")
         fig.tight_layout()
