@@ -105,6 +105,20 @@ def format_cells(df: pd.DataFrame, spec: TableSpec) -> tuple[list[str], list[lis
     return headers, rows
 
 
+def table_context(df: pd.DataFrame, spec: TableSpec) -> dict:
+    """One table as the HTML template sees it: name, headers, rows of cells, caption."""
+    headers, rows = format_cells(df, spec)
+    return {"name": spec.name, "headers": headers, "rows": rows, "caption": spec.caption}
+
+
+def embedded(figures: dict, slug: str, name: str | None) -> str | None:
+    """Base64 PNG of figure ``name`` of section ``slug`` for a data: URI, or None."""
+    import base64
+
+    png = figures.get((slug, name)) if name else None
+    return base64.b64encode(png).decode("ascii") if png else None
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
@@ -133,7 +147,7 @@ def report_specs(rep) -> dict[str, TableSpec]:
              Column("Δ", "mean_diff"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
              Column("p (raw)", "p_raw", "p"), Column("p (Holm)", "p_holm", "p"), Column("n", "n", "int"))),
         "entropy_effects": TableSpec(
-            "entropy_effects", f"Paired entropy effects (nats; variant − baseline), same procedures as the SFM table.",
+            "entropy_effects", "Paired entropy effects (nats; variant − baseline), same procedures as the SFM table.",
             (Column("Layer", "layer", "int"), Column(f"Entropy {b}", "baseline_mean"),
              Column(f"Entropy {v}", "variant_mean"), Column("Δ", "mean_diff"),
              Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),

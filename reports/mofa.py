@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import numpy as np
 import seaborn as sns
 
 from . import figures as F
-from .formatting import Column, TableSpec, fmt_num, fmt_p, format_cells
+from .formatting import Column, TableSpec, embedded, fmt_num, table_context
 
 
 def mofa_specs(rep) -> dict[str, TableSpec]:
@@ -96,12 +95,10 @@ def mofa_section(rep, slug: str, figs: dict) -> dict:
     tables["pca"] = rep.pca.scores if rep.pca is not None else None
 
     def table(name):
-        headers, rows = format_cells(tables[name], specs[name])
-        return {"name": name, "headers": headers, "rows": rows, "caption": specs[name].caption}
+        return table_context(tables[name], specs[name])
 
     def fig(name):
-        png = figs.get((slug, name))
-        return base64.b64encode(png).decode("ascii") if png else None
+        return embedded(figs, slug, name)
 
     blocks = [{"id": "ranking", "title": "Zero-shot perplexity by domain", "tables": [table("ranking"), table("per_ratio")],
                "figure": fig("heatmap"), "text": ""}]

@@ -11,7 +11,6 @@ check its numbers before anything is rendered); :func:`render` writes
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from dataclasses import replace
@@ -23,8 +22,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from routestats.atomic import write_text_atomic
 
 from . import figures as F
-from .formatting import fmt_ci, fmt_num, fmt_p, format_cells, report_specs
-from .latex import latex_escape, latex_table
+from .formatting import embedded, fmt_ci, fmt_num, fmt_p, format_cells, report_specs, table_context
+from .latex import latex_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 FORMATS = ("html", "latex")
@@ -145,12 +144,10 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
         specs = report_specs(rep)
 
         def table(name):
-            headers, rows = format_cells(getattr(rep, name if name != "gradients" else "gradient_checkpoints"), specs[name])
-            return {"name": name, "headers": headers, "rows": rows, "caption": specs[name].caption}
+            return table_context(getattr(rep, name if name != "gradients" else "gradient_checkpoints"), specs[name])
 
         def fig(name):
-            png = figures.get((s, name))
-            return base64.b64encode(png).decode("ascii") if png else None
+            return embedded(figures, s, name)
 
         blocks = [
             {"id": "performance", "title": "Task performance", "tables": [table("performance")], "figure": fig("training"), "text": ""},

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import seaborn as sns
 
 from . import figures as F
-from .formatting import Column, TableSpec, fmt_num, fmt_p, format_cells
+from .formatting import Column, TableSpec, embedded, fmt_num, fmt_p, table_context
 
 
 def _delta_columns(df: pd.DataFrame, prefix: str = "delta_l", label: str = "Δ L") -> tuple[Column, ...]:
@@ -212,12 +210,10 @@ def study_section(rep, slug: str, figs: dict) -> dict:
     tables = rep.tables()
 
     def table(name):
-        headers, rows = format_cells(tables[name], specs[name])
-        return {"name": name, "headers": headers, "rows": rows, "caption": specs[name].caption}
+        return table_context(tables[name], specs[name])
 
     def fig(name):
-        png = figs.get((slug, name))
-        return base64.b64encode(png).decode("ascii") if png else None
+        return embedded(figs, slug, name)
 
     blocks = []
     order = [("seeds", "Seeds (Table 3)", "seeds"), ("across_seeds", "Across-seed inference", None),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 from typing import Optional
-from typing import Optional
 
 import typer
 

@@ -16,7 +16,6 @@ Examples
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 

@@ -30,7 +30,6 @@ def trajectory(obj, metric: str = "sfm", steps: Sequence[int] | None = None) -> 
     Columns: run_id, [role], step, layer, value, n_examples. Works for a Run or a RunPair
     (pairs use the steps both runs hold).
     """
-    from .io import RunPair
     from .metrics import _pass, _runs
 
     runs = _runs(obj)

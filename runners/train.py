@@ -9,7 +9,6 @@ checkpoint after a kill and reproduces the uninterrupted run bitwise on CPU.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os

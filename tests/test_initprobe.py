@@ -5,7 +5,6 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-import routestats as rs
 from routestats.initprobe import initial_loss_summary, load_probe, probe_correlations, spearman_rho
 
 
@@ -70,7 +69,7 @@ def test_runner_probe_smoke(tmp_path):
     from runners.presets import get_preset
 
     torch.set_num_threads(1)
-    frames = run_init_probe(tmp_path, data=resolve("bundled-dbpedia"), preset=get_preset("smoke"), seeds=[1, 2, 3],
+    run_init_probe(tmp_path, data=resolve("bundled-dbpedia"), preset=get_preset("smoke"), seeds=[1, 2, 3],
                             mask_seeds=[101, 202], examples=8, blocks=2)
     probe = load_probe(tmp_path)  # also checks that baseline and SAAB hashes agree per seed
     assert len(probe["initial_loss"]) == 3 * 2 * 2 * 2  # seeds x variants x masks x blocks

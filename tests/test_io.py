@@ -9,7 +9,6 @@ import textwrap
 import time
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest

@@ -1,7 +1,6 @@
 """MoFA analyses against scipy, scikit-learn and hand computation."""
 
 import itertools
-import warnings
 
 import numpy as np
 import pandas as pd

@@ -1,6 +1,5 @@
 """PyTorch runners: pairing guarantees, MSM rules, schedule, attention paths, resume, dumps."""
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
 import routestats as rs  # noqa: E402
-from routestats import schema as S  # noqa: E402
 from runners.corpora import Record  # noqa: E402
 from runners.data import resolve  # noqa: E402
 from runners.model import EncoderConfig, SAABEncoder, shuffle_bias_ids, state_hash  # noqa: E402
@@ -311,7 +309,7 @@ def test_untouched_test_evaluation(smoke_study, tmp_path):
     for name in ("baseline", "saab"):
         shutil.copytree(out / name, pair_dir / name)
     shutil.copy(out / "tokenizer.json", pair_dir / "tokenizer.json")
-    paths = evaluate_split(pair_dir, tmp_path / "test", sample_size=6, sample_seed=1001, device="cpu")
+    evaluate_split(pair_dir, tmp_path / "test", sample_size=6, sample_seed=1001, device="cpu")
     man = json.loads((tmp_path / "test" / "test_manifest.json").read_text())
     n_test = len(resolve("bundled-dbpedia").load_test())
     assert man["indices"] == reservoir_indices(n_test, 6, 1001) and man["records"] == n_test

@@ -1,7 +1,6 @@
 """Study (multi-run) reports: tables from routestats.studies, rendered to HTML and LaTeX."""
 
 import numpy as np
-import pytest
 from typer.testing import CliRunner
 
 import routestats as rs
