@@ -244,8 +244,13 @@ def mofa(
     domains_dir: Path = typer.Option(Path("data/domains"), help="Folder of <domain>.jsonl|parquet|txt files."),
     train_domain: str = typer.Option("docstrings", help="In-domain: its training text comes from the bundled "
                                                         "DBpedia-format train split; the domain file is held out."),
-    steps: int = typer.Option(300), n_ctx: int = typer.Option(64), n_layer: int = typer.Option(4),
-    n_head: int = typer.Option(4), d_model: int = typer.Option(128),
+    preset: str = typer.Option("tiny", help="tiny (CPU: ctx 64, 4 x 4 heads, d 128, 300 steps) or paper "
+                                            "(GPU: ctx 1024, 12 x 12 heads, d 768, 50,000 steps)."),
+    steps: Optional[int] = typer.Option(None), n_ctx: Optional[int] = typer.Option(None),
+    n_layer: Optional[int] = typer.Option(None), n_head: Optional[int] = typer.Option(None),
+    d_model: Optional[int] = typer.Option(None),
+    concat_scope: str = typer.Option("global", help="Block chunking scope: global or per_batch:N."),
+    separator: str = typer.Option("none", help="Between documents: none or newline."),
     sigmoid_bias: str = typer.Option("neg_log_t", help="neg_log_t, neg_log_n, none or a number."),
     device: str = typer.Option("cpu"), threads: Optional[int] = typer.Option(None),
 ) -> None:
@@ -268,6 +273,14 @@ def mofa(
         bias = float(sigmoid_bias)
     except ValueError:
         bias = sigmoid_bias
+    presets = {"tiny": dict(steps=300, n_ctx=64, n_layer=4, n_head=4, d_model=128),
+               "paper": dict(steps=50_000, n_ctx=1024, n_layer=12, n_head=12, d_model=768)}
+    if preset not in presets:
+        typer.echo(f"error: unknown preset {preset!r}", err=True)
+        raise typer.Exit(2)
+    chosen = {**presets[preset], **{k: v for k, v in dict(steps=steps, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head,
+                                                           d_model=d_model).items() if v is not None}}
+    steps, n_ctx, n_layer, n_head, d_model = (chosen[k] for k in ("steps", "n_ctx", "n_layer", "n_head", "d_model"))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn()) as bar:
         tasks = {}
@@ -283,7 +296,8 @@ def mofa(
                                 sigmoid_bias=bias)
                 path = out / f"seed{seed}" / f"ratio-{n_head - k}-{k}"
                 train_mofa_run(path, cfg=cfg, train_text=train_text, domains=doms, seed=seed,
-                               tc=MoFATrain(steps=steps), device=device, progress=progress)
+                               tc=MoFATrain(steps=steps, concat_scope=concat_scope, separator=separator),
+                               device=device, progress=progress)
     typer.echo(f"runs under {out}")
 
 

@@ -123,15 +123,32 @@ class MoFAGPT(nn.Module):
         return self.ln_f(x) @ self.wte.weight.T, probs
 
 
-def encode(texts: Sequence[str]) -> np.ndarray:
-    """Byte-level token ids of the concatenated documents (no separator)."""
-    return np.frombuffer("".join(texts).encode("utf-8"), dtype=np.uint8).astype(np.int64)
+SEPARATORS = {"none": "", "newline": "\n"}
+
+
+def encode(texts: Sequence[str], separator: str = "none") -> np.ndarray:
+    """Byte-level token ids of the concatenated documents (``separator``: none or newline)."""
+    return np.frombuffer(SEPARATORS[separator].join(texts).encode("utf-8"), dtype=np.uint8).astype(np.int64)
 
 
 def blocks_of(ids: np.ndarray, n_ctx: int) -> np.ndarray:
-    """Global concatenation chunked into blocks of ``n_ctx`` tokens; the remainder is dropped."""
+    """Chunk token ids into blocks of ``n_ctx`` tokens; the remainder is dropped."""
     n = len(ids) // n_ctx
     return ids[: n * n_ctx].reshape(n, n_ctx)
+
+
+def domain_blocks(docs: Sequence[str], n_ctx: int, concat_scope: str = "global", separator: str = "none") -> np.ndarray:
+    """Evaluation blocks of a domain (METHODS A.3): ``concat_scope`` ``global`` concatenates all
+    documents before chunking; ``per_batch:N`` concatenates and drops the remainder per group of
+    N documents, as the Hugging Face group-texts recipe does per map batch."""
+    if concat_scope == "global":
+        return blocks_of(encode(docs, separator), n_ctx)
+    if concat_scope.startswith("per_batch:"):
+        size = int(concat_scope.split(":", 1)[1])
+        parts = [blocks_of(encode(docs[i:i + size], separator), n_ctx) for i in range(0, len(docs), size)]
+        parts = [p for p in parts if len(p)]
+        return np.concatenate(parts) if parts else np.zeros((0, n_ctx), dtype=np.int64)
+    raise ValueError(f"concat_scope must be 'global' or 'per_batch:N', got {concat_scope!r}")
 
 
 @dataclass(frozen=True)
@@ -145,6 +162,8 @@ class MoFATrain:
     betas: tuple = (0.9, 0.95)
     grad_clip: float = 1.0
     entropy_blocks: int = 4  # per domain, for the head-entropy dumps
+    concat_scope: str = "global"  # or "per_batch:1000"
+    separator: str = "none"  # or "newline" between documents
 
 
 @torch.inference_mode()
@@ -172,7 +191,7 @@ def train_mofa_run(out: Path, *, cfg: GPTConfig, train_text: Sequence[str], doma
     model = MoFAGPT(cfg)  # identical tensors for every ratio: the partition has no parameters
     init = state_hash(model)
     model.to(dev)
-    data = blocks_of(encode(train_text), cfg.n_ctx)
+    data = blocks_of(encode(train_text, tc.separator), cfg.n_ctx)
     g = torch.Generator(device="cpu").manual_seed(seed)  # data order depends on the seed only
     order = torch.randint(0, len(data), (tc.steps, tc.batch_size), generator=g).numpy()
     order_id = hashlib.sha256(order.astype("<i8").tobytes() + hashlib.sha256(data.tobytes()).digest()).hexdigest()
@@ -200,7 +219,7 @@ def train_mofa_run(out: Path, *, cfg: GPTConfig, train_text: Sequence[str], doma
                   seed=seed, init_id=init, data_order_id=order_id, fields=TEXT_FIELDS, overwrite=True)
     scores, ex_rows, ent_blocks = [], [], []
     for dom, docs in domains.items():
-        blk = blocks_of(encode(docs), cfg.n_ctx)
+        blk = domain_blocks(docs, cfg.n_ctx, tc.concat_scope, tc.separator)
         nll, n_tok = score_domain(model, blk, dev)
         scores.append(pd.DataFrame({"domain": dom, "example_id": np.arange(len(blk)), "sum_nll": nll, "n_tokens": n_tok}))
         for b in range(min(tc.entropy_blocks, len(blk))):

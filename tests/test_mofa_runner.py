@@ -76,3 +76,15 @@ def test_tiny_mofa_tree_reports(tmp_path):
     assert res.exit_code == 0, res.output
     html = (tmp_path / "out" / "report.html").read_text()
     assert "Zero-shot perplexity by domain" in html and "PCA of the domain response" in html
+
+
+def test_domain_block_scopes():
+    from runners.mofa import domain_blocks
+
+    docs = ["abcde", "fgh", "ijklmno"]
+    assert domain_blocks(docs, 4).tolist() == [list(b"abcd"), list(b"efgh"), list(b"ijkl")]  # global: 15 -> 3 blocks
+    # per batch of 2 documents: "abcdefgh" -> 2 blocks, "ijklmno" -> 1 block (remainders dropped per batch)
+    assert domain_blocks(docs, 4, "per_batch:2").tolist() == [list(b"abcd"), list(b"efgh"), list(b"ijkl")]
+    assert len(domain_blocks(docs, 4, "global", separator="newline")) == 4  # 17 bytes with two newlines
+    with pytest.raises(ValueError, match="concat_scope"):
+        domain_blocks(docs, 4, "per_doc")
