@@ -190,6 +190,8 @@ def report(
     factor: str = FACTOR,
     baseline: str = BASELINE,
     init_probe: Optional[Path] = typer.Option(None, help="Init-probe folder (default: PATH/init_probe when present)."),
+    workers: int = typer.Option(2, help="Processes that reduce the attention of many runs in parallel (through the "
+                                        "on-disk cache; 1 = in this process)."),
     pairs: str = typer.Option("auto", "--pairs", help="Per-pair sections: auto (only for a single pair), "
                                                      "reference (standard SAAB pairs), all, none."),
 ) -> None:
@@ -211,6 +213,10 @@ def report(
     import reports
 
     from .io import RunCollection
+    from .metrics import warm_cache
+
+    if isinstance(obj, RunCollection) and workers > 1:
+        warm_cache(obj, workers=workers)
 
     if isinstance(obj, RunCollection) and "ratio" in obj.index.columns and factor not in obj.index.columns:
         from .mofa_report import build_mofa_report

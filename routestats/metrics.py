@@ -435,3 +435,30 @@ def word_attention(matrix, word_ids) -> tuple[np.ndarray, np.ndarray]:
     onehot = (w[:, None] == groups[None, :]).astype(np.float64)  # (n, U)
     sums = onehot.T @ A @ onehot  # sum over query pieces and key pieces
     return sums / onehot.sum(axis=0)[:, None], groups
+
+
+def _warm_one(args) -> int:
+    from .io import load_run
+
+    path, steps = args
+    run = load_run(path)
+    for s in steps or run.attention_steps:
+        _pass(run, s)
+    return len(steps or run.attention_steps)
+
+
+def warm_cache(runs, workers: int = 2, steps=None) -> int:
+    """Compute the per-example tables of many runs in a process pool, one run per task.
+
+    The results land in the on-disk cache (:func:`cache_dir`), so the analysis that follows
+    reads small cached tables instead of attention. A no-op returning 0 when the cache is
+    off or ``workers`` < 2. Returns the number of (run, step) tables computed or found.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    runs = list(runs)
+    if cache_dir() is None or workers < 2 or len(runs) < 2:
+        return 0
+    jobs = [(str(r.path), list(steps) if steps else None) for r in runs]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return sum(pool.map(_warm_one, jobs))

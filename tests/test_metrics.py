@@ -185,3 +185,20 @@ def test_disk_cache_round_trip_and_key(tmp_path, rng, monkeypatch):
     path2 = write_run(tmp_path / "r2", att2, fields)
     rs.head_metrics(rs.load_run(path2))
     assert len(list((tmp_path / "cache").glob("*.npz"))) == 2
+
+
+def test_warm_cache_in_a_process_pool(tmp_path, monkeypatch):
+    from routestats.datasets import synthetic_pair
+    from routestats.metrics import warm_cache
+
+    synthetic_pair(tmp_path / "t" / "s1", seed=1, n_examples=3, steps=(10, 20))
+    synthetic_pair(tmp_path / "t" / "s2", seed=2, n_examples=3, steps=(10, 20))
+    runs = rs.load_runs(tmp_path / "t")
+    assert warm_cache(runs, workers=2) == 0  # cache off (the test default): nothing to do
+    monkeypatch.setenv("ROUTESTATS_CACHE", str(tmp_path / "cache"))
+    assert warm_cache(runs, workers=2) == 4 * 2  # 4 runs x 2 steps, computed in worker processes
+    assert len(list((tmp_path / "cache").glob("*.npz"))) == 8
+    cached = rs.head_metrics(rs.load_runs(tmp_path / "t").runs[0], step=10)  # read from the worker's cache file
+    monkeypatch.setenv("ROUTESTATS_CACHE", "off")
+    computed = rs.head_metrics(rs.load_runs(tmp_path / "t").runs[0], step=10)
+    pd.testing.assert_frame_equal(cached, computed, check_dtype=False)
