@@ -1,0 +1,52 @@
+"""Pathway Jacobians: closed forms vs autograd of the pathway-split forward, and finite differences."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from routestats.regime import Operators, certify, directional  # noqa: E402
+from runners.mofa import GPTConfig, MoFAGPT  # noqa: E402
+from runners.operators import hidden_entering, operating_point, pathway_split_forward  # noqa: E402
+from runners.train import seed_everything  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.mark.parametrize("n_sigmoid, bias", [(0, "neg_log_t"), (2, "neg_log_t"), (4, "neg_log_n"), (1, "none")])
+def test_closed_forms_match_autograd(n_sigmoid, bias):
+    torch.set_num_threads(1)
+    seed_everything(5)
+    m = MoFAGPT(GPTConfig(n_ctx=12, n_layer=2, n_head=4, d_model=16, n_sigmoid=n_sigmoid, sigmoid_bias=bias))
+    ids = torch.randint(0, 256, (12,))
+    op = operating_point(m, ids, layer=1, r=9)
+    # METHODS B.8: analytic vs autograd in float64 within 1e-10; the split forward is the model's sublayer
+    assert max(op["errors"][k] for k in ("J_T", "J_Q", "J_K")) < 1e-10
+    assert op["errors"]["forward"] < 1e-12
+
+
+def test_finite_forward_growth_matches_operators():
+    torch.set_num_threads(1)
+    seed_everything(6)
+    m = MoFAGPT(GPTConfig(n_ctx=10, n_layer=1, n_head=2, d_model=8, n_sigmoid=1)).double()
+    ids = torch.randint(0, 256, (10,))
+    op = operating_point(m, ids, layer=0)
+    X = hidden_entering(m, ids, 0)
+    F = pathway_split_forward(m, X, 0, 9)
+    x = X[9]
+    v = torch.randn(8, dtype=torch.float64)
+    eps = 1e-6
+    J = op["analytic"]
+    with torch.no_grad():
+        y0 = F(x, x, x).numpy()
+        d_full = (F(x + eps * v, x + eps * v, x + eps * v).numpy() - y0) / eps
+        d_tq = (F(x + eps * v, x + eps * v, x).numpy() - y0) / eps
+    vv = v.numpy()
+    np.testing.assert_allclose(d_full, (J["J_T"] + J["J_Q"] + J["J_K"]) @ vv, atol=1e-5)
+    np.testing.assert_allclose(d_tq, (J["J_T"] + J["J_Q"]) @ vv, atol=1e-5)
+    # and the certification runs on the real operators
+    ops = Operators(J["J_T"], J["J_Q"], J["J_K"])
+    c = certify(ops)
+    assert c.dim_S + c.n_near_zero <= 8
+    t = directional(ops, np.eye(8))
+    assert set(t["regime"]) <= {"NC", "NS", "Q", "K", "E", "J"}
