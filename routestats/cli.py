@@ -301,6 +301,40 @@ def table(
         typer.echo(f"wrote {out}")
 
 
+@command
+def regime(
+    operators: Path = typer.Argument(..., help=".npz with J_T, J_Q, J_K (python -m runners regime)."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for summary.csv and directions.csv."),
+    probes: int = typer.Option(200, help="Random directions inside S and in the ambient space."),
+    seed: int = SEED,
+) -> None:
+    """Spectral certification of gating-induced regime switching at one operating point."""
+    import numpy as np
+
+    from .errors import RoutestatsError
+    from .regime import Operators, analyse
+
+    if not operators.is_file():
+        _fail(f"{operators}: no such file")
+    try:
+        z = np.load(operators, allow_pickle=False)
+        ops = Operators(z["J_T"], z["J_Q"], z["J_K"])
+    except (KeyError, ValueError, OSError) as exc:
+        raise RoutestatsError(f"{operators}: not an operator file with J_T, J_Q, J_K ({exc})") from None
+    res = analyse(ops, probes=probes, seed=seed)
+    con = _console()
+    con.print(_frame_table(res["summary"].T.reset_index().rename(columns={"index": "quantity", 0: "value"})
+                           .astype(str), f"regime switching: {operators.name}"))
+    shares = res["directions"].groupby(["source", "regime"]).size().unstack(fill_value=0).reset_index()
+    con.print(_frame_table(shares, "regimes by direction source"))
+    if out is not None:
+        from .atomic import write_text_atomic
+
+        for name, df in res.items():
+            write_text_atomic(out / f"{name}.csv", df.to_csv(index=False))
+        typer.echo(f"wrote {out}/summary.csv and {out}/directions.csv")
+
+
 def main() -> None:
     """Console entry point."""
     app()

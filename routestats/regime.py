@@ -253,3 +253,35 @@ def tau_max_dual(cert: Certificate) -> float:
         hi *= 2
     res = optimize.minimize_scalar(f, bounds=(0.0, hi * 2), method="bounded", options={"xatol": 1e-12})
     return min(f(0.0), float(res.fun))
+
+
+def analyse(ops: Operators, probes: int = 200, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """Spectral summary and direction table of one operating point (tidy frames, METHODS D.2).
+
+    Directions: v_rel (max relative strength), v_sev (certified severe direction), ``probes``
+    random directions inside S and ``probes`` random ambient directions.
+    """
+    c = certify(ops)
+    sev = severity_certificate(ops, c)
+    summary = pd.DataFrame([{"dim": ops.J_T.shape[0], "tol": c.tol, "n_near_zero": c.n_near_zero, "dim_S": c.dim_S,
+                             "lambda_max": c.lambda_max, "d_sw": c.d_sw, "switches": c.switches,
+                             "tau_cert": sev["tau_cert"], "j_star": sev["j_star"],
+                             "tau_max_dual": tau_max_dual(c) if c.dim_S >= 3 else np.nan,
+                             "no_switch_sufficient": c.no_switch_sufficient() if c.dim_S else True}])
+    rng = np.random.default_rng(seed)
+    blocks, sources = [], []
+    if c.dim_S:
+        blocks.append(c.v_sw[:, None])
+        sources.append("v_rel")
+        if sev["v_sev"] is not None:
+            blocks.append(sev["v_sev"][:, None])
+            sources.append("v_sev")
+        blocks.append(c.P @ rng.standard_normal((c.dim_S, probes)))
+        sources += ["random_S"] * probes
+    blocks.append(rng.standard_normal((ops.J_T.shape[0], probes)))
+    sources += ["random_ambient"] * probes
+    V = np.concatenate(blocks, axis=1)
+    V = V / np.linalg.norm(V, axis=0, keepdims=True)
+    d = directional(ops, V)
+    d.insert(0, "source", sources)
+    return {"summary": summary, "directions": d}

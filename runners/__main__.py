@@ -302,6 +302,33 @@ def mofa(
 
 
 @app.command()
+def regime(
+    run: Path = typer.Argument(..., help="A MoFA run directory (with its final checkpoint)."),
+    out: Path = typer.Option(..., help="Output .npz with J_T, J_Q, J_K and their validation errors."),
+    layer: int = typer.Option(..., help="Layer (0-based)."),
+    domain_file: Path = typer.Option(Path("data/domains/docstrings.jsonl"), help="Text whose first block is the prompt."),
+    token: Optional[int] = typer.Option(None, help="Query token r (default: the last of the block)."),
+) -> None:
+    """Pathway Jacobians (value transport, query gating, key gating) at one operating point."""
+    import json
+
+    import numpy as np
+
+    from routestats.atomic import atomic_path
+
+    from .domains import read_domain
+    from .operators import operators_from_run
+
+    op = operators_from_run(run, "".join(read_domain(domain_file)), layer, token)
+    with atomic_path(out) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **op["analytic"], **{f"autograd_{k}": v for k, v in op["autograd"].items()},
+                     meta=json.dumps({"run": str(run), "layer": layer, "token": op["token"], "errors": op["errors"],
+                                      "head_types": op["head_types"], "domain_file": str(domain_file)}))
+    typer.echo(f"wrote {out}; max |analytic - autograd| = {max(op['errors'][k] for k in ('J_T', 'J_Q', 'J_K')):.2e}")
+
+
+@app.command()
 def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write the demo run tree."),
          threads: int = typer.Option(2, help="torch CPU threads.")) -> None:
     """Regenerate the recorded demo run: tiny preset, baseline + SAAB, seed 1001, bundled DBpedia-format data.

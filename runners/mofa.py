@@ -235,6 +235,12 @@ def train_mofa_run(out: Path, *, cfg: GPTConfig, train_text: Sequence[str], doma
             sink.add(eid, torch.stack([p[0] for p in probs]).float().cpu().numpy(), head_types=cfg.head_types())
     w.write_lm_scores(pd.concat(scores, ignore_index=True))
     w.write_metrics(pd.DataFrame(metrics))
+    from routestats.atomic import atomic_path
+
+    ck = S.checkpoint_file(tc.steps)
+    with atomic_path(out / ck) as tmp:  # final weights, for operator analyses (METHODS Part II B)
+        torch.save({"step": tc.steps, "model": model.state_dict(), "config": asdict(cfg)}, tmp)
+    w.add_file(ck)
     return w.finalize(model=asdict(cfg), training={**asdict(tc), "betas": list(tc.betas)},
                       dataset={"train_tokens": int(data.size), "domains": {d: len(v) for d, v in domains.items()},
                                "tokenizer": "utf-8 bytes"},

@@ -155,3 +155,25 @@ def operating_point(model: MoFAGPT, ids, layer: int, r: int | None = None) -> di
     errors["forward"] = float((y_split - y_model).abs().max())
     return {"analytic": ana, "autograd": auto, "errors": errors, "layer": layer, "token": r,
             "head_types": m.cfg.head_types()}
+
+
+def operators_from_run(run_dir, domain_text: str, layer: int, r: int | None = None) -> dict:
+    """Operators of a MoFA run's final checkpoint on the first block of ``domain_text``."""
+    from pathlib import Path
+
+    from routestats.io import load_run
+
+    from .mofa import GPTConfig, blocks_of, encode
+
+    run = load_run(run_dir)
+    ck = [e["path"] for e in run.manifest["files"] if e["path"].startswith("checkpoints/")]
+    if not ck:
+        raise FileNotFoundError(f"{run_dir}: no checkpoint in the run")
+    state = torch.load(Path(run_dir) / sorted(ck)[-1], map_location="cpu", weights_only=False)
+    cfg = GPTConfig(**state["config"])
+    model = MoFAGPT(cfg)
+    model.load_state_dict(state["model"])
+    block = blocks_of(encode([domain_text]), cfg.n_ctx)
+    if not len(block):
+        raise ValueError("the text is shorter than one block")
+    return operating_point(model, torch.as_tensor(block[0]), layer, r)

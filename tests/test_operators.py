@@ -50,3 +50,29 @@ def test_finite_forward_growth_matches_operators():
     assert c.dim_S + c.n_near_zero <= 8
     t = directional(ops, np.eye(8))
     assert set(t["regime"]) <= {"NC", "NS", "Q", "K", "E", "J"}
+
+
+def test_regime_commands_end_to_end(tmp_path):
+    from typer.testing import CliRunner
+
+    import routestats.cli as rcli
+    import runners.__main__ as rmain
+    from runners.mofa import MoFATrain, train_mofa_run
+
+    torch.set_num_threads(1)
+    text = "The quick brown fox jumps over the lazy dog. " * 20
+    run = train_mofa_run(tmp_path / "run", cfg=GPTConfig(n_ctx=16, n_layer=2, n_head=2, d_model=16, n_sigmoid=1),
+                         train_text=[text], domains={"prose": [text]}, seed=1, tc=MoFATrain(steps=3, batch_size=2))
+    (tmp_path / "prose.txt").write_text(text)
+    r = CliRunner().invoke(rmain.app, ["regime", str(run), "--out", str(tmp_path / "ops.npz"), "--layer", "1",
+                                       "--domain-file", str(tmp_path / "prose.txt")])
+    assert r.exit_code == 0, r.output
+    assert float(r.output.split("=")[-1]) < 1e-10
+    r = CliRunner().invoke(rcli.app, ["regime", str(tmp_path / "ops.npz"), "-o", str(tmp_path / "reg"), "--probes", "20"])
+    assert r.exit_code == 0, r.output
+    import pandas as pd
+
+    d = pd.read_csv(tmp_path / "reg" / "directions.csv")
+    assert (d["source"] == "random_ambient").sum() == 20
+    r = CliRunner().invoke(rcli.app, ["regime", str(tmp_path / "prose.txt")])
+    assert r.exit_code == 2 and "not an operator file" in r.output
