@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 from routestats.regime import Operators, certify, directional  # noqa: E402
 from runners.mofa import GPTConfig, MoFAGPT  # noqa: E402
-from runners.operators import hidden_entering, operating_point, pathway_split_forward  # noqa: E402
+from runners.operators import hidden_entering, mofa_sublayer, operating_point  # noqa: E402
 from runners.train import seed_everything  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -32,7 +32,8 @@ def test_finite_forward_growth_matches_operators():
     ids = torch.randint(0, 256, (10,))
     op = operating_point(m, ids, layer=0)
     X = hidden_entering(m, ids, 0)
-    F = pathway_split_forward(m, X, 0, 9)
+    sub = mofa_sublayer(m, 0)
+    F = lambda a, b, c: sub.output(X, 9, a, b, c)  # noqa: E731
     x = X[9]
     v = torch.randn(8, dtype=torch.float64)
     eps = 1e-6
@@ -76,3 +77,26 @@ def test_regime_commands_end_to_end(tmp_path):
     assert (d["source"] == "random_ambient").sum() == 20
     r = CliRunner().invoke(rcli.app, ["regime", str(tmp_path / "prose.txt")])
     assert r.exit_code == 2 and "not an operator file" in r.output
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "encoder", "mofa"])
+def test_generic_sublayer_closed_forms(kind):
+    from runners.operators import random_sublayer
+
+    sub = random_sublayer(kind, seed=3)
+    X = torch.randn(9, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    r = 6
+    ana, auto = sub.analytic(X, r), sub.autograd(X, r)
+    # METHODS B.8: closed forms vs autograd of the pathway-split forward, float64
+    for k in ("J_T", "J_Q", "J_K"):
+        assert np.abs(ana[k] - auto[k]).max() < 1e-10, k
+    # a sanity check that the pathways are not trivially zero
+    assert np.abs(ana["J_Q"]).max() > 1e-3 and np.abs(ana["J_K"]).max() > 1e-4
+
+
+def test_rope_is_a_rotation():
+    from runners.operators import rope_matrix
+
+    R = rope_matrix(5, 8)
+    np.testing.assert_allclose(R.T @ R, np.eye(8), atol=1e-12)
+    np.testing.assert_allclose(rope_matrix(0, 8), np.eye(8), atol=0)
