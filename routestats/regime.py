@@ -285,3 +285,58 @@ def analyse(ops: Operators, probes: int = 200, seed: int = 0) -> dict[str, pd.Da
     d = directional(ops, V)
     d.insert(0, "source", sources)
     return {"summary": summary, "directions": d}
+
+
+def probe_basis(d: int, p: int, seed: int = 0, total: int | None = None) -> np.ndarray:
+    """Orthonormal random probe (d x p): QR of a Gaussian matrix from ``seed`` (METHODS B.9).
+
+    With ``total`` the probe is the first p columns of one d x total orthonormal matrix, so
+    probes of growing size are nested.
+    """
+    n = max(p, total or p)
+    if n > d:
+        raise RoutestatsError(f"a probe of {n} columns does not fit in {d} dimensions")
+    Q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, n)))
+    return Q[:, :p]
+
+
+def _random_in(P: np.ndarray, n: int, rng) -> np.ndarray:
+    V = P @ rng.standard_normal((P.shape[1], n))
+    return V / np.linalg.norm(V, axis=0, keepdims=True)
+
+
+def mechanism_composition(ops: Operators, cert: Certificate, n: int = 4096, seed: int = 0) -> pd.DataFrame:
+    """Shares of the Q/K/E/J mechanisms among switching random unit directions of S (B.9).
+
+    Columns: regime, count, share_of_switching, share_of_all. Labels record signs, not additive shares.
+    """
+    if cert.dim_S == 0:
+        raise RoutestatsError("the transport-contractive subspace is empty")
+    t = directional(ops, _random_in(cert.P, n, np.random.default_rng(seed)))
+    counts = t["regime"].value_counts()
+    sw = int(counts.reindex(["Q", "K", "E", "J"]).fillna(0).sum())
+    rows = [{"regime": k, "count": int(counts.get(k, 0)),
+             "share_of_switching": (counts.get(k, 0) / sw) if sw and k in "QKEJ" else np.nan,
+             "share_of_all": counts.get(k, 0) / n} for k in ("NC", "NS", "Q", "K", "E", "J")]
+    return pd.DataFrame(rows)
+
+
+def search_quality(ops: Operators, cert: Certificate, n_ambient: int = 8192, n_S: int = 4096, seed: int = 0) -> pd.DataFrame:
+    """Blind ambient search vs oracle search inside S vs the spectral certificate (B.10).
+
+    Columns: search, directions, switching, share, best_tau (largest severity among switching directions).
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name, V in (("blind_ambient", _random_in(np.eye(ops.J_T.shape[0]), n_ambient, rng)),
+                    ("oracle_in_S", _random_in(cert.P, n_S, rng) if cert.dim_S else None)):
+        if V is None:
+            continue
+        t = directional(ops, V)
+        sw = (t["g_T"] < 0) & (t["g_full"] > 0)
+        rows.append({"search": name, "directions": V.shape[1], "switching": int(sw.sum()), "share": float(sw.mean()),
+                     "best_tau": float(t.loc[sw, "tau"].max()) if sw.any() else np.nan})
+    sev = severity_certificate(ops, cert)
+    rows.append({"search": "spectral", "directions": cert.dim_S, "switching": cert.d_sw,
+                 "share": cert.d_sw / cert.dim_S if cert.dim_S else np.nan, "best_tau": sev["tau_cert"]})
+    return pd.DataFrame(rows)

@@ -129,3 +129,28 @@ def test_weak_gating_separates_tau_cert_and_tau_max():
     assert sev["tau_cert"] == pytest.approx(0.36)
     # regression value of the dual (its validity is checked against sampling in the property test above)
     assert tau_max_dual(c) == pytest.approx(0.8342, abs=1e-4)
+
+
+def test_probe_projection_mechanisms_and_search():
+    from routestats.regime import mechanism_composition, probe_basis, search_quality
+
+    ops = operators(0, d=12, gate=0.35)
+    P64 = probe_basis(12, 6, seed=3, total=10)
+    P8 = probe_basis(12, 8, seed=3, total=10)
+    np.testing.assert_allclose(P64, P8[:, :6])  # nested probes
+    np.testing.assert_allclose(P8.T @ P8, np.eye(8), atol=1e-12)
+    full, proj = certify(ops), certify(ops, P=P8)
+    assert proj.dim_S <= full.dim_S
+    # projected certificate: its basis lies in the probe and every certified direction switches
+    np.testing.assert_allclose(P8 @ (P8.T @ proj.P), proj.P, atol=1e-10)
+    if proj.d_sw:
+        t = directional(ops, proj.V_sw @ np.random.default_rng(0).standard_normal((proj.d_sw, 50)))
+        assert ((t["g_T"] < 0) & (t["g_full"] > 0)).all()
+    mc = mechanism_composition(ops, full, n=2000, seed=1)
+    assert mc["count"].sum() == 2000 and mc.set_index("regime").loc["NC", "count"] == 0  # inside S: g_T < 0
+    sw = mc[mc.regime.isin(list("QKEJ"))]
+    assert sw["share_of_switching"].sum() == pytest.approx(1.0)
+    sq = search_quality(ops, full, n_ambient=500, n_S=500, seed=2).set_index("search")
+    assert sq.loc["spectral", "best_tau"] == pytest.approx(severity_certificate(ops, full)["tau_cert"])
+    # sampled best severity never beats the exact supremum
+    assert sq.loc["oracle_in_S", "best_tau"] <= tau_max_dual(full) + 1e-9
