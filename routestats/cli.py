@@ -327,12 +327,14 @@ def regime(
                            .astype(str), f"regime switching: {operators.name}"))
     shares = res["directions"].groupby(["source", "regime"]).size().unstack(fill_value=0).reset_index()
     con.print(_frame_table(shares, "regimes by direction source"))
+    if "search" in res:
+        con.print(_frame_table(res["search"], "search quality: blind ambient vs oracle in S vs spectral"))
     if out is not None:
         from .atomic import write_text_atomic
 
         for name, df in res.items():
             write_text_atomic(out / f"{name}.csv", df.to_csv(index=False))
-        typer.echo(f"wrote {out}/summary.csv and {out}/directions.csv")
+        typer.echo(f"wrote {', '.join(f'{out}/{n}.csv' for n in res)}")
 
 
 def main() -> None:

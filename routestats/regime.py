@@ -284,7 +284,11 @@ def analyse(ops: Operators, probes: int = 200, seed: int = 0) -> dict[str, pd.Da
     V = V / np.linalg.norm(V, axis=0, keepdims=True)
     d = directional(ops, V)
     d.insert(0, "source", sources)
-    return {"summary": summary, "directions": d}
+    out = {"summary": summary, "directions": d}
+    if c.dim_S:
+        out["mechanisms"] = mechanism_composition(ops, c, n=max(probes, 1), seed=seed + 1)
+        out["search"] = search_quality(ops, c, n_ambient=max(probes, 1), n_S=max(probes, 1), seed=seed + 2)
+    return out
 
 
 def probe_basis(d: int, p: int, seed: int = 0, total: int | None = None) -> np.ndarray:

@@ -74,6 +74,7 @@ def test_regime_commands_end_to_end(tmp_path):
     import pandas as pd
 
     d = pd.read_csv(tmp_path / "reg" / "directions.csv")
+    assert set(pd.read_csv(tmp_path / "reg" / "search.csv")["search"]) == {"blind_ambient", "oracle_in_S", "spectral"}
     assert (d["source"] == "random_ambient").sum() == 20
     r = CliRunner().invoke(rcli.app, ["regime", str(tmp_path / "prose.txt")])
     assert r.exit_code == 2 and "not an operator file" in r.output
