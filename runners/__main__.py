@@ -9,10 +9,29 @@ Examples::
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+@contextlib.contextmanager
+def progress_bars():
+    """A rich progress view with one bar per run; yields (progress, callback(name, step, total))."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), TimeRemainingColumn()) as bar:
+        tasks = {}
+
+        def progress(name, step, total):
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total)
+            bar.update(tasks[name], completed=step)
+
+        yield bar, progress
+
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Train paired Transformer runs and write them as routestats run directories.")
@@ -39,7 +58,6 @@ def saab(
 ) -> None:
     """Train a paired condition set (baseline, SAAB variants) from one seed into a run tree."""
     import torch
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from routestats.errors import RoutestatsError
 
@@ -63,14 +81,7 @@ def saab(
     except (ValueError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), TimeRemainingColumn()) as bar:
-        tasks = {}
-
-        def progress(run_id, step, total):
-            if run_id not in tasks:
-                tasks[run_id] = bar.add_task(run_id, total=total)
-            bar.update(tasks[run_id], completed=step)
+    with progress_bars() as (bar, progress):
 
         try:
             paths = train_study(out, data=spec, preset=p, conditions=conds, seed=seed, study=study, device=device,
@@ -103,7 +114,6 @@ def sweep(
 ) -> None:
     """Train seeds x conditions (one job per seed); rerun to resume (complete runs are skipped)."""
     import torch
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .data import resolve
     from .presets import get_preset, parse_condition
@@ -119,14 +129,7 @@ def sweep(
     except (ValueError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn()) as bar:
-        tasks = {}
-
-        def progress(run_id, step, total):
-            if run_id not in tasks:
-                tasks[run_id] = bar.add_task(run_id, total=total)
-            bar.update(tasks[run_id], completed=step)
+    with progress_bars() as (bar, progress):
 
         runner = None
         if launcher != "sequential":
@@ -256,7 +259,6 @@ def mofa(
 ) -> None:
     """Train tiny MoFA GPTs (ratios x seeds), score every domain, dump head entropies."""
     import torch
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .domains import docstrings_domain, read_domain
     from .mofa import GPTConfig, MoFATrain, train_mofa_run
@@ -281,14 +283,7 @@ def mofa(
     chosen = {**presets[preset], **{k: v for k, v in dict(steps=steps, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head,
                                                            d_model=d_model).items() if v is not None}}
     steps, n_ctx, n_layer, n_head, d_model = (chosen[k] for k in ("steps", "n_ctx", "n_layer", "n_head", "d_model"))
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn()) as bar:
-        tasks = {}
-
-        def progress(name, step, total):
-            if name not in tasks:
-                tasks[name] = bar.add_task(name, total=total)
-            bar.update(tasks[name], completed=step)
+    with progress_bars() as (bar, progress):
 
         for seed in [int(s) for s in seeds.split(",")]:
             for k in [int(x) for x in sigmoid_heads.split(",")]:

@@ -54,6 +54,16 @@ class GPTConfig:
         return self
 
 
+def sigmoid_bias_vector(cfg: GPTConfig, T: int, dtype=torch.float32, device=None) -> torch.Tensor:
+    """Per-query-position additive bias of the sigmoid heads (length T)."""
+    b = cfg.sigmoid_bias
+    if b == "neg_log_t":
+        return -torch.log(torch.arange(1, T + 1, device=device, dtype=dtype))
+    if b == "neg_log_n":
+        return torch.full((T,), -math.log(cfg.n_ctx), device=device, dtype=dtype)
+    return torch.full((T,), 0.0 if b == "none" else float(b), device=device, dtype=dtype)
+
+
 class MoFAAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -74,15 +84,7 @@ class MoFAAttention(nn.Module):
         if n_sfx:
             a[:, :n_sfx] = torch.softmax(s[:, :n_sfx].masked_fill(~causal, float("-inf")), dim=-1)
         if self.cfg.n_sigmoid:
-            b = self.cfg.sigmoid_bias
-            if b == "neg_log_t":
-                bias = -torch.log(torch.arange(1, T + 1, device=x.device, dtype=s.dtype))[:, None]
-            elif b == "neg_log_n":
-                bias = torch.tensor(-math.log(self.cfg.n_ctx), dtype=s.dtype, device=x.device)
-            elif b == "none":
-                bias = torch.tensor(0.0, dtype=s.dtype, device=x.device)
-            else:
-                bias = torch.tensor(float(b), dtype=s.dtype, device=x.device)
+            bias = sigmoid_bias_vector(self.cfg, T, s.dtype, x.device)[:, None]
             a[:, n_sfx:] = torch.sigmoid(s[:, n_sfx:] + bias).masked_fill(~causal, 0.0)
         y = (self.drop(a) @ v).transpose(1, 2).reshape(B, T, D)
         return self.c_proj(y), (a if need_probs else None)

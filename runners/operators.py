@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .mofa import MoFAGPT
+from .mofa import MoFAGPT, sigmoid_bias_vector
 
 
 
@@ -39,14 +39,7 @@ def mofa_sublayer(model: MoFAGPT, layer: int) -> "Sublayer":
     cfg = model.cfg
     D = cfg.d_model
     W, b = blk.attn.c_attn.weight.detach().double(), blk.attn.c_attn.bias.detach().double()
-    bias = cfg.sigmoid_bias
-    T = cfg.n_ctx
-    if bias == "neg_log_t":
-        sb = -torch.log(torch.arange(1, T + 1, dtype=torch.float64))
-    elif bias == "neg_log_n":
-        sb = torch.full((T,), -math.log(cfg.n_ctx), dtype=torch.float64)
-    else:
-        sb = torch.full((T,), 0.0 if bias == "none" else float(bias), dtype=torch.float64)
+    sb = sigmoid_bias_vector(cfg, cfg.n_ctx, torch.float64)
     return Sublayer(norm="layernorm", gamma=blk.ln_1.weight.detach().double(), beta=blk.ln_1.bias.detach().double(),
                     eps=blk.ln_1.eps, W_Q=W[:D], W_K=W[D:2 * D], W_V=W[2 * D:], b_Q=b[:D], b_K=b[D:2 * D],
                     b_V=b[2 * D:], W_O=blk.attn.c_proj.weight.detach().double(),
