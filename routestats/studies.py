@@ -91,7 +91,11 @@ def example_deltas(runs: RunCollection, step: int | None = None, examples=None) 
 def paired_deltas(runs: RunCollection, step: int | None = None, examples=None) -> pd.DataFrame:
     """Per pair x layer means: baseline_sfm, variant_sfm, delta (= mean of per-example diffs),
     n_examples, max_abs_diff (largest per-example |diff|, the null check of w_f = 0), plus factors."""
-    ex = example_deltas(runs, step, examples)
+    return summarise_deltas(example_deltas(runs, step, examples))
+
+
+def summarise_deltas(ex: pd.DataFrame) -> pd.DataFrame:
+    """:func:`paired_deltas` from an :func:`example_deltas` frame already in hand."""
     keys = ["baseline_run", "variant_run", "seed", *FACTORS, "step", "layer"]
     g = ex.groupby(keys, dropna=False, sort=False)
     out = g.agg(baseline_sfm=("baseline", "mean"), variant_sfm=("variant_sfm", "mean"), delta=("diff", "mean"),

@@ -31,7 +31,7 @@ from .studies import (
     depth_table,
     example_deltas,
     hierarchical_bootstrap,
-    paired_deltas,
+    summarise_deltas,
     placement_table,
     seed_table,
     shuffled_table,
@@ -161,7 +161,7 @@ def build_study_report(runs: RunCollection, settings: StudySettings = StudySetti
     ex = example_deltas(runs, settings.step, settings.examples)
     keys = ["baseline_run", "variant_run", "seed", "variant", "w_f", "bias_layers", "shuffled", "depth", "dataset",
             "step", "layer"]
-    deltas = paired_deltas(runs, settings.step, settings.examples)
+    deltas = summarise_deltas(ex)
     ref = _is_reference(deltas)
     n_ref_seeds = deltas.loc[ref, "seed"].nunique()
     say("seed tables")
