@@ -206,7 +206,8 @@ MANIFEST_REQUIRED = {
 """Required manifest keys and their JSON types. ``seed`` is required too (int or null).
 
 Optional keys: ``model``, ``training``, ``dataset``, ``evaluation``, ``software``,
-``git_commit``, ``pairing`` (evidence such as first-batch hashes), ``notes``.
+``git_commit``, ``pairing`` (evidence such as first-batch hashes), ``device``, ``timing``,
+``condition``, ``parent_run_id`` (test-sample runs), ``notes``.
 
 ``fields`` = ``{"named": {"3": "content", "4": "title"}, "mask_id": 5, "vocab_size": 6}``;
 ``attention`` = ``{"dtype": "float16", "steps": {"1": ["reductions"], "500": ["matrices", "reductions"]}}``
