@@ -32,6 +32,9 @@ Examples
 --------
 >>> import numpy as np
 >>> d = np.array([[0.10, 0.02], [0.12, -0.01], [0.08, 0.00], [0.11, 0.03]])
+Monte Carlo p-values with the plus-one rule; the exact sign-flip p of column 2 (four positive
+differences) is 2/16 = 0.125, of which 0.1354 is a 2,000-draw estimate.
+
 >>> r = paired_inference(d, resamples=2000, permutations=2000, seed=1, labels=[2, 3])
 >>> r.to_frame()[["label", "mean_diff", "p_raw"]].round(4).values.tolist()
 [[2.0, 0.1025, 0.1354], [3.0, 0.01, 0.4843]]
