@@ -32,6 +32,7 @@ Examples
 --------
 >>> import numpy as np
 >>> d = np.array([[0.10, 0.02], [0.12, -0.01], [0.08, 0.00], [0.11, 0.03]])
+
 Monte Carlo p-values with the plus-one rule; the exact sign-flip p of column 2 (four positive
 differences) is 2/16 = 0.125, of which 0.1354 is a 2,000-draw estimate.
 
