@@ -33,6 +33,17 @@ def fmt_num(x, digits: int = 3) -> str:
     return f"{float(x):.{digits}f}"
 
 
+def fmt_sig(x, digits: int = 3) -> str:
+    """Significant digits, for values spanning orders of magnitude (eigenvalues, errors).
+
+    >>> fmt_sig(1694570.3), fmt_sig(0.000123456), fmt_sig(float("nan"))
+    ('1.69e+06', '0.000123', '–')
+    """
+    if _missing(x):
+        return DASH
+    return f"{float(x):.{digits}g}"
+
+
 def fmt_int(x) -> str:
     return DASH if _missing(x) else f"{int(x):d}"
 
@@ -55,7 +66,7 @@ def fmt_ci(lo, hi, digits: int = 3) -> str:
 class Column:
     header: str
     source: str | tuple[str, str]  # a column, or (low, high) for a CI
-    kind: str = "num"  # num, int, p, ci (low, high), range (first, last), text
+    kind: str = "num"  # num, int, p, sig (significant digits), ci (low, high), range (first, last), text
     digits: int = 3
 
 
@@ -96,9 +107,11 @@ def format_cells(df: pd.DataFrame, spec: TableSpec) -> tuple[list[str], list[lis
                 text = fmt_int(v)
             elif c.kind == "p":
                 text = fmt_p(v, c.digits)
+            elif c.kind == "sig":
+                text = fmt_sig(v, c.digits)
             else:
                 text = DASH if _missing(v) else str(v)
-            numeric = c.kind in ("num", "int", "p")
+            numeric = c.kind in ("num", "int", "p", "sig")
             cells.append({"text": text, "value": float(v) if numeric and not _missing(v) else (None if numeric else str(v)),
                           "bold": (idx, c.source) in marks, "numeric": numeric})
         rows.append(cells)

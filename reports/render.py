@@ -126,9 +126,11 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
     from routestats import __version__
 
     from routestats.mofa_report import MoFAReport
+    from routestats.regime_report import RegimeReport
     from routestats.study_report import StudyReport
 
     from .mofa import mofa_section
+    from .regime import regime_section
     from .study import study_section
 
     figures = figures or {}
@@ -140,6 +142,9 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
             continue
         if isinstance(rep, MoFAReport):
             pairs.append(mofa_section(rep, s, figures))
+            continue
+        if isinstance(rep, RegimeReport):
+            pairs.append(regime_section(rep, s, figures))
             continue
         specs = report_specs(rep)
 
@@ -191,7 +196,7 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
             "provenance_json": json.dumps(rep.provenance, indent=2, sort_keys=True, default=str),
         })
     generated = reports[0].provenance["analysis"]["generated"] if reports else ""
-    if title is None and reports and isinstance(reports[0], (StudyReport, MoFAReport)):
+    if title is None and reports and isinstance(reports[0], (StudyReport, MoFAReport, RegimeReport)):
         title = "routestats report: " + reports[0].title
     return {"title": title or ("routestats report: " + (reports[0].title if len(reports) == 1 else f"{len(reports)} pairs")),
             "version": __version__, "generated": generated, "pairs": pairs}
@@ -224,10 +229,16 @@ def latex_tables(rep, prefix: str = "") -> dict[str, str]:
     from .study import study_specs
 
     from routestats.mofa_report import MoFAReport
+    from routestats.regime_report import RegimeReport
 
     from .mofa import mofa_specs
+    from .regime import regime_specs
 
     env = latex_env()
+    if isinstance(rep, RegimeReport):
+        tables = rep.tables()
+        return {prefix + name: latex_table(tables[name], spec, f"tab:{slug(prefix + name)}", env)
+                for name, spec in regime_specs(rep).items()}
     if isinstance(rep, MoFAReport):
         tables = {**rep.tables(), "pca": rep.pca.scores if rep.pca is not None else None}
         return {prefix + name: latex_table(tables[name], spec, f"tab:{slug(prefix + name)}", env)
@@ -266,11 +277,14 @@ def render(reports: Sequence, out: str | Path, formats: Sequence[str] = FORMATS,
         prefix = f"{s}-" if multi else ""
         say(f"figures: {rep.title}")
         from routestats.mofa_report import MoFAReport
+        from routestats.regime_report import RegimeReport
 
         from .mofa import mofa_figures
+        from .regime import regime_figures
 
         draw = (study_figures if isinstance(rep, StudyReport) else
-                mofa_figures if isinstance(rep, MoFAReport) else make_figures)
+                mofa_figures if isinstance(rep, MoFAReport) else
+                regime_figures if isinstance(rep, RegimeReport) else make_figures)
         for name, png in draw(rep, out / "figures", prefix).items():
             figs[(s, name)] = png
         for name, df in rep.tables().items():

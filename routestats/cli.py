@@ -303,38 +303,43 @@ def table(
 
 @command
 def regime(
-    operators: Path = typer.Argument(..., help=".npz with J_T, J_Q, J_K (python -m runners regime)."),
-    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for summary.csv and directions.csv."),
-    probes: int = typer.Option(200, help="Random directions inside S and in the ambient space."),
+    source: Path = typer.Argument(..., help="A run directory with operators/ (python -m runners regime) or one .npz "
+                                            "with J_T, J_Q, J_K."),
+    layer: Optional[int] = typer.Option(None, help="Only this layer (default: every stored layer)."),
+    example: Optional[int] = typer.Option(None, help="Only this example (default: every stored example)."),
+    token: Optional[int] = typer.Option(None, help="Only this query token (default: every stored token)."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Report folder: report.html, tables (CSV, LaTeX), figures."),
+    probes: int = typer.Option(512, help="Random directions inside S and in the ambient space per point."),
+    format: str = typer.Option("html,latex", help="Report formats: html and/or latex."),
     seed: int = SEED,
 ) -> None:
-    """Spectral certification of gating-induced regime switching at one operating point."""
-    import numpy as np
+    """Spectral certification of gating-induced regime switching at one operating point or over a grid."""
+    from .regime_report import build_regime_report
 
-    from .errors import RoutestatsError
-    from .regime import Operators, analyse
-
-    if not operators.is_file():
-        _fail(f"{operators}: no such file")
-    try:
-        z = np.load(operators, allow_pickle=False)
-        ops = Operators(z["J_T"], z["J_Q"], z["J_K"])
-    except (KeyError, ValueError, OSError) as exc:
-        raise RoutestatsError(f"{operators}: not an operator file with J_T, J_Q, J_K ({exc})") from None
-    res = analyse(ops, probes=probes, seed=seed)
+    if not source.exists():
+        _fail(f"{source}: no such file or directory")
+    formats = [f.strip() for f in format.split(",") if f.strip()]
+    if not formats or set(formats) - {"html", "latex"}:
+        _fail(f"--format takes html and/or latex, got {format!r}")
     con = _console()
-    con.print(_frame_table(res["summary"].T.reset_index().rename(columns={"index": "quantity", 0: "value"})
-                           .astype(str), f"regime switching: {operators.name}"))
-    shares = res["directions"].groupby(["source", "regime"]).size().unstack(fill_value=0).reset_index()
-    con.print(_frame_table(shares, "regimes by direction source"))
-    if "search" in res:
-        con.print(_frame_table(res["search"], "search quality: blind ambient vs oracle in S vs spectral"))
+    rep = build_regime_report(source, layer, example, token, probes=probes, seed=seed)
+    cols = ["layer", "example", "token", "dim_S", "lambda_max", "d_sw", "tau_cert", "tau_max_dual", "max_error"]
+    summ = rep.frames["summary"]
+    short = lambda df: df.map(lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
+    con.print(_frame_table(short(summ[[c for c in cols if c in summ]]), f"regime switching: {source.name}"))
+    if "regimes" in rep.frames:
+        counts = (rep.frames["regimes"].pivot_table(index=["layer", "example", "token", "source"], columns="regime",
+                                                    values="count", sort=False, dropna=False, aggfunc="sum")
+                  .fillna(0).astype(int).reset_index())
+        con.print(_frame_table(counts.astype(str), "regime counts by direction set"))
+    if "search" in rep.frames:
+        con.print(_frame_table(short(rep.frames["search"]), "search quality: blind ambient vs oracle in S vs spectral"))
     if out is not None:
-        from .atomic import write_text_atomic
+        import reports
 
-        for name, df in res.items():
-            write_text_atomic(out / f"{name}.csv", df.to_csv(index=False))
-        typer.echo(f"wrote {', '.join(f'{out}/{n}.csv' for n in res)}")
+        written = reports.render([rep], out, formats)
+        for name, p in written.items():
+            typer.echo(f"{name}: {p}")
 
 
 def main() -> None:

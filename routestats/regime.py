@@ -31,7 +31,7 @@ from scipy import linalg, optimize
 from .errors import RoutestatsError
 
 __all__ = ["growth", "Operators", "classify", "directional", "Certificate", "certify", "severity_certificate",
-           "tau_max_dual"]
+           "severity_sweep", "tau_max_dual", "analyse", "probe_basis", "mechanism_composition", "search_quality"]
 
 
 def growth(J: np.ndarray, M: np.ndarray | None = None) -> np.ndarray:
@@ -196,6 +196,20 @@ def _lambda_max(R: np.ndarray, C: np.ndarray) -> tuple[float, np.ndarray]:
     return float(ev[-1]), U[:, -1]
 
 
+def _severity_basis(ops: Operators, cert: Certificate) -> tuple[np.ndarray, np.ndarray]:
+    """Severity eigenpairs C q = eta B q (B = P'MP), sorted by eta descending, B-orthonormal q's."""
+    M = np.eye(cert.P.shape[0]) if ops.M is None else ops.M
+    B = cert.P.T @ M @ cert.P
+    eta, Qm = linalg.eigh(cert.C, (B + B.T) / 2)
+    order = np.argsort(eta)[::-1]
+    return eta[order], Qm[:, order]
+
+
+def _lambda_on(cert: Certificate, Qm: np.ndarray, j: int) -> tuple[float, np.ndarray]:
+    Qj = Qm[:, :j]
+    return _lambda_max(Qj.T @ cert.R @ Qj, Qj.T @ cert.C @ Qj)
+
+
 def severity_certificate(ops: Operators, cert: Certificate) -> dict:
     """tau_cert: the largest severity level tau0 whose nested subspace S_tau0 still switches (METHODS B.6).
 
@@ -206,18 +220,13 @@ def severity_certificate(ops: Operators, cert: Certificate) -> dict:
     """
     if cert.dim_S == 0 or not cert.switches:
         return {"tau_cert": 0.0, "j_star": None, "eta": np.zeros(0), "v_sev": None, "solves": 0}
-    M = np.eye(cert.P.shape[0]) if ops.M is None else ops.M
-    B = cert.P.T @ M @ cert.P
-    eta, Qm = linalg.eigh(cert.C, (B + B.T) / 2)
-    order = np.argsort(eta)[::-1]
-    eta, Qm = eta[order], Qm[:, order]
+    eta, Qm = _severity_basis(ops, cert)
     solves = 0
 
     def switches(j):
         nonlocal solves
         solves += 1
-        Qj = Qm[:, :j]
-        return _lambda_max(Qj.T @ cert.R @ Qj, Qj.T @ cert.C @ Qj)
+        return _lambda_on(cert, Qm, j)
 
     lo, hi = 1, len(eta)  # predicate true at hi (the whole S switches)
     while lo < hi:
@@ -230,6 +239,24 @@ def severity_certificate(ops: Operators, cert: Certificate) -> dict:
     v_sev = cert.P @ Qm[:, :lo] @ u
     return {"tau_cert": float(eta[lo - 1]), "j_star": lo, "eta": eta, "v_sev": v_sev, "lambda_at_j_star": lam,
             "solves": solves}
+
+
+def severity_sweep(ops: Operators, cert: Certificate, points: int = 60) -> pd.DataFrame:
+    """lambda_max(W_tau0) on a grid of severity levels tau0 (the plot of Fig. 13b; METHODS B.6 step 4).
+
+    Columns: tau0, dim (of S_tau0), lambda_max (NaN where S_tau0 is empty). The grid runs from
+    the smallest to the largest severity eigenvalue and includes every eta where lambda_max
+    crosses 1, so the plot reaches tau_cert.
+    """
+    if cert.dim_S == 0:
+        return pd.DataFrame(columns=["tau0", "dim", "lambda_max"])
+    eta, Qm = _severity_basis(ops, cert)
+    grid = np.unique(np.concatenate([np.linspace(eta[-1], eta[0], points), [severity_certificate(ops, cert)["tau_cert"]]]))
+    rows = []
+    for t in grid[grid > 0]:
+        j = int((eta >= t - 1e-15).sum())
+        rows.append({"tau0": float(t), "dim": j, "lambda_max": _lambda_on(cert, Qm, j)[0] if j else np.nan})
+    return pd.DataFrame(rows)
 
 
 def tau_max_dual(cert: Certificate) -> float:

@@ -15,6 +15,7 @@ A run directory::
     gradients.parquet                          per-step x layer Q/K/V gradient norms
     lm_scores.parquet                          language-model scores per domain block
     checkpoints/step_0500.pt                   model states (runners only)
+    operators/index.json, operators/L1-E0-r63.npz   regime-switching operators (added after training)
 
 Examples
 --------
@@ -43,6 +44,9 @@ METRICS = "metrics.parquet"
 GRADIENTS = "gradients.parquet"
 LM_SCORES = "lm_scores.parquet"
 CHECKPOINT_DIR = "checkpoints"
+OPERATOR_DIR = "operators"
+OPERATOR_INDEX = "index.json"
+OPERATOR_ARRAYS = ("J_T", "J_Q", "J_K")  # required in every operator file; the rest is optional
 
 FORM_MATRICES = "matrices"
 FORM_REDUCTIONS = "reductions"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ from .mofa import MoFAGPT, sigmoid_bias_vector
 
 
 def hidden_entering(model: MoFAGPT, ids: torch.Tensor, layer: int) -> torch.Tensor:
-    """Residual stream (T x d) entering block ``layer`` for one sequence."""
+    """Residual stream (T x d) entering block ``layer`` of the MoFA GPT for one sequence."""
     with torch.no_grad():
         T = ids.shape[-1]
         x = model.wte(ids[None]) + model.wpe(torch.arange(T))[None]
@@ -47,69 +48,81 @@ def mofa_sublayer(model: MoFAGPT, layer: int) -> "Sublayer":
                     causal=True, head_types=cfg.head_types(), sigmoid_bias=sb)
 
 
-def operating_point(model: MoFAGPT, ids, layer: int, r: int | None = None) -> dict:
-    """Operators at (layer, token r) of a sequence, analytic and autograd, with their max abs errors.
-
-    The model is copied to float64; r defaults to the last token. Also checks that the
-    pathway-split forward reproduces the model's own sublayer output at r.
-    """
+def mofa_point(model: MoFAGPT, ids, layer: int) -> tuple["Sublayer", torch.Tensor, Callable[[int], torch.Tensor]]:
+    """(sublayer, hidden states entering ``layer``, r -> the model's own sublayer output at r), float64."""
     m = MoFAGPT(model.cfg)
     m.load_state_dict(model.state_dict())
     m = m.double().eval()
-    ids = torch.as_tensor(ids)
-    r = ids.shape[-1] - 1 if r is None else int(r)
-    X = hidden_entering(m, ids, layer)
-    sub = mofa_sublayer(m, layer)
+    X = hidden_entering(m, torch.as_tensor(ids), layer)
+    blk = m.blocks[layer]
     with torch.no_grad():
-        y_split = sub.output(X, r)
-        blk = m.blocks[layer]
         a, _ = blk.attn(blk.ln_1(X[None]))
-        y_model = (X[None] + a)[0, r]
-    auto = sub.autograd(X, r)
-    ana = sub.analytic(X, r)
-    errors = {k: float(np.abs(auto[k] - ana[k]).max()) for k in auto}
-    errors["forward"] = float((y_split - y_model).abs().max())
-    return {"analytic": ana, "autograd": auto, "errors": errors, "layer": layer, "token": r,
-            "head_types": m.cfg.head_types()}
+        Y = (X[None] + a)[0]
+    return mofa_sublayer(m, layer), X, lambda r: Y[r]
 
 
-def operators_from_run(run_dir, domain_text: str, layer: int, r: int | None = None) -> dict:
-    """Operators of a MoFA run's final checkpoint on the first block of ``domain_text``."""
-    from pathlib import Path
+def encoder_point(model, input_ids, field_ids, layer: int) -> tuple["Sublayer", torch.Tensor, Callable[[int], torch.Tensor]]:
+    """The SAAB encoder's attention sublayer ``layer`` on one unpadded example, float64.
 
-    from routestats.io import load_run
+    The layer's SAAB bias (shuffled ids for the shuffled control, placement multiplier
+    included) becomes the sublayer's constant ``score_bias``; attention is bidirectional.
+    Returns (sublayer, hidden states entering the layer, r -> the model's own output at r).
+    """
+    from .model import SAABEncoder, shuffle_bias_ids
 
-    from .mofa import GPTConfig, blocks_of, encode
-
-    run = load_run(run_dir)
-    ck = [e["path"] for e in run.manifest["files"] if e["path"].startswith("checkpoints/")]
-    if not ck:
-        raise FileNotFoundError(f"{run_dir}: no checkpoint in the run")
-    state = torch.load(Path(run_dir) / sorted(ck)[-1], map_location="cpu", weights_only=False)
-    cfg = GPTConfig(**state["config"])
-    model = MoFAGPT(cfg)
-    model.load_state_dict(state["model"])
-    block = blocks_of(encode([domain_text]), cfg.n_ctx)
-    if not len(block):
-        raise ValueError("the text is shorter than one block")
-    return operating_point(model, torch.as_tensor(block[0]), layer, r)
+    m = SAABEncoder(model.cfg)
+    m.load_state_dict(model.state_dict())
+    m = m.double().eval()
+    ids = torch.as_tensor(input_ids, dtype=torch.long)[None]
+    fids = torch.as_tensor(field_ids, dtype=torch.long)[None]
+    mask = torch.ones_like(ids)
+    cfg = m.cfg
+    with torch.no_grad():
+        h = m.tok(ids) + m.field(fids) + m.pos(torch.arange(ids.shape[1]))[None]
+        if cfg.scale_embeddings:
+            h = h * math.sqrt(cfg.d_model)
+        bias_ids = shuffle_bias_ids(fids, mask, cfg.saab_shuffle_seed) if cfg.variant == "saab" and cfg.saab_shuffle_bias else fids
+        biases = m.layer_biases(bias_ids)
+        for lyr, bias in zip(m.layers[:layer], biases):
+            h, _ = lyr(h, mask.bool(), bias, "explicit", False)
+        lyr = m.layers[layer]
+        a, _ = lyr.attn(lyr.ln1(h), mask.bool(), biases[layer], "explicit", False)
+        Y = (h + a)[0]
+    at = lyr.attn
+    sub = Sublayer(norm="layernorm", gamma=lyr.ln1.weight.detach(), beta=lyr.ln1.bias.detach(), eps=lyr.ln1.eps,
+                   W_Q=at.q.weight.detach(), W_K=at.k.weight.detach(), W_V=at.v.weight.detach(), W_O=at.o.weight.detach(),
+                   b_Q=at.q.bias.detach(), b_K=at.k.bias.detach(), b_V=at.v.bias.detach(), b_O=at.o.bias.detach(),
+                   n_head=at.h, n_kv_head=at.h, causal=False,
+                   score_bias=None if biases[layer] is None else biases[layer][0].double())
+    return sub, h[0], lambda r: Y[r]
 
 
 # --------------------------------------------------------------------------- generic sublayer adapter
 
 
-def rope_matrix(pos: int, dh: int, theta: float = 10000.0, dtype=torch.float64) -> torch.Tensor:
-    """Rotate-half RoPE as a dh x dh matrix at position ``pos`` (pairs (j, j + dh/2))."""
+ROPE_STYLES = ("half", "interleaved")
+
+
+def rope_matrix(pos: int, dh: int, theta: float = 10000.0, dtype=torch.float64, style: str = "half") -> torch.Tensor:
+    """RoPE at position ``pos`` as a dh x dh rotation.
+
+    ``style="half"`` rotates pairs (j, j + dh/2) (Hugging Face Llama/Qwen layout);
+    ``"interleaved"`` rotates pairs (2j, 2j + 1) (Meta / GGUF layout). Frequency of pair j:
+    theta^(-2j/dh) in both.
+    """
+    if style not in ROPE_STYLES:
+        raise ValueError(f"rope style must be one of {ROPE_STYLES}, got {style!r}")
     half = dh // 2
     inv = theta ** (-torch.arange(half, dtype=dtype) / half)
     ang = pos * inv
     c, s = torch.cos(ang), torch.sin(ang)
     Rm = torch.zeros(dh, dh, dtype=dtype)
     idx = torch.arange(half)
-    Rm[idx, idx] = c
-    Rm[idx + half, idx + half] = c
-    Rm[idx, idx + half] = -s
-    Rm[idx + half, idx] = s
+    i, j = (idx, idx + half) if style == "half" else (2 * idx, 2 * idx + 1)
+    Rm[i, i] = c
+    Rm[j, j] = c
+    Rm[i, j] = -s
+    Rm[j, i] = s
     return Rm
 
 
@@ -119,10 +132,12 @@ class Sublayer:
 
     ``norm`` is ``"layernorm"`` or ``"rmsnorm"`` with weight ``gamma`` (and ``beta`` for
     LayerNorm); W_Q (H*dh x d), W_K and W_V (H_kv*dh x d: GQA when H_kv < H), W_O (d x H*dh),
-    optional biases; ``rope_theta`` switches RoPE on; ``causal`` False gives bidirectional
-    attention over all positions (encoders); ``head_types`` softmax/sigmoid per head with
-    ``sigmoid_bias`` per query position. Covers GPT-2-like, Llama/Qwen-like (RMSNorm, RoPE,
-    GQA, no biases), pre-LN encoders and MoFA models.
+    optional biases; ``rope_theta`` switches RoPE on (``rope_style`` half or interleaved);
+    ``causal`` False gives bidirectional attention over all positions (encoders);
+    ``score_bias`` (n x n, [query, key]) is a constant additive score bias such as the SAAB
+    bias; ``head_types`` softmax/sigmoid per head with ``sigmoid_bias`` per query position.
+    Covers GPT-2-like, Llama/Qwen-like (RMSNorm, RoPE, GQA, no biases), pre-LN encoders (SAAB)
+    and MoFA models.
     """
 
     norm: str
@@ -140,9 +155,26 @@ class Sublayer:
     b_O: torch.Tensor | None = None
     eps: float = 1e-5
     rope_theta: float | None = None
+    rope_style: str = "half"
     causal: bool = True
+    score_bias: torch.Tensor | None = None
     head_types: list = field(default_factory=list)
     sigmoid_bias: torch.Tensor | None = None  # per query position
+
+    def __post_init__(self):
+        if self.norm not in ("layernorm", "rmsnorm"):
+            raise ValueError(f"norm must be layernorm or rmsnorm, got {self.norm!r}")
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"{self.n_head} query heads do not split into {self.n_kv_head} key/value groups")
+        if self.head_types and len(self.head_types) != self.n_head:
+            raise ValueError(f"{len(self.head_types)} head types for {self.n_head} heads")
+        if "sigmoid" in self.head_types and self.sigmoid_bias is None:
+            raise ValueError("sigmoid heads need sigmoid_bias (one value per query position)")
+
+    def double(self) -> "Sublayer":
+        """A float64 copy (validation runs in float64)."""
+        kw = {k: (v.detach().double() if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
+        return Sublayer(**kw)
 
     def normalise(self, x):
         if self.norm == "layernorm":
@@ -153,6 +185,7 @@ class Sublayer:
         return x / rms * self.gamma
 
     def norm_jacobian(self, x):
+        """D_r = dN(x)/dx (METHODS B.3)."""
         d = x.shape[-1]
         eye = torch.eye(d, dtype=x.dtype)
         if self.norm == "layernorm":
@@ -171,91 +204,236 @@ class Sublayer:
         return self.head_types or ["softmax"] * self.n_head
 
     def _rot(self, pos):
-        return rope_matrix(pos, self.dh) if self.rope_theta else torch.eye(self.dh, dtype=self.W_Q.dtype)
+        if not self.rope_theta:
+            return torch.eye(self.dh, dtype=self.W_Q.dtype)
+        return rope_matrix(pos, self.dh, self.rope_theta, self.W_Q.dtype, self.rope_style)
 
     def _lin(self, W, b, x):
         return x @ W.T + (0 if b is None else b)
 
-    def output(self, X, r, xV=None, xQ=None, xK=None):
-        """Sublayer output at r; xV/xQ/xK replace token r's vector in one pathway each."""
-        n = X.shape[0]
-        keys = range(n) if not self.causal else range(r + 1)
-        keys = list(keys)
-        xV = X[r] if xV is None else xV
-        xQ = X[r] if xQ is None else xQ
-        xK = X[r] if xK is None else xK
-        Xn = self.normalise(X[keys])
-        K = self._lin(self.W_K, self.b_K, Xn)
-        V = self._lin(self.W_V, self.b_V, Xn)
+    def keys(self, X, r) -> list[int]:
+        """Key positions seen by query r: all tokens (bidirectional) or 0..r (causal)."""
+        return list(range(X.shape[0])) if not self.causal else list(range(r + 1))
+
+    def _attend(self, X, r, xV, xQ, xK):
+        """Attention weights (B, H, n), per-head values and rotated keys (B, n, H, dh), rotated queries (B, H, dh)."""
+        keys = self.keys(X, r)
         ir = keys.index(r)
-        K = torch.cat([K[:ir], self._lin(self.W_K, self.b_K, self.normalise(xK))[None], K[ir + 1:]])
-        V = torch.cat([V[:ir], self._lin(self.W_V, self.b_V, self.normalise(xV))[None], V[ir + 1:]])
-        q = self._lin(self.W_Q, self.b_Q, self.normalise(xQ))
-        dh, group = self.dh, self.n_head // self.n_kv_head
-        outs = []
-        for h, t in enumerate(self._types()):
-            g = h // group
-            qh = self._rot(r) @ q[h * dh:(h + 1) * dh]
-            kh = torch.stack([self._rot(i) @ K[j, g * dh:(g + 1) * dh] for j, i in enumerate(keys)])
-            s = kh @ qh / math.sqrt(dh)
-            a = torch.softmax(s, 0) if t == "softmax" else torch.sigmoid(s + self.sigmoid_bias[r])
-            outs.append(a @ V[:, g * dh:(g + 1) * dh])
-        return xV + self._lin(self.W_O, self.b_O, torch.cat(outs))
+        B = max(len(xV), len(xQ), len(xK))
+        n, H, kv, dh = len(keys), self.n_head, self.n_kv_head, self.dh
+        Xn = self.normalise(X[keys])
+        K = self._lin(self.W_K, self.b_K, Xn).expand(B, -1, -1).clone()
+        V = self._lin(self.W_V, self.b_V, Xn).expand(B, -1, -1).clone()
+        K[:, ir] = self._lin(self.W_K, self.b_K, self.normalise(xK)).expand(B, -1)
+        V[:, ir] = self._lin(self.W_V, self.b_V, self.normalise(xV)).expand(B, -1)
+        q = self._lin(self.W_Q, self.b_Q, self.normalise(xQ)).expand(B, -1)
+        group = torch.arange(H) // (H // kv)
+        rot = torch.stack([self._rot(i) for i in keys])
+        Kh = torch.einsum("nij,bngj->bngi", rot, K.view(B, n, kv, dh))[:, :, group]
+        Vh = V.view(B, n, kv, dh)[:, :, group]
+        qh = torch.einsum("ij,bhj->bhi", self._rot(r), q.view(B, H, dh))
+        s = torch.einsum("bhi,bnhi->bhn", qh, Kh) / math.sqrt(dh)
+        if self.score_bias is not None:
+            s = s + self.score_bias[r, keys]
+        a = torch.softmax(s, -1)
+        sig = torch.tensor([t == "sigmoid" for t in self._types()])
+        if sig.any():
+            a = torch.where(sig[None, :, None], torch.sigmoid(s + self.sigmoid_bias[r]), a)
+        return a, Vh, Kh, qh
+
+    def _batch(self, X, r, t):
+        t = X[r] if t is None else t
+        return t[None] if t.dim() == 1 else t
+
+    def output(self, X, r, xV=None, xQ=None, xK=None):
+        """Pathway-split forward F(xV, xQ, xK) at query r (METHODS B.3).
+
+        Each of xV/xQ/xK replaces token r's vector in one pathway; each is (d,) or a batch (B, d).
+        """
+        single = all(t is None or t.dim() == 1 for t in (xV, xQ, xK))
+        xV, xQ, xK = (self._batch(X, r, t) for t in (xV, xQ, xK))
+        a, Vh, _, _ = self._attend(X, r, xV, xQ, xK)
+        o = torch.einsum("bhn,bnhi->bhi", a, Vh).reshape(a.shape[0], -1)
+        y = xV + self._lin(self.W_O, self.b_O, o)
+        return y[0] if single else y
+
+    def weights(self, X, r, xQ=None, xK=None):
+        """Attention weights of query r, (H, n) or (B, H, n) for batched xQ / xK."""
+        single = all(t is None or t.dim() == 1 for t in (xQ, xK))
+        xQ, xK = self._batch(X, r, xQ), self._batch(X, r, xK)
+        a = self._attend(X, r, X[r][None], xQ, xK)[0]
+        return a[0] if single else a
 
     def autograd(self, X, r):
+        """Ground truth: Jacobians of F with respect to each pathway at x_r."""
         jac = torch.autograd.functional.jacobian(lambda a, b, c: self.output(X, r, a, b, c), (X[r], X[r], X[r]))
         return {"J_T": jac[0].numpy(), "J_Q": jac[1].numpy(), "J_K": jac[2].numpy()}
 
-    def analytic(self, X, r):
-        """Closed forms of METHODS B.2 with RoPE (P_r), GQA groups and sigmoid heads."""
+    def analytic(self, X, r, per_head: bool = False):
+        """Closed forms of METHODS B.2 with RoPE (P_r), GQA groups, score biases and sigmoid heads.
+
+        With ``per_head`` also returns, per head, what the query-gating geometry (B.7) needs:
+        ``J_Q_heads`` (H, d, d), ``W_VO`` (H, d, d) = W_O^h W_V^g, ``query_map`` (H, dh, d) =
+        P_r W_Q^h D_r / sqrt(dh), rotated ``key_vectors`` (H, n, dh), weights ``alpha`` (H, n),
+        normalised inputs ``X_keys`` (n, d) and, without RoPE, ``W_QK`` (H, d, d) = W_K^g' query_map.
+        """
         with torch.no_grad():
-            n = X.shape[0]
-            keys = list(range(n)) if not self.causal else list(range(r + 1))
+            keys = self.keys(X, r)
             ir = keys.index(r)
-            Xn = self.normalise(X[keys])
-            K, V = self._lin(self.W_K, self.b_K, Xn), self._lin(self.W_V, self.b_V, Xn)
-            q = self._lin(self.W_Q, self.b_Q, Xn[ir])
+            x = X[r][None]
+            A, Vh, Kh, Q = (t[0] for t in self._attend(X, r, x, x, x))
             Dr = self.norm_jacobian(X[r])
             d, dh, group = X.shape[1], self.dh, self.n_head // self.n_kv_head
             JT, JQ, JK = torch.eye(d, dtype=X.dtype), torch.zeros(d, d, dtype=X.dtype), torch.zeros(d, d, dtype=X.dtype)
             Pr = self._rot(r)
+            heads = {"J_Q_heads": [], "W_VO": [], "query_map": [], "W_QK": []}
             for h, t in enumerate(self._types()):
                 g = h // group
                 WQh, WKg, WVg = self.W_Q[h * dh:(h + 1) * dh], self.W_K[g * dh:(g + 1) * dh], self.W_V[g * dh:(g + 1) * dh]
                 WOh = self.W_O[:, h * dh:(h + 1) * dh]
-                qh = Pr @ q[h * dh:(h + 1) * dh]
-                kh = torch.stack([self._rot(i) @ K[j, g * dh:(g + 1) * dh] for j, i in enumerate(keys)])
-                v = V[:, g * dh:(g + 1) * dh]
-                s = kh @ qh / math.sqrt(dh)
+                a, v, kh, qh = A[h], Vh[:, h], Kh[:, h], Q[h]
                 if t == "softmax":
-                    a = torch.softmax(s, 0)
                     vbar, kbar = a @ v, a @ kh
                     cross = ((v - vbar).T * a) @ (kh - kbar)
                     key_vec = a[ir] * (v[ir] - vbar)
                 else:
-                    a = torch.sigmoid(s + self.sigmoid_bias[r])
                     w = a * (1 - a)
                     cross = (v.T * w) @ kh
                     key_vec = w[ir] * v[ir]
+                qmap = Pr @ WQh @ Dr / math.sqrt(dh)
+                JQh = WOh @ cross @ qmap
                 JT = JT + a[ir] * WOh @ WVg @ Dr
-                JQ = JQ + WOh @ cross @ Pr @ WQh @ Dr / math.sqrt(dh)
+                JQ = JQ + JQh
                 JK = JK + torch.outer(WOh @ key_vec, qh) @ Pr @ WKg @ Dr / math.sqrt(dh)
-        return {"J_T": JT.numpy(), "J_Q": JQ.numpy(), "J_K": JK.numpy()}
+                if per_head:
+                    heads["J_Q_heads"].append(JQh)
+                    heads["W_VO"].append(WOh @ WVg)
+                    heads["query_map"].append(qmap)
+                    heads["W_QK"].append(WKg.T @ qmap)
+        out = {"J_T": JT.numpy(), "J_Q": JQ.numpy(), "J_K": JK.numpy()}
+        if per_head:
+            out.update({k: torch.stack(v).numpy() for k, v in heads.items() if not (k == "W_QK" and self.rope_theta)})
+            out["key_vectors"] = Kh.permute(1, 0, 2).numpy()
+            out["alpha"] = A.numpy()
+            out["X_keys"] = self.normalise(X[keys]).detach().numpy()
+            out["head_types"] = list(self._types())
+        return out
+
+    def finite_forward(self, X, r, V: np.ndarray, eps_rel: float = 1e-4, chunk: int = 256) -> dict[str, np.ndarray]:
+        """Finite-forward growth g^ = (|dY|^2 - |eps v|^2) / eps^2 of each counterfactual (METHODS B.8.3).
+
+        V holds unit directions as columns (d x N); eps = eps_rel |x_r|. T-only perturbs the value
+        path (which carries the residual), T+Q and T+K add one gating path, full perturbs all three.
+        """
+        x = X[r]
+        eps = eps_rel * float(x.norm())
+        Vt = torch.as_tensor(np.asarray(V, dtype=np.float64).T, dtype=X.dtype)
+        out = {k: [] for k in ("g_T", "g_TQ", "g_TK", "g_full")}
+        with torch.no_grad():
+            y0 = self.output(X, r)
+            for i in range(0, len(Vt), chunk):
+                vb = Vt[i:i + chunk]
+                xp = x + eps * vb
+                base = eps**2 * (vb * vb).sum(-1)
+                for k, kw in (("g_T", {"xV": xp}), ("g_TQ", {"xV": xp, "xQ": xp}), ("g_TK", {"xV": xp, "xK": xp}),
+                              ("g_full", {"xV": xp, "xQ": xp, "xK": xp})):
+                    dy = self.output(X, r, **kw) - y0
+                    out[k].append((((dy * dy).sum(-1) - base) / eps**2).numpy())
+        return {k: np.concatenate(v) for k, v in out.items()} | {"eps": eps}
+
+    def routing_shift(self, X, r, V: np.ndarray, eps_rel: float = 1e-4) -> np.ndarray:
+        """|alpha_r(x_Q + eps v) - alpha_r(x_Q)|_2 / eps per head (keys fixed), (N, H) (METHODS B.7, Fig. 4c)."""
+        x = X[r]
+        eps = eps_rel * float(x.norm())
+        Vt = torch.as_tensor(np.asarray(V, dtype=np.float64).T, dtype=X.dtype)
+        with torch.no_grad():
+            a0 = self.weights(X, r)
+            a = self.weights(X, r, xQ=x + eps * Vt)
+        return ((a - a0).norm(dim=-1) / eps).numpy()
+
+
+def operating_point(sub: Sublayer, X: torch.Tensor, r: int, reference: torch.Tensor | None = None,
+                    per_head: bool = True) -> dict:
+    """Analytic and autograd operators at query r, with their max abs errors (METHODS B.8.1-2).
+
+    ``reference`` is the model's own sublayer output at r; ``errors['forward']`` is its max abs
+    difference from the pathway-split forward F(x_r, x_r, x_r).
+    """
+    X = X.detach().double()
+    sub = sub.double()
+    ana = sub.analytic(X, r, per_head=per_head)
+    auto = sub.autograd(X, r)
+    errors = {k: float(np.abs(auto[k] - ana[k]).max()) for k in auto}
+    full = torch.autograd.functional.jacobian(lambda x: sub.output(X, r, x, x, x), X[r]).numpy()
+    errors["J_full"] = float(np.abs(full - (ana["J_T"] + ana["J_Q"] + ana["J_K"])).max())
+    if reference is not None:
+        with torch.no_grad():
+            errors["forward"] = float((sub.output(X, r) - reference.double()).abs().max())
+    return {"analytic": ana, "autograd": auto, "errors": errors, "token": r, "sublayer": sub, "X": X}
+
+
+# --------------------------------------------------------------------------- state-dict adapters
+
+
+def _find_prefix(state_dict: dict, suffix: str) -> str:
+    hits = [k[: -len(suffix)] for k in state_dict if k.endswith(suffix)]
+    if len(hits) != 1:
+        raise KeyError(f"expected one state-dict key ending in {suffix!r}, found {len(hits)}")
+    return hits[0]
+
+
+def _t(x) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).detach().double()
+
+
+def gpt2_sublayer(state_dict: dict, layer: int, n_head: int, eps: float = 1e-5) -> Sublayer:
+    """Attention sublayer ``layer`` of a GPT-2 state dict (``h.L.ln_1``, ``h.L.attn.c_attn``/``c_proj``).
+
+    GPT-2 stores Conv1D weights as [in, out], so they are transposed here; any key prefix
+    (``transformer.``) is accepted.
+    """
+    p = _find_prefix(state_dict, f"h.{layer}.attn.c_attn.weight") + f"h.{layer}."
+    W = _t(state_dict[p + "attn.c_attn.weight"]).T
+    b = _t(state_dict[p + "attn.c_attn.bias"])
+    d = W.shape[1]
+    if W.shape[0] != 3 * d:
+        raise ValueError(f"c_attn.weight has shape {tuple(W.shape[::-1])}; expected [d, 3d] (Conv1D layout)")
+    return Sublayer(norm="layernorm", gamma=_t(state_dict[p + "ln_1.weight"]), beta=_t(state_dict[p + "ln_1.bias"]), eps=eps,
+                    W_Q=W[:d], W_K=W[d:2 * d], W_V=W[2 * d:], b_Q=b[:d], b_K=b[d:2 * d], b_V=b[2 * d:],
+                    W_O=_t(state_dict[p + "attn.c_proj.weight"]).T, b_O=_t(state_dict[p + "attn.c_proj.bias"]),
+                    n_head=n_head, n_kv_head=n_head, causal=True)
+
+
+def llama_sublayer(state_dict: dict, layer: int, n_head: int, n_kv_head: int, rope_theta: float = 10000.0,
+                   eps: float = 1e-5, rope_style: str = "half") -> Sublayer:
+    """Attention sublayer ``layer`` of a Llama/Qwen-style state dict (``layers.L.input_layernorm``,
+    ``self_attn.{q,k,v,o}_proj``; [out, in] weights; q/k/v biases when present, as in Qwen)."""
+    p = _find_prefix(state_dict, f"layers.{layer}.self_attn.q_proj.weight") + f"layers.{layer}."
+    get = lambda k: _t(state_dict[p + k]) if p + k in state_dict else None  # noqa: E731
+    return Sublayer(norm="rmsnorm", gamma=get("input_layernorm.weight"), eps=eps,
+                    W_Q=get("self_attn.q_proj.weight"), W_K=get("self_attn.k_proj.weight"),
+                    W_V=get("self_attn.v_proj.weight"), W_O=get("self_attn.o_proj.weight"),
+                    b_Q=get("self_attn.q_proj.bias"), b_K=get("self_attn.k_proj.bias"), b_V=get("self_attn.v_proj.bias"),
+                    b_O=get("self_attn.o_proj.bias"), n_head=n_head, n_kv_head=n_kv_head, rope_theta=rope_theta,
+                    rope_style=rope_style, causal=True)
 
 
 def random_sublayer(kind: str, d: int = 16, n_head: int = 4, seed: int = 0) -> Sublayer:
     """Random float64 sublayers shaped like GPT-2 (``gpt2``), Llama/Qwen (``llama``: RMSNorm, RoPE,
-    GQA 4:2, no biases), a pre-LN bidirectional encoder (``encoder``) or a MoFA model (``mofa``)."""
+    GQA 4:2, no biases), a pre-LN bidirectional encoder with an additive score bias
+    (``encoder``, SAAB-like) or a MoFA model (``mofa``)."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64) * 0.3  # noqa: E731
     dh = d // n_head
     kv = 2 if kind == "llama" else n_head
     bias = kind in ("gpt2", "encoder", "mofa")
+    same = (torch.arange(64)[:, None] // 5 == torch.arange(64)[None] // 5).double()
     return Sublayer(
         norm="rmsnorm" if kind == "llama" else "layernorm", gamma=1 + r(d), beta=r(d) if kind != "llama" else None,
         W_Q=r(n_head * dh, d), W_K=r(kv * dh, d), W_V=r(kv * dh, d), W_O=r(d, n_head * dh), n_head=n_head, n_kv_head=kv,
         b_Q=r(n_head * dh) if bias else None, b_K=r(kv * dh) if bias else None, b_V=r(kv * dh) if bias else None,
         b_O=r(d) if bias else None, rope_theta=10000.0 if kind == "llama" else None, causal=kind != "encoder",
+        score_bias=same if kind == "encoder" else None,
         head_types=["softmax"] * (n_head // 2) + ["sigmoid"] * (n_head - n_head // 2) if kind == "mofa" else [],
         sigmoid_bias=-torch.log(torch.arange(1, 65, dtype=torch.float64)) if kind == "mofa" else None,
     )

@@ -1,0 +1,193 @@
+"""Operators of a trained run over a grid of operating points, written into the run directory.
+
+``write_operators(run_dir, layers, examples, token)`` rebuilds the run's final checkpoint (a
+MoFA GPT or a SAAB encoder), and at every (layer, example, token r) stores under
+``RUN/operators/``:
+
+* the analytic J_T, J_Q, J_K (float64) and their max abs errors against autograd of the
+  pathway-split forward, plus the forward check against the model's own sublayer output;
+* per-head arrays for the query-gating geometry (METHODS B.7) and a finite-forward routing
+  check (|delta alpha| / eps for directions outside vs inside the query support);
+* finite-forward growth of v_rel and v_sev at two step sizes (B.8.3) and of every point of a
+  Fibonacci lattice on the slice spanned by v_rel, v_sev and a seeded random direction (B.8.4-5).
+
+``operators/index.json`` lists the points with their file hashes; it is rewritten atomically
+after each point, so an interrupted grid resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from routestats import schema as S
+from routestats.atomic import atomic_path, sha256_file, write_json_atomic
+from routestats.errors import RoutestatsError
+from routestats.io import load_run
+from routestats.regime import Operators, certify, severity_certificate
+from routestats.regime_maps import fibonacci_sphere, slice_basis
+
+from .operators import Sublayer, encoder_point, mofa_point, operating_point
+
+INDEX_VERSION = "routestats-operators/1"
+
+
+def _checkpoint(run) -> Path:
+    ck = sorted(e["path"] for e in run.manifest["files"] if e["path"].startswith(S.CHECKPOINT_DIR + "/"))
+    if not ck:
+        raise RoutestatsError(f"{run.path}: no checkpoint in the run; train with --keep-checkpoints last")
+    return run.path / ck[-1]
+
+
+def run_model(run_dir: Path, domain_file: Path | None = None):
+    """(kind, point(layer, example) -> (sublayer, X, reference), example count) for a run's final checkpoint."""
+    run = load_run(run_dir)
+    ck_path = _checkpoint(run)
+    state = torch.load(ck_path, map_location="cpu", weights_only=False)
+    if "n_ctx" in state.get("config", {}):  # MoFA GPT (runners.mofa); SAAB checkpoints nest their config
+        from .domains import read_domain
+        from .mofa import GPTConfig, MoFAGPT, blocks_of, encode
+
+        cfg = GPTConfig(**state["config"])
+        model = MoFAGPT(cfg)
+        model.load_state_dict(state["model"])
+        if domain_file is None:
+            raise RoutestatsError("a MoFA run needs --domain-file: the text whose blocks are the prompts")
+        blocks = blocks_of(encode(["".join(read_domain(domain_file))]), cfg.n_ctx)
+        if not len(blocks):
+            raise RoutestatsError(f"{domain_file}: shorter than one block of {cfg.n_ctx} tokens")
+        return "mofa", (lambda layer, ex: mofa_point(model, torch.as_tensor(blocks[ex]), layer)), len(blocks), ck_path
+    from .model import EncoderConfig, SAABEncoder
+    from .msm import FIELD_START_ID, load_tokenizer
+
+    model = SAABEncoder(EncoderConfig(**run.manifest["model"]))
+    model.load_state_dict(state["model"])
+    tok_path = run.path.parent / "tokenizer.json"
+    if not tok_path.is_file():
+        raise RoutestatsError(f"{tok_path}: the study's tokenizer is missing")
+    tok = load_tokenizer(tok_path)
+    ex = run.examples(["example_id", "tokens", "field_ids"])
+
+    def point(layer, e):
+        row = ex.iloc[e]
+        ids = [FIELD_START_ID if t == "[FIELD_START]" else tok.token_to_id(t) for t in row["tokens"]]
+        if any(i is None for i in ids):
+            raise RoutestatsError(f"example {row['example_id']}: a token is not in the run's tokenizer")
+        return encoder_point(model, ids, [int(f) for f in row["field_ids"]], layer)
+
+    return "encoder", point, len(ex), ck_path
+
+
+def _routing_check(sub: Sublayer, X, r: int, heads: dict, n: int, rng) -> np.ndarray:
+    """(H, 2) median |delta alpha_h| / eps for directions whose query map misses the centred keys
+    (column 0) and for J_q^h's top right singular directions (column 1); NaN for sigmoid heads."""
+    out = np.full((len(heads["head_types"]), 2), np.nan)
+    for h, t in enumerate(heads["head_types"]):
+        if t != "softmax":
+            continue
+        Kv, a = heads["key_vectors"][h], heads["alpha"][h]
+        B = np.sqrt(a)[:, None] * (Kv - a @ Kv)
+        M = B @ heads["query_map"][h]
+        _, s, Vt = np.linalg.svd(M, full_matrices=True)
+        null = Vt[int((s > s[0] * max(M.shape) * 1e-15).sum()):].T if len(s) else np.eye(X.shape[1])
+        if null.shape[1]:
+            z = null @ rng.standard_normal((null.shape[1], n))
+            out[h, 0] = np.median(sub.routing_shift(X, r, z / np.linalg.norm(z, axis=0))[:, h])
+        active = np.linalg.svd(heads["J_Q_heads"][h])[2][:n].T
+        out[h, 1] = np.median(sub.routing_shift(X, r, active)[:, h])
+    return out
+
+
+def build_point(sub: Sublayer, X, r: int, reference: torch.Tensor | None, *, lattice: int = 2000,
+                eps_rel: float = 1e-4, seed: int = 0) -> tuple[dict, dict]:
+    """Arrays and metadata of one operating point (see the module docstring)."""
+    t0 = time.perf_counter()
+    op = operating_point(sub, X, r, reference)
+    ana, sub64, X64 = op["analytic"], op["sublayer"], op["X"]
+    t_ops = time.perf_counter() - t0
+    ops = Operators(ana["J_T"], ana["J_Q"], ana["J_K"])
+    cert = certify(ops)
+    sev = severity_certificate(ops, cert)
+    d = X.shape[1]
+    v_rel = cert.v_sw if cert.dim_S else None
+    E = slice_basis(v_rel, sev["v_sev"], d=d, seed=seed)
+    named, names = [], []
+    for name, v in (("v_rel", v_rel), ("v_sev", sev["v_sev"])):
+        if v is not None:
+            named.append(v / np.linalg.norm(v))
+            names.append(name)
+    arrays = {k: ana[k] for k in ("J_T", "J_Q", "J_K", "J_Q_heads", "W_VO", "query_map", "key_vectors", "alpha", "X_keys")}
+    if "W_QK" in ana:
+        arrays["W_QK"] = ana["W_QK"]
+    arrays["head_types"] = np.array(ana["head_types"])
+    arrays["slice_E"] = E
+    W = fibonacci_sphere(lattice)
+    fd = sub64.finite_forward(X64, r, E @ W.T, eps_rel=eps_rel)
+    arrays["lattice_W"] = W
+    arrays["lattice_fd"] = np.column_stack([fd[k] for k in ("g_T", "g_TQ", "g_TK", "g_full")])
+    if named:
+        Vn = np.column_stack(named)
+        arrays["named_V"] = Vn
+        arrays["named_names"] = np.array(names)
+        arrays["named_fd"] = np.stack([np.column_stack([f[k] for k in ("g_T", "g_TQ", "g_TK", "g_full")])
+                                       for f in (sub64.finite_forward(X64, r, Vn, eps_rel=e) for e in (1e-3, 1e-5))])
+    arrays["routing_check"] = _routing_check(sub64, X64, r, ana, 8, np.random.default_rng(seed + 1))
+    meta = {"token": r, "n_keys": int(len(sub64.keys(X64, r))), "dim": d, "errors": op["errors"], "eps_rel": eps_rel,
+            "fd_eps": fd["eps"], "named_eps_rel": [1e-3, 1e-5], "lattice": lattice, "slice_seed": seed,
+            "seconds": {"operators": round(t_ops, 4), "total": round(time.perf_counter() - t0, 4)},
+            "head_types": list(ana["head_types"]), "rope": bool(sub.rope_theta), "causal": sub.causal}
+    return arrays, meta
+
+
+def write_operators(run_dir: Path, layers: Sequence[int], examples: Sequence[int], token: int | None = None, *,
+                    domain_file: Path | None = None, lattice: int = 2000, eps_rel: float = 1e-4, seed: int = 0,
+                    progress: Callable[[str], None] | None = None) -> Path:
+    """Build and store operators for every (layer, example) at query ``token`` (default: the last).
+
+    Points already in ``operators/index.json`` with the same checkpoint and settings are kept.
+    Returns the index path.
+    """
+    run_dir = Path(run_dir)
+    kind, point, n_examples, ck_path = run_model(run_dir, domain_file)
+    folder = run_dir / S.OPERATOR_DIR
+    idx_path = folder / S.OPERATOR_INDEX
+    ck_sha = sha256_file(ck_path)
+    settings = {"lattice": lattice, "eps_rel": eps_rel, "seed": seed,
+                "domain_file": str(domain_file) if domain_file else None}
+    index = {"version": INDEX_VERSION, "model_kind": kind, "checkpoint": str(ck_path.relative_to(run_dir)),
+             "checkpoint_sha256": ck_sha, "settings": settings, "points": []}
+    if idx_path.is_file():
+        old = json.loads(idx_path.read_text())
+        if old.get("checkpoint_sha256") == ck_sha and old.get("settings") == settings:
+            index["points"] = [p for p in old["points"] if (folder / p["file"]).is_file()
+                               and sha256_file(folder / p["file"]) == p["sha256"]]
+    done = {(p["layer"], p["example"], p["token_arg"]) for p in index["points"]}
+    for layer in layers:
+        for ex in examples:
+            if not 0 <= ex < n_examples:
+                raise RoutestatsError(f"example {ex} is out of range: the run offers {n_examples}")
+            if (layer, ex, token) in done:
+                continue
+            sub, X, ref = point(layer, ex)
+            r = X.shape[0] - 1 if token is None else (token if token >= 0 else X.shape[0] + token)
+            if not 0 <= r < X.shape[0]:
+                raise RoutestatsError(f"token {token} is out of range for example {ex} ({X.shape[0]} tokens)")
+            if progress:
+                progress(f"layer {layer}, example {ex}, token {r}")
+            arrays, meta = build_point(sub, X, r, ref(r), lattice=lattice, eps_rel=eps_rel, seed=seed)
+            meta.update({"layer": layer, "example": ex, "model_kind": kind})
+            name = f"L{layer}-E{ex}-r{r}.npz"
+            with atomic_path(folder / name) as tmp:
+                with open(tmp, "wb") as fh:
+                    np.savez(fh, **arrays, meta=json.dumps(meta))
+            index["points"].append({"layer": layer, "example": ex, "token": r, "token_arg": token, "file": name,
+                                    "sha256": sha256_file(folder / name), "errors": meta["errors"],
+                                    "seconds": meta["seconds"]})
+            write_json_atomic(idx_path, index)
+    write_json_atomic(idx_path, index)
+    return idx_path
