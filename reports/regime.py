@@ -52,8 +52,9 @@ def regime_specs(rep) -> dict[str, TableSpec]:
              Column("dim U_r", "dim_U", "int"), Column("rank J_q", "rank_Jq", "int"),
              Column("range res.", "range_residual", "sig", 2), Column("null res.", "null_residual", "sig", 2),
              Column("|J_q|", "norm_Jq", "sig", 3), Column("bound", "bound_paper", "sig", 3),
-             Column("CS bound", "bound_cs", "sig", 3), Column("shift null", "routing_null", "sig", 2),
-             Column("shift active", "routing_active", "sig", 2)))
+             Column("CS bound", "bound_cs", "sig", 3),
+             *((Column("shift null", "routing_null", "sig", 2), Column("shift active", "routing_active", "sig", 2))
+               if "routing_null" in t["geometry"] else ())))
     if "agreement" in t:
         specs["agreement"] = TableSpec(
             "agreement", "Analytic vs finite-forward classification of the slice lattice (METHODS B.8.4); directions "
@@ -179,7 +180,7 @@ def findings(rep) -> list[str]:
            f"switching certified (λ_max > 1) at {int(s['switches'].sum())}."]
     for _, r in s.iterrows():
         out.append(f"{_point(r)}: dim S {int(r['dim_S'])} of {int(r['dim'])}, λ_max {fmt_sig(r['lambda_max'])}, "
-                   f"d_sw {int(r['d_sw'])}, τ_cert {r['tau_cert']:.4f} ≤ τ_max {fmt_sig(r['tau_max_dual'], 4)}; "
+                   f"d_sw {int(r['d_sw'])}, τ_cert {fmt_sig(r['tau_cert'], 4)} ≤ τ_max {fmt_sig(r['tau_max_dual'], 4)}; "
                    f"max |analytic − autograd| {fmt_sig(r['max_error'], 2)}.")
         if len(out) > MAX_PANELS + 1:
             out.append("… (all points in the summary table)")

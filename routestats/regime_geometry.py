@@ -40,7 +40,7 @@ __all__ = ["QueryGeometry", "query_gating_geometry", "support_overlap", "geometr
 class QueryGeometry:
     """Query-gating geometry of one head (METHODS B.7).
 
-    ``dim_U`` = rank(Sigma_r); ``rank_Jq`` the numerical rank of J_q; ``range_residual`` =
+    ``dim_U`` = rank(Sigma_r) = rank{x~_i - x~_0 : i in A_r}; ``rank_Jq`` the numerical rank of J_q; ``range_residual`` =
     |(I - Pi_{W_VO U_r}) J_q|_F / |J_q|_F; ``null_residual`` = |J_q N|_2 / |J_q|_2 over the
     directions N whose query map is orthogonal to the centred keys; ``bound_paper`` =
     |W_VO|_2 |W_QK|_2 (diam^2 / 2)(1 - kappa) (NaN with RoPE, where keys are not one linear map
@@ -111,8 +111,10 @@ def query_gating_geometry(X: np.ndarray, alpha: np.ndarray, *, key_vectors: np.n
     kbar = w @ Ka
     A = np.sqrt(w)[:, None] * (Xa - mu)  # Sigma_r = A^T A
     B = np.sqrt(w)[:, None] * (Ka - kbar)
-    dim_U, U = _rank_basis(A.T)
-    dim_K, Kb = _rank_basis(B.T)
+    # span{x_i - mu} = span{x_i - x_0} over A_r (all weights positive): rank without the weights'
+    # dynamic range, which near one-hot attention would otherwise turn into spurious directions
+    dim_U, U = _rank_basis((Xa[1:] - Xa[0]).T)
+    dim_K, Kb = _rank_basis((Ka[1:] - Ka[0]).T)
     norm_Jq = float(np.linalg.norm(J_q, 2))
     rank_Jq = _rank_basis(J_q)[0]
     R = _rank_basis(np.asarray(W_VO, dtype=np.float64) @ U)[1]
@@ -144,8 +146,8 @@ def support_overlap(key_vectors: np.ndarray, alpha: np.ndarray, query_map: np.nd
     paper's W_QK^T v is orthogonal to U_r. Columns: direction, overlap, response.
     """
     Kv, alpha = np.asarray(key_vectors, dtype=np.float64), np.asarray(alpha, dtype=np.float64)
-    w = alpha / alpha.sum()
-    _, Kb = _rank_basis((np.sqrt(w)[:, None] * (Kv - w @ Kv)).T)
+    keep = alpha > 0
+    _, Kb = _rank_basis((Kv[keep][1:] - Kv[keep][0]).T)
     V = np.asarray(V, dtype=np.float64)
     u = np.asarray(query_map) @ V
     return pd.DataFrame({"direction": np.arange(V.shape[1]), "overlap": np.linalg.norm(Kb.T @ u, axis=0),

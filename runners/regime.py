@@ -90,9 +90,8 @@ def _routing_check(sub: Sublayer, X, r: int, heads: dict, n: int, rng) -> np.nda
     for h, t in enumerate(heads["head_types"]):
         if t != "softmax":
             continue
-        Kv, a = heads["key_vectors"][h], heads["alpha"][h]
-        B = np.sqrt(a)[:, None] * (Kv - a @ Kv)
-        M = B @ heads["query_map"][h]
+        Kv = heads["key_vectors"][h]
+        M = (Kv[1:] - Kv[0]) @ heads["query_map"][h]  # the centred keys span {b_i - b_0}
         _, s, Vt = np.linalg.svd(M, full_matrices=True)
         null = Vt[int((s > s[0] * max(M.shape) * 1e-15).sum()):].T if len(s) else np.eye(X.shape[1])
         if null.shape[1]:

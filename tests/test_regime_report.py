@@ -1,0 +1,208 @@
+"""Regime analysis without torch: query-gating geometry, regime maps, agreement, severity sweep,
+stored operator points and the report (against closed forms, brute force and scipy/numpy)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import linalg
+from typer.testing import CliRunner
+
+from routestats.atomic import sha256_file
+from routestats.errors import RoutestatsError, RunFormatError
+from routestats.regime import Operators, certify, directional, severity_certificate, severity_sweep
+from routestats.regime_geometry import geometry_table, query_gating_geometry, support_overlap
+from routestats.regime_maps import adjacency, agreement, fibonacci_sphere, regime_map, slice_basis
+from routestats.regime_report import analyse_point, build_regime_report, load_operator_points
+from tests.test_regime import operators
+
+
+def factorised_head(rng, n=6, d=12, dh=8, duplicate=False, X=None):
+    """A softmax head in the factorised form of Prop. 1, built directly (no attention code)."""
+    X = rng.standard_normal((n, d)) if X is None else X
+    if duplicate:
+        X[1] = X[0]
+    W_K = rng.standard_normal((dh, d))
+    Q = rng.standard_normal((dh, d)) / np.sqrt(dh)
+    W_VO = rng.standard_normal((d, dh)) @ rng.standard_normal((dh, d)) / d
+    s = X @ W_K.T @ (Q @ rng.standard_normal(d))
+    a = np.exp(s - s.max())
+    a /= a.sum()
+    K = X @ W_K.T
+    mu, kbar = a @ X, a @ K
+    J_q = W_VO @ ((X - mu).T * a) @ (K - kbar) @ Q
+    return dict(X=X, alpha=a, key_vectors=K, W_VO=W_VO, query_map=Q, J_q=J_q, W_QK=W_K.T @ Q)
+
+
+@pytest.mark.parametrize("seed, n, dh, duplicate, dim_u", [(0, 6, 8, False, 5), (1, 6, 8, True, 4), (2, 10, 4, False, 9)])
+def test_query_gating_geometry_against_construction(seed, n, dh, duplicate, dim_u):
+    h = factorised_head(np.random.default_rng(seed), n=n, dh=dh, duplicate=duplicate)
+    g = query_gating_geometry(h["X"], h["alpha"], key_vectors=h["key_vectors"], W_VO=h["W_VO"],
+                              query_map=h["query_map"], J_q=h["J_q"], W_QK=h["W_QK"])
+    # dim U_r = |A_r| - 1 for distinct keys, one less with a duplicated key (numpy's rank of the differences)
+    assert g.dim_U == dim_u == np.linalg.matrix_rank(h["X"][1:] - h["X"][0])
+    # rank J_q <= min(dim U_r, d_h), attained for generic weights
+    assert g.rank_Jq == min(dim_u, dh) and g.rank_bound_holds
+    assert g.range_residual < 1e-12 and g.null_residual < 1e-12
+    # brute force diam and kappa; |J_q|_2 below the paper's bound and the Cauchy-Schwarz bound
+    diam = max(np.linalg.norm(x - y) for x in h["X"] for y in h["X"])
+    assert g.diam == pytest.approx(diam, rel=1e-12) and g.kappa == pytest.approx((h["alpha"] ** 2).sum(), rel=1e-12)
+    paper = np.linalg.norm(h["W_VO"], 2) * np.linalg.norm(h["W_QK"], 2) * diam**2 / 2 * (1 - g.kappa)
+    assert g.bound_paper == pytest.approx(paper, rel=1e-12)
+    assert g.norm_Jq == pytest.approx(np.linalg.norm(h["J_q"], 2), rel=1e-12)
+    assert g.norm_Jq <= g.bound_paper and g.norm_Jq <= g.bound_cs
+
+
+def test_geometry_detects_a_jacobian_outside_prop1():
+    h = factorised_head(np.random.default_rng(3))
+    bad = h["J_q"] + 0.1 * np.random.default_rng(4).standard_normal(h["J_q"].shape)
+    g = query_gating_geometry(h["X"], h["alpha"], key_vectors=h["key_vectors"], W_VO=h["W_VO"],
+                              query_map=h["query_map"], J_q=bad)
+    assert g.range_residual > 0.01 and g.null_residual > 0.01 and not g.rank_bound_holds
+    assert np.isnan(g.bound_paper)  # no W_QK given (as under RoPE)
+    with pytest.raises(RoutestatsError, match="same n keys"):
+        query_gating_geometry(h["X"], h["alpha"][:-1], key_vectors=h["key_vectors"], W_VO=h["W_VO"],
+                              query_map=h["query_map"], J_q=h["J_q"])
+
+
+def test_support_overlap_zero_exactly_on_null_directions():
+    h = factorised_head(np.random.default_rng(5))
+    Kc = h["key_vectors"][1:] - h["key_vectors"][0]  # spans the attention-centred keys
+    null = linalg.null_space(Kc @ h["query_map"])
+    V = np.column_stack([null[:, :3], np.random.default_rng(6).standard_normal((12, 3))])
+    t = support_overlap(h["key_vectors"], h["alpha"], h["query_map"], h["J_q"], V)
+    assert (t["overlap"][:3] < 1e-12 * t["overlap"].max()).all() and (t["response"][:3] < 1e-12 * t["response"].max()).all()
+    assert (t["overlap"][3:] > 1e-3).all() and (t["response"][3:] > 1e-3).all()
+
+
+def test_fibonacci_lattice_is_uniform():
+    W = fibonacci_sphere(2000)
+    np.testing.assert_allclose(np.linalg.norm(W, axis=1), 1, atol=1e-12)
+    # a polar cap z > 1/2 has area fraction (1 - 1/2) / 2 = 1/4 (Archimedes)
+    assert abs((W[:, 2] > 0.5).mean() - 0.25) < 2e-3
+    d = np.sort(np.linalg.norm(W[:, None] - W[None], axis=-1), axis=1)[:, 1]
+    assert d.max() / d.min() < 1.6  # nearest-neighbour spacing nearly constant
+
+
+def test_adjacency_matches_brute_force():
+    W = fibonacci_sphere(60)
+    labels = np.where(W[:, 0] > 0.3, "Q", np.where(W[:, 2] > 0, "NS", "NC"))
+    shares, edges = adjacency(W, labels, k=4)
+    D = np.linalg.norm(W[:, None] - W[None], axis=-1)
+    nn = np.argsort(D, axis=1)[:, 1:5]
+    pairs = {tuple(sorted((i, int(j)))) for i in range(60) for j in nn[i]}
+    brute = pd.Series([tuple(sorted((labels[i], labels[j]))) for i, j in pairs if labels[i] != labels[j]]).value_counts()
+    got = {(r.regime_a, r.regime_b): r.neighbour_pairs for r in edges.itertuples()}
+    assert got == {k: int(v) for k, v in brute.items()}
+    assert shares.set_index("regime")["points"].to_dict() == pd.Series(labels).value_counts().to_dict()
+
+
+def test_regime_map_and_agreement():
+    ops = operators(2, d=8, gate=0.9)
+    E = slice_basis(certify(ops).v_sw, d=8, seed=1)
+    np.testing.assert_allclose(E.T @ E, np.eye(3), atol=1e-12)
+    m = regime_map(ops, E, n=400)
+    ref = directional(ops, E @ fibonacci_sphere(400).T)
+    assert (m["regime"] == ref["regime"]).all()
+    # a perturbed copy that flips one switching label: counts, shares and r by hand (numpy corrcoef)
+    fd = ref[["g_T", "g_TQ", "g_TK", "g_full"]].copy()
+    i = int(np.flatnonzero(ref["regime"].isin(["Q", "K", "E", "J"]))[0])
+    fd.loc[i, "g_full"] = -abs(fd.loc[i, "g_full"]) - 1.0
+    a = agreement(ref, fd).iloc[0]
+    assert a["label_disagreements"] == 1 and a["switch_agreement"] == pytest.approx(399 / 400)
+    assert a["pearson_r"] == pytest.approx(np.corrcoef(ref["g_full"], fd["g_full"])[0, 1], rel=1e-12)
+    # a margin that covers the flipped direction's deciding values flags it instead
+    margin = float(np.abs(ref.loc[i, ["g_T", "g_TQ", "g_TK", "g_full"]]).max()) * 1.01
+    assert agreement(ref, fd, margin=margin).iloc[0]["flagged"] >= 1
+
+
+def test_severity_sweep_reaches_tau_cert():
+    ops = operators(0, d=10, gate=0.8)
+    c = certify(ops)
+    sev = severity_certificate(ops, c)
+    sw = severity_sweep(ops, c, points=40)
+    assert sev["tau_cert"] in set(sw["tau0"])
+    at = sw.set_index("tau0")["lambda_max"]
+    # predicate lambda > 1 holds up to tau_cert and fails above it (nested subspaces, METHODS B.6)
+    assert at[sev["tau_cert"]] > 1 and (at[at.index > sev["tau_cert"]] <= 1).all()
+    assert (np.diff(sw["lambda_max"].to_numpy()) <= 1e-9).all()  # non-increasing in tau0
+    assert sw["lambda_max"].iloc[0] == pytest.approx(c.lambda_max, rel=1e-9)  # the lowest level is all of S
+
+
+def write_points(run, seed=0, lattice=200):
+    """A run directory with operators/ as the runners write it, from numpy-built operators."""
+    folder = run / "operators"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    index = {"version": "routestats-operators/1", "model_kind": "synthetic", "checkpoint_sha256": "0" * 64,
+             "settings": {}, "points": []}
+    for layer in (0, 1):
+        ops = operators(seed + layer, d=12, gate=0.9)
+        X = rng.standard_normal((6, 12))
+        heads = [factorised_head(rng, X=X) for _ in range(2)]
+        J_Q = sum(h["J_q"] for h in heads)
+        c = certify(Operators(ops.J_T, J_Q, ops.J_K))
+        E = slice_basis(c.v_sw, d=12, seed=1)
+        W = fibonacci_sphere(lattice)
+        g = directional(Operators(ops.J_T, J_Q, ops.J_K), E @ W.T)[["g_T", "g_TQ", "g_TK", "g_full"]].to_numpy()
+        arrays = {"J_T": ops.J_T, "J_Q": J_Q, "J_K": ops.J_K, "J_Q_heads": np.stack([h["J_q"] for h in heads]),
+                  "W_VO": np.stack([h["W_VO"] for h in heads]), "query_map": np.stack([h["query_map"] for h in heads]),
+                  "key_vectors": np.stack([h["key_vectors"] for h in heads]),
+                  "alpha": np.stack([h["alpha"] for h in heads]), "X_keys": heads[0]["X"],
+                  "head_types": np.array(["softmax", "softmax"]), "slice_E": E, "lattice_W": W,
+                  "lattice_fd": g + 1e-9 * rng.standard_normal(g.shape)}
+        name = f"L{layer}-E0-r5.npz"
+        meta = {"layer": layer, "example": 0, "token": 5, "errors": {"J_T": 1e-16, "J_Q": 2e-16, "J_K": 1e-16}}
+        np.savez(folder / name, **arrays, meta=json.dumps(meta))
+        index["points"].append({"layer": layer, "example": 0, "token": 5, "token_arg": None, "file": name,
+                                "sha256": sha256_file(folder / name), "errors": meta["errors"]})
+    (folder / "index.json").write_text(json.dumps(index))
+    return run
+
+
+def test_stored_points_analyse_and_select(tmp_path):
+    run = write_points(tmp_path / "run")
+    pts = load_operator_points(run)
+    assert [(p.layer, p.example, p.token) for p in pts] == [(0, 0, 5), (1, 0, 5)]
+    t = analyse_point(pts[1], probes=64)
+    assert (t["summary"]["layer"] == 1).all() and {"spectrum", "sweep", "regimes", "agreement", "adjacency"} <= set(t)
+    # the summary is the certificate recomputed from the stored operators
+    c = certify(pts[1].operators)
+    s = t["summary"].iloc[0]
+    assert s["lambda_max"] == pytest.approx(c.lambda_max) and s["d_sw"] == c.d_sw and s["dim_S"] == c.dim_S
+    # the synthetic finite forwards differ from the analytic values by 1e-9: full agreement
+    assert t["agreement"].iloc[0]["switch_agreement"] == 1.0 and t["agreement"].iloc[0]["pearson_r"] > 0.999999
+    assert len(load_operator_points(run, layer=0)) == 1
+    with pytest.raises(RoutestatsError, match=r"stored \(layer, example, token\): \[\(0, 0, 5\), \(1, 0, 5\)\]"):
+        load_operator_points(run, example=3)
+    (run / "operators" / "L1-E0-r5.npz").unlink()
+    with pytest.raises(RunFormatError, match="missing"):
+        load_operator_points(run)
+    with pytest.raises(RoutestatsError, match="no operators/index.json"):
+        load_operator_points(tmp_path)
+
+
+def test_regime_report_renders_and_compiles(tmp_path):
+    from reports.render import render
+    from routestats.cli import app
+    from tests.test_report import chromium_console, compile_tex, console_errors, need
+
+    run = write_points(tmp_path / "run")
+    rep = build_regime_report(run, probes=64)
+    assert rep.n_points == 2 and set(rep.frames["summary"]["layer"]) == {0, 1}
+    res = CliRunner().invoke(app, ["regime", str(run), "-o", str(tmp_path / "out"), "--probes", "64"])
+    assert res.exit_code == 0, res.output
+    html = (tmp_path / "out" / "report.html").read_text()
+    for needle in ("Spectral certificate", "Geometry of query gating", "Regime map", "data:image/png;base64"):
+        assert needle in html
+    geo = pd.read_csv(tmp_path / "out" / "tables" / "geometry.csv")
+    assert (geo["range_residual"] < 1e-12).all() and geo["rank_bound_holds"].all()
+    res = CliRunner().invoke(app, ["regime", str(run), "--format", "pdf"])
+    assert res.exit_code == 2 and "--format" in res.output
+    compile_tex(need("pdflatex"), tmp_path / "out" / "tables", "tables.tex")
+    chromium = need("chromium")
+    log = chromium_console(chromium, tmp_path / "out" / "report.html", tmp_path / "shot.png")
+    assert console_errors(log) == [], log[-2000:]
+    render([rep], tmp_path / "again", formats=("latex",))
+    assert (tmp_path / "again" / "tables" / "summary.tex").is_file()
