@@ -115,8 +115,9 @@ def query_gating_geometry(X: np.ndarray, alpha: np.ndarray, *, key_vectors: np.n
     # dynamic range, which near one-hot attention would otherwise turn into spurious directions
     dim_U, U = _rank_basis((Xa[1:] - Xa[0]).T)
     dim_K, Kb = _rank_basis((Ka[1:] - Ka[0]).T)
-    norm_Jq = float(np.linalg.norm(J_q, 2))
-    rank_Jq = _rank_basis(J_q)[0]
+    sq = np.linalg.svd(J_q, compute_uv=False)
+    norm_Jq = float(sq[0]) if len(sq) else 0.0
+    rank_Jq = int((sq > norm_Jq * max(J_q.shape) * np.finfo(np.float64).eps).sum())
     R = _rank_basis(np.asarray(W_VO, dtype=np.float64) @ U)[1]
     fro = np.linalg.norm(J_q)
     range_res = float(np.linalg.norm(J_q - R @ (R.T @ J_q)) / fro) if fro > 0 else 0.0

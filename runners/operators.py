@@ -266,7 +266,8 @@ class Sublayer:
 
     def autograd(self, X, r):
         """Ground truth: Jacobians of F with respect to each pathway at x_r."""
-        jac = torch.autograd.functional.jacobian(lambda a, b, c: self.output(X, r, a, b, c), (X[r], X[r], X[r]))
+        jac = torch.autograd.functional.jacobian(lambda a, b, c: self.output(X, r, a, b, c), (X[r], X[r], X[r]),
+                                                 vectorize=True)
         return {"J_T": jac[0].numpy(), "J_Q": jac[1].numpy(), "J_K": jac[2].numpy()}
 
     def analytic(self, X, r, per_head: bool = False):
@@ -364,7 +365,7 @@ def operating_point(sub: Sublayer, X: torch.Tensor, r: int, reference: torch.Ten
     ana = sub.analytic(X, r, per_head=per_head)
     auto = sub.autograd(X, r)
     errors = {k: float(np.abs(auto[k] - ana[k]).max()) for k in auto}
-    full = torch.autograd.functional.jacobian(lambda x: sub.output(X, r, x, x, x), X[r]).numpy()
+    full = torch.autograd.functional.jacobian(lambda x: sub.output(X, r, x, x, x), X[r], vectorize=True).numpy()
     errors["J_full"] = float(np.abs(full - (ana["J_T"] + ana["J_Q"] + ana["J_K"])).max())
     if reference is not None:
         with torch.no_grad():

@@ -44,8 +44,20 @@ def _checkpoint(run) -> Path:
     return run.path / ck[-1]
 
 
-def run_model(run_dir: Path, domain_file: Path | None = None):
-    """(kind, point(layer, example) -> (sublayer, X, reference), example count) for a run's final checkpoint."""
+def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 64):
+    """(kind, point(layer, example) -> (sublayer, X, reference), example count, model file) for a run's
+    final checkpoint, or for a Llama-style ``.gguf`` file whose prompts are the documents of
+    ``domain_file`` (each cut to ``max_tokens`` tokens)."""
+    if Path(run_dir).suffix == ".gguf":
+        from .domains import read_domain
+        from .gguf_llama import GGUFLlama
+
+        if domain_file is None:
+            raise RoutestatsError("a GGUF model needs --domain-file: the documents that are the prompts")
+        model = GGUFLlama(run_dir)
+        docs = [d for d in read_domain(domain_file) if d.strip()]
+        return ("gguf-llama", lambda layer, ex: model.point(model.encode(docs[ex])[:max_tokens], layer), len(docs),
+                Path(run_dir))
     run = load_run(run_dir)
     ck_path = _checkpoint(run)
     state = torch.load(ck_path, map_location="cpu", weights_only=False)
@@ -145,20 +157,26 @@ def build_point(sub: Sublayer, X, r: int, reference: torch.Tensor | None, *, lat
 
 def write_operators(run_dir: Path, layers: Sequence[int], examples: Sequence[int], token: int | None = None, *,
                     domain_file: Path | None = None, lattice: int = 2000, eps_rel: float = 1e-4, seed: int = 0,
+                    out: Path | None = None, max_tokens: int = 64,
                     progress: Callable[[str], None] | None = None) -> Path:
     """Build and store operators for every (layer, example) at query ``token`` (default: the last).
 
-    Points already in ``operators/index.json`` with the same checkpoint and settings are kept.
-    Returns the index path.
+    Operators go to ``out/operators/`` (default: the run directory itself; required for a
+    ``.gguf`` model). Points already in ``operators/index.json`` with the same model file and
+    settings are kept. Returns the index path.
     """
     run_dir = Path(run_dir)
-    kind, point, n_examples, ck_path = run_model(run_dir, domain_file)
-    folder = run_dir / S.OPERATOR_DIR
+    if run_dir.suffix == ".gguf" and out is None:
+        raise RoutestatsError("a GGUF model needs --out: the folder that receives operators/")
+    kind, point, n_examples, ck_path = run_model(run_dir, domain_file, max_tokens)
+    base = Path(out) if out is not None else run_dir
+    folder = base / S.OPERATOR_DIR
     idx_path = folder / S.OPERATOR_INDEX
     ck_sha = sha256_file(ck_path)
-    settings = {"lattice": lattice, "eps_rel": eps_rel, "seed": seed,
+    settings = {"lattice": lattice, "eps_rel": eps_rel, "seed": seed, "max_tokens": max_tokens,
                 "domain_file": str(domain_file) if domain_file else None}
-    index = {"version": INDEX_VERSION, "model_kind": kind, "checkpoint": str(ck_path.relative_to(run_dir)),
+    ck_name = str(ck_path.relative_to(run_dir)) if ck_path.is_relative_to(run_dir) else str(ck_path)
+    index = {"version": INDEX_VERSION, "model_kind": kind, "checkpoint": ck_name,
              "checkpoint_sha256": ck_sha, "settings": settings, "points": []}
     if idx_path.is_file():
         old = json.loads(idx_path.read_text())

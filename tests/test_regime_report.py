@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from routestats.atomic import sha256_file
 from routestats.errors import RoutestatsError, RunFormatError
 from routestats.regime import Operators, certify, directional, severity_certificate, severity_sweep
-from routestats.regime_geometry import geometry_table, query_gating_geometry, support_overlap
+from routestats.regime_geometry import query_gating_geometry, support_overlap
 from routestats.regime_maps import adjacency, agreement, fibonacci_sphere, regime_map, slice_basis
 from routestats.regime_report import analyse_point, build_regime_report, load_operator_points
 from tests.test_regime import operators
