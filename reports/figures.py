@@ -43,6 +43,40 @@ def save(fig, folder: Path, name: str) -> bytes:
     return png
 
 
+_JOBS: list = []
+
+
+def _draw_job(i: int) -> bytes:
+    draw, folder, name = _JOBS[i]
+    return save(draw(), folder, name)
+
+
+def draw_all(jobs: dict, folder: Path, prefix: str = "", workers: int | None = None) -> dict:
+    """Draw and save figures (name -> zero-argument function returning a Figure); name -> PNG bytes.
+
+    With two or more CPUs and figures, forked worker processes draw them in parallel (the
+    figures are independent; each worker writes its own PNG and PDF atomically). Without
+    ``fork`` (or with ``ROUTESTATS_FIGURE_WORKERS=1``) they are drawn one after another.
+    """
+    import multiprocessing as mp
+    import os
+
+    global _JOBS
+    names = list(jobs)
+    if workers is None:
+        workers = int(os.environ.get("ROUTESTATS_FIGURE_WORKERS", "0")) or min(len(os.sched_getaffinity(0)), 4)
+    workers = min(workers, len(names))
+    if workers < 2 or "fork" not in mp.get_all_start_methods():
+        return {n: save(jobs[n](), folder, prefix + n) for n in names}
+    _JOBS = [(jobs[n], folder, prefix + n) for n in names]
+    try:
+        with mp.get_context("fork").Pool(workers) as pool:
+            pngs = pool.map(_draw_job, range(len(names)), chunksize=1)
+    finally:
+        _JOBS = []
+    return dict(zip(names, pngs))
+
+
 def heat(ax, m: pd.DataFrame, *, vmin, vmax, cmap, annot: bool = True, cbar: bool = False, fmt: str = "{:.2f}",
          ticklabels=None, labels=None):
     """A labelled heatmap with imshow (seaborn's heatmap redraws the whole figure per call)."""

@@ -203,23 +203,23 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
 
 
 def make_figures(rep, folder: Path, prefix: str = "") -> dict:
-    """Draw every figure of one pair; returns name -> PNG bytes."""
+    """Draw every figure of one pair (in parallel processes where possible); returns name -> PNG bytes."""
     labels = _labels(rep)
-    out = {}
+    jobs = {}
     if rep.curves is not None:
-        out["training"] = F.save(F.training_curves({r: g for r, g in rep.curves.groupby("role")}, labels), folder, prefix + "training")
-    out["profile"] = F.save(F.profile(rep.layers, rep.effects, labels), folder, prefix + "profile")
-    out["field_to_field"] = F.save(F.field_heatmaps(rep.field_to_field, labels), folder, prefix + "field_to_field")
-    out["head_sfm"] = F.save(F.head_heatmaps(rep.head_sfm, labels), folder, prefix + "head_sfm")
+        jobs["training"] = lambda: F.training_curves({r: g for r, g in rep.curves.groupby("role")}, labels)
+    jobs["profile"] = lambda: F.profile(rep.layers, rep.effects, labels)
+    jobs["field_to_field"] = lambda: F.field_heatmaps(rep.field_to_field, labels)
+    jobs["head_sfm"] = lambda: F.head_heatmaps(rep.head_sfm, labels)
     if rep.trajectory is not None:
-        out["trajectories"] = F.save(F.trajectories(rep.trajectory, labels), folder, prefix + "trajectories")
+        jobs["trajectories"] = lambda: F.trajectories(rep.trajectory, labels)
     if rep.gradient_steps is not None:
-        out["gradients"] = F.save(F.gradient_ratios(rep.gradient_steps, labels), folder, prefix + "gradients")
+        jobs["gradients"] = lambda: F.gradient_ratios(rep.gradient_steps, labels)
     if rep.word_map is not None:
-        out["word_map"] = F.save(F.word_map(rep.word_map, labels), folder, prefix + "word_map")
+        jobs["word_map"] = lambda: F.word_map(rep.word_map, labels)
     if rep.lengths is not None and rep.length_examples is not None:
-        out["lengths"] = F.save(F.lengths(rep.length_examples), folder, prefix + "lengths")
-    return out
+        jobs["lengths"] = lambda: F.lengths(rep.length_examples)
+    return F.draw_all(jobs, folder, prefix)
 
 
 def latex_tables(rep, prefix: str = "") -> dict[str, str]:

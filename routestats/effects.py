@@ -71,7 +71,7 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
         wide = wide[~wide["example_id"].isin(bad)]
     else:
         excluded = 0
-    all_ids = sorted(set(long["example_id"]))
+    all_ids = np.unique(long["example_id"].to_numpy())  # an array: pandas deep-copies attrs on every operation
     wide["diff"] = wide["variant"] - wide["baseline"]
     wide = wide.sort_values(["layer", "example_id"], kind="stable").reset_index(drop=True)
     wide.attrs["excluded"] = excluded

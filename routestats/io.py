@@ -406,8 +406,43 @@ def _validate_examples(df: pd.DataFrame, fname: str, vocab_size: int) -> None:
 
 
 # ---------------------------------------------------------------- streaming helpers
+class _Columns:
+    """One row group's columns as numpy, each converted once (list columns as values + offsets)."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self._plain: dict = {}
+        self._lists: dict = {}
+
+    def plain(self, name: str) -> np.ndarray:
+        if name not in self._plain:
+            self._plain[name] = self.table[name].combine_chunks().to_numpy(zero_copy_only=False)
+        return self._plain[name]
+
+    def lists(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if name not in self._lists:
+            arr = self.table[name].combine_chunks()
+            self._lists[name] = (arr.values.to_numpy(zero_copy_only=False), arr.offsets.to_numpy())
+        return self._lists[name]
+
+
+class _Rows:
+    """Rows [s, e) of a :class:`_Columns`: one example's rows, as numpy views."""
+
+    def __init__(self, cols: _Columns, s: int, e: int):
+        self.cols, self.s, self.e = cols, s, e
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols.plain(name)[self.s : self.e]
+
+    def list_values(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(values, offsets) with offsets[i]..offsets[i+1] the values of row i (absolute into values)."""
+        values, offsets = self.cols.lists(name)
+        return values, offsets[self.s : self.e + 1]
+
+
 def _iter_blocks(pf: pq.ParquetFile, examples, layers):
-    """Yield (example_id, pyarrow table of its rows sorted by layer, head), streaming."""
+    """Yield (example_id, :class:`_Rows` of its rows), streaming row group by row group."""
     want_ex = None if examples is None else set(int(e) for e in examples)
     want_layers = None if layers is None else np.asarray(sorted(set(int(x) for x in layers)))
     carry: pa.Table | None = None
@@ -430,28 +465,22 @@ def _iter_blocks(pf: pq.ParquetFile, examples, layers):
         starts = np.concatenate([[0], change])
         ends = np.concatenate([change, [len(ex)]])
         last = rg == pf.num_row_groups - 1
+        cols = _Columns(t)
         for s, e in zip(starts, ends):
             if e == len(ex) and not last:
                 carry = t.slice(s, e - s)
                 break
-            yield int(ex[s]), t.slice(s, e - s)
+            yield int(ex[s]), _Rows(cols, int(s), int(e))
     if carry is not None and carry.num_rows:
-        yield int(carry["example_id"][0].as_py()), carry
+        yield int(carry["example_id"][0].as_py()), _Rows(_Columns(carry), 0, carry.num_rows)
 
 
-def _sorted_rows(rows: pa.Table):
-    layer = rows["layer"].to_numpy().astype(np.int64)
-    head = rows["head"].to_numpy().astype(np.int64)
+def _sorted_rows(rows: _Rows):
+    layer = rows["layer"].astype(np.int64)
+    head = rows["head"].astype(np.int64)
     order = np.lexsort((head, layer))
     key = layer[order] * 100000 + head[order]
     return layer, head, order, key
-
-
-def _list_values(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    arr = col.combine_chunks()
-    offsets = arr.offsets.to_numpy()
-    values = arr.values.to_numpy(zero_copy_only=False)
-    return values, offsets
 
 
 def _matrices_block(fname, ex, rows, lengths, dtype) -> ExampleAttention:
@@ -460,14 +489,14 @@ def _matrices_block(fname, ex, rows, lengths, dtype) -> ExampleAttention:
     layer, head, order, key = _sorted_rows(rows)
     if np.any(np.diff(key) == 0):
         raise RunFormatError(f"{fname}: example_id {ex} has a repeated (layer, head) row")
-    ns = rows["n"].to_numpy()
+    ns = rows["n"]
     n = lengths[ex]
     if np.any(ns != n):
         raise RunFormatError(
             f"{fname}: column 'n' of example_id {ex} is {int(ns[ns != n][0])}, but the example's "
             f"evaluated length is {n}"
         )
-    values, offsets = _list_values(rows["weights"])
+    values, offsets = rows.list_values("weights")
     sizes = np.diff(offsets)
     if np.any(sizes != n * n):
         i = int(np.flatnonzero(sizes != n * n)[0])
@@ -479,7 +508,7 @@ def _matrices_block(fname, ex, rows, lengths, dtype) -> ExampleAttention:
     if not np.array_equal(order, np.arange(len(order))):
         w = w[order]
     layer, head = layer[order], head[order]
-    head_type = rows["head_type"].to_numpy(zero_copy_only=False)[order]
+    head_type = rows["head_type"][order]
     _check_probabilities(fname, ex, layer, head, head_type, w, dtype)
     return ExampleAttention(ex, layer, head, head_type, w)
 
@@ -520,7 +549,7 @@ def _reductions_block(fname, ex, rows, lengths, n_fields) -> ExampleReductions:
     if np.any(np.diff(key) == 0):
         raise RunFormatError(f"{fname}: example_id {ex} has a repeated (layer, head) row")
     n = lengths[ex]
-    ns = rows["n"].to_numpy()
+    ns = rows["n"]
     if np.any(ns != n):
         raise RunFormatError(
             f"{fname}: column 'n' of example_id {ex} is {int(ns[ns != n][0])}, but the example's "
@@ -528,7 +557,7 @@ def _reductions_block(fname, ex, rows, lengths, n_fields) -> ExampleReductions:
         )
     out = {}
     for col, width in (("row_mass", 1), ("entropy", 1), ("entropy_rownorm", 1), ("field_mass", n_fields)):
-        values, offsets = _list_values(rows[col])
+        values, offsets = rows.list_values(col)
         if np.any(np.diff(offsets) != n * width):
             raise RunFormatError(
                 f"{fname}: column {col!r} of example_id {ex} has the wrong number of values "
@@ -539,7 +568,7 @@ def _reductions_block(fname, ex, rows, lengths, n_fields) -> ExampleReductions:
         if not np.isfinite(arr).all() or (col in ("row_mass", "field_mass") and (arr < 0).any()):
             raise RunFormatError(f"{fname}: column {col!r} of example_id {ex} holds a non-finite or negative value")
         out[col] = arr[order]
-    head_type = rows["head_type"].to_numpy(zero_copy_only=False)[order]
+    head_type = rows["head_type"][order]
     return ExampleReductions(ex, layer[order], head[order], head_type, **out)
 
 

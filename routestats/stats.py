@@ -388,6 +388,53 @@ def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(den > 0, (xc * yc).sum(axis=-1) / np.where(den > 0, den, 1.0), np.nan)
 
 
+def _tie_groups(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort order, start of each run of equal values in that order, and each element's run index."""
+    order = np.argsort(v, kind="stable")
+    sv = v[order]
+    starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
+    group = np.empty(len(v), dtype=np.int64)
+    group[order] = np.cumsum(np.r_[True, sv[1:] != sv[:-1]]) - 1
+    return order, starts, group
+
+
+def _resampled_average_ranks(counts: np.ndarray, ties) -> np.ndarray:
+    """Average rank of every original element inside each resample, from the resample's counts.
+
+    An element's rank among the resampled values is (# resampled values below it) +
+    (# resampled values equal to it + 1) / 2; copies of one element share it. O(B n), no sort.
+    """
+    order, starts, group = ties
+    g = counts[:, order].astype(np.float64)
+    if len(starts) < len(order):  # ties: one count per run of equal values
+        g = np.add.reduceat(g, starts, axis=1)
+    below = np.cumsum(g, axis=1)
+    below -= g
+    g += 1
+    g *= 0.5
+    g += below
+    return g[:, group]
+
+
+def _spearman_resamples(x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Spearman rho (average ranks, Pearson of ranks) of x[idx[b]] and y[idx[b]] for each row b of idx.
+
+    Equal to ranking each resample and correlating (``_rank_rows`` + ``_pearson_rows``; tested),
+    but computed from the multiplicity of each original pair: ranks of repeated pairs coincide,
+    so the Pearson sums become sums over the n originals weighted by their counts.
+    """
+    B, n = idx.shape
+    counts = np.bincount((idx + n * np.arange(B)[:, None]).ravel(), minlength=B * n).reshape(B, n)
+    m = (n + 1) / 2  # the mean of average ranks of n values
+    dx = _resampled_average_ranks(counts, _tie_groups(x)) - m
+    dy = _resampled_average_ranks(counts, _tie_groups(y)) - m
+    c = counts.astype(np.float64)
+    cov = np.einsum("bi,bi,bi->b", c, dx, dy)
+    den = np.sqrt(np.einsum("bi,bi,bi->b", c, dx, dx) * np.einsum("bi,bi,bi->b", c, dy, dy))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, cov / np.where(den > 0, den, 1.0), np.nan)
+
+
 @dataclass(frozen=True)
 class SpearmanResult:
     """Spearman rho per column of y against one x, with percentile bootstrap CIs and Holm."""
@@ -428,7 +475,8 @@ def spearman_ci(x, y, *, resamples: int = 2000, seed: int = 1001, confidence: fl
     rho and its two-sided p come from ``scipy.stats.spearmanr``. The bootstrap follows the
     reference: one ``default_rng(seed + 17)`` shared across columns in order; per column,
     ``resamples`` calls of ``integers(0, n, size=n)``; rho recomputed by ranking the
-    resampled x and y (average ranks) and taking Pearson, vectorised over resamples;
+    resampled x and y (average ranks) and taking Pearson, vectorised over resamples (computed
+    from each resample's counts in O(n) per resample, in chunks of 500 resamples);
     non-finite rho (a constant resample) are skipped.
     """
     from scipy import stats
@@ -443,13 +491,15 @@ def spearman_ci(x, y, *, resamples: int = 2000, seed: int = 1001, confidence: fl
     if n < 3:
         raise RoutestatsError("Spearman correlation needs at least 3 pairs")
     rng = np.random.default_rng(seed + 17)
+    chunk = 500
     rho, p = np.empty(k), np.empty(k)
     lo, hi, kept = np.empty(k), np.empty(k), np.zeros(k, dtype=np.int64)
     for j in range(k):
         res = stats.spearmanr(xv, Y[:, j])
         rho[j], p[j] = float(res.statistic), float(res.pvalue)
-        idx = np.stack([rng.integers(0, n, size=n) for _ in range(resamples)])
-        r = _pearson_rows(_rank_rows(xv[idx]), _rank_rows(Y[idx, j]))
+        r = np.concatenate([
+            _spearman_resamples(xv, Y[:, j], np.stack([rng.integers(0, n, size=n) for _ in range(min(chunk, resamples - s))]))
+            for s in range(0, resamples, chunk)])
         r = r[np.isfinite(r)]
         kept[j] = r.size
         lo[j], hi[j] = percentile_ci(r, confidence) if r.size else (np.nan, np.nan)

@@ -252,3 +252,22 @@ def test_spearman_reference_values():
     assert rs.spearman_ci([1, 2, 3, 4], [40, 30, 20, 10], resamples=5).rho[0] == pytest.approx(-1.0)
     # ties: average ranks ranks([1, 1, 3]) = [1.5, 1.5, 3]
     assert stats.rankdata([1, 1, 3]).tolist() == [1.5, 1.5, 3.0]
+
+
+def test_resampled_spearman_equals_scipy_per_resample():
+    from scipy import stats as sst
+
+    from routestats.stats import _spearman_resamples
+
+    rng = np.random.default_rng(3)
+    n = 40
+    x = rng.integers(5, 15, n).astype(float)  # many ties, as with lengths
+    y = np.round(rng.standard_normal(n), 1)
+    idx = rng.integers(0, n, size=(60, n))
+    got = _spearman_resamples(x, y, idx)
+    # expected: scipy.stats.spearmanr on each resample, one at a time
+    want = np.array([sst.spearmanr(x[i], y[i]).statistic for i in idx])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    # a constant resample has no rho (NaN, skipped by spearman_ci), as in scipy
+    const = np.zeros((1, n), dtype=np.int64)
+    assert np.isnan(_spearman_resamples(x, y, const)).all()
