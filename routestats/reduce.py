@@ -79,14 +79,14 @@ def summarise_queries(red: dict, field_ids: np.ndarray, named: np.ndarray) -> di
     """
     g = np.asarray(field_ids)
     named = np.asarray(named)
-    valid = np.isin(g, named)
-    nq = max(1, int(valid.sum()))
+    src = g[:, None] == named[None, :]  # (n, F): query position i belongs to named field f
+    valid = src.any(axis=1)
+    n_valid = int(valid.sum())
+    nq = max(1, n_valid)
     fm = red["field_mass"]
-    idx = np.searchsorted(named, g)
-    idx = np.where(valid, idx, 0)
-    own = np.take_along_axis(fm, idx[None, :, None].repeat(fm.shape[0], 0), axis=2)[..., 0]
+    idx = np.where(valid, src.argmax(axis=1), 0)
+    own = fm[:, np.arange(len(g)), idx]  # mass of each query on its own field
     vf = valid.astype(np.float64)
-    src = (g[:, None] == named[None, :]) & valid[:, None]  # (n, F)
     counts = src.sum(axis=0)
     f2f = np.einsum("rnd,ns->rsd", fm, src.astype(np.float64)) / np.maximum(counts, 1)[None, :, None]
     return {
@@ -94,7 +94,7 @@ def summarise_queries(red: dict, field_ids: np.ndarray, named: np.ndarray) -> di
         "entropy": (red["entropy"] * vf).sum(axis=-1) / nq,
         "entropy_rownorm": (red["entropy_rownorm"] * vf).sum(axis=-1) / nq,
         "row_mass": (red["row_mass"] * vf).sum(axis=-1) / nq,
-        "n_valid": int(valid.sum()),
+        "n_valid": n_valid,
         "f2f": f2f,
         "has_source": counts > 0,
     }
