@@ -62,6 +62,20 @@ def regime_specs(rep) -> dict[str, TableSpec]:
             (*KEY, Column("Directions", "directions", "int"), Column("Flagged", "flagged", "int"),
              Column("Switch agree", "switch_agreement", "num", 4), Column("Mechanism agree", "mechanism_agreement", "num", 4),
              Column("Pearson r", "pearson_r", "num", 6), Column("max |Δg_full|", "max_abs_diff_g_full", "sig", 2)))
+    if "probes" in t:
+        specs["probes"] = TableSpec(
+            "probes", "Random-probe projected analysis (METHODS B.9): nested orthonormal probes (first p columns of one "
+                      "seeded matrix); S_proj = negative eigenspace of Πᵀ G_T Π; normalised d_sw = d_sw / dim S_proj.",
+            (*KEY, Column("Probe p", "probe", "int"), Column("dim S_proj", "dim_S_proj", "int"),
+             Column("λ_max", "lambda_max", "sig"), Column("d_sw", "d_sw", "int"),
+             Column("normalised d_sw", "normalised_d_sw", "num", 3)))
+    if "routing" in t:
+        specs["routing"] = TableSpec(
+            "routing", "Directional routing decomposition per softmax head (METHODS B.4, App. 9.6): diversity D_v, "
+                       "routing sensitivity S_v, I_gate = Σ α a b = vᵀ J_q^h v and alignment ρ = I_gate / (D_v S_v).",
+            (*KEY, Column("Direction", "direction", "text"), Column("Head", "head", "int"),
+             Column("D_v", "diversity", "sig", 3), Column("S_v", "sensitivity", "sig", 3),
+             Column("I_gate", "I_gate", "sig", 3), Column("ρ", "alignment", "num", 3)))
     if "search" in t:
         specs["search"] = TableSpec(
             "search", "Search quality (METHODS B.10): blind ambient and oracle-in-S random directions vs the spectral "
@@ -217,8 +231,9 @@ def regime_section(rep, slug: str, figs: dict) -> dict:
                "figure": fig("counterfactual"), "text": "Labels record signs only (NC, NS, Q, K, E, J); they are not "
                                                        "additive shares."}]
     if "geometry" in specs:
-        blocks.append({"id": "geometry", "title": "Geometry of query gating", "tables": [table("geometry")], "figure": None,
-                       "text": ""})
+        blocks.append({"id": "geometry", "title": "Geometry of query gating",
+                       "tables": [table("geometry")] + ([table("routing")] if "routing" in specs else []),
+                       "figure": None, "text": ""})
     blocks.append({"id": "shares", "title": "Regime shares and maps",
                    "tables": [table("agreement")] if "agreement" in specs else [], "figure": fig("shares"), "text": ""})
     if fig("map"):
@@ -226,7 +241,9 @@ def regime_section(rep, slug: str, figs: dict) -> dict:
                        "text": "Each dot is a direction v = E w on the unit sphere of the 3-D slice (longitude/latitude "
                                "of w)."})
     if "search" in specs:
-        blocks.append({"id": "search", "title": "Search quality", "tables": [table("search")], "figure": None, "text": ""})
+        blocks.append({"id": "search", "title": "Search quality and random probes",
+                       "tables": [table("search")] + ([table("probes")] if "probes" in specs else []),
+                       "figure": None, "text": ""})
     methods = ("Operators are the value-transport, query-gating and key-gating Jacobians of the residual attention "
                "sublayer at the query token (perturbed token m = r), in float64, checked against autograd of the "
                "pathway-split forward F(x_V, x_Q, x_K) and against finite forwards. Growth G = JᵀJ − I; "

@@ -31,7 +31,8 @@ from scipy import linalg, optimize
 from .errors import RoutestatsError
 
 __all__ = ["growth", "Operators", "classify", "directional", "Certificate", "certify", "severity_certificate",
-           "severity_sweep", "tau_max_dual", "analyse", "probe_basis", "mechanism_composition", "search_quality"]
+           "severity_sweep", "tau_max_dual", "analyse", "probe_basis", "probe_sweep", "mechanism_composition",
+           "search_quality"]
 
 
 def growth(J: np.ndarray, M: np.ndarray | None = None) -> np.ndarray:
@@ -328,6 +329,26 @@ def probe_basis(d: int, p: int, seed: int = 0, total: int | None = None) -> np.n
         raise RoutestatsError(f"a probe of {n} columns does not fit in {d} dimensions")
     Q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, n)))
     return Q[:, :p]
+
+
+def probe_sweep(ops: Operators, sizes=(32, 64, 128, 256), seed: int = 0) -> pd.DataFrame:
+    """Projected certificates on nested random probes (METHODS B.9).
+
+    Probes are the first p columns of one orthonormal d x max(sizes) matrix from ``seed``
+    (sizes above d are left out). Columns: probe, dim_S_proj, lambda_max, d_sw,
+    normalised_d_sw (= d_sw / dim S_proj).
+    """
+    d = ops.J_T.shape[0]
+    sizes = [int(p) for p in sizes if p <= d]
+    if not sizes:
+        return pd.DataFrame(columns=["probe", "dim_S_proj", "lambda_max", "d_sw", "normalised_d_sw"])
+    full = probe_basis(d, max(sizes), seed=seed)
+    rows = []
+    for p in sizes:
+        c = certify(ops, P=full[:, :p])
+        rows.append({"probe": p, "dim_S_proj": c.dim_S, "lambda_max": c.lambda_max, "d_sw": c.d_sw,
+                     "normalised_d_sw": c.d_sw / c.dim_S if c.dim_S else np.nan})
+    return pd.DataFrame(rows)
 
 
 def _random_in(P: np.ndarray, n: int, rng) -> np.ndarray:

@@ -33,7 +33,7 @@ from scipy.spatial.distance import pdist
 
 from .errors import RoutestatsError
 
-__all__ = ["QueryGeometry", "query_gating_geometry", "support_overlap", "geometry_table"]
+__all__ = ["QueryGeometry", "query_gating_geometry", "support_overlap", "geometry_table", "routing_decomposition"]
 
 
 @dataclass(frozen=True)
@@ -166,3 +166,37 @@ def geometry_table(heads: dict) -> pd.DataFrame:
         rows.append(g.to_frame().assign(head=h))
     out = pd.concat(rows, ignore_index=True)
     return out[["head"] + [c for c in out.columns if c != "head"]]
+
+
+def routing_decomposition(heads: dict, V: np.ndarray, names=None) -> pd.DataFrame:
+    """Directional routing decomposition per softmax head and direction (METHODS B.4, App. 9.6; M = I).
+
+    Candidates f_i = W_VO x~_i with mixture F = sum alpha_i f_i; a_i = v'(f_i - F) and
+    b_i = (grad s_i - g_bar)'v with grad s_i = Q_r' b_i (the score's gradient in the query token).
+    Columns: head, direction, diversity D_v = sqrt(sum alpha a^2), sensitivity S_v =
+    sqrt(sum alpha b^2), I_gate = sum alpha a b (= v' J_q^h v) and alignment rho = I / (D S),
+    |rho| <= 1 (Cauchy-Schwarz).
+    """
+    V = np.asarray(V, dtype=np.float64)
+    if V.ndim == 1:
+        V = V[:, None]
+    names = list(range(V.shape[1])) if names is None else list(names)
+    rows = []
+    X = np.asarray(heads["X_keys"], dtype=np.float64)
+    for h, htype in enumerate(heads["head_types"]):
+        if str(htype) != "softmax":
+            continue
+        a = np.asarray(heads["alpha"][h], dtype=np.float64)
+        F = X - a @ X  # x~_i - mu
+        A = (np.asarray(heads["W_VO"][h]) @ F.T).T @ V  # (n, directions): a_i per direction
+        Kc = np.asarray(heads["key_vectors"][h]) - a @ np.asarray(heads["key_vectors"][h])
+        B = Kc @ (np.asarray(heads["query_map"][h]) @ V)  # b_i per direction
+        D = np.sqrt(a @ A**2)
+        Sv = np.sqrt(a @ B**2)
+        ig = a @ (A * B)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = np.where(D * Sv > 0, ig / (D * Sv), np.nan)
+        rows.append(pd.DataFrame({"head": h, "direction": names, "diversity": D, "sensitivity": Sv, "I_gate": ig,
+                                  "alignment": rho}))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
+        columns=["head", "direction", "diversity", "sensitivity", "I_gate", "alignment"])

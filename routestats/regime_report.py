@@ -16,6 +16,8 @@ Tidy tables of :class:`RegimeReport` (each keyed by layer, example, token):
 ``agreement``     analytic vs finite-forward lattice labels (B.8.4)
 ``adjacency``     regime pairs that touch on the lattice (B.8.5)
 ``search``        blind ambient vs oracle-in-S vs spectral (B.10)
+``probes``        projected certificates on nested random probes of 32/64/128/256 columns (B.9)
+``routing``       per softmax head, for v_rel and v_sev: diversity, sensitivity, I_gate, alignment (B.4)
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ import pandas as pd
 from . import schema as S
 from .atomic import sha256_file
 from .errors import RoutestatsError, RunFormatError
-from .regime import Operators, analyse, certify, classify, directional, severity_certificate, severity_sweep
-from .regime_geometry import geometry_table
+from .regime import (Operators, analyse, certify, classify, directional, probe_sweep, severity_certificate,
+                     severity_sweep)
+from .regime_geometry import geometry_table, routing_decomposition
 from .regime_maps import adjacency, agreement, regime_map
 
 __all__ = ["OperatorPoint", "load_operator_points", "analyse_point", "RegimeReport", "build_regime_report"]
@@ -155,7 +158,11 @@ def analyse_point(pt: OperatorPoint, probes: int = 512, seed: int = 0, margin: f
                 rows.append({"direction": str(name), "method": f"finite (eps {e_rel:g}·|x_r|)", "g_T": g[0], "g_TQ": g[1],
                              "g_TK": g[2], "g_full": g[3], "regime": classify(*g)})
     out["counterfactual"] = pd.DataFrame(rows)
+    out["probes"] = probe_sweep(ops, seed=seed)
     if "J_Q_heads" in A:
+        if named:
+            out["routing"] = routing_decomposition(A, np.column_stack([v / np.linalg.norm(v) for v in named.values()]),
+                                                   names=list(named))
         geo = geometry_table(A)
         if "routing_check" in A:
             geo["routing_null"] = A["routing_check"][:, 0]

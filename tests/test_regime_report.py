@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from routestats.atomic import sha256_file
 from routestats.errors import RoutestatsError, RunFormatError
-from routestats.regime import Operators, certify, directional, severity_certificate, severity_sweep
-from routestats.regime_geometry import query_gating_geometry, support_overlap
+from routestats.regime import Operators, certify, directional, probe_sweep, severity_certificate, severity_sweep
+from routestats.regime_geometry import query_gating_geometry, routing_decomposition, support_overlap
 from routestats.regime_maps import adjacency, agreement, fibonacci_sphere, regime_map, slice_basis
 from routestats.regime_report import analyse_point, build_regime_report, load_operator_points
 from tests.test_regime import operators
@@ -206,3 +206,34 @@ def test_regime_report_renders_and_compiles(tmp_path):
     assert console_errors(log) == [], log[-2000:]
     render([rep], tmp_path / "again", formats=("latex",))
     assert (tmp_path / "again" / "tables" / "summary.tex").is_file()
+
+
+def test_routing_decomposition_identities():
+    h = factorised_head(np.random.default_rng(7))
+    heads = {"X_keys": h["X"], "alpha": h["alpha"][None], "W_VO": h["W_VO"][None], "key_vectors": h["key_vectors"][None],
+             "query_map": h["query_map"][None], "head_types": ["softmax"]}
+    V = np.random.default_rng(8).standard_normal((12, 5))
+    t = routing_decomposition(heads, V)
+    # I_gate(v) = v' J_q v (App. 9.6 with M = I), |rho| <= 1, and D_v, S_v by explicit loops
+    np.testing.assert_allclose(t["I_gate"], np.einsum("ij,ik,kj->j", V, h["J_q"], V), rtol=1e-10, atol=1e-12)
+    assert (t["alignment"].abs() <= 1 + 1e-12).all()
+    a, X = h["alpha"], h["X"]
+    for j in range(5):
+        v = V[:, j]
+        F = sum(a[i] * h["W_VO"] @ X[i] for i in range(len(a)))
+        D = np.sqrt(sum(a[i] * (v @ (h["W_VO"] @ X[i] - F)) ** 2 for i in range(len(a))))
+        g = [h["query_map"].T @ k for k in h["key_vectors"]]
+        gbar = sum(a[i] * g[i] for i in range(len(a)))
+        S = np.sqrt(sum(a[i] * ((g[i] - gbar) @ v) ** 2 for i in range(len(a))))
+        assert t.loc[j, "diversity"] == pytest.approx(D, rel=1e-10) and t.loc[j, "sensitivity"] == pytest.approx(S, rel=1e-10)
+
+
+def test_probe_sweep_full_probe_is_the_full_certificate():
+    ops = operators(4, d=12, gate=0.8)
+    t = probe_sweep(ops, sizes=(4, 8, 12, 40), seed=3).set_index("probe")
+    assert list(t.index) == [4, 8, 12]  # sizes above d are left out
+    c = certify(ops)
+    # a probe spanning all of R^d gives the ambient certificate (same S, same spectrum)
+    assert t.loc[12, "dim_S_proj"] == c.dim_S and t.loc[12, "d_sw"] == c.d_sw
+    assert t.loc[12, "lambda_max"] == pytest.approx(c.lambda_max, rel=1e-9)
+    assert (t["normalised_d_sw"] == t["d_sw"] / t["dim_S_proj"]).all()
