@@ -132,6 +132,11 @@ def embedded(figures: dict, slug: str, name: str | None) -> str | None:
     return base64.b64encode(png).decode("ascii") if png else None
 
 
+def section_lookups(tables: dict, specs: dict, figures: dict, slug: str):
+    """The ``table(name)`` and ``fig(name)`` helpers of an HTML section builder."""
+    return (lambda name: table_context(tables[name], specs[name])), (lambda name: embedded(figures, slug, name))
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 

@@ -10,7 +10,7 @@ import numpy as np
 import seaborn as sns
 
 from . import figures as F
-from .formatting import Column, TableSpec, embedded, fmt_num, table_context
+from .formatting import Column, TableSpec, fmt_num, section_lookups
 
 
 def mofa_specs(rep) -> dict[str, TableSpec]:
@@ -94,11 +94,7 @@ def mofa_section(rep, slug: str, figs: dict) -> dict:
     tables = rep.tables()
     tables["pca"] = rep.pca.scores if rep.pca is not None else None
 
-    def table(name):
-        return table_context(tables[name], specs[name])
-
-    def fig(name):
-        return embedded(figs, slug, name)
+    table, fig = section_lookups(tables, specs, figs, slug)
 
     blocks = [{"id": "ranking", "title": "Zero-shot perplexity by domain", "tables": [table("ranking"), table("per_ratio")],
                "figure": fig("heatmap"), "text": ""}]

@@ -10,7 +10,7 @@ import numpy as np
 import seaborn as sns
 
 from . import figures as F
-from .formatting import Column, TableSpec, embedded, fmt_sig, table_context
+from .formatting import Column, TableSpec, fmt_sig, section_lookups
 
 REGIMES = ("NC", "NS", "Q", "K", "E", "J", "ambiguous")
 COLORS = dict(zip(REGIMES, ("#BBBBBB", "#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52", "#000000")))
@@ -218,11 +218,7 @@ def regime_section(rep, slug: str, figs: dict) -> dict:
     specs = regime_specs(rep)
     tables = rep.tables()
 
-    def table(name):
-        return table_context(tables[name], specs[name])
-
-    def fig(name):
-        return embedded(figs, slug, name)
+    table, fig = section_lookups(tables, specs, figs, slug)
 
     blocks = [{"id": "certificate", "title": "Spectral certificate", "tables": [table("summary")], "figure": fig("spectrum"),
                "text": "W = C^{-1/2} R C^{-1/2} on the transport-contractive subspace S; eigenvalues above 1 are switching "

@@ -10,7 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 from . import figures as F
-from .formatting import Column, TableSpec, embedded, fmt_num, fmt_p, table_context
+from .formatting import Column, TableSpec, fmt_num, fmt_p, section_lookups
 
 
 def _delta_columns(df: pd.DataFrame, prefix: str = "delta_l", label: str = "Δ L") -> tuple[Column, ...]:
@@ -209,11 +209,7 @@ def study_section(rep, slug: str, figs: dict) -> dict:
     specs = study_specs(rep)
     tables = rep.tables()
 
-    def table(name):
-        return table_context(tables[name], specs[name])
-
-    def fig(name):
-        return embedded(figs, slug, name)
+    table, fig = section_lookups(tables, specs, figs, slug)
 
     blocks = []
     order = [("seeds", "Seeds (Table 3)", "seeds"), ("across_seeds", "Across-seed inference", None),

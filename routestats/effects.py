@@ -71,11 +71,9 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
         wide = wide[~wide["example_id"].isin(bad)]
     else:
         excluded = 0
-    all_ids = np.unique(long["example_id"].to_numpy())  # an array: pandas deep-copies attrs on every operation
     wide["diff"] = wide["variant"] - wide["baseline"]
     wide = wide.sort_values(["layer", "example_id"], kind="stable").reset_index(drop=True)
-    wide.attrs["excluded"] = excluded
-    wide.attrs["example_ids"] = all_ids
+    wide.attrs["excluded"] = excluded  # keep attrs small: pandas deep-copies them on every operation
     return wide
 
 
@@ -122,10 +120,12 @@ def paired_effects(
     out.insert(4, "baseline_mean", means.loc[layers, "baseline"].to_numpy())
     out.insert(5, "variant_mean", means.loc[layers, "variant"].to_numpy())
     if adjusted:
-        from .metrics import opportunity
+        from .metrics import opportunity, select_examples
 
         o = opportunity(p.baseline)
-        o = o[o["example_id"].isin(diffs.attrs["example_ids"])]
+        ids = select_examples(p.baseline, examples)
+        if ids is not None:
+            o = o[o["example_id"].isin(ids)]
         out["mean_opportunity"] = float(o["opportunity"].mean())
     out["baseline_run"] = p.baseline.run_id
     out["variant_run"] = p.variant.run_id
