@@ -76,6 +76,14 @@ def regime_specs(rep) -> dict[str, TableSpec]:
             (*KEY, Column("Direction", "direction", "text"), Column("Head", "head", "int"),
              Column("D_v", "diversity", "sig", 3), Column("S_v", "sensitivity", "sig", 3),
              Column("I_gate", "I_gate", "sig", 3), Column("ρ", "alignment", "num", 3)))
+    if "cost" in t:
+        specs["cost"] = TableSpec(
+            "cost", "Amortised cost on the machine that built the operators (METHODS B.10; hardware-dependent, "
+                    "reported, not asserted): setup = closed forms + eigendecompositions; per direction, 4 quadratic "
+                    "forms (c_q) vs finite forwards (c_f); break-even number of directions N* = setup / (c_f − c_q).",
+            (*KEY, Column("Task", "task", "text"), Column("setup (s)", "t_setup", "sig", 3),
+             Column("c_q (s)", "c_q", "sig", 3), Column("c_f (s)", "c_f", "sig", 3),
+             Column("N*", "break_even_directions", "num", 0)))
     if "search" in t:
         specs["search"] = TableSpec(
             "search", "Search quality (METHODS B.10): blind ambient and oracle-in-S random directions vs the spectral "
@@ -168,6 +176,22 @@ def regime_figures(rep, folder: Path, prefix: str = "") -> dict:
         fig.tight_layout()
         out["shares"] = F.save(fig, folder, prefix + "regime-shares")
 
+    ov = t.get("overlap")
+    if ov is not None and len(ov):
+        k = keys[0]
+        m = _at(ov, k)
+        fig, ax = plt.subplots(figsize=(6.2, 4.2))
+        heads = sorted(m["head"].unique())
+        hp = sns.color_palette("tab10", max(len(heads), 1))
+        for i, h in enumerate(heads):
+            g = m[m["head"] == h]
+            ax.scatter(g["overlap"], g["response"], s=8, alpha=0.6, color=hp[i % 10], label=f"head {h}")
+        ax.set(xlabel="support overlap s(v) = |Π_K Q_r v|", ylabel="response |J_q v|",
+               title=f"Query gating: overlap vs response, {labels[0]}")
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        out["overlap"] = F.save(fig, folder, prefix + "regime-overlap")
+
     lat = t.get("lattice")
     if lat is not None and len(lat):
         n, rows, cols = _panels(keys)
@@ -229,7 +253,9 @@ def regime_section(rep, slug: str, figs: dict) -> dict:
     if "geometry" in specs:
         blocks.append({"id": "geometry", "title": "Geometry of query gating",
                        "tables": [table("geometry")] + ([table("routing")] if "routing" in specs else []),
-                       "figure": None, "text": ""})
+                       "figure": fig("overlap"),
+                       "text": "Directions whose query map misses the centred keys (overlap 0) leave both the routing "
+                               "and J_q v unchanged (Prop. 1)."})
     blocks.append({"id": "shares", "title": "Regime shares and maps",
                    "tables": [table("agreement")] if "agreement" in specs else [], "figure": fig("shares"), "text": ""})
     if fig("map"):
@@ -238,7 +264,7 @@ def regime_section(rep, slug: str, figs: dict) -> dict:
                                "of w)."})
     if "search" in specs:
         blocks.append({"id": "search", "title": "Search quality and random probes",
-                       "tables": [table("search")] + ([table("probes")] if "probes" in specs else []),
+                       "tables": [table("search")] + [table(n) for n in ("probes", "cost") if n in specs],
                        "figure": None, "text": ""})
     methods = ("Operators are the value-transport, query-gating and key-gating Jacobians of the residual attention "
                "sublayer at the query token (perturbed token m = r), in float64, checked against autograd of the "

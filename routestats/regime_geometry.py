@@ -33,7 +33,8 @@ from scipy.spatial.distance import pdist
 
 from .errors import RoutestatsError
 
-__all__ = ["QueryGeometry", "query_gating_geometry", "support_overlap", "geometry_table", "routing_decomposition"]
+__all__ = ["QueryGeometry", "query_gating_geometry", "support_overlap", "overlap_sweep", "geometry_table",
+           "routing_decomposition"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,36 @@ def support_overlap(key_vectors: np.ndarray, alpha: np.ndarray, query_map: np.nd
     u = np.asarray(query_map) @ V
     return pd.DataFrame({"direction": np.arange(V.shape[1]), "overlap": np.linalg.norm(Kb.T @ u, axis=0),
                          "response": np.linalg.norm(np.asarray(J_q) @ V, axis=0)})
+
+
+def overlap_sweep(key_vectors: np.ndarray, alpha: np.ndarray, query_map: np.ndarray, J_q: np.ndarray,
+                  n: int = 256, seed: int = 0) -> pd.DataFrame:
+    """Support overlap vs response on directions from the query-null space to random (Fig. 4b).
+
+    v = cos(theta) u + sin(theta) w with u a random unit vector in the null space of the query
+    map restricted to the centred keys, w a random unit vector and theta evenly spread over
+    [0, pi/2], so overlaps run from exactly 0 to typical values. Columns of
+    :func:`support_overlap` plus ``theta``.
+    """
+    Kv, alpha = np.asarray(key_vectors, dtype=np.float64), np.asarray(alpha, dtype=np.float64)
+    keep = alpha > 0
+    _, Kb = _rank_basis((Kv[keep][1:] - Kv[keep][0]).T)
+    M = Kb.T @ np.asarray(query_map, dtype=np.float64)
+    d = M.shape[1]
+    _, sv, Vt = np.linalg.svd(M, full_matrices=True)
+    null = Vt[int((sv > (sv[0] if len(sv) else 0) * max(M.shape) * np.finfo(np.float64).eps).sum()):].T
+    rng = np.random.default_rng(seed)
+    theta = np.linspace(0, np.pi / 2, n)
+    w = rng.standard_normal((d, n))
+    w /= np.linalg.norm(w, axis=0)
+    if null.shape[1]:
+        u = null @ rng.standard_normal((null.shape[1], n))
+        u /= np.linalg.norm(u, axis=0)
+    else:
+        u = w
+    V = np.cos(theta) * u + np.sin(theta) * w
+    V /= np.linalg.norm(V, axis=0)
+    return support_overlap(Kv, alpha, query_map, J_q, V).assign(theta=theta)
 
 
 def geometry_table(heads: dict) -> pd.DataFrame:

@@ -18,6 +18,8 @@ Tidy tables of :class:`RegimeReport` (each keyed by layer, example, token):
 ``search``        blind ambient vs oracle-in-S vs spectral (B.10)
 ``probes``        projected certificates on nested random probes of 32/64/128/256 columns (B.9)
 ``routing``       per softmax head, for v_rel and v_sev: diversity, sensitivity, I_gate, alignment (B.4)
+``overlap``       per softmax head, 256 directions from query-null to random: overlap s(v) and response |J_q v| (B.7)
+``cost``          setup time, per-direction cost of quadratic forms vs finite forwards, break-even N* (B.10)
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from .atomic import sha256_file
 from .errors import RoutestatsError, RunFormatError
 from .regime import (Operators, analyse, certify, classify, directional, probe_sweep, severity_certificate,
                      severity_sweep)
-from .regime_geometry import geometry_table, routing_decomposition
+from .regime_geometry import geometry_table, overlap_sweep, routing_decomposition
 from .regime_maps import adjacency, agreement, regime_map
 
 __all__ = ["OperatorPoint", "load_operator_points", "analyse_point", "RegimeReport", "build_regime_report"]
@@ -163,6 +165,10 @@ def analyse_point(pt: OperatorPoint, probes: int = 512, seed: int = 0, margin: f
         if named:
             out["routing"] = routing_decomposition(A, np.column_stack([v / np.linalg.norm(v) for v in named.values()]),
                                                    names=list(named))
+        out["overlap"] = pd.concat(
+            [overlap_sweep(A["key_vectors"][h], A["alpha"][h], A["query_map"][h], A["J_Q_heads"][h], seed=seed + h)
+             .assign(head=h) for h, t in enumerate(A["head_types"]) if str(t) == "softmax"] or [pd.DataFrame()],
+            ignore_index=True)
         geo = geometry_table(A)
         if "routing_check" in A:
             geo["routing_null"] = A["routing_check"][:, 0]
@@ -186,6 +192,14 @@ def analyse_point(pt: OperatorPoint, probes: int = 512, seed: int = 0, margin: f
         out["adjacency"] = edges
         out["lattice"] = lm
     out["regimes"] = pd.DataFrame(reg)
+    cost = pt.meta.get("cost")
+    if cost:
+        rows = []
+        for task, cf in (("switch detection (2 forwards)", cost["c_f_switch"]),
+                         ("mechanism classification (4 forwards)", cost["c_f_mechanism"])):
+            rows.append({"task": task, "t_setup": cost["t_setup"], "c_q": cost["c_q"], "c_f": cf,
+                         "break_even_directions": cost["t_setup"] / (cf - cost["c_q"]) if cf > cost["c_q"] else np.inf})
+        out["cost"] = pd.DataFrame(rows)
     if "search" in base:
         out["search"] = base["search"]
     if "mechanisms" in base:
@@ -205,7 +219,8 @@ class RegimeReport:
     provenance: dict = field(repr=False)
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        return {k: v for k, v in self.frames.items() if k != "lattice"}
+        """Every table except the per-point lattice and overlap samples (kept in ``frames`` for figures)."""
+        return {k: v for k, v in self.frames.items() if k not in ("lattice", "overlap")}
 
     def to_frame(self) -> pd.DataFrame:
         return self.frames["summary"]

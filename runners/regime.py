@@ -29,7 +29,7 @@ from routestats import schema as S
 from routestats.atomic import atomic_path, sha256_file, write_json_atomic
 from routestats.errors import RoutestatsError
 from routestats.io import load_run
-from routestats.regime import Operators, certify, severity_certificate
+from routestats.regime import Operators, certify, directional, severity_certificate
 from routestats.regime_maps import fibonacci_sphere, slice_basis
 
 from .operators import Sublayer, encoder_point, mofa_point, operating_point
@@ -138,7 +138,17 @@ def build_point(sub: Sublayer, X, r: int, reference: torch.Tensor | None, *, lat
     arrays["head_types"] = np.array(ana["head_types"])
     arrays["slice_E"] = E
     W = fibonacci_sphere(lattice)
+    # cost model of METHODS B.10, on this machine: setup = closed forms + eigendecompositions
+    t = time.perf_counter()
+    ops_again = Operators(*(sub64.analytic(X64, r)[k] for k in ("J_T", "J_Q", "J_K")))
+    severity_certificate(ops_again, certify(ops_again))
+    t_setup = time.perf_counter() - t
+    t = time.perf_counter()
+    directional(ops, E @ W.T)
+    c_q = (time.perf_counter() - t) / lattice
+    t = time.perf_counter()
     fd = sub64.finite_forward(X64, r, E @ W.T, eps_rel=eps_rel)
+    c_f4 = (time.perf_counter() - t) / lattice  # 4 counterfactual forwards per direction
     arrays["lattice_W"] = W
     arrays["lattice_fd"] = np.column_stack([fd[k] for k in ("g_T", "g_TQ", "g_TK", "g_full")])
     if named:
@@ -151,6 +161,7 @@ def build_point(sub: Sublayer, X, r: int, reference: torch.Tensor | None, *, lat
     meta = {"token": r, "n_keys": int(len(sub64.keys(X64, r))), "dim": d, "errors": op["errors"], "eps_rel": eps_rel,
             "fd_eps": fd["eps"], "named_eps_rel": [1e-3, 1e-5], "lattice": lattice, "slice_seed": seed,
             "seconds": {"operators": round(t_ops, 4), "total": round(time.perf_counter() - t0, 4)},
+            "cost": {"t_setup": t_setup, "c_q": c_q, "c_f_mechanism": c_f4, "c_f_switch": c_f4 / 2},
             "head_types": list(ana["head_types"]), "rope": bool(sub.rope_theta), "causal": sub.causal}
     return arrays, meta
 

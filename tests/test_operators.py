@@ -241,6 +241,8 @@ def test_regime_commands_end_to_end(tmp_path):
     ag = pd.read_csv(out / "tables" / "agreement.csv")
     assert (ag["directions"] == 300).all() and (ag["pearson_r"] > 0.999).all()
     assert (out / "report.html").is_file() and (out / "figures" / "regime-map.png").is_file()
+    cost = pd.read_csv(out / "tables" / "cost.csv")  # METHODS B.10, measured while building the operators
+    assert (cost["t_setup"] > 0).all() and (cost["c_f"] > cost["c_q"]).all() and (cost["break_even_directions"] > 0).all()
     # a changed operator file is caught by its hash; a missing selection and a non-operator file are clear errors
     f = run / "operators" / index["points"][0]["file"]
     f.write_bytes(f.read_bytes()[:-1] + b"x")

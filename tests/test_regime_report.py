@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from routestats.atomic import sha256_file
 from routestats.errors import RoutestatsError, RunFormatError
 from routestats.regime import Operators, certify, directional, probe_sweep, severity_certificate, severity_sweep
-from routestats.regime_geometry import query_gating_geometry, routing_decomposition, support_overlap
+from routestats.regime_geometry import overlap_sweep, query_gating_geometry, routing_decomposition, support_overlap
 from routestats.regime_maps import adjacency, agreement, fibonacci_sphere, regime_map, slice_basis
 from routestats.regime_report import analyse_point, build_regime_report, load_operator_points
 from tests.test_regime import operators
@@ -237,3 +237,11 @@ def test_probe_sweep_full_probe_is_the_full_certificate():
     assert t.loc[12, "dim_S_proj"] == c.dim_S and t.loc[12, "d_sw"] == c.d_sw
     assert t.loc[12, "lambda_max"] == pytest.approx(c.lambda_max, rel=1e-9)
     assert (t["normalised_d_sw"] == t["d_sw"] / t["dim_S_proj"]).all()
+
+
+def test_overlap_sweep_starts_in_the_query_null_space():
+    h = factorised_head(np.random.default_rng(9), n=5, dh=8)
+    t = overlap_sweep(h["key_vectors"], h["alpha"], h["query_map"], h["J_q"], n=50, seed=1)
+    # theta = 0 lies in the null space: no overlap and (Prop. 1) no response; theta > 0 leaves it
+    assert t["theta"].iloc[0] == 0 and t["overlap"].iloc[0] < 1e-12 and t["response"].iloc[0] < 1e-12
+    assert (t["overlap"].iloc[1:] > 0).all() and t["response"].max() > 1e-3
