@@ -140,7 +140,8 @@ def build_point(sub: Sublayer, X, r: int, reference: torch.Tensor | None, *, lat
     W = fibonacci_sphere(lattice)
     # cost model of METHODS B.10, on this machine: setup = closed forms + eigendecompositions
     t = time.perf_counter()
-    ops_again = Operators(*(sub64.analytic(X64, r)[k] for k in ("J_T", "J_Q", "J_K")))
+    closed = sub64.analytic(X64, r)
+    ops_again = Operators(closed["J_T"], closed["J_Q"], closed["J_K"])
     severity_certificate(ops_again, certify(ops_again))
     t_setup = time.perf_counter() - t
     t = time.perf_counter()
