@@ -36,6 +36,14 @@ def _fail(msg: str) -> None:
     raise typer.Exit(code=2)
 
 
+def _report_formats(text: str) -> list[str]:
+    """The --format list of report commands: html and/or latex."""
+    formats = [f.strip() for f in text.split(",") if f.strip()]
+    if not formats or set(formats) - {"html", "latex"}:
+        _fail(f"--format takes html and/or latex, got {text!r}")
+    return formats
+
+
 def command(fn):
     """Register ``fn`` as a command whose user errors become one line and exit code 2."""
 
@@ -203,9 +211,7 @@ def report(
 
     from .pair_report import build_pair_report
 
-    formats = [f.strip() for f in format.split(",") if f.strip()]
-    if not formats or set(formats) - {"html", "latex"}:
-        _fail(f"--format takes html and/or latex, got {format!r}")
+    formats = _report_formats(format)
     settings = _settings(resamples, permutations, seed, mode, examples, step)
     if pairs not in ("auto", "reference", "all", "none"):
         _fail(f"--pairs must be auto, reference, all or none, got {pairs!r}")
@@ -318,9 +324,7 @@ def regime(
 
     if not source.exists():
         _fail(f"{source}: no such file or directory")
-    formats = [f.strip() for f in format.split(",") if f.strip()]
-    if not formats or set(formats) - {"html", "latex"}:
-        _fail(f"--format takes html and/or latex, got {format!r}")
+    formats = _report_formats(format)
     con = _console()
     rep = build_regime_report(source, layer, example, token, probes=probes, seed=seed)
     cols = ["layer", "example", "token", "dim_S", "lambda_max", "d_sw", "tau_cert", "tau_max_dual", "max_error"]

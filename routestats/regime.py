@@ -241,17 +241,19 @@ def severity_certificate(ops: Operators, cert: Certificate) -> dict:
             "solves": solves}
 
 
-def severity_sweep(ops: Operators, cert: Certificate, points: int = 60) -> pd.DataFrame:
+def severity_sweep(ops: Operators, cert: Certificate, points: int = 60, tau_cert: float | None = None) -> pd.DataFrame:
     """lambda_max(W_tau0) on a grid of severity levels tau0 (the plot of Fig. 13b; METHODS B.6 step 4).
 
     Columns: tau0, dim (of S_tau0), lambda_max (NaN where S_tau0 is empty). The grid runs from
     the smallest to the largest severity eigenvalue and includes every eta where lambda_max
-    crosses 1, so the plot reaches tau_cert.
+    crosses 1, so the plot reaches tau_cert (computed unless given).
     """
     if cert.dim_S == 0:
         return pd.DataFrame(columns=["tau0", "dim", "lambda_max"])
     eta, Qm = _severity_basis(ops, cert)
-    grid = np.unique(np.concatenate([np.linspace(eta[-1], eta[0], points), [severity_certificate(ops, cert)["tau_cert"]]]))
+    if tau_cert is None:
+        tau_cert = severity_certificate(ops, cert)["tau_cert"]
+    grid = np.unique(np.concatenate([np.linspace(eta[-1], eta[0], points), [tau_cert]]))
     rows = []
     for t in grid[grid > 0]:
         j = int((eta >= t - 1e-15).sum())
@@ -282,14 +284,16 @@ def tau_max_dual(cert: Certificate) -> float:
     return min(f(0.0), float(res.fun))
 
 
-def analyse(ops: Operators, probes: int = 200, seed: int = 0) -> dict[str, pd.DataFrame]:
+def analyse(ops: Operators, probes: int = 200, seed: int = 0, cert: Certificate | None = None,
+            sev: dict | None = None) -> dict[str, pd.DataFrame]:
     """Spectral summary and direction table of one operating point (tidy frames, METHODS D.2).
 
     Directions: v_rel (max relative strength), v_sev (certified severe direction), ``probes``
-    random directions inside S and ``probes`` random ambient directions.
+    random directions inside S and ``probes`` random ambient directions. ``cert`` and ``sev``
+    (results of :func:`certify` and :func:`severity_certificate`) are reused when given.
     """
-    c = certify(ops)
-    sev = severity_certificate(ops, c)
+    c = certify(ops) if cert is None else cert
+    sev = severity_certificate(ops, c) if sev is None else sev
     summary = pd.DataFrame([{"dim": ops.J_T.shape[0], "tol": c.tol, "n_near_zero": c.n_near_zero, "dim_S": c.dim_S,
                              "lambda_max": c.lambda_max, "d_sw": c.d_sw, "switches": c.switches,
                              "tau_cert": sev["tau_cert"], "j_star": sev["j_star"],
@@ -314,7 +318,8 @@ def analyse(ops: Operators, probes: int = 200, seed: int = 0) -> dict[str, pd.Da
     out = {"summary": summary, "directions": d}
     if c.dim_S:
         out["mechanisms"] = mechanism_composition(ops, c, n=max(probes, 1), seed=seed + 1)
-        out["search"] = search_quality(ops, c, n_ambient=max(probes, 1), n_S=max(probes, 1), seed=seed + 2)
+        out["search"] = search_quality(ops, c, n_ambient=max(probes, 1), n_S=max(probes, 1), seed=seed + 2,
+                                       tau_cert=sev["tau_cert"])
     return out
 
 
@@ -372,7 +377,8 @@ def mechanism_composition(ops: Operators, cert: Certificate, n: int = 4096, seed
     return pd.DataFrame(rows)
 
 
-def search_quality(ops: Operators, cert: Certificate, n_ambient: int = 8192, n_S: int = 4096, seed: int = 0) -> pd.DataFrame:
+def search_quality(ops: Operators, cert: Certificate, n_ambient: int = 8192, n_S: int = 4096, seed: int = 0,
+                   tau_cert: float | None = None) -> pd.DataFrame:
     """Blind ambient search vs oracle search inside S vs the spectral certificate (B.10).
 
     Columns: search, directions, switching, share, best_tau (largest severity among switching directions).
@@ -387,7 +393,8 @@ def search_quality(ops: Operators, cert: Certificate, n_ambient: int = 8192, n_S
         sw = (t["g_T"] < 0) & (t["g_full"] > 0)
         rows.append({"search": name, "directions": V.shape[1], "switching": int(sw.sum()), "share": float(sw.mean()),
                      "best_tau": float(t.loc[sw, "tau"].max()) if sw.any() else np.nan})
-    sev = severity_certificate(ops, cert)
+    if tau_cert is None:
+        tau_cert = severity_certificate(ops, cert)["tau_cert"]
     rows.append({"search": "spectral", "directions": cert.dim_S, "switching": cert.d_sw,
-                 "share": cert.d_sw / cert.dim_S if cert.dim_S else np.nan, "best_tau": sev["tau_cert"]})
+                 "share": cert.d_sw / cert.dim_S if cert.dim_S else np.nan, "best_tau": tau_cert})
     return pd.DataFrame(rows)

@@ -130,9 +130,9 @@ def analyse_point(pt: OperatorPoint, probes: int = 512, seed: int = 0, margin: f
     max |g|)) of zero are flagged and left out of the agreement shares (METHODS B.8.4).
     """
     ops = pt.operators
-    base = analyse(ops, probes=probes, seed=seed)
     cert = certify(ops)
     sev = severity_certificate(ops, cert)
+    base = analyse(ops, probes=probes, seed=seed, cert=cert, sev=sev)
     A = pt.arrays
     errors = pt.meta.get("errors", {})
     eps_W = max([v for k, v in errors.items() if k.startswith("J_")] or [0.0])
@@ -143,7 +143,7 @@ def analyse_point(pt: OperatorPoint, probes: int = 512, seed: int = 0, margin: f
                              seconds=(pt.meta.get("seconds") or {}).get("total", np.nan))
     out = {"summary": summary,
            "spectrum": pd.DataFrame({"rank": np.arange(1, len(cert.eigenvalues) + 1), "eigenvalue": cert.eigenvalues}),
-           "sweep": severity_sweep(ops, cert)}
+           "sweep": severity_sweep(ops, cert, tau_cert=sev["tau_cert"])}
     rows = []
     named = {}
     if cert.dim_S:

@@ -416,18 +416,20 @@ def _resampled_average_ranks(counts: np.ndarray, ties) -> np.ndarray:
     return g[:, group]
 
 
-def _spearman_resamples(x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def _spearman_resamples(x: np.ndarray, y: np.ndarray, idx: np.ndarray, ties=None) -> np.ndarray:
     """Spearman rho (average ranks, Pearson of ranks) of x[idx[b]] and y[idx[b]] for each row b of idx.
 
     Equal to ranking each resample and correlating (``_rank_rows`` + ``_pearson_rows``; tested),
     but computed from the multiplicity of each original pair: ranks of repeated pairs coincide,
-    so the Pearson sums become sums over the n originals weighted by their counts.
+    so the Pearson sums become sums over the n originals weighted by their counts. ``ties``
+    (``(_tie_groups(x), _tie_groups(y))``) is reused across calls when given.
     """
     B, n = idx.shape
+    tx, ty = (_tie_groups(x), _tie_groups(y)) if ties is None else ties
     counts = np.bincount((idx + n * np.arange(B)[:, None]).ravel(), minlength=B * n).reshape(B, n)
     m = (n + 1) / 2  # the mean of average ranks of n values
-    dx = _resampled_average_ranks(counts, _tie_groups(x)) - m
-    dy = _resampled_average_ranks(counts, _tie_groups(y)) - m
+    dx = _resampled_average_ranks(counts, tx) - m
+    dy = _resampled_average_ranks(counts, ty) - m
     c = counts.astype(np.float64)
     cov = np.einsum("bi,bi,bi->b", c, dx, dy)
     den = np.sqrt(np.einsum("bi,bi,bi->b", c, dx, dx) * np.einsum("bi,bi,bi->b", c, dy, dy))
@@ -492,13 +494,16 @@ def spearman_ci(x, y, *, resamples: int = 2000, seed: int = 1001, confidence: fl
         raise RoutestatsError("Spearman correlation needs at least 3 pairs")
     rng = np.random.default_rng(seed + 17)
     chunk = 64  # (64 x n) working arrays stay in cache: 2.2x faster than 500 at n = 2,336
+    x_ties = _tie_groups(xv)
     rho, p = np.empty(k), np.empty(k)
     lo, hi, kept = np.empty(k), np.empty(k), np.zeros(k, dtype=np.int64)
     for j in range(k):
         res = stats.spearmanr(xv, Y[:, j])
         rho[j], p[j] = float(res.statistic), float(res.pvalue)
+        ties = (x_ties, _tie_groups(Y[:, j]))
         r = np.concatenate([
-            _spearman_resamples(xv, Y[:, j], np.stack([rng.integers(0, n, size=n) for _ in range(min(chunk, resamples - s))]))
+            _spearman_resamples(xv, Y[:, j], np.stack([rng.integers(0, n, size=n) for _ in range(min(chunk, resamples - s))]),
+                                ties)
             for s in range(0, resamples, chunk)])
         r = r[np.isfinite(r)]
         kept[j] = r.size
