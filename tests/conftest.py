@@ -53,3 +53,66 @@ def rng():
 def no_disk_cache(monkeypatch):
     """Tests compute metrics afresh unless a test opts into the on-disk cache."""
     monkeypatch.setenv("ROUTESTATS_CACHE", "off")
+
+
+STUDY_FIELDS = [[4, 4, 3, 3, 3], [4, 3, 3, 3], [4, 4, 4, 3, 3, 3], [4, 3, 3, 3, 3, 3]]
+STUDY_CONDITIONS = {
+    "baseline": {"variant": "baseline", "w_f": 0.0, "bias_layers": "none", "shuffled": False},
+    "saab": {"variant": "saab", "w_f": 1.0, "bias_layers": "all", "shuffled": False},
+    "wf0": {"variant": "saab", "w_f": 0.0, "bias_layers": "all", "shuffled": False},
+    "wf2": {"variant": "saab", "w_f": 2.0, "bias_layers": "all", "shuffled": False},
+    "lastonly": {"variant": "saab", "w_f": 1.0, "bias_layers": "0,0,1", "shuffled": False},
+    "shuffled": {"variant": "saab_shuffled", "w_f": 1.0, "bias_layers": "all", "shuffled": True},
+}
+
+
+def synthetic_study_tree(root, seeds=(1, 2, 3)):
+    """A tree of seeds x STUDY_CONDITIONS runs with random attention (w_f = 0 copies the baseline)."""
+    import routestats as rs
+
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        base = [random_attention(rng, 3, 2, len(g)) for g in STUDY_FIELDS]
+        for name, f in STUDY_CONDITIONS.items():
+            att = base if name in ("baseline", "wf0") else [random_attention(rng, 3, 2, len(g)) for g in STUDY_FIELDS]
+            write_run(root / f"seed{seed}" / name, att, STUDY_FIELDS, run_id=f"s{seed}-{name}", seed=seed,
+                      init_id=f"init{seed}", data_order_id=f"order{seed}",
+                      factors={**f, "depth": 3, "dataset": "toy"})
+    return rs.load_runs(root)
+
+
+MOFA_RATIOS = [("2:0", 0), ("1:1", 1), ("0:2", 2)]
+MOFA_DOMAINS = ("code", "prose", "docstrings")
+
+
+def synthetic_mofa_tree(root, seeds=(1, 2, 3), n_layers=2, n_heads=2, n=6):
+    """A MoFA tree (ratios x seeds) with lm_scores per domain block and causal softmax/sigmoid attention."""
+    import routestats as rs
+
+    for seed in seeds:
+        for ratio, k in MOFA_RATIOS:
+            rng = np.random.default_rng(100 * seed + k)
+            w = RunWriter(root / f"seed{seed}" / f"ratio-{ratio.replace(':', '-')}", run_id=f"m{seed}-{k}",
+                          study="mofa", factors={"ratio": ratio, "n_sigmoid": k}, seed=seed, init_id=f"i{seed}",
+                          data_order_id=f"d{seed}", fields=FIELDS, overwrite=True)
+            ex = make_examples([[3] * n] * (2 * len(MOFA_DOMAINS)))
+            ex["split"] = [d for d in MOFA_DOMAINS for _ in range(2)]
+            w.write_examples(ex)
+            scores = [{"domain": d, "example_id": i, "sum_nll": float(rng.uniform(10, 20) + 2 * k * (d == "code")),
+                       "n_tokens": 5} for i, d in enumerate(ex["split"])]
+            w.write_lm_scores(pd.DataFrame(scores))
+            types = ["softmax"] * (n_heads - min(k, n_heads)) + ["sigmoid"] * min(k, n_heads)
+            tril = np.tril(np.ones((n, n)))
+            with w.attention(10, forms=("matrices",)) as sink:
+                for e in range(len(ex)):
+                    a = np.empty((n_layers, n_heads, n, n))
+                    for h, t in enumerate(types):
+                        x = rng.standard_normal((n_layers, n, n))
+                        if t == "softmax":
+                            z = np.exp(np.where(tril > 0, x, -np.inf))
+                            a[:, h] = z / z.sum(-1, keepdims=True)
+                        else:
+                            a[:, h] = tril / (1 + np.exp(-x))
+                    sink.add(e, a, head_types=types)
+            w.finalize()
+    return rs.load_runs(root)

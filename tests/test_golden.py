@@ -1,0 +1,66 @@
+"""Golden hashes of every report table and every HTML table cell (written before the [shape] move).
+
+The expected hashes in ``tests/golden/reports.json`` were produced by this file on the code as it
+stood before the layers were moved into subpackages (``ROUTESTATS_UPDATE_GOLDEN=1 pytest
+tests/test_golden.py`` rewrites them). A refactor that changes any number, column, dtype or
+rendered cell text fails here. Each table is hashed from its CSV with 17 significant digits, so
+a last-bit change in any float shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import routestats as rs
+from tests.conftest import synthetic_mofa_tree, synthetic_study_tree
+
+GOLDEN = Path(__file__).parent / "golden" / "reports.json"
+RESAMPLES = dict(resamples=400, permutations=400, seed=7)
+
+
+def frame_hash(df: pd.DataFrame) -> str:
+    text = df.to_csv(index=False, float_format="%.17g") + "|" + ",".join(f"{c}:{t}" for c, t in df.dtypes.items())
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def html_cells(html: str) -> list[str]:
+    """One hash per HTML data table (its header and cell texts), sorted (section order may move)."""
+    out = []
+    for t in re.findall(r'<table class="data[^"]*">(.*?)</table>', html, flags=re.S):
+        cells = re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", t, flags=re.S)
+        out.append(hashlib.sha256("\x1f".join(cells).encode()).hexdigest()[:16])
+    return sorted(out)
+
+
+def _reports(tmp: Path) -> dict:
+    """name -> (tables dict, html text) for the demo pair, a synthetic study and a synthetic MoFA tree."""
+    from tests.golden_build import build_all
+
+    return build_all(tmp, RESAMPLES)
+
+
+def _current(tmp: Path) -> dict:
+    got = {}
+    for name, (tables, html) in _reports(tmp).items():
+        got[name] = {"tables": {k: frame_hash(v) for k, v in sorted(tables.items())}, "html": html_cells(html)}
+    return got
+
+
+@pytest.mark.slow
+def test_report_tables_and_cells_unchanged(tmp_path):
+    got = _current(tmp_path)
+    if os.environ.get("ROUTESTATS_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    want = json.loads(GOLDEN.read_text())
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name]["tables"] == want[name]["tables"], name
+        assert got[name]["html"] == want[name]["html"], name
