@@ -24,7 +24,7 @@ import tracemalloc
 import numpy as np
 from scipy import stats
 
-from routestats.stats import _pearson_rows, _rank_rows, paired_inference, spearman_ci
+from routestats.stats.inference import _pearson_rows, _rank_rows, paired_inference, spearman_ci
 
 
 def best_of(fn, repeats: int) -> float:

@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import routestats as rs
-from routestats import schema as S
-from routestats.runwriter import RunWriter
+from routestats.rundir import schema as S
+from routestats.rundir.write import RunWriter
 
 FIELDS = {"named": {"3": "content", "4": "title"}, "mask_id": 5, "vocab_size": 6}
 

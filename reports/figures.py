@@ -29,7 +29,7 @@ def plain(text) -> str:
 
 def save(fig, folder: Path, name: str) -> bytes:
     """Write ``name.png`` and ``name.pdf`` under ``folder``; return the PNG bytes."""
-    from routestats.atomic import write_bytes_atomic
+    from routestats.rundir.atomic import write_bytes_atomic
 
     folder.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()

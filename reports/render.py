@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from routestats.atomic import write_text_atomic
+from routestats.rundir.atomic import write_text_atomic
 
 from . import figures as F
 from .formatting import embedded, fmt_ci, fmt_num, fmt_p, format_cells, report_specs, table_context
@@ -125,9 +125,9 @@ def build_context(reports: Sequence, figures: dict | None = None, title: str | N
     """The dict rendered by ``report.html.j2``. ``figures`` maps (pair slug, name) -> PNG bytes."""
     from routestats import __version__
 
-    from routestats.mofa_report import MoFAReport
-    from routestats.regime_report import RegimeReport
-    from routestats.study_report import StudyReport
+    from routestats.studies.mofa_report import MoFAReport
+    from routestats.regime.report import RegimeReport
+    from routestats.studies.study_report import StudyReport
 
     from .mofa import mofa_section
     from .regime import regime_section
@@ -224,12 +224,12 @@ def make_figures(rep, folder: Path, prefix: str = "") -> dict:
 
 def latex_tables(rep, prefix: str = "") -> dict[str, str]:
     """Every table of one pair (or study) as a LaTeX fragment, by file stem."""
-    from routestats.study_report import StudyReport
+    from routestats.studies.study_report import StudyReport
 
     from .study import study_specs
 
-    from routestats.mofa_report import MoFAReport
-    from routestats.regime_report import RegimeReport
+    from routestats.studies.mofa_report import MoFAReport
+    from routestats.regime.report import RegimeReport
 
     from .mofa import mofa_specs
     from .regime import regime_specs
@@ -268,7 +268,7 @@ def render(reports: Sequence, out: str | Path, formats: Sequence[str] = FORMATS,
     figs = {}
     multi = len(reports) > 1
     tex_files = []
-    from routestats.study_report import StudyReport
+    from routestats.studies.study_report import StudyReport
 
     from .study import study_figures
 
@@ -276,8 +276,8 @@ def render(reports: Sequence, out: str | Path, formats: Sequence[str] = FORMATS,
         s = slug(rep.title)
         prefix = f"{s}-" if multi else ""
         say(f"figures: {rep.title}")
-        from routestats.mofa_report import MoFAReport
-        from routestats.regime_report import RegimeReport
+        from routestats.studies.mofa_report import MoFAReport
+        from routestats.regime.report import RegimeReport
 
         from .mofa import mofa_figures
         from .regime import regime_figures

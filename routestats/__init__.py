@@ -4,16 +4,16 @@ The public API is re-exported here; see README.md for a tour and ``docs/run-form
 for the run-directory contract. Importing routestats never imports torch.
 """
 
-from .errors import (
+from routestats.errors import (
     IncompleteRunError,
     PairingError,
     RoutestatsError,
     RunFormatError,
     SchemaVersionError,
 )
-from .io import Run, RunCollection, RunPair, load_run, load_runs, pair
-from .runwriter import RunWriter
-from .metrics import (
+from routestats.rundir.read import Run, RunCollection, RunPair, load_run, load_runs, pair
+from routestats.rundir.write import RunWriter
+from routestats.metrics.routing import (
     adjusted_sfm,
     entropy,
     field_to_field,
@@ -26,8 +26,8 @@ from .metrics import (
     sfm,
     word_attention,
 )
-from .stats import holm, paired_inference, paired_t, spearman_ci
-from .effects import paired_differences, paired_effects
+from routestats.stats.inference import holm, paired_inference, paired_t, spearman_ci
+from routestats.studies.effects import paired_differences, paired_effects
 
 __version__ = "0.1.0"
 

@@ -49,7 +49,7 @@ def command(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from .errors import RoutestatsError
+        from routestats.errors import RoutestatsError
 
         try:
             return fn(*args, **kwargs)
@@ -64,8 +64,8 @@ def command(fn):
 
 def _load(path: Path):
     """A Run when ``path`` holds run.json, else a RunCollection of the tree."""
-    from .io import load_run, load_runs
-    from .schema import MANIFEST
+    from routestats.rundir.read import load_run, load_runs
+    from routestats.rundir.schema import MANIFEST
 
     if not path.exists():
         _fail(f"{path}: no such file or directory")
@@ -94,7 +94,7 @@ def _frame_table(df, title: str, floatfmt: str = "{:.4f}"):
 @command
 def info(path: Path = typer.Argument(..., help="A run directory or a tree of runs.")) -> None:
     """Say what a run or a run tree holds."""
-    from .io import Run
+    from routestats.rundir.read import Run
 
     obj = _load(path)
     con = _console()
@@ -124,7 +124,7 @@ def validate(
     quick: bool = typer.Option(False, "--quick", help="Skip file and content hashes."),
 ) -> None:
     """Check runs against the run-directory contract (every file, hash and value)."""
-    from .io import Run
+    from routestats.rundir.read import Run
 
     obj = _load(path)
     runs = [obj] if isinstance(obj, Run) else list(obj)
@@ -143,9 +143,9 @@ def summary(
     baseline: str = BASELINE,
 ) -> None:
     """Print per-layer SFM/entropy per run and paired effects for every pair."""
-    from .effects import paired_effects
-    from .io import Run, RunCollection
-    from .metrics import layer_summary
+    from routestats.studies.effects import paired_effects
+    from routestats.rundir.read import Run, RunCollection
+    from routestats.metrics.routing import layer_summary
 
     obj = _load(path)
     con = _console()
@@ -161,8 +161,8 @@ def summary(
 
 
 def _pairs_of(obj, factor: str, baseline: str):
-    from .errors import RoutestatsError
-    from .io import Run
+    from routestats.errors import RoutestatsError
+    from routestats.rundir.read import Run
 
     if isinstance(obj, Run):
         raise RoutestatsError(
@@ -175,8 +175,8 @@ def _pairs_of(obj, factor: str, baseline: str):
 
 
 def _settings(resamples, permutations, seed, mode, examples, step):
-    from .pair_report import ReportSettings
-    from .stats import MODES
+    from routestats.studies.pair_report import ReportSettings
+    from routestats.stats.inference import MODES
 
     if mode not in MODES:
         _fail(f"--mode must be one of {', '.join(MODES)}")
@@ -209,7 +209,7 @@ def report(
     depth, data sets, across-seed inference) before any per-pair sections."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from .pair_report import build_pair_report
+    from routestats.studies.pair_report import build_pair_report
 
     formats = _report_formats(format)
     settings = _settings(resamples, permutations, seed, mode, examples, step)
@@ -218,14 +218,14 @@ def report(
     obj = _load(path)
     import reports
 
-    from .io import RunCollection
-    from .metrics import warm_cache
+    from routestats.rundir.read import RunCollection
+    from routestats.metrics.routing import warm_cache
 
     if isinstance(obj, RunCollection) and workers > 1:
         warm_cache(obj, workers=workers)
 
     if isinstance(obj, RunCollection) and "ratio" in obj.index.columns and factor not in obj.index.columns:
-        from .mofa_report import build_mofa_report
+        from routestats.studies.mofa_report import build_mofa_report
 
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True) as bar:
             task = bar.add_task("loading", total=None)
@@ -236,7 +236,7 @@ def report(
         return
     found = _pairs_of(obj, factor, baseline)
 
-    from .study_report import StudySettings, build_study_report
+    from routestats.studies.study_report import StudySettings, build_study_report
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True) as bar:
         task = bar.add_task("loading", total=None)
@@ -278,8 +278,8 @@ def table(
     step: Optional[int] = STEP,
 ) -> None:
     """Print (or write) one table of the report for a single pair."""
-    from .atomic import write_text_atomic
-    from .pair_report import build_pair_report
+    from routestats.rundir.atomic import write_text_atomic
+    from routestats.studies.pair_report import build_pair_report
 
     if name not in TABLES:
         _fail(f"unknown table {name!r}; choose from {', '.join(TABLES)}")
@@ -320,7 +320,7 @@ def regime(
     seed: int = SEED,
 ) -> None:
     """Spectral certification of gating-induced regime switching at one operating point or over a grid."""
-    from .regime_report import build_regime_report
+    from routestats.regime.report import build_regime_report
 
     if not source.exists():
         _fail(f"{source}: no such file or directory")

@@ -34,7 +34,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from routestats.atomic import sha256_file, write_bytes_atomic, write_json_atomic
+from routestats.rundir.atomic import sha256_file, write_bytes_atomic, write_json_atomic
 
 from .corpora import split_rows, write_dbpedia_csv, write_pubmed
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routestats.atomic import sha256_file
+from routestats.rundir.atomic import sha256_file
 
 from .corpora import dbpedia_records, iter_pubmed, read_dbpedia_csv, split_rows
 

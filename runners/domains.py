@@ -23,7 +23,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from routestats.atomic import sha256_file, write_json_atomic, write_text_atomic
+from routestats.rundir.atomic import sha256_file, write_json_atomic, write_text_atomic
 
 MAX_DOC_CHARS = 3000
 

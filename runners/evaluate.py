@@ -22,12 +22,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from routestats import schema as S
-from routestats.atomic import sha256_file, write_json_atomic
+from routestats.rundir import schema as S
+from routestats.rundir.atomic import sha256_file, write_json_atomic
 from routestats.errors import RoutestatsError
-from routestats.io import load_runs
-from routestats.runwriter import RunWriter, software_versions
-from routestats.sampling import reservoir_indices
+from routestats.rundir.read import load_runs
+from routestats.rundir.write import RunWriter, software_versions
+from routestats.rundir.sampling import reservoir_indices
 
 from .data import resolve
 from .model import EncoderConfig, SAABEncoder

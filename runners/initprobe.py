@@ -26,9 +26,9 @@ import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
-from routestats.atomic import write_json_atomic, write_table_atomic
+from routestats.rundir.atomic import write_json_atomic, write_table_atomic
 from routestats.errors import RoutestatsError
-from routestats.runwriter import software_versions
+from routestats.rundir.write import software_versions
 
 from .data import DataSpec
 from .model import EncoderConfig, SAABEncoder, state_hash

@@ -43,7 +43,7 @@ class SequentialLauncher:
         self.log_dir = Path(log_dir) if log_dir else None
 
     def run(self, jobs: Sequence[Job]) -> list[JobResult]:
-        from routestats.atomic import write_text_atomic
+        from routestats.rundir.atomic import write_text_atomic
 
         out = []
         for job in jobs:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from routestats.atomic import write_table_atomic
+from routestats.rundir.atomic import write_table_atomic
 
 from .data import DataSpec
 from .msm import encode_record

@@ -25,8 +25,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from routestats import schema as S
-from routestats.runwriter import RunWriter, software_versions
+from routestats.rundir import schema as S
+from routestats.rundir.write import RunWriter, software_versions
 
 from .model import state_hash
 from .train import lr_at, pick_device, seed_everything
@@ -237,7 +237,7 @@ def train_mofa_run(out: Path, *, cfg: GPTConfig, train_text: Sequence[str], doma
             sink.add(eid, torch.stack([p[0] for p in probs]).float().cpu().numpy(), head_types=cfg.head_types())
     w.write_lm_scores(pd.concat(scores, ignore_index=True))
     w.write_metrics(pd.DataFrame(metrics))
-    from routestats.atomic import atomic_path
+    from routestats.rundir.atomic import atomic_path
 
     ck = S.checkpoint_file(tc.steps)
     with atomic_path(out / ck) as tmp:  # final weights, for operator analyses (METHODS Part II B)

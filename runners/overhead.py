@@ -21,8 +21,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from routestats.atomic import write_json_atomic, write_table_atomic
-from routestats.runwriter import software_versions
+from routestats.rundir.atomic import write_json_atomic, write_table_atomic
+from routestats.rundir.write import software_versions
 
 from .model import EncoderConfig, SAABEncoder
 from .train import pick_device, seed_everything

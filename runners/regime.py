@@ -25,12 +25,12 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from routestats import schema as S
-from routestats.atomic import atomic_path, sha256_file, write_json_atomic
+from routestats.rundir import schema as S
+from routestats.rundir.atomic import atomic_path, sha256_file, write_json_atomic
 from routestats.errors import RoutestatsError
-from routestats.io import load_run
-from routestats.regime import Operators, certify, directional, severity_certificate
-from routestats.regime_maps import fibonacci_sphere, slice_basis
+from routestats.rundir.read import load_run
+from routestats.regime.certify import Operators, certify, directional, severity_certificate
+from routestats.regime.maps import fibonacci_sphere, slice_basis
 
 from .operators import Sublayer, encoder_point, mofa_point, operating_point
 

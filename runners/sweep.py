@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from routestats import schema as S
-from routestats.atomic import write_json_atomic, write_text_atomic
+from routestats.rundir import schema as S
+from routestats.rundir.atomic import write_json_atomic, write_text_atomic
 
 from .data import DataSpec
 from .presets import Condition, Preset

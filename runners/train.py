@@ -24,11 +24,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from routestats import schema as S
-from routestats.atomic import atomic_path, sha256_file
+from routestats.rundir import schema as S
+from routestats.rundir.atomic import atomic_path, sha256_file
 from routestats.errors import RoutestatsError
-from routestats.runwriter import RunWriter, software_versions
-from routestats.sampling import reservoir_indices
+from routestats.rundir.write import RunWriter, software_versions
+from routestats.rundir.sampling import reservoir_indices
 
 from .data import DataSpec
 from .model import EncoderConfig, SAABEncoder, qkv_grad_norms, state_hash

@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from routestats.runwriter import RunWriter
+from routestats.rundir.write import RunWriter
 
 FIELDS = {"named": {"3": "content", "4": "title"}, "mask_id": 5, "vocab_size": 6}
 

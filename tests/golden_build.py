@@ -8,10 +8,10 @@ from pathlib import Path
 def build_all(tmp: Path, kw: dict) -> dict:
     import reports
     import routestats as rs
-    from routestats.datasets import demo_run_dir
-    from routestats.mofa_report import build_mofa_report
-    from routestats.pair_report import ReportSettings, build_pair_report
-    from routestats.study_report import StudySettings, build_study_report
+    from routestats.rundir.synthetic import demo_run_dir
+    from routestats.studies.mofa_report import build_mofa_report
+    from routestats.studies.pair_report import ReportSettings, build_pair_report
+    from routestats.studies.study_report import StudySettings, build_study_report
     from tests.conftest import synthetic_mofa_tree, synthetic_study_tree
 
     out = {}

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 import routestats as rs
 from routestats.cli import app
-from routestats.datasets import demo_run_dir, synthetic_pair
+from routestats.rundir.synthetic import demo_run_dir, synthetic_pair
 
 runner = CliRunner()
 

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from routestats.initprobe import initial_loss_summary, load_probe, probe_correlations, spearman_rho
+from routestats.studies.initprobe import initial_loss_summary, load_probe, probe_correlations, spearman_rho
 
 
 def test_spearman_reference_values_and_ties():

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import routestats as rs
-from routestats import schema as S
-from routestats.atomic import atomic_path, write_json_atomic
-from routestats.datasets import synthetic_pair
+from routestats.rundir import schema as S
+from routestats.rundir.atomic import atomic_path, write_json_atomic
+from routestats.rundir.synthetic import synthetic_pair
 from tests.conftest import FIELDS, make_examples, random_attention, write_run
 
 
@@ -262,7 +262,7 @@ def test_killed_writer_leaves_no_partial_file(tmp_path):
     script = textwrap.dedent(
         f"""
         import numpy as np, pyarrow as pa, pyarrow.parquet as pq, sys
-        from routestats.atomic import atomic_path
+        from routestats.rundir.atomic import atomic_path
         with atomic_path({str(tmp_path / 'big.parquet')!r}) as tmp:
             with pq.ParquetWriter(tmp, pa.schema([('x', pa.float64())])) as w:
                 print('writing', flush=True)
@@ -291,7 +291,7 @@ def test_killed_run_reads_as_incomplete(tmp_path, rng):
 
 # ------------------------------------------------------------------ boundaries
 def test_import_routestats_loads_no_torch_runners_or_jinja():
-    code = "import sys, routestats, routestats.io, routestats.datasets; " \
+    code = "import sys, routestats, routestats.rundir.read, routestats.rundir.synthetic, routestats.studies, routestats.regime.report; " \
            "print(sorted(m for m in ('torch', 'runners', 'jinja2', 'reports') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 import routestats as rs
-from routestats.lengths import (
+from routestats.studies.lengths import (
     common_length_range, equal_count_bins, length_association, length_bins, length_standardised_contrast, length_table,
 )
 from tests.conftest import random_attention, write_run

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import routestats as rs
-from routestats.metrics import adjust
+from routestats.metrics.routing import adjust
 from tests.conftest import random_attention, write_run
 
 PUBMED = {"named": {"3": "methods", "4": "results", "5": "conclusions"}, "mask_id": 6, "vocab_size": 7}
@@ -188,8 +188,8 @@ def test_disk_cache_round_trip_and_key(tmp_path, rng, monkeypatch):
 
 
 def test_warm_cache_in_a_process_pool(tmp_path, monkeypatch):
-    from routestats.datasets import synthetic_pair
-    from routestats.metrics import warm_cache
+    from routestats.rundir.synthetic import synthetic_pair
+    from routestats.metrics.routing import warm_cache
 
     synthetic_pair(tmp_path / "t" / "s1", seed=1, n_examples=3, steps=(10, 20))
     synthetic_pair(tmp_path / "t" / "s2", seed=2, n_examples=3, steps=(10, 20))

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 import routestats as rs
-from routestats.mofa import (
+from routestats.studies.mofa import (
     consecutive_ratio_tests, domain_ranking, pca_domain_response, pooled_perplexity, ppl_table, ratio_tests,
     worst_vs_best,
 )

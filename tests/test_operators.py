@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from routestats.regime import Operators, certify, directional  # noqa: E402
+from routestats.regime.certify import Operators, certify, directional  # noqa: E402
 from runners.mofa import GPTConfig, MoFAGPT  # noqa: E402
 from runners.operators import (encoder_point, gpt2_sublayer, llama_sublayer, mofa_point, operating_point,  # noqa: E402
                                random_sublayer, rope_matrix)
@@ -95,7 +95,7 @@ def test_finite_forward_growth_matches_operators():
 
 
 def test_routing_shift_vanishes_outside_the_query_support():
-    from routestats.regime_geometry import query_gating_geometry
+    from routestats.regime.geometry import query_gating_geometry
 
     sub = random_sublayer("gpt2", d=32, n_head=2, seed=2)
     X = torch.randn(6, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
@@ -119,7 +119,7 @@ def test_routing_shift_vanishes_outside_the_query_support():
 
 
 def test_sigmoid_heads_leave_the_centred_subspace():
-    from routestats.regime_geometry import geometry_table
+    from routestats.regime.geometry import geometry_table
 
     sub = random_sublayer("mofa", d=32, n_head=2, seed=3)
     X = torch.randn(9, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import linalg
 
-from routestats.regime import Operators, certify, classify, directional, growth, severity_certificate, tau_max_dual
+from routestats.regime.certify import Operators, certify, classify, directional, growth, severity_certificate, tau_max_dual
 
 
 def operators(seed, d=8, gate=0.6):
@@ -132,7 +132,7 @@ def test_weak_gating_separates_tau_cert_and_tau_max():
 
 
 def test_probe_projection_mechanisms_and_search():
-    from routestats.regime import mechanism_composition, probe_basis, search_quality
+    from routestats.regime.certify import mechanism_composition, probe_basis, search_quality
 
     ops = operators(0, d=12, gate=0.35)
     P64 = probe_basis(12, 6, seed=3, total=10)

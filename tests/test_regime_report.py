@@ -9,12 +9,12 @@ import pytest
 from scipy import linalg
 from typer.testing import CliRunner
 
-from routestats.atomic import sha256_file
+from routestats.rundir.atomic import sha256_file
 from routestats.errors import RoutestatsError, RunFormatError
-from routestats.regime import Operators, certify, directional, probe_sweep, severity_certificate, severity_sweep
-from routestats.regime_geometry import overlap_sweep, query_gating_geometry, routing_decomposition, support_overlap
-from routestats.regime_maps import adjacency, agreement, fibonacci_sphere, regime_map, slice_basis
-from routestats.regime_report import analyse_point, build_regime_report, load_operator_points
+from routestats.regime.certify import Operators, certify, directional, probe_sweep, severity_certificate, severity_sweep
+from routestats.regime.geometry import overlap_sweep, query_gating_geometry, routing_decomposition, support_overlap
+from routestats.regime.maps import adjacency, agreement, fibonacci_sphere, regime_map, slice_basis
+from routestats.regime.report import analyse_point, build_regime_report, load_operator_points
 from tests.test_regime import operators
 
 

@@ -16,8 +16,8 @@ from reports.formatting import fmt_ci, fmt_num, fmt_p
 from reports.latex import latex_escape
 from reports.render import build_context, render
 from routestats.cli import app
-from routestats.datasets import demo_run_dir, synthetic_pair
-from routestats.pair_report import ReportSettings, build_pair_report, select_token_map_example
+from routestats.rundir.synthetic import demo_run_dir, synthetic_pair
+from routestats.studies.pair_report import ReportSettings, build_pair_report, select_token_map_example
 from tests.conftest import random_attention, write_run
 
 runner = CliRunner()

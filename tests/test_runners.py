@@ -298,7 +298,7 @@ def test_untouched_test_evaluation(smoke_study, tmp_path):
     import json
 
     from runners.evaluate import evaluate_split
-    from routestats.sampling import reservoir_indices
+    from routestats.rundir.sampling import reservoir_indices
 
     out, _ = smoke_study
     # a folder with just the baseline and SAAB runs of the smoke study (the tokenizer beside them)
@@ -354,7 +354,7 @@ def test_launcher_reports_failures(tmp_path):
 
 
 def test_corpus_lengths_feed_the_length_table(tmp_path):
-    from routestats.lengths import length_table
+    from routestats.studies.lengths import length_table
     from runners.lengths import corpus_lengths
 
     spec = resolve("bundled-pubmed")

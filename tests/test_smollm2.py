@@ -25,8 +25,8 @@ def model():
 
 
 def test_smollm2_operating_point(model, tmp_path):
-    from routestats.regime import Operators, certify, directional, severity_certificate, tau_max_dual
-    from routestats.regime_report import build_regime_report
+    from routestats.regime.certify import Operators, certify, directional, severity_certificate, tau_max_dual
+    from routestats.regime.report import build_regime_report
     from runners.operators import operating_point
     from runners.regime import build_point
 

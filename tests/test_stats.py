@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import routestats as rs
-from routestats.stats import cohen_dz, signflip_count
+from routestats.stats.inference import cohen_dz, signflip_count
 
 
 # ------------------------------------------------------------------ Holm
@@ -257,7 +257,7 @@ def test_spearman_reference_values():
 def test_resampled_spearman_equals_scipy_per_resample():
     from scipy import stats as sst
 
-    from routestats.stats import _spearman_resamples
+    from routestats.stats.inference import _spearman_resamples
 
     rng = np.random.default_rng(3)
     n = 40

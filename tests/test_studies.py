@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 import routestats as rs
-from routestats.studies import (
+from routestats.studies.seeds import (
     PatternRules, across_seed_tests, dataset_table, depth_table, example_deltas, hierarchical_bootstrap,
     paired_deltas, placement_table, seed_table, shuffled_table, sweep_table, variance_components,
 )

@@ -1,12 +1,12 @@
-"""Study (multi-run) reports: tables from routestats.studies, rendered to HTML and LaTeX."""
+"""Study (multi-run) reports: tables from routestats.studies.seeds, rendered to HTML and LaTeX."""
 
 import numpy as np
 from typer.testing import CliRunner
 
 import routestats as rs
 from routestats.cli import app
-from routestats.study_report import StudySettings, build_study_report
-from routestats.studies import across_seed_tests, paired_deltas
+from routestats.studies.study_report import StudySettings, build_study_report
+from routestats.studies.seeds import across_seed_tests, paired_deltas
 from tests.test_report import compile_tex, need
 from tests.test_studies import tree  # noqa: F401  (module fixture: 3 seeds x 6 conditions)
 
@@ -44,8 +44,8 @@ def test_pairs_option_validated(tree, tmp_path):  # noqa: F811
 def test_dataset_standardisation_and_init_probe_sections(tmp_path):
     import pandas as pd
 
-    from routestats.initprobe import probe_correlations
-    from routestats.lengths import length_standardised_contrast
+    from routestats.studies.initprobe import probe_correlations
+    from routestats.studies.lengths import length_standardised_contrast
     from tests.conftest import random_attention, write_run
     from tests.test_initprobe import synthetic_probe
     from tests.test_studies import CONDITIONS

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from .errors import RoutestatsError
+from routestats.errors import RoutestatsError
 
 __all__ = ["reservoir_indices"]
 

@@ -3,8 +3,8 @@
 Examples
 --------
 >>> import tempfile
->>> from routestats.io import load_run
->>> from routestats.datasets import synthetic_pair
+>>> from routestats.rundir.read import load_run
+>>> from routestats.rundir.synthetic import synthetic_pair
 >>> b, _ = synthetic_pair(tempfile.mkdtemp(), seed=0, n_examples=2, steps=(10, 20))
 >>> g = gradient_checkpoint_summary(load_run(b), checkpoints=[10, 20])
 >>> g[["checkpoint_step", "window_start_step", "window_end_step", "n_steps"]].values.tolist()
@@ -18,8 +18,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .errors import RoutestatsError
-from .io import Run
+from routestats.errors import RoutestatsError
+from routestats.rundir.read import Run
 
 __all__ = ["trajectory", "gradient_norms", "gradient_ratios", "gradient_checkpoint_summary"]
 
@@ -30,7 +30,7 @@ def trajectory(obj, metric: str = "sfm", steps: Sequence[int] | None = None) -> 
     Columns: run_id, [role], step, layer, value, n_examples. Works for a Run or a RunPair
     (pairs use the steps both runs hold).
     """
-    from .metrics import _pass, _runs
+    from routestats.metrics.routing import _pass, _runs
 
     runs = _runs(obj)
     common = sorted(set.intersection(*(set(r.attention_steps) for _, r in runs)))

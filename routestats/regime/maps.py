@@ -23,8 +23,8 @@ import pandas as pd
 from scipy import stats
 from scipy.spatial import cKDTree
 
-from .errors import RoutestatsError
-from .regime import Operators, classify, directional
+from routestats.errors import RoutestatsError
+from routestats.regime.certify import Operators, classify, directional
 
 __all__ = ["fibonacci_sphere", "slice_basis", "regime_map", "adjacency", "agreement", "SWITCHING"]
 

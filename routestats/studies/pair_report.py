@@ -7,8 +7,8 @@ into a frozen :class:`PairReport`; ``report.tables()`` returns every table as a 
 Examples
 --------
 >>> import tempfile
->>> from routestats.io import load_run, pair
->>> from routestats.datasets import synthetic_pair
+>>> from routestats.rundir.read import load_run, pair
+>>> from routestats.rundir.synthetic import synthetic_pair
 >>> b, v = synthetic_pair(tempfile.mkdtemp(), seed=0, n_examples=8)
 >>> rep = build_pair_report(pair(load_run(b), load_run(v)), ReportSettings(resamples=200, permutations=200))
 >>> sorted(rep.tables())[:4]
@@ -24,13 +24,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from . import schema as S
-from .effects import paired_differences, paired_effects
-from .errors import RoutestatsError
-from .io import Run, RunPair
-from .metrics import field_to_field, head_sfm, layer_summary, profile_distance, select_examples, word_attention
-from .lengths import length_association, length_bins, length_table
-from .training import gradient_checkpoint_summary, gradient_ratios, trajectory
+from routestats.rundir import schema as S
+from routestats.studies.effects import paired_differences, paired_effects
+from routestats.errors import RoutestatsError
+from routestats.rundir.read import Run, RunPair
+from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, profile_distance, select_examples, word_attention
+from routestats.studies.lengths import length_association, length_bins, length_table
+from routestats.studies.training import gradient_checkpoint_summary, gradient_ratios, trajectory
 
 __all__ = ["ReportSettings", "PairReport", "build_pair_report", "select_token_map_example"]
 
@@ -222,7 +222,7 @@ def _performance(p: RunPair) -> pd.DataFrame:
 
 
 def _provenance(p: RunPair, settings: ReportSettings, step: int) -> dict:
-    from .runwriter import software_versions
+    from routestats.rundir.write import software_versions
 
     runs = {}
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .schema import ENTROPY_EPS
+from routestats.rundir.schema import ENTROPY_EPS
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import RoutestatsError
-from .stats import _pearson_rows, _rank_rows
+from routestats.errors import RoutestatsError
+from routestats.stats.inference import _pearson_rows, _rank_rows
 
 __all__ = ["spearman_rho", "load_probe", "initial_loss_summary", "probe_correlations"]
 

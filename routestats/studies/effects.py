@@ -13,8 +13,8 @@ permutations, seed, mode, confidence, baseline_run, variant_run, step.
 Examples
 --------
 >>> import tempfile
->>> from routestats.io import load_run, pair
->>> from routestats.datasets import synthetic_pair
+>>> from routestats.rundir.read import load_run, pair
+>>> from routestats.rundir.synthetic import synthetic_pair
 >>> b, v = synthetic_pair(tempfile.mkdtemp(), seed=0, n_examples=12)
 >>> t = paired_effects(pair(load_run(b), load_run(v)), resamples=500, permutations=500)
 >>> t[["layer", "n"]].values.tolist()
@@ -28,10 +28,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .errors import RoutestatsError
-from .io import RunPair
-from .metrics import adjusted_sfm, entropy, sfm
-from .stats import paired_inference
+from routestats.errors import RoutestatsError
+from routestats.rundir.read import RunPair
+from routestats.metrics.routing import adjusted_sfm, entropy, sfm
+from routestats.stats.inference import paired_inference
 
 __all__ = ["paired_differences", "paired_effects"]
 
@@ -120,7 +120,7 @@ def paired_effects(
     out.insert(4, "baseline_mean", means.loc[layers, "baseline"].to_numpy())
     out.insert(5, "variant_mean", means.loc[layers, "variant"].to_numpy())
     if adjusted:
-        from .metrics import opportunity, select_examples
+        from routestats.metrics.routing import opportunity, select_examples
 
         o = opportunity(p.baseline)
         ids = select_examples(p.baseline, examples)

@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import schema as S
-from .atomic import sha256_file
-from .errors import RoutestatsError, RunFormatError
-from .regime import (Operators, analyse, certify, classify, directional, probe_sweep, severity_certificate,
+from routestats.rundir import schema as S
+from routestats.rundir.atomic import sha256_file
+from routestats.errors import RoutestatsError, RunFormatError
+from routestats.regime.certify import (Operators, analyse, certify, classify, directional, probe_sweep, severity_certificate,
                      severity_sweep)
-from .regime_geometry import geometry_table, overlap_sweep, routing_decomposition
-from .regime_maps import adjacency, agreement, regime_map
+from routestats.regime.geometry import geometry_table, overlap_sweep, routing_decomposition
+from routestats.regime.maps import adjacency, agreement, regime_map
 
 __all__ = ["OperatorPoint", "load_operator_points", "analyse_point", "RegimeReport", "build_regime_report"]
 

@@ -11,8 +11,8 @@ two-stage bootstrap and the mixed model separate example-level from seed-level v
 Examples
 --------
 >>> import tempfile
->>> from routestats.io import load_runs
->>> from routestats.datasets import synthetic_pair
+>>> from routestats.rundir.read import load_runs
+>>> from routestats.rundir.synthetic import synthetic_pair
 >>> d = tempfile.mkdtemp()
 >>> for s in (1, 2, 3):
 ...     _ = synthetic_pair(f"{d}/seed{s}", seed=s, n_examples=6)
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .effects import paired_differences
-from .errors import RoutestatsError
-from .io import RunCollection
-from .metrics import profile_distance
-from .stats import cohen_dz, holm, paired_t, percentile_ci, signflip_count
+from routestats.studies.effects import paired_differences
+from routestats.errors import RoutestatsError
+from routestats.rundir.read import RunCollection
+from routestats.metrics.routing import profile_distance
+from routestats.stats.inference import cohen_dz, holm, paired_t, percentile_ci, signflip_count
 
 __all__ = [
     "paired_deltas",

@@ -6,7 +6,7 @@ SHA-256 of every file, so a run killed half-way has no manifest and reads as inc
 Examples
 --------
 >>> import tempfile, numpy as np, pandas as pd
->>> from routestats.io import load_run
+>>> from routestats.rundir.read import load_run
 >>> w = RunWriter(tempfile.mkdtemp() + "/run", run_id="demo", study="doc", factors={"variant": "baseline"},
 ...               seed=0, init_id="i", data_order_id="d",
 ...               fields={"named": {"3": "content", "4": "title"}, "mask_id": 5, "vocab_size": 6})
@@ -34,10 +34,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import schema as S
-from .atomic import atomic_path, sha256_file, write_json_atomic, write_table_atomic
-from .errors import RoutestatsError, RunFormatError
-from .reduce import reduce_queries
+from routestats.rundir import schema as S
+from routestats.rundir.atomic import atomic_path, sha256_file, write_json_atomic, write_table_atomic
+from routestats.errors import RoutestatsError, RunFormatError
+from routestats.rundir.reductions import reduce_queries
 
 __all__ = ["RunWriter", "software_versions"]
 
@@ -257,7 +257,7 @@ class RunWriter:
             df["content_sha256"] = [S.content_hash(t, f) for t, f in zip(df["tokens"], df["field_ids"])]
         table = pa.Table.from_pandas(df[S.EXAMPLES_SCHEMA.names], schema=S.EXAMPLES_SCHEMA, preserve_index=False)
         # validate through the reader's rules before anything lands on disk
-        from .io import _validate_examples
+        from routestats.rundir.read import _validate_examples
 
         _validate_examples(table.to_pandas(), S.EXAMPLES, self.fields["vocab_size"])
         write_table_atomic(self.path / S.EXAMPLES, table)

@@ -3,8 +3,8 @@
 Examples
 --------
 >>> import tempfile
->>> from routestats.io import load_runs
->>> from routestats.datasets import synthetic_pair
+>>> from routestats.rundir.read import load_runs
+>>> from routestats.rundir.synthetic import synthetic_pair
 >>> d = tempfile.mkdtemp()
 >>> for s in (1, 2):
 ...     _ = synthetic_pair(f"{d}/seed{s}", seed=s, n_examples=5)
@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
-from . import schema as S
-from .errors import RoutestatsError
-from .io import RunCollection
-from .studies import (
+from routestats.rundir import schema as S
+from routestats.errors import RoutestatsError
+from routestats.rundir.read import RunCollection
+from routestats.studies.seeds import (
     PatternRules,
     _is_reference,
     across_seed_tests,
@@ -38,7 +38,7 @@ from .studies import (
     sweep_table,
     variance_components,
 )
-from .training import gradient_checkpoint_summary, trajectory
+from routestats.studies.training import gradient_checkpoint_summary, trajectory
 
 __all__ = ["StudySettings", "StudyReport", "build_study_report"]
 
@@ -103,7 +103,7 @@ def _try(fn, *args, **kw):
 def _standardisation(runs: RunCollection, deltas: pd.DataFrame, settings: StudySettings):
     """Exact-length standardised contrast between the two data sets, at the first seed that has
     a standard SAAB pair on both."""
-    from .lengths import length_standardised_contrast
+    from routestats.studies.lengths import length_standardised_contrast
 
     names = sorted(deltas["dataset"].unique())
     if len(names) != 2:
@@ -131,7 +131,7 @@ def _standardisation(runs: RunCollection, deltas: pd.DataFrame, settings: StudyS
 def _corpus_lengths(folder) -> pd.DataFrame | None:
     from pathlib import Path
 
-    from .lengths import length_table
+    from routestats.studies.lengths import length_table
 
     if folder is None:
         return None
@@ -202,7 +202,7 @@ def build_study_report(runs: RunCollection, settings: StudySettings = StudySetti
     std, std_sens = _standardisation(runs, deltas, settings)
     probe = None
     if init_probe is not None and seeds is not None:
-        from .initprobe import load_probe, probe_correlations
+        from routestats.studies.initprobe import load_probe, probe_correlations
 
         # outcomes of the largest data-set/depth group (the init probe is one data set, one depth)
         key = seeds.groupby(["dataset", "depth"], dropna=False).size().idxmax()

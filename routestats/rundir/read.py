@@ -7,7 +7,7 @@ at a time, validated as it goes.
 Examples
 --------
 >>> import tempfile
->>> from routestats.datasets import synthetic_pair
+>>> from routestats.rundir.synthetic import synthetic_pair
 >>> base, var = synthetic_pair(tempfile.mkdtemp(), seed=0, n_examples=4)
 >>> run = load_run(base)
 >>> run.factors["variant"], run.attention_steps
@@ -31,9 +31,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import schema as S
-from .atomic import sha256_file
-from .errors import IncompleteRunError, PairingError, RunFormatError, SchemaVersionError
+from routestats.rundir import schema as S
+from routestats.rundir.atomic import sha256_file
+from routestats.errors import IncompleteRunError, PairingError, RunFormatError, SchemaVersionError
 
 __all__ = [
     "Run",
@@ -672,7 +672,7 @@ class RunCollection:
         """Runs whose factors (or seed/study) equal the given levels.
 
         >>> import tempfile
-        >>> from routestats.datasets import synthetic_pair
+        >>> from routestats.rundir.synthetic import synthetic_pair
         >>> d = tempfile.mkdtemp()
         >>> _ = synthetic_pair(d, seed=1, n_examples=2)
         >>> len(load_runs(d).select(variant="saab"))

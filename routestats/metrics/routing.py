@@ -16,8 +16,8 @@ n_valid
 Examples
 --------
 >>> import tempfile
->>> from routestats.io import load_run
->>> from routestats.datasets import synthetic_pair
+>>> from routestats.rundir.read import load_run
+>>> from routestats.rundir.synthetic import synthetic_pair
 >>> b, v = synthetic_pair(tempfile.mkdtemp(), seed=0, n_examples=4)
 >>> s = sfm(load_run(b))
 >>> list(s.columns)
@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import schema as S
-from .errors import RoutestatsError
-from .io import Run, RunPair
-from .reduce import reduce_queries, summarise_queries
+from routestats.rundir import schema as S
+from routestats.errors import RoutestatsError
+from routestats.rundir.read import Run, RunPair
+from routestats.rundir.reductions import reduce_queries, summarise_queries
 
 __all__ = [
     "head_metrics",
@@ -111,7 +111,7 @@ def _cache_load(path: Path) -> _Pass | None:
 def _cache_save(path: Path, p: _Pass) -> None:
     import io as _io
 
-    from .atomic import write_bytes_atomic
+    from routestats.rundir.atomic import write_bytes_atomic
 
     buf = _io.BytesIO()
     arrays = {f"h_{c}": (p.heads[c].to_numpy().astype(str) if p.heads[c].dtype == object or str(p.heads[c].dtype) in
@@ -438,7 +438,7 @@ def word_attention(matrix, word_ids) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _warm_one(args) -> int:
-    from .io import load_run
+    from routestats.rundir.read import load_run
 
     path, steps = args
     run = load_run(path)

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import linalg, optimize
 
-from .errors import RoutestatsError
+from routestats.errors import RoutestatsError
 
 __all__ = ["growth", "Operators", "classify", "directional", "Certificate", "certify", "severity_certificate",
            "severity_sweep", "tau_max_dual", "analyse", "probe_basis", "probe_sweep", "mechanism_composition",

@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from .errors import RoutestatsError
+from routestats.errors import RoutestatsError
 
 __all__ = [
     "holm",

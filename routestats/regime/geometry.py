@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy.spatial.distance import pdist
 
-from .errors import RoutestatsError
+from routestats.errors import RoutestatsError
 
 __all__ = ["QueryGeometry", "query_gating_geometry", "support_overlap", "overlap_sweep", "geometry_table",
            "routing_decomposition"]

@@ -7,7 +7,7 @@ documented without PyTorch; real runs come from ``python -m runners``.
 Examples
 --------
 >>> import tempfile
->>> from routestats.io import load_run
+>>> from routestats.rundir.read import load_run
 >>> b, v = synthetic_pair(tempfile.mkdtemp(), seed=3, n_examples=3)
 >>> load_run(v).manifest["notes"]
 'SYNTHETIC: attention drawn from random logits by routestats.datasets.synthetic_pair'
@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .runwriter import RunWriter
+from routestats.rundir.write import RunWriter
 
 __all__ = ["synthetic_pair", "bundled_data_dir", "demo_run_dir"]
 
@@ -31,7 +31,7 @@ DBPEDIA_FIELDS = {"named": {"3": "content", "4": "title"}, "mask_id": 5, "vocab_
 
 def bundled_data_dir() -> Path:
     """The repository's ``data/`` folder (bundled corpora and the recorded demo run)."""
-    return Path(__file__).resolve().parent.parent / "data"
+    return Path(__file__).resolve().parents[2] / "data"
 
 
 def demo_run_dir() -> Path:

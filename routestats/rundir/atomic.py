@@ -88,7 +88,7 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
 
 def write_table_atomic(path: str | os.PathLike, table: pa.Table, **options) -> None:
     """Write a pyarrow table to Parquet atomically (zstd, no dictionary by default)."""
-    from .schema import PARQUET_OPTIONS
+    from routestats.rundir.schema import PARQUET_OPTIONS
 
     opts = {**PARQUET_OPTIONS, **options}
     with atomic_path(path) as tmp:

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from .errors import RoutestatsError
-from .io import RunCollection
-from .mofa import (
+from routestats.errors import RoutestatsError
+from routestats.rundir.read import RunCollection
+from routestats.studies.mofa import (
     PCAResult,
     consecutive_ratio_tests,
     domain_ranking,

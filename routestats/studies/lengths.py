@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .effects import paired_differences
-from .errors import RoutestatsError
-from .io import RunPair
-from .stats import percentile_ci, spearman_ci
+from routestats.studies.effects import paired_differences
+from routestats.errors import RoutestatsError
+from routestats.rundir.read import RunPair
+from routestats.stats.inference import percentile_ci, spearman_ci
 
 __all__ = [
     "length_table",

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .errors import RoutestatsError
-from .io import RunCollection
-from .stats import cohen_dz, holm, paired_t, signflip_count
+from routestats.errors import RoutestatsError
+from routestats.rundir.read import RunCollection
+from routestats.stats.inference import cohen_dz, holm, paired_t, signflip_count
 
 __all__ = [
     "pooled_perplexity",
@@ -230,7 +230,7 @@ def head_entropy(runs: RunCollection, ratio_factor: str = "ratio", sigmoid_facto
     examples.parquet. Query position 0 (entropy 0) is included unless ``min_query_pos`` > 0.
     Columns: seed, ratio, n_sigmoid, domain, layer, head, head_type, entropy, row_mass.
     """
-    from .metrics import head_metrics
+    from routestats.metrics.routing import head_metrics
 
     frames = []
     for r in runs:
