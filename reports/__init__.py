@@ -1,9 +1,6 @@
-"""Report rendering: Jinja2 templates (HTML, LaTeX) and seaborn figures over finished tidy frames.
+"""Rendering of any :class:`routestats.report.Report`: Jinja2 templates (HTML, LaTeX), Markdown, CSV
+and seaborn figures over finished frames. Nothing in this package computes a statistic."""
 
-Nothing in this package computes a statistic; the numbers come from
-:func:`routestats.pair_report.build_pair_report`.
-"""
+from reports.render import build_context, markdown, render, table_text
 
-from .render import build_context, render, table_text
-
-__all__ = ["build_context", "render", "table_text"]
+__all__ = ["build_context", "markdown", "render", "table_text"]

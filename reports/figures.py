@@ -1,7 +1,9 @@
-"""Figures of the one-pair report, drawn from the report's tidy frames (seaborn on matplotlib Agg).
+"""Figures drawn from a report's finished frames (seaborn on matplotlib Agg); they draw, never aggregate.
 
-Each function returns a matplotlib Figure; :func:`save` writes PNG + PDF and returns the PNG
-bytes for embedding.
+:data:`REGISTRY` maps a :class:`routestats.report.Figure` kind to ``draw(frames, params)``, which
+returns a matplotlib Figure; :func:`save` writes PNG (+ PDF) and returns the PNG bytes for
+embedding. Register a new kind with ``@drawer("kind")`` (here or in ``reports/study.py``,
+``reports/mofa.py``, ``reports/regime.py``).
 """
 
 from __future__ import annotations
@@ -21,14 +23,35 @@ PALETTE = {"baseline": "#4C72B0", "variant": "#DD8452"}
 SHORT = {"baseline": "baseline", "variant": "variant", "difference": "variant − baseline"}
 sns.set_theme(style="whitegrid", context="notebook")
 
+REGISTRY: dict = {}
+
+
+def drawer(kind: str):
+    """Register ``fn(frames, params) -> matplotlib Figure`` as the drawer of figures of ``kind``."""
+
+    def deco(fn):
+        REGISTRY[kind] = fn
+        return fn
+
+    return deco
+
+
+def draw(figure) -> "plt.Figure":
+    """Draw one :class:`routestats.report.Figure` with its registered drawer."""
+    try:
+        fn = REGISTRY[figure.kind]
+    except KeyError:
+        raise ValueError(f"no drawer registered for figure kind {figure.kind!r}") from None
+    return fn(dict(figure.frames), dict(figure.params))
+
 
 def plain(text) -> str:
     """User text for matplotlib: '$' would start mathtext, so it is escaped."""
     return str(text).replace("$", r"\$")
 
 
-def save(fig, folder: Path, name: str) -> bytes:
-    """Write ``name.png`` and ``name.pdf`` under ``folder``; return the PNG bytes."""
+def save(fig, folder: Path, name: str, pdf: bool = True) -> bytes:
+    """Write ``name.png`` (and ``name.pdf``) under ``folder``; return the PNG bytes."""
     from routestats.rundir.atomic import write_bytes_atomic
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -36,9 +59,10 @@ def save(fig, folder: Path, name: str) -> bytes:
     fig.savefig(buf, format="png", dpi=130)  # layouts are set by tight_layout; no second "tight" draw
     png = buf.getvalue()
     write_bytes_atomic(folder / f"{name}.png", png)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="pdf")
-    write_bytes_atomic(folder / f"{name}.pdf", buf.getvalue())
+    if pdf:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="pdf")
+        write_bytes_atomic(folder / f"{name}.pdf", buf.getvalue())
     plt.close(fig)
     return png
 
@@ -47,12 +71,12 @@ _JOBS: list = []
 
 
 def _draw_job(i: int) -> bytes:
-    draw, folder, name = _JOBS[i]
-    return save(draw(), folder, name)
+    figure, folder, name, pdf = _JOBS[i]
+    return save(draw(figure), folder, name, pdf)
 
 
-def draw_all(jobs: dict, folder: Path, prefix: str = "", workers: int | None = None) -> dict:
-    """Draw and save figures (name -> zero-argument function returning a Figure); name -> PNG bytes.
+def draw_all(jobs: dict, folder: Path, workers: int | None = None, pdf: bool = True) -> dict:
+    """Draw and save figures (file stem -> :class:`routestats.report.Figure`); stem -> PNG bytes.
 
     With two or more CPUs and figures, forked worker processes draw them in parallel (the
     figures are independent; each worker writes its own PNG and PDF atomically). Without
@@ -67,8 +91,8 @@ def draw_all(jobs: dict, folder: Path, prefix: str = "", workers: int | None = N
         workers = int(os.environ.get("ROUTESTATS_FIGURE_WORKERS", "0")) or min(len(os.sched_getaffinity(0)), 4)
     workers = min(workers, len(names))
     if workers < 2 or "fork" not in mp.get_all_start_methods():
-        return {n: save(jobs[n](), folder, prefix + n) for n in names}
-    _JOBS = [(jobs[n], folder, prefix + n) for n in names]
+        return {n: save(draw(jobs[n]), folder, n, pdf) for n in names}
+    _JOBS = [(jobs[n], folder, n, pdf) for n in names]
     try:
         with mp.get_context("fork").Pool(workers) as pool:
             pngs = pool.map(_draw_job, range(len(names)), chunksize=1)
@@ -98,6 +122,11 @@ def heat(ax, m: pd.DataFrame, *, vmin, vmax, cmap, annot: bool = True, cbar: boo
     return im
 
 
+@drawer("profile")
+def _profile(frames, params):
+    return profile(frames["layers"], frames["effects"], params["labels"])
+
+
 def profile(layers: pd.DataFrame, effects: pd.DataFrame, labels: dict):
     """SFM per layer for both models, and the paired difference with its CI."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -115,6 +144,11 @@ def profile(layers: pd.DataFrame, effects: pd.DataFrame, labels: dict):
     b.set_xticks(sorted(e["layer"].unique()))
     fig.tight_layout()
     return fig
+
+
+@drawer("field_heatmaps")
+def _field_heatmaps(frames, params):
+    return field_heatmaps(frames["field_to_field"], params["labels"])
 
 
 def field_heatmaps(f2f: pd.DataFrame, labels: dict):
@@ -137,6 +171,11 @@ def field_heatmaps(f2f: pd.DataFrame, labels: dict):
     return fig
 
 
+@drawer("head_heatmaps")
+def _head_heatmaps(frames, params):
+    return head_heatmaps(frames["head_sfm"], params["labels"])
+
+
 def head_heatmaps(hs: pd.DataFrame, labels: dict):
     """Head-level SFM (layer x head) for both models and their difference."""
     roles = ["baseline", "variant", "difference"]
@@ -149,6 +188,11 @@ def head_heatmaps(hs: pd.DataFrame, labels: dict):
         ax.set(title=SHORT[role], xlabel="head", ylabel="layer")
     fig.tight_layout()
     return fig
+
+
+@drawer("trajectories")
+def _trajectories(frames, params):
+    return trajectories(frames["trajectory"], params["labels"])
 
 
 def trajectories(traj: pd.DataFrame, labels: dict):
@@ -170,6 +214,11 @@ def trajectories(traj: pd.DataFrame, labels: dict):
     return fig
 
 
+@drawer("gradient_ratios")
+def _gradient_ratios(frames, params):
+    return gradient_ratios(frames["steps"], params["labels"])
+
+
 def gradient_ratios(steps: pd.DataFrame, labels: dict):
     """Trailing-mean gradient-norm ratio per step for both models (dashed line at 1)."""
     fig, ax = plt.subplots(figsize=(7.5, 3.4))
@@ -184,6 +233,11 @@ def gradient_ratios(steps: pd.DataFrame, labels: dict):
     return fig
 
 
+@drawer("training_curves")
+def _training_curves(frames, params):
+    return training_curves({r: g for r, g in frames["curves"].groupby("role")}, params["labels"])
+
+
 def training_curves(metrics: dict, labels: dict):
     """Training loss per step for both models."""
     fig, ax = plt.subplots(figsize=(7.5, 3.2))
@@ -194,6 +248,11 @@ def training_curves(metrics: dict, labels: dict):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+@drawer("word_map")
+def _word_map(frames, params):
+    return word_map(frames["word_map"], params["labels"])
 
 
 def word_map(wm, labels: dict):
@@ -219,6 +278,11 @@ def word_map(wm, labels: dict):
     return fig
 
 
+@drawer("lengths")
+def _lengths(frames, params):
+    return lengths(frames["examples"])
+
+
 def lengths(ex: pd.DataFrame):
     """Evaluated lengths (histogram) and the per-example Δ SFM against length with a running mean."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -227,14 +291,16 @@ def lengths(ex: pd.DataFrame):
     a.set(xlabel="evaluated tokens", ylabel="examples", title="Length distribution")
     layers = sorted(ex["layer"].unique())
     colors = sns.color_palette("viridis", len(layers))
-    window = max(5, len(one) // 20)
+    window = int(ex["window"].iloc[0])
     for c, layer in zip(colors, layers):
-        t = ex[ex["layer"] == layer].sort_values("length")
+        t = ex[ex["layer"] == layer]
         b.scatter(t["length"], t["diff"], s=8, color=c, alpha=0.35)
-        b.plot(t["length"], t["diff"].rolling(window, min_periods=1, center=True).mean(), color=c, lw=2,
-               label=f"layer {layer}")
+        b.plot(t["length"], t["running_mean"], color=c, lw=2, label=f"layer {layer}")
     b.axhline(0, color="0.4", ls="--", lw=1)
     b.set(xlabel="evaluated tokens", ylabel="Δ SFM (variant − baseline)", title=f"Δ vs length (running mean of {window})")
     b.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     return fig
+
+
+from reports import mofa as _mofa, regime as _regime, study as _study  # noqa: E402,F401  (register their drawers)

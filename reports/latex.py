@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import re
 
-import pandas as pd
-
-from .formatting import TableSpec, format_cells
+from reports.formatting import format_cells
+from routestats.report import Table
 
 _SPECIAL = {
     "\\": r"\textbackslash{}",
@@ -71,9 +70,10 @@ def _cell(c: dict) -> str:
     return rf"\textbf{{{text}}}" if c["bold"] else text
 
 
-def latex_table(df: pd.DataFrame, spec: TableSpec, label: str, env) -> str:
-    """Render one table with the ``table.tex.j2`` template of ``env``."""
-    headers, rows = format_cells(df, spec)
+def latex_table(table: Table, label: str, env) -> str:
+    """Render one shown table with the ``table.tex.j2`` template of ``env``."""
+    spec = table
+    headers, rows = format_cells(table)
     align = "".join("l" if c.kind == "text" else ("c" if c.kind in ("ci", "range") else "r") for c in spec.columns)
     return env.get_template("table.tex.j2").render(
         name=spec.name,

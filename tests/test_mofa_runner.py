@@ -58,16 +58,17 @@ def test_tiny_mofa_tree_reports(tmp_path):
         r.validate(deep=True)
     assert len({r.init_id for r in runs if r.seed == 1}) == 1 and len({r.data_order_id for r in runs if r.seed == 1}) == 1
     rep = build_mofa_report(runs)
-    assert rep.ratios == ["2:0", "1:1", "0:2"]
-    assert set(rep.ranking["domain"]) == {"prose", "code", "numbers"}
+    assert rep.facts["ratios"] == ["2:0", "1:1", "0:2"]
+    assert set(rep.frame("ranking")["domain"]) == {"prose", "code", "numbers"}
     # PPL of a run/domain is exp(total NLL / total tokens) of its lm_scores
     r0 = runs.select(seed=1, n_sigmoid=0).runs[0]
     sc = r0.lm_scores()
     want = np.exp(sc[sc.domain == "code"]["sum_nll"].sum() / sc[sc.domain == "code"]["n_tokens"].sum())
-    got = rep.ppl[(rep.ppl.seed == 1) & (rep.ppl.ratio == "2:0") & (rep.ppl.domain == "code")]["ppl"].item()
+    ppl = rep.frame("ppl")
+    got = ppl[(ppl.seed == 1) & (ppl.ratio == "2:0") & (ppl.domain == "code")]["ppl"].item()
     assert got == pytest.approx(want, rel=1e-12)
-    assert set(rep.entropy_type["head_type"]) == {"softmax", "sigmoid"}
-    assert rep.consecutive is not None and set(rep.consecutive["head_type"]) == {"softmax", "sigmoid"}
+    assert set(rep.frame("entropy_type")["head_type"]) == {"softmax", "sigmoid"}
+    assert set(rep.frame("consecutive")["head_type"]) == {"softmax", "sigmoid"}
     from typer.testing import CliRunner
 
     from routestats.cli import app

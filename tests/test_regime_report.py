@@ -15,6 +15,7 @@ from routestats.regime.certify import Operators, certify, directional, probe_swe
 from routestats.regime.geometry import overlap_sweep, query_gating_geometry, routing_decomposition, support_overlap
 from routestats.regime.maps import adjacency, agreement, fibonacci_sphere, regime_map, slice_basis
 from routestats.regime.report import analyse_point, build_regime_report, load_operator_points
+from routestats.settings import AnalysisSettings
 from tests.test_regime import operators
 
 
@@ -189,8 +190,8 @@ def test_regime_report_renders_and_compiles(tmp_path):
     from tests.test_report import chromium_console, compile_tex, console_errors, need
 
     run = write_points(tmp_path / "run")
-    rep = build_regime_report(run, probes=64)
-    assert rep.n_points == 2 and set(rep.frames["summary"]["layer"]) == {0, 1}
+    rep = build_regime_report(run, AnalysisSettings(probes=64, seed=0))
+    assert rep.facts["n_points"] == 2 and set(rep.frame("summary")["layer"]) == {0, 1}
     res = CliRunner().invoke(app, ["regime", str(run), "-o", str(tmp_path / "out"), "--probes", "64"])
     assert res.exit_code == 0, res.output
     html = (tmp_path / "out" / "report.html").read_text()
@@ -204,7 +205,7 @@ def test_regime_report_renders_and_compiles(tmp_path):
     chromium = need("chromium")
     log = chromium_console(chromium, tmp_path / "out" / "report.html", tmp_path / "shot.png")
     assert console_errors(log) == [], log[-2000:]
-    render([rep], tmp_path / "again", formats=("latex",))
+    render(rep, tmp_path / "again", formats=("latex",))
     assert (tmp_path / "again" / "tables" / "summary.tex").is_file()
 
 

@@ -17,11 +17,12 @@ from reports.latex import latex_escape
 from reports.render import build_context, render
 from routestats.cli import app
 from routestats.rundir.synthetic import demo_run_dir, synthetic_pair
-from routestats.studies.pair_report import ReportSettings, build_pair_report, select_token_map_example
+from routestats.settings import AnalysisSettings
+from routestats.studies.pair_report import build_pair_report, select_token_map_example
 from tests.conftest import random_attention, write_run
 
 runner = CliRunner()
-QUICK = ReportSettings(resamples=300, permutations=300, seed=7)
+QUICK = AnalysisSettings(resamples=300, permutations=300, seed=7)
 HOSTILE_ID = r"a_b & \input{x} <script>alert(1)</script> 100% $5 #1 ~^"
 HOSTILE_FIELDS = {"named": {"3": "con_tent & $x$", "4": "<b>title</b> \\emph{t}"}, "mask_id": 5, "vocab_size": 6}
 
@@ -58,9 +59,9 @@ def hostile(tmp_path_factory):
 def test_context_numbers_match_the_tables(synth_pair):
     _, p = synth_pair
     rep = build_pair_report(p, QUICK)
-    ctx = build_context([rep])
-    (pc,) = ctx["pairs"]
-    eff = rep.effects.set_index("layer")
+    ctx = build_context(rep)
+    (pc,) = ctx["parts"]
+    eff = rep.frame("effects").set_index("layer")
     blocks = {b["id"]: b for b in pc["blocks"]}
     table = blocks["effects"]["tables"][0]
     assert table["headers"][:4] == ["Layer", "SFM baseline", "SFM variant", "Δ"]
@@ -77,28 +78,28 @@ def test_context_numbers_match_the_tables(synth_pair):
     # Table 1: the highest SFM of each model is the bold cell
     lay = blocks["profile"]["tables"][0]
     bold = [(r[0]["text"], r[1]["text"]) for r in lay["rows"] if r[2]["bold"]]
-    want = rep.layers.loc[rep.layers.groupby("role")["sfm"].idxmax(), ["role", "layer"]]
+    want = rep.frame("layers").loc[rep.frame("layers").groupby("role")["sfm"].idxmax(), ["role", "layer"]]
     assert bold == [(role, str(layer)) for role, layer in want.itertuples(index=False)]
     # the methods paragraph is generated from the actual settings
     assert "(300 resamples)" in pc["methods"] and "300 random sign patterns" in pc["methods"]
     assert "seed 7" in pc["methods"]
-    assert f"{rep.n_examples} evaluation examples" in pc["methods"]
+    assert f"{rep.facts['n_examples']} evaluation examples" in pc["methods"]
 
 
 def test_report_tables_match_library_calls(synth_pair):
     _, p = synth_pair
     rep = build_pair_report(p, QUICK)
     direct = rs.paired_effects(p, resamples=300, permutations=300, seed=7)
-    np.testing.assert_array_equal(rep.effects["mean_diff"], direct["mean_diff"])
-    np.testing.assert_array_equal(rep.effects["p_holm"], direct["p_holm"])
-    f = rep.field_to_field
+    np.testing.assert_array_equal(rep.frame("effects")["mean_diff"], direct["mean_diff"])
+    np.testing.assert_array_equal(rep.frame("effects")["p_holm"], direct["p_holm"])
+    f = rep.frame("field_to_field")
     d = f[f.role == "difference"].set_index(["layer", "source", "destination"])["mass"]
     bv = f[f.role == "variant"].set_index(["layer", "source", "destination"])["mass"]
     bb = f[f.role == "baseline"].set_index(["layer", "source", "destination"])["mass"]
     np.testing.assert_allclose(d, bv - bb, atol=0)
-    assert rep.trajectory["step"].unique().tolist() == [10, 20]
-    assert rep.profile_distance == pytest.approx(
-        rs.profile_distance(rep.layers[rep.layers.role == "baseline"]["sfm"], rep.layers[rep.layers.role == "variant"]["sfm"]))
+    assert rep.frame("trajectory")["step"].unique().tolist() == [10, 20]
+    assert rep.facts["profile_distance"] == pytest.approx(
+        rs.profile_distance(rep.frame("layers")[rep.frame("layers").role == "baseline"]["sfm"], rep.frame("layers")[rep.frame("layers").role == "variant"]["sfm"]))
 
 
 def test_token_map_selection_rule(tmp_path):
@@ -137,8 +138,8 @@ def test_table_cli_formats(synth_pair, fmt, needle):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["report", "{d}", "--format", "pdf"], "--format takes html and/or latex"),
-        (["report", "{d}", "--mode", "bca"], "--mode must be one of"),
+        (["report", "{d}", "--format", "pdf"], "--format takes html, latex and/or markdown"),
+        (["report", "{d}", "--mode", "bca"], "mode must be one of shared, numpy, python-random"),
         (["report", "{d}/saab"], "is a single run; give the folder holding the baseline"),
         (["report", "{d}", "--examples", "nonsense"], "examples must be all, primary"),
         (["report", "{d}", "--step", "999"], "no attention"),
@@ -188,7 +189,7 @@ def test_every_exported_table_compiles_standalone(tmp_path):
     pdflatex = need("pdflatex")
     p = rs.load_runs(demo_run_dir()).pairs()[0]
     rep = build_pair_report(p, QUICK)
-    render([rep], tmp_path, formats=("latex",))
+    render(rep, tmp_path, formats=("latex",))
     tables = sorted((tmp_path / "tables").glob("*.tex"))
     assert len(tables) >= 6
     for t in tables:
@@ -220,7 +221,7 @@ def console_errors(log: str) -> list[str]:
 def test_report_opens_in_chromium_without_console_errors(tmp_path):
     chromium = need("chromium")
     p = rs.load_runs(demo_run_dir()).pairs()[0]
-    render([build_pair_report(p, QUICK)], tmp_path, formats=("html",))
+    render(build_pair_report(p, QUICK), tmp_path, formats=("html",))
     log = chromium_console(chromium, tmp_path / "report.html", tmp_path / "shot.png")
     assert (tmp_path / "shot.png").stat().st_size > 10_000
     assert console_errors(log) == [], log[-2000:]

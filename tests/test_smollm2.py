@@ -27,6 +27,7 @@ def model():
 def test_smollm2_operating_point(model, tmp_path):
     from routestats.regime.certify import Operators, certify, directional, severity_certificate, tau_max_dual
     from routestats.regime.report import build_regime_report
+    from routestats.settings import AnalysisSettings
     from runners.operators import operating_point
     from runners.regime import build_point
 
@@ -60,8 +61,8 @@ def test_smollm2_operating_point(model, tmp_path):
     folder = tmp_path / "operators"
     folder.mkdir()
     np.savez(folder / "p.npz", **arrays, meta=json.dumps({**meta, "layer": 15, "example": 0}))
-    rep = build_regime_report(folder / "p.npz", probes=128)
-    ag = rep.frames["agreement"].iloc[0]
+    rep = build_regime_report(folder / "p.npz", AnalysisSettings(probes=128, seed=0))
+    ag = rep.frame("agreement").iloc[0]
     assert ag["switch_agreement"] == 1.0 and ag["pearson_r"] > 0.9999
-    geo = rep.frames["geometry"]
+    geo = rep.frame("geometry")
     assert geo["rank_bound_holds"].all() and (geo["range_residual"] < 1e-10).all()

@@ -5,7 +5,8 @@ from typer.testing import CliRunner
 
 import routestats as rs
 from routestats.cli import app
-from routestats.studies.study_report import StudySettings, build_study_report
+from routestats.settings import AnalysisSettings
+from routestats.studies.study_report import build_study_report
 from routestats.studies.seeds import across_seed_tests, paired_deltas
 from tests.test_report import compile_tex, need
 from tests.test_studies import tree  # noqa: F401  (module fixture: 3 seeds x 6 conditions)
@@ -14,12 +15,12 @@ runner = CliRunner()
 
 
 def test_study_report_tables_are_the_study_functions(tree):  # noqa: F811
-    rep = build_study_report(tree, StudySettings(resamples=200, seed=5))
+    rep = build_study_report(tree, AnalysisSettings(resamples=200, seed=5))
     t = rep.tables()
     assert {"seeds", "sweep", "placement", "shuffled", "across_seeds", "hierarchical", "variance_components"} <= set(t)
     assert "depth" not in t and "datasets" not in t  # one depth, one data set: not applicable
     np.testing.assert_array_equal(t["across_seeds"]["p_t"], across_seed_tests(paired_deltas(tree))["p_t"])
-    assert rep.seeds == [1, 2, 3]
+    assert rep.facts["seeds"] == [1, 2, 3]
 
 
 def test_study_report_cli_and_latex(tree, tmp_path):  # noqa: F811
@@ -38,7 +39,7 @@ def test_study_report_cli_and_latex(tree, tmp_path):  # noqa: F811
 def test_pairs_option_validated(tree, tmp_path):  # noqa: F811
     root = tree.runs[0].path.parent.parent
     r = runner.invoke(app, ["report", str(root), "-o", str(tmp_path / "o"), "--pairs", "some"])
-    assert r.exit_code == 2 and "--pairs must be auto, reference, all or none" in r.output
+    assert r.exit_code == 2 and "pairs must be auto, reference, all or none" in r.output
 
 
 def test_dataset_standardisation_and_init_probe_sections(tmp_path):
@@ -66,14 +67,14 @@ def test_dataset_standardisation_and_init_probe_sections(tmp_path):
     for name, df in probe.items():
         df.to_parquet(pdir / f"{name}.parquet")
     runs = rs.load_runs(tmp_path / "tree")
-    rep = build_study_report(runs, StudySettings(resamples=200, seed=2), init_probe=pdir)
+    rep = build_study_report(runs, AnalysisSettings(resamples=200, seed=2), init_probe=pdir)
     # standardisation at the first seed with both data sets (seed 0), B - A = pubmed - dbpedia
     pairs = {p.variant.factors["dataset"]: p for p in runs.pairs() if p.variant.seed == 0}
     direct = length_standardised_contrast(pairs["dbpedia"], pairs["pubmed"], names=("dbpedia", "pubmed"),
                                           resamples=200, seed=2)
-    np.testing.assert_array_equal(rep.standardisation["contrast"], direct.exact["contrast"])
-    np.testing.assert_array_equal(rep.standardisation["ci_low"], direct.exact["ci_low"])
-    assert rep.datasets is not None and set(rep.datasets["dataset"]) == {"dbpedia", "pubmed"}
-    first = rep.seed_table[rep.seed_table["dataset"] == "dbpedia"]  # equal group sizes: the first group
+    np.testing.assert_array_equal(rep.frame("standardisation")["contrast"], direct.exact["contrast"])
+    np.testing.assert_array_equal(rep.frame("standardisation")["ci_low"], direct.exact["ci_low"])
+    assert "datasets" in rep.tables() and set(rep.frame("datasets")["dataset"]) == {"dbpedia", "pubmed"}
+    first = rep.frame("seeds")[rep.frame("seeds")["dataset"] == "dbpedia"]  # equal group sizes: the first group
     want = probe_correlations(probe, first[["seed", "displacement"]])
-    pd.testing.assert_frame_equal(rep.init_probe, want)
+    pd.testing.assert_frame_equal(rep.frame("init_probe"), want)

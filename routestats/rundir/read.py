@@ -762,3 +762,15 @@ def load_runs(tree: str | os.PathLike, on_incomplete: str = "raise") -> RunColle
     index = pd.DataFrame(rows)
     index["seed"] = index["seed"].astype("Int64")
     return RunCollection(tuple(runs), index)
+
+
+def describe(obj: "Run | RunCollection") -> tuple[str, pd.DataFrame]:
+    """(title, frame): one row per run with its id, study, seed, factors, examples, steps and forms."""
+    runs = [obj] if isinstance(obj, Run) else list(obj)
+    rows = []
+    for r in runs:
+        rows.append({"run_id": r.run_id, "study": r.study, "seed": r.seed, **{k: str(v) for k, v in r.factors.items()},
+                     "examples": len(r.examples(["example_id"])), "steps": ",".join(map(str, r.attention_steps)),
+                     "final forms": ",".join(r.attention_forms()) if r.attention_steps else "",
+                     "init": r.init_id[:10]})
+    return f"{len(runs)} run(s)", pd.DataFrame(rows)

@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from routestats.errors import RoutestatsError
+from routestats.settings import MODES
 
 __all__ = [
     "holm",
@@ -67,7 +68,6 @@ __all__ = [
     "percentile_ci",
 ]
 
-MODES = ("shared", "numpy", "python-random")
 _REL_TIE = 1e-12
 _CHUNK = 2048
 

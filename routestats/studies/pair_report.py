@@ -1,8 +1,8 @@
-"""Everything a report shows for one run pair, as tidy frames (the renderer computes nothing).
+"""The one-pair report: every table, figure and sentence for a baseline and its variant.
 
 :func:`build_pair_report` composes metrics, the inference engine and the training analyses
-into a frozen :class:`PairReport`; ``report.tables()`` returns every table as a DataFrame
-(the same frames the HTML and LaTeX outputs are rendered from).
+into a frozen :class:`routestats.report.Report`; ``report.tables()`` returns every table as a
+DataFrame (the same frames the HTML and LaTeX outputs are rendered from).
 
 Examples
 --------
@@ -10,7 +10,7 @@ Examples
 >>> from routestats.rundir.read import load_run, pair
 >>> from routestats.rundir.synthetic import synthetic_pair
 >>> b, v = synthetic_pair(tempfile.mkdtemp(), seed=0, n_examples=8)
->>> rep = build_pair_report(pair(load_run(b), load_run(v)), ReportSettings(resamples=200, permutations=200))
+>>> rep = build_pair_report(pair(load_run(b), load_run(v)), AnalysisSettings(resamples=200, permutations=200))
 >>> sorted(rep.tables())[:4]
 ['adjusted', 'effects', 'entropy_effects', 'field_to_field']
 """
@@ -31,28 +31,10 @@ from routestats.rundir.read import Run, RunPair
 from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, profile_distance, select_examples, word_attention
 from routestats.studies.lengths import length_association, length_bins, length_table
 from routestats.studies.training import gradient_checkpoint_summary, gradient_ratios, trajectory
+from routestats.report import Column, Figure, Report, Section, Table, fmt_ci, fmt_num, fmt_p, pct
+from routestats.settings import AnalysisSettings
 
-__all__ = ["ReportSettings", "PairReport", "build_pair_report", "select_token_map_example"]
-
-
-@dataclass(frozen=True)
-class ReportSettings:
-    """Analysis settings of a report (all recorded in its provenance)."""
-
-    resamples: int = 10_000
-    permutations: int = 20_000
-    seed: int = 1001
-    mode: str = "shared"
-    confidence: float = 0.95
-    examples: str = "all"
-    step: int | None = None
-    missing_fields: str = "zero"
-    gradient_window: int = 10
-    token_map_min_length: int = 20
-    token_map_max_length: int = 30
-    token_map_min_tokens_per_field: int = 4
-    token_map_layers: tuple[int, ...] | None = None  # default: the last two layers
-    length_resamples: int = 2000  # bootstrap resamples of the Spearman length association
+__all__ = ["build_pair_report", "select_token_map_example", "WordMap"]
 
 
 @dataclass(frozen=True)
@@ -74,61 +56,6 @@ class WordMap:
                     rows.append((self.example_id, role, layer, i, q, j, k, float(m[i, j])))
         return pd.DataFrame(rows, columns=["example_id", "role", "layer", "query_index", "query_word", "key_index",
                                            "key_word", "weight"])
-
-
-@dataclass(frozen=True)
-class PairReport:
-    """All tables of a one-pair report; see :meth:`tables` for names and columns."""
-
-    title: str
-    settings: ReportSettings
-    baseline_id: str
-    variant_id: str
-    step: int
-    n_examples: int
-    n_layers: int
-    n_heads: int
-    field_names: dict
-    performance: pd.DataFrame
-    curves: pd.DataFrame | None
-    profile_distance: float
-    layers: pd.DataFrame
-    effects: pd.DataFrame
-    entropy_effects: pd.DataFrame
-    adjusted: pd.DataFrame
-    field_to_field: pd.DataFrame
-    head_sfm: pd.DataFrame
-    trajectory: pd.DataFrame | None
-    gradient_steps: pd.DataFrame | None
-    gradient_checkpoints: pd.DataFrame | None
-    word_map: WordMap | None
-    provenance: dict
-    lengths: pd.DataFrame | None = None
-    length_examples: pd.DataFrame | None = None  # example_id, length, layer, diff (for the length figure)
-    length_association: pd.DataFrame | None = None
-    length_bins: pd.DataFrame | None = None
-
-    def tables(self) -> dict[str, pd.DataFrame]:
-        """Every table of the report by name (None-valued sections are left out)."""
-        out = {
-            "performance": self.performance,
-            "layers": self.layers,
-            "effects": self.effects,
-            "entropy_effects": self.entropy_effects,
-            "adjusted": self.adjusted,
-            "field_to_field": self.field_to_field,
-            "head_sfm": self.head_sfm,
-        }
-        if self.trajectory is not None:
-            out["trajectory"] = self.trajectory
-        if self.gradient_checkpoints is not None:
-            out["gradients"] = self.gradient_checkpoints
-        if self.word_map is not None:
-            out["word_map"] = self.word_map.to_frame()
-        for name in ("lengths", "length_association", "length_bins"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
-        return out
 
 
 def select_token_map_example(run: Run, min_length: int = 20, max_length: int = 30,
@@ -154,7 +81,7 @@ def select_token_map_example(run: Run, min_length: int = 20, max_length: int = 3
     return None
 
 
-def _word_map(p: RunPair, settings: ReportSettings, step: int, n_layers: int) -> WordMap | None:
+def _word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) -> WordMap | None:
     ex_id = select_token_map_example(p.baseline, settings.token_map_min_length, settings.token_map_max_length,
                                      settings.token_map_min_tokens_per_field, settings.examples)
     rule = (f"lowest source_index with {settings.token_map_min_length}-{settings.token_map_max_length} valid tokens, "
@@ -221,7 +148,7 @@ def _performance(p: RunPair) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _provenance(p: RunPair, settings: ReportSettings, step: int) -> dict:
+def _provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
     from routestats.rundir.write import software_versions
 
     runs = {}
@@ -246,21 +173,136 @@ def _provenance(p: RunPair, settings: ReportSettings, step: int) -> dict:
     }
 
 
-def build_pair_report(p: RunPair, settings: ReportSettings = ReportSettings(),
-                      progress: Callable[[str], None] | None = None) -> PairReport:
-    """Compute every table of the one-pair report.
+def _specs_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
+    """The shown tables of a pair report (frames in ``rep``)."""
+    conf = pct(s.confidence)
+    b, v = "baseline", "variant"
+    subject = f"{rep['variant_id']} vs {rep['baseline_id']}"
+    T = lambda name, caption, columns, **kw: Table(name, rep[name], caption, columns, subject=subject, **kw)  # noqa: E731
+    out = {
+        "performance": T(
+            "performance", "Task performance (masked structure modelling).",
+            (Column("Model", "role", "text"), Column("Run", "run_id", "text"), Column("Steps", "steps", "int"),
+             Column("Final train loss", "final_train_loss", "num", 4), Column("Eval loss", "eval_loss", "num", 4),
+             Column("Eval accuracy", "eval_accuracy", "num", 4))),
+        "layers": T(
+            "layers", f"Same-field attention mass (SFM) and entropy (nats) per layer at step {rep['step']}, "
+                      f"mean over {rep['n_examples']} examples; the highest SFM of each model in bold.",
+            (Column("Model", "role", "text"), Column("Layer", "layer", "int"), Column("SFM", "sfm"),
+             Column("Entropy", "entropy"), Column("Examples", "n_examples", "int")),
+            bold_max=("sfm",), group_by="role"),
+        "effects": T(
+            "effects", f"Paired SFM effects (variant − baseline) per layer: mean difference, {conf} percentile "
+                       f"bootstrap CI ({s.resamples:,} resamples), d_z, and two-sided sign-flip p "
+                       f"({s.permutations:,} draws) Holm-adjusted over layers.",
+            (Column("Layer", "layer", "int"), Column(f"SFM {b}", "baseline_mean"), Column(f"SFM {v}", "variant_mean"),
+             Column("Δ", "mean_diff"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
+             Column("p (raw)", "p_raw", "p"), Column("p (Holm)", "p_holm", "p"), Column("n", "n", "int"))),
+        "entropy_effects": T(
+            "entropy_effects", "Paired entropy effects (nats; variant − baseline), same procedures as the SFM table.",
+            (Column("Layer", "layer", "int"), Column(f"Entropy {b}", "baseline_mean"),
+             Column(f"Entropy {v}", "variant_mean"), Column("Δ", "mean_diff"),
+             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
+             Column("p (Holm)", "p_holm", "p"))),
+        "adjusted": T(
+            "adjusted", "Opportunity-adjusted SFM, (SFM − O_e)/(1 − O_e): 0 = uniform over valid keys, 1 = only "
+                        "same-field keys. Examples with one visible field (O_e = 1) are excluded from every layer.",
+            (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("Excluded", "excluded", "int"),
+             Column("Mean O_e", "mean_opportunity"), Column(f"Adj. {b}", "baseline_mean"),
+             Column(f"Adj. {v}", "variant_mean"), Column("Δ adj.", "mean_diff"),
+             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p"))),
+    }
+    if rep["lengths"] is not None:
+        out["lengths"] = T(
+            "lengths", "Evaluated token lengths (Table 11 layout): mean, population SD, linear-interpolation "
+                       "quantiles and saturation at the evaluation cap.",
+            (Column("Split", "split", "text"), Column("n", "n", "int"), Column("Mean", "mean", "num", 1),
+             Column("SD", "sd_population", "num", 1), Column("Median", "median", "num", 1), Column("IQR", "iqr", "num", 1),
+             Column("P90", "p90", "num", 1), Column("P95", "p95", "num", 1), Column("Cap", "cap", "int"),
+             Column("Saturated", "saturation_count", "int"), Column("Rate", "saturation_rate", "num", 3)))
+        out["length_association"] = T(
+            "length_association", f"Length association (Table 12A): Spearman ρ between evaluated length and the "
+                                  f"per-example Δ SFM, percentile bootstrap CI ({s.length_resamples:,} "
+                                  "resamples), Holm over layers.",
+            (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("ρ", "rho"),
+             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (raw)", "p_raw", "p"),
+             Column("p (Holm)", "p_adj", "p")))
+        out["length_bins"] = T(
+            "length_bins", "Equal-count length quartile bins (by rank of length, then source index): mean and median "
+                           "Δ SFM per layer.",
+            (Column("Bin", "bin", "int"), Column("Layer", "layer", "int"), Column("n", "count", "int"),
+             Column("Lengths", ("min_length", "max_length"), "range"), Column("Mean Δ", "mean_delta"),
+             Column("Median Δ", "median_delta")))
+    g = rep["gradients"]
+    if g is not None:
+        lo, up = int(g["lower_layer"].iloc[0]), int(g["upper_layer"].iloc[0])
+        out["gradients"] = T(
+            "gradients", f"Q/K/V weight-gradient norm ratio L{up}/L{lo} (after accumulation, before clipping): "
+                         f"mean and SD of the per-step ratios over the last {s.gradient_window} steps "
+                         "ending at each checkpoint.",
+            (Column("Model", "role", "text"), Column("Step", "checkpoint_step", "int"),
+             Column("Window", ("window_start_step", "window_end_step"), "range"), Column("Steps", "n_steps", "int"),
+             Column("Mean ratio", "mean_ratio"), Column("SD", "sd_ratio"),
+             Column(f"Norm L{lo}", "mean_lower_norm", "num", 4), Column(f"Norm L{up}", "mean_upper_norm", "num", 4)))
+    return out
 
-    ``progress`` (optional) is called with a short label before each stage.
-    """
-    say = progress or (lambda label: None)
-    step = p.baseline.final_step if settings.step is None else settings.step
+
+def _findings(rep: dict, s: AnalysisSettings) -> list[str]:
+    """Plain-language lines quoting the finished tables (numbers formatted as in the tables)."""
+    out = []
+    conf = f"{100 * s.confidence:.0f}%"
+    for r in rep["effects"].sort_values("layer").itertuples():
+        sign = "+" if r.mean_diff >= 0 else "−"
+        out.append(
+            f"Layer {r.layer}: SFM {fmt_num(r.baseline_mean)} → {fmt_num(r.variant_mean)}, "
+            f"Δ = {sign}{fmt_num(abs(r.mean_diff))}, {conf} CI {fmt_ci(r.ci_low, r.ci_high)}, "
+            f"d_z = {fmt_num(r.dz, 2)}, p_Holm {'' if fmt_p(r.p_holm).startswith('<') else '= '}{fmt_p(r.p_holm)}"
+        )
+    lay = rep["layers"]
+    for role in ("baseline", "variant"):
+        t = lay[(lay["role"] == role) & lay["is_max_sfm"]]
+        if len(t):
+            out.append(f"Highest SFM in the {role}: layer {int(t['layer'].iloc[0])} ({fmt_num(t['sfm'].iloc[0])}).")
+    out.append(f"Profile distance between the two layer profiles: {fmt_num(rep['profile_distance'], 4)}.")
+    adj = rep["adjusted"]
+    out.append(f"Opportunity-adjusted analysis: {int(adj['n'].iloc[0])} examples, {int(adj['excluded'].iloc[0])} "
+               f"excluded (one visible field), mean O_e {fmt_num(adj['mean_opportunity'].iloc[0])}.")
+    return out
+
+
+def _methods(rep: dict, s: AnalysisSettings) -> str:
+    """A methods paragraph generated from the report's actual settings."""
+    names = ", ".join(rep["field_names"].values())
+    mode = {"shared": "one generator whose bootstrap indices and sign patterns are shared across layers",
+            "numpy": "the reference implementation's per-layer NumPy procedure",
+            "python-random": "the reference implementation's per-layer Python random procedure"}[s.mode]
+    return (
+        f"Attention was recorded at training step {rep['step']} for {rep['n_examples']} evaluation examples "
+        f"(selection: {s.examples}) in both models ({rep['n_layers']} layers, {rep['n_heads']} heads each). "
+        f"Same-field attention mass (SFM) is the attention a valid query places on valid keys of its own field "
+        f"(named fields: {names}), averaged over valid queries, then heads, then examples, without renormalisation; "
+        f"entropy is −Σ p ln(p + 1e-10) over all keys, averaged the same way. Paired differences (variant − baseline, "
+        f"per example) are summarised by their mean with a {100 * s.confidence:.0f}% percentile bootstrap "
+        f"confidence interval ({s.resamples:,} resamples) and tested with a two-sided sign-flip permutation test on "
+        f"the absolute mean ({s.permutations:,} random sign patterns, p = (count + 1)/(P + 1)); p-values are "
+        f"Holm-adjusted across the {rep['n_layers']} layers, and d_z = mean/SD (ddof 1). Random procedures use seed "
+        f"{s.seed} ({mode}). Opportunity-adjusted SFM is (SFM − O_e)/(1 − O_e) with O_e = Σ_f n_f²/N², "
+        f"excluding examples with a single visible field. Field-to-field means count examples lacking the source "
+        f"field as {'zero' if s.missing_fields == 'zero' else 'missing'}. Gradient ratios are means of per-step "
+        f"ratios over up to {s.gradient_window} steps ending at each checkpoint."
+    )
+
+
+def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
+    """Every frame and scalar of the pair report."""
+    step = p.baseline.final_step if s.step is None else s.step
     for run in (p.baseline, p.variant):
         if step not in run.attention_steps:
             raise RoutestatsError(f"no attention at step {step} in {run.run_id}; stored steps: {run.attention_steps}")
-    kw = dict(resamples=settings.resamples, permutations=settings.permutations, seed=settings.seed,
-              mode=settings.mode, confidence=settings.confidence, examples=settings.examples, step=step)
+    kw = dict(resamples=s.resamples, permutations=s.permutations, seed=s.seed,
+              mode=s.mode, confidence=s.confidence, examples=s.examples, step=step)
     say("layer summary")
-    layers = layer_summary(p, step, settings.examples)
+    layers = layer_summary(p, step, s.examples)
     n_layers = int(layers["layer"].nunique())
     say("paired effects")
     effects = paired_effects(p, **kw)
@@ -269,7 +311,7 @@ def build_pair_report(p: RunPair, settings: ReportSettings = ReportSettings(),
     say("field-to-field")
     f2f = []
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):
-        t = field_to_field(run, step, settings.missing_fields, settings.examples)
+        t = field_to_field(run, step, s.missing_fields, s.examples)
         t.insert(0, "role", role)
         f2f.append(t)
     f2f = pd.concat(f2f, ignore_index=True)
@@ -281,7 +323,7 @@ def build_pair_report(p: RunPair, settings: ReportSettings = ReportSettings(),
     say("head-level SFM")
     hs = []
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):
-        t = head_sfm(run, step, settings.examples)
+        t = head_sfm(run, step, s.examples)
         t.insert(0, "role", role)
         hs.append(t)
     hs = pd.concat(hs, ignore_index=True)
@@ -289,7 +331,6 @@ def build_pair_report(p: RunPair, settings: ReportSettings = ReportSettings(),
     hd = hd.reset_index()
     hd["role"] = "difference"
     hs = pd.concat([hs[["role", "layer", "head", "sfm"]], hd], ignore_index=True)
-    n_heads = int(hs["head"].nunique())
     traj = None
     common = sorted(set(p.baseline.attention_steps) & set(p.variant.attention_steps))
     if len(common) > 1:
@@ -301,61 +342,120 @@ def build_pair_report(p: RunPair, settings: ReportSettings = ReportSettings(),
         say("gradient ratios")
         gs, gc = [], []
         for role, run in (("baseline", p.baseline), ("variant", p.variant)):
-            r = gradient_ratios(run, window=settings.gradient_window)
+            r = gradient_ratios(run, window=s.gradient_window)
             r.insert(0, "role", role)
             gs.append(r)
-            c = gradient_checkpoint_summary(run, common or None, settings.gradient_window)
+            c = gradient_checkpoint_summary(run, common or None, s.gradient_window)
             if len(c):
                 c.insert(0, "role", role)
                 gc.append(c)
         grad_steps = pd.concat(gs, ignore_index=True)
         grad_ck = pd.concat(gc, ignore_index=True) if gc else None
     say("word-level map")
-    wm = _word_map(p, settings, step, n_layers)
+    wm = _word_map(p, s, step, n_layers)
     lengths = assoc = bins = length_examples = None
     ex = p.baseline.examples(["example_id", "split", "length", "cap"])
-    ids_sel = select_examples(p.baseline, settings.examples)
-    if ids_sel is not None:
-        ex = ex[ex["example_id"].isin(ids_sel)]
+    ids = select_examples(p.baseline, s.examples)
+    if ids is not None:
+        ex = ex[ex["example_id"].isin(ids)]
     if ex["length"].nunique() >= 3 and len(ex) >= 8:
         say("length analyses")
         lengths = length_table(ex[["split", "length"]], cap=int(ex["cap"].max()))
-        assoc = length_association(p, resamples=settings.length_resamples, seed=settings.seed, step=step,
-                                   examples=settings.examples)
-        bins = length_bins(p, step=step, examples=settings.examples)
-        length_examples = paired_differences(p, step=step, examples=settings.examples)[["example_id", "layer", "diff"]]
+        assoc = length_association(p, resamples=s.length_resamples, seed=s.seed, step=step, examples=s.examples)
+        bins = length_bins(p, step=step, examples=s.examples)
+        length_examples = paired_differences(p, step=step, examples=s.examples)[["example_id", "layer", "diff"]]
         length_examples = length_examples.merge(ex[["example_id", "length"]], on="example_id")
-    ids = select_examples(p.baseline, settings.examples)
+        length_examples = _running_mean(length_examples)
     n_examples = len(p.baseline.examples(["example_id"])) if ids is None else len(ids)
-    return PairReport(
-        title=f"{p.variant.run_id} vs {p.baseline.run_id}",
-        settings=settings,
-        baseline_id=p.baseline.run_id,
-        variant_id=p.variant.run_id,
-        step=step,
-        n_examples=n_examples,
-        n_layers=n_layers,
-        n_heads=n_heads,
-        field_names=p.baseline.named_fields,
-        performance=_performance(p),
-        curves=_curves(p),
-        profile_distance=profile_distance(
+    return {
+        "baseline_id": p.baseline.run_id, "variant_id": p.variant.run_id, "step": step, "n_examples": n_examples,
+        "n_layers": n_layers, "n_heads": int(hs["head"].nunique()), "field_names": p.baseline.named_fields,
+        "performance": _performance(p), "curves": _curves(p),
+        "profile_distance": profile_distance(
             layers[layers.role == "baseline"].sort_values("layer")["sfm"].to_numpy(),
-            layers[layers.role == "variant"].sort_values("layer")["sfm"].to_numpy(),
-        ),
-        layers=layers.drop(columns=["run_id"]),
-        effects=effects,
-        entropy_effects=entropy_effects,
-        adjusted=adjusted,
-        field_to_field=f2f,
-        head_sfm=hs,
-        trajectory=traj,
-        gradient_steps=grad_steps,
-        gradient_checkpoints=grad_ck,
-        word_map=wm,
-        provenance=_provenance(p, settings, step),
-        lengths=lengths,
-        length_examples=length_examples,
-        length_association=assoc,
-        length_bins=bins,
+            layers[layers.role == "variant"].sort_values("layer")["sfm"].to_numpy()),
+        "layers": layers.drop(columns=["run_id"]), "effects": effects, "entropy_effects": entropy_effects,
+        "adjusted": adjusted, "field_to_field": f2f, "head_sfm": hs, "trajectory": traj,
+        "gradient_steps": grad_steps, "gradients": grad_ck, "word_map": wm, "lengths": lengths,
+        "length_examples": length_examples, "length_association": assoc, "length_bins": bins,
+    }
+
+
+def _running_mean(ex: pd.DataFrame) -> pd.DataFrame:
+    """Per layer, the centred running mean of Δ over examples sorted by length (drawn in the length figure)."""
+    window = max(5, ex["example_id"].nunique() // 20)
+    parts = []
+    for _, t in ex.groupby("layer", sort=True):
+        t = t.sort_values("length").copy()
+        t["running_mean"] = t["diff"].rolling(window, min_periods=1, center=True).mean()
+        t["window"] = window
+        parts.append(t)
+    return pd.concat(parts, ignore_index=True)
+
+
+def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
+                      progress: Callable[[str], None] | None = None) -> Report:
+    """Compute every table, figure and sentence of the one-pair report.
+
+    ``progress`` (optional) is called with a short label before each stage.
+    """
+    s = settings or AnalysisSettings()
+    say = progress or (lambda label: None)
+    rep = _compute(p, s, say)
+    tables = _specs_tables(rep, s)
+    labels = {"baseline": f"baseline ({rep['baseline_id']})", "variant": f"variant ({rep['variant_id']})",
+              "difference": "variant − baseline"}
+    fig = lambda name, kind, **frames: Figure(name, kind, frames, {"labels": labels})  # noqa: E731
+    data = lambda name: Table(name, rep[name])  # noqa: E731  (exported as CSV, drawn as a figure)
+    sections = [
+        Section("performance", "Task performance", (tables["performance"],),
+                (fig("training", "training_curves", curves=rep["curves"]),) if rep["curves"] is not None else ()),
+        Section("profile", "Layer profile (Table 1)", (tables["layers"],),
+                (fig("profile", "profile", layers=rep["layers"], effects=rep["effects"]),)),
+        Section("effects", "Paired SFM effects (Table 2)", (tables["effects"],)),
+        Section("entropy", "Paired entropy effects", (tables["entropy_effects"],)),
+        Section("adjusted", "Opportunity-adjusted SFM (Table 10)", (tables["adjusted"],)),
+        Section("fields", "Field-to-field attention", (data("field_to_field"),),
+                (fig("field_to_field", "field_heatmaps", field_to_field=rep["field_to_field"]),),
+                text="Mean attention mass from queries of the source field (rows) to keys of the destination field "
+                     "(columns), per layer; the difference panel is variant − baseline."),
+        Section("heads", "Head-level SFM", (data("head_sfm"),), (fig("head_sfm", "head_heatmaps", head_sfm=rep["head_sfm"]),),
+                text="SFM of each head averaged over examples; a layer's SFM is the mean of its heads."),
+    ]
+    if rep["trajectory"] is not None:
+        sections.append(Section("trajectories", "Trajectories over training", (data("trajectory"),),
+                                (fig("trajectories", "trajectories", trajectory=rep["trajectory"]),),
+                                text="Layer SFM at every stored checkpoint step."))
+    if rep["gradient_steps"] is not None:
+        sections.append(Section("gradients", "Gradient-norm ratio",
+                                (tables["gradients"],) if rep["gradients"] is not None else (),
+                                (fig("gradients", "gradient_ratios", steps=rep["gradient_steps"]),)))
+    if rep["lengths"] is not None:
+        sections.append(Section("lengths", "Lengths (Tables 11 and 12A)",
+                                (tables["lengths"], tables["length_association"], tables["length_bins"]),
+                                (fig("lengths", "lengths", examples=rep["length_examples"]),)))
+    wm = rep["word_map"]
+    if wm is not None:
+        sections.append(Section("words", f"Word-level attention, example {wm.example_id}",
+                                (Table("word_map", wm.to_frame()),), (fig("word_map", "word_map", word_map=wm),),
+                                text="Head-averaged attention grouped into words (average over query pieces, sum over "
+                                     f"key pieces); white/black lines mark field boundaries. Example selection: "
+                                     f"{wm.selection_rule}."))
+    else:
+        sections.append(Section("words", "Word-level attention",
+                                skipped="No evaluated example meets the selection rule (or no full matrices are stored "
+                                        "at this step), so no word-level map is shown."))
+    facts = {k: rep[k] for k in ("baseline_id", "variant_id", "step", "n_examples", "n_layers", "n_heads",
+                                 "profile_distance")}
+    facts["field_names"] = dict(rep["field_names"])
+    return Report(
+        title=f"{rep['variant_id']} vs {rep['baseline_id']}",
+        subtitle=f"Baseline {rep['baseline_id']} · variant {rep['variant_id']} · step {rep['step']} · "
+                 f"{rep['n_examples']} examples · {rep['n_layers']} layers × {rep['n_heads']} heads",
+        sections=tuple(sections),
+        findings=tuple(_findings(rep, s)),
+        methods=_methods(rep, s),
+        provenance=_provenance(p, s, rep["step"]),
+        data={k: rep[k] for k in ("curves", "gradient_steps", "length_examples") if rep[k] is not None},
+        facts=facts,
     )

@@ -30,6 +30,7 @@ import pandas as pd
 
 from routestats.studies.effects import paired_differences
 from routestats.errors import RoutestatsError
+from routestats.settings import PatternRules
 from routestats.rundir.read import RunCollection
 from routestats.metrics.routing import profile_distance
 from routestats.stats.inference import cohen_dz, holm, paired_t, percentile_ci, signflip_count
@@ -38,8 +39,13 @@ __all__ = [
     "paired_deltas",
     "example_deltas",
     "PatternRules",
+    "REFERENCE_CONDITION",
+    "is_reference_pair",
+    "reference_rows",
     "seed_table",
     "sweep_table",
+    "null_check",
+    "NULL_TOLERANCE",
     "placement_table",
     "shuffled_table",
     "depth_table",
@@ -103,38 +109,25 @@ def summarise_deltas(ex: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _is_reference(df: pd.DataFrame) -> pd.Series:
-    """Rows of the standard SAAB condition: w_f 1, all layers, not shuffled."""
+REFERENCE_CONDITION = {"variant": "saab", "w_f": 1.0, "bias_layers": "all", "shuffled": False}
+"""The standard SAAB condition; a factor a run does not record takes the value shown here."""
+
+
+def is_reference_pair(factors) -> bool:
+    """Whether a variant run's factors are the standard SAAB condition (w_f 1, all layers, not shuffled).
+
+    >>> is_reference_pair({"variant": "saab"}), is_reference_pair({"variant": "saab", "w_f": 2})
+    (True, False)
+    """
+    f = {**REFERENCE_CONDITION, **{k: v for k, v in dict(factors).items() if k in REFERENCE_CONDITION}}
+    shuffled = f["shuffled"] if isinstance(f["shuffled"], bool) else str(f["shuffled"]).lower() == "true"
+    return f["variant"] == "saab" and float(f["w_f"]) == 1.0 and f["bias_layers"] == "all" and not shuffled
+
+
+def reference_rows(df: pd.DataFrame) -> pd.Series:
+    """Rows of a deltas frame in the standard SAAB condition (the vectorised :func:`is_reference_pair`)."""
     return (df["variant"] == "saab") & (df["w_f"].astype(float) == 1.0) & (df["bias_layers"] == "all") & \
         (~df["shuffled"].astype(bool))
-
-
-@dataclass(frozen=True)
-class PatternRules:
-    """Thresholds of the seed-table pattern labels (first matching rule wins).
-
-    1. ``ordering reverses`` -- the gap SFM_upper - SFM_lower changes sign between baseline
-       and variant, both gaps at least ``gap_tol`` in size;
-    2. ``L<upper>-dominant`` -- delta_upper > 0 and delta_upper >= ``dominance_ratio`` x |delta_lower|;
-    3. ``relatively strong paired change`` -- max(|delta_lower|, |delta_upper|) >= ``strong_delta``;
-    4. ``gap narrows`` -- |variant gap| <= |baseline gap| - ``gap_tol``;
-    5. otherwise ``small change``.
-    """
-
-    strong_delta: float = 0.05
-    dominance_ratio: float = 2.0
-    gap_tol: float = 0.01
-
-    def label(self, d_lo, d_up, gap_b, gap_v, upper_name: str) -> str:
-        if abs(gap_b) >= self.gap_tol and abs(gap_v) >= self.gap_tol and np.sign(gap_b) != np.sign(gap_v):
-            return "ordering reverses"
-        if d_up > 0 and d_up >= self.dominance_ratio * abs(d_lo):
-            return f"{upper_name}-dominant"
-        if max(abs(d_lo), abs(d_up)) >= self.strong_delta:
-            return "relatively strong paired change"
-        if abs(gap_v) <= abs(gap_b) - self.gap_tol:
-            return "gap narrows"
-        return "small change"
 
 
 def seed_table(deltas: pd.DataFrame, lower: int = -2, upper: int = -1, rules: PatternRules = PatternRules(),
@@ -146,7 +139,7 @@ def seed_table(deltas: pd.DataFrame, lower: int = -2, upper: int = -1, rules: Pa
     variant_upper, delta_lower, delta_upper, displacement (delta_upper - delta_lower),
     baseline_gap, variant_gap, pattern.
     """
-    d = deltas[_is_reference(deltas)] if condition is None else deltas[condition(deltas)]
+    d = deltas[reference_rows(deltas)] if condition is None else deltas[condition(deltas)]
     if d.empty:
         raise RoutestatsError("no pairs of the requested condition")
     rows = []
@@ -185,6 +178,25 @@ def sweep_table(deltas: pd.DataFrame) -> pd.DataFrame:
     return w.merge(null, on=["seed", "w_f"]).sort_values(["seed", "w_f"]).reset_index(drop=True)
 
 
+NULL_TOLERANCE = 1.2e-7
+"""Largest per-example |SFM difference| of a w_f = 0 run from its baseline that passes the null check."""
+
+
+def null_check(sweep: pd.DataFrame, tolerance: float = NULL_TOLERANCE) -> dict | None:
+    """The w_f = 0 null check of a :func:`sweep_table`: worst |Δ| and whether it is within ``tolerance``.
+
+    None when the sweep holds no w_f = 0 condition (then there is nothing to check).
+
+    >>> null_check(pd.DataFrame({"w_f": [0.0, 1.0], "max_abs_diff": [3e-8, 0.2]}))
+    {'max_abs_diff': 3e-08, 'tolerance': 1.2e-07, 'passes': True}
+    """
+    null = sweep[sweep["w_f"] == 0]
+    if null.empty:
+        return None
+    worst = float(null["max_abs_diff"].max())
+    return {"max_abs_diff": worst, "tolerance": tolerance, "passes": worst <= tolerance}
+
+
 def placement_table(deltas: pd.DataFrame) -> pd.DataFrame:
     """Layer placement: per seed x bias_layers (w_f 1, unshuffled) the per-layer deltas."""
     d = deltas[(deltas["variant"] == "saab") & (deltas["w_f"].astype(float) == 1.0) & (~deltas["shuffled"].astype(bool))]
@@ -198,7 +210,7 @@ def shuffled_table(deltas: pd.DataFrame) -> pd.DataFrame:
     SAAB-shuffled (Euclidean over layer SFM), and both delta profiles."""
     rows = []
     for seed, g in deltas.groupby("seed"):
-        ref = g[_is_reference(g)].sort_values("layer")
+        ref = g[reference_rows(g)].sort_values("layer")
         sh = g[(g["variant"] == "saab_shuffled")].sort_values("layer")
         if ref.empty or sh.empty:
             continue
@@ -219,7 +231,7 @@ def shuffled_table(deltas: pd.DataFrame) -> pd.DataFrame:
 def depth_table(deltas: pd.DataFrame) -> pd.DataFrame:
     """Depth: per depth x seed the last layer's baseline/variant SFM and delta, and the profile
     distance over all layers (standard SAAB condition)."""
-    d = deltas[_is_reference(deltas)]
+    d = deltas[reference_rows(deltas)]
     rows = []
     for (depth, seed), g in d.groupby(["depth", "seed"]):
         g = g.sort_values("layer")
@@ -234,7 +246,7 @@ def depth_table(deltas: pd.DataFrame) -> pd.DataFrame:
 def dataset_table(deltas: pd.DataFrame) -> pd.DataFrame:
     """Per data set (standard SAAB): mean over seeds of each layer's baseline SFM, variant SFM
     and delta, with the number of seeds (paper Table 8)."""
-    d = deltas[_is_reference(deltas)]
+    d = deltas[reference_rows(deltas)]
     g = d.groupby(["dataset", "layer"]).agg(baseline_sfm=("baseline_sfm", "mean"), variant_sfm=("variant_sfm", "mean"),
                                             delta=("delta", "mean"), n_seeds=("seed", "nunique"))
     return g.reset_index()
@@ -249,7 +261,7 @@ def across_seed_tests(deltas: pd.DataFrame, condition=None, exact_max_seeds: int
     sign-flip p over all 2^n sign patterns (n <= ``exact_max_seeds``), with the smallest
     attainable sign-flip p (2 / 2^n): with few seeds no result can reach 0.05.
     """
-    d = deltas[_is_reference(deltas)] if condition is None else deltas[condition(deltas)]
+    d = deltas[reference_rows(deltas)] if condition is None else deltas[condition(deltas)]
     frames = []
     for (dataset, depth), grp in d.groupby(["dataset", "depth"], dropna=False):
         w = grp.pivot(index="seed", columns="layer", values="delta")
@@ -286,7 +298,7 @@ def hierarchical_bootstrap(ex_deltas: pd.DataFrame, resamples: int = 2000, seed:
     examples exchangeable within a seed; with few seeds the interval is too narrow (the
     seed-level resampling has only n^n distinct outcomes). One block of rows per data set and depth.
     """
-    d_all = ex_deltas[_is_reference(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
+    d_all = ex_deltas[reference_rows(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
     rng = np.random.default_rng(seed)
     rows = []
     for (dataset, depth), d in d_all.groupby(["dataset", "depth"], dropna=False):
@@ -336,7 +348,7 @@ def variance_components(ex_deltas: pd.DataFrame, condition=None) -> pd.DataFrame
 
     import statsmodels.formula.api as smf
 
-    d = ex_deltas[_is_reference(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
+    d = ex_deltas[reference_rows(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
     rows = []
     for (dataset, depth, layer), g in d.groupby(["dataset", "depth", "layer"], dropna=False):
         if g["seed"].nunique() < 2:

@@ -1,4 +1,4 @@
-"""Everything a multi-run (study) report shows, as tidy frames; sections appear when applicable.
+"""The multi-run (study) report: tables, figures and sentences; sections appear when applicable.
 
 Examples
 --------
@@ -8,7 +8,7 @@ Examples
 >>> d = tempfile.mkdtemp()
 >>> for s in (1, 2):
 ...     _ = synthetic_pair(f"{d}/seed{s}", seed=s, n_examples=5)
->>> rep = build_study_report(load_runs(d), StudySettings(resamples=100))
+>>> rep = build_study_report(load_runs(d), AnalysisSettings(resamples=100))
 >>> sorted(rep.tables())
 ['across_seeds', 'deltas', 'gradients', 'hierarchical', 'seeds', 'variance_components']
 """
@@ -24,8 +24,8 @@ from routestats.rundir import schema as S
 from routestats.errors import RoutestatsError
 from routestats.rundir.read import RunCollection
 from routestats.studies.seeds import (
-    PatternRules,
-    _is_reference,
+    null_check,
+    reference_rows,
     across_seed_tests,
     dataset_table,
     depth_table,
@@ -39,57 +39,10 @@ from routestats.studies.seeds import (
     variance_components,
 )
 from routestats.studies.training import gradient_checkpoint_summary, trajectory
+from routestats.report import Column, Figure, Report, Section, Table, fmt_num, fmt_p
+from routestats.settings import AnalysisSettings
 
-__all__ = ["StudySettings", "StudyReport", "build_study_report"]
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    resamples: int = 2000
-    seed: int = 1001
-    confidence: float = 0.95
-    examples: str = "all"
-    step: int | None = None
-    rules: PatternRules = field(default_factory=PatternRules)
-
-
-@dataclass(frozen=True)
-class StudyReport:
-    """Multi-run tables; None marks a section the tree has no data for."""
-
-    title: str
-    settings: StudySettings
-    n_runs: int
-    seeds: list
-    conditions: pd.DataFrame
-    deltas: pd.DataFrame
-    seed_table: pd.DataFrame | None
-    sweep: pd.DataFrame | None
-    placement: pd.DataFrame | None
-    shuffled: pd.DataFrame | None
-    depth: pd.DataFrame | None
-    datasets: pd.DataFrame | None
-    across_seeds: pd.DataFrame | None
-    hierarchical: pd.DataFrame | None
-    variance: pd.DataFrame | None
-    trajectories: pd.DataFrame | None
-    gradients: pd.DataFrame | None
-    provenance: dict
-    standardisation: pd.DataFrame | None = None
-    standardisation_sensitivity: pd.DataFrame | None = None
-    init_probe: pd.DataFrame | None = None
-    corpus_lengths: pd.DataFrame | None = None  # Table 11: per data set and split
-
-    def tables(self) -> dict[str, pd.DataFrame]:
-        named = {"deltas": self.deltas, "seeds": self.seed_table, "sweep": self.sweep, "placement": self.placement,
-                 "standardisation": self.standardisation,
-                 "standardisation_sensitivity": self.standardisation_sensitivity, "init_probe": self.init_probe,
-                 "corpus_lengths": self.corpus_lengths,
-                 "shuffled": self.shuffled, "depth": self.depth, "datasets": self.datasets,
-                 "across_seeds": self.across_seeds, "hierarchical": self.hierarchical,
-                 "variance_components": self.variance, "trajectories": self.trajectories,
-                 "gradients": self.gradients}
-        return {k: v for k, v in named.items() if v is not None}
+__all__ = ["build_study_report"]
 
 
 def _try(fn, *args, **kw):
@@ -100,7 +53,7 @@ def _try(fn, *args, **kw):
     return None if out is None or len(out) == 0 else out
 
 
-def _standardisation(runs: RunCollection, deltas: pd.DataFrame, settings: StudySettings):
+def _standardisation(runs: RunCollection, deltas: pd.DataFrame, settings: AnalysisSettings):
     """Exact-length standardised contrast between the two data sets, at the first seed that has
     a standard SAAB pair on both."""
     from routestats.studies.lengths import length_standardised_contrast
@@ -108,7 +61,7 @@ def _standardisation(runs: RunCollection, deltas: pd.DataFrame, settings: StudyS
     names = sorted(deltas["dataset"].unique())
     if len(names) != 2:
         return None, None
-    ref = deltas[_is_reference(deltas)]
+    ref = deltas[reference_rows(deltas)]
     by = {}
     for p in runs.pairs():
         if p.variant.run_id in set(ref["variant_run"]):
@@ -148,43 +101,187 @@ def _corpus_lengths(folder) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True)
 
 
-def build_study_report(runs: RunCollection, settings: StudySettings = StudySettings(), progress=None,
-                       init_probe=None, lengths=None) -> StudyReport:
+def _delta_columns(df: pd.DataFrame, prefix: str = "delta_l", label: str = "Δ L") -> tuple[Column, ...]:
+    cols = sorted((c for c in df.columns if c.startswith(prefix)), key=lambda c: int(c[len(prefix):]))
+    return tuple(Column(f"{label}{c[len(prefix):]}", c) for c in cols)
+
+
+def _tables(t: dict, deltas: pd.DataFrame, s: AnalysisSettings) -> dict[str, Table]:
+    """The shown tables of the study sections present in ``t`` (name -> frame or None)."""
+    out = {}
+    grp = []
+    if deltas["dataset"].nunique() > 1:
+        grp.append(Column("Data set", "dataset", "text"))
+    if deltas["depth"].nunique() > 1:
+        grp.append(Column("Depth", "depth", "int"))
+    grp = tuple(grp)
+    conf = f"{100 * s.confidence:.0f}%"
+
+    def add(name, caption, columns, **kw):
+        if t.get(name) is not None:
+            out[name] = Table(name, t[name], caption, columns, **kw)
+
+    if t.get("seeds") is not None:
+        lo, up = int(t["seeds"]["lower_layer"].iloc[0]), int(t["seeds"]["upper_layer"].iloc[0])
+        add("seeds", f"Per-seed SFM of layers L{lo} and L{up} (standard SAAB vs baseline); Δ from unrounded values; "
+                     "pattern labels by the documented rules (routestats.studies.PatternRules).",
+            (*grp, Column("Seed", "seed", "int"), Column(f"Base L{lo}", "baseline_lower"), Column(f"Base L{up}", "baseline_upper"),
+             Column(f"SAAB L{lo}", "variant_lower"), Column(f"SAAB L{up}", "variant_upper"),
+             Column(f"Δ L{lo}", "delta_lower"), Column(f"Δ L{up}", "delta_upper"),
+             Column("Displacement", "displacement"), Column("Pattern", "pattern", "text")))
+    if t.get("sweep") is not None:
+        add("sweep", "Bias-strength sweep: Δ SFM per layer by w_f; the last column is the null check, the largest "
+                     "per-example |SFM difference| from the explicit baseline (w_f = 0 must give 0 up to rounding).",
+            (Column("Seed", "seed", "int"), Column("w_f", "w_f", "num", 2), *_delta_columns(t["sweep"]),
+             Column("max |Δ| (null check)", "max_abs_diff", "num", 8)))
+    if t.get("placement") is not None:
+        add("placement", "Layer placement of the bias (per-layer multipliers): Δ SFM per layer.",
+            (Column("Seed", "seed", "int"), Column("Bias layers", "bias_layers", "text"), *_delta_columns(t["placement"])))
+    add("shuffled", "Shuffled control: Euclidean distances between layer-SFM profiles.",
+        (Column("Seed", "seed", "int"), Column("SAAB–baseline", "distance_saab_baseline"),
+         Column("Shuffled–baseline", "distance_shuffled_baseline"), Column("SAAB–shuffled", "distance_saab_shuffled")))
+    add("depth", "Depth: last-layer SFM and the profile distance (standard SAAB vs baseline).",
+        (Column("Depth", "depth", "int"), Column("Seed", "seed", "int"), Column("Last layer", "last_layer", "int"),
+         Column("Base", "baseline_last"), Column("SAAB", "variant_last"), Column("Δ", "delta_last"),
+         Column("Profile distance", "profile_distance")))
+    add("datasets", "Data sets: mean over seeds of each layer's SFM (standard SAAB vs baseline).",
+        (Column("Data set", "dataset", "text"), Column("Layer", "layer", "int"), Column("Base", "baseline_sfm"),
+         Column("SAAB", "variant_sfm"), Column("Δ", "delta"), Column("Seeds", "n_seeds", "int")))
+    add("across_seeds", "Across-seed inference (unit = seed): per-seed mean Δ, paired t-test and exact sign-flip "
+                        "test over all 2^n sign patterns, Holm over layers. The smallest attainable sign-flip p is "
+                        "2/2^n.",
+        (*grp, Column("Layer", "layer", "int"), Column("Seeds", "n_seeds", "int"), Column("Mean Δ", "mean_delta"),
+         Column("SD", "sd_delta"), Column("d_z", "dz", "num", 2), Column("t", "t", "num", 2),
+         Column(f"{conf} CI (t)", ("ci_low_t", "ci_high_t"), "ci"), Column("p t (Holm)", "p_t_holm", "p"),
+         Column("p sign-flip (Holm)", "p_signflip_holm", "p"), Column("min p", "min_attainable_p", "p")))
+    add("hierarchical", f"Two-stage bootstrap (seeds, then examples within seeds; {s.resamples:,} "
+                        f"resamples): mean Δ over seeds with a {conf} percentile interval. Assumes exchangeable seeds "
+                        "and exchangeable examples within a seed.",
+        (*grp, Column("Layer", "layer", "int"), Column("Seeds", "n_seeds", "int"), Column("Mean Δ", "mean_delta"),
+         Column(f"{conf} CI", ("ci_low", "ci_high"), "ci")))
+    add("variance_components", "Random-intercept model diff ~ 1 + (1 | seed) per layer (REML): mean Δ with Wald "
+                               "CI and the split of variance between seeds (initialisation) and examples.",
+        (*grp, Column("Layer", "layer", "int"), Column("Mean Δ", "mean_delta"), Column("SE", "se", "num", 4),
+         Column("95% CI", ("ci_low", "ci_high"), "ci"), Column("Var seeds", "var_between_seeds", "num", 5),
+         Column("Var examples", "var_within_seed", "num", 5), Column("ICC", "icc", "num", 2)))
+    if t.get("standardisation") is not None:
+        a, b = [c.replace("standardised_delta_", "") for c in t["standardisation"].columns
+                if c.startswith("standardised_delta_")]
+        add("standardisation", f"Exact-length standardisation (Table 12B): per-layer Δ standardised over the shared "
+                               f"exact lengths (weights min of the two counts), contrast {b} − {a} with a stratified "
+                               f"bootstrap {conf} CI ({s.resamples:,} resamples, weights fixed).",
+            (Column("Seed", "seed", "int"), Column("Layer", "layer", "int"), Column(f"Std. Δ {a}", f"standardised_delta_{a}"),
+             Column(f"Std. Δ {b}", f"standardised_delta_{b}"), Column("Contrast", "contrast"),
+             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("Strata", "shared_strata", "int"),
+             Column("Mass W", "overlap_target_mass", "int")))
+        add("standardisation_sensitivity", "Band-width sensitivity of the standardised contrast (point estimates).",
+            (Column("Band", "band_width", "int"), Column("Layer", "layer", "int"), Column("Strata", "shared_strata", "int"),
+             Column("Contrast", "contrast")))
+    add("corpus_lengths", "Data-set token lengths per split (Table 11): mean, population SD, linear-interpolation "
+                          "quantiles, and saturation at the cap.",
+        (Column("Data set", "dataset", "text"), Column("Split", "split", "text"), Column("n", "n", "int"),
+         Column("Mean", "mean", "num", 1), Column("SD", "sd_population", "num", 1), Column("Median", "median", "num", 1),
+         Column("IQR", "iqr", "num", 1), Column("P90", "p90", "num", 1), Column("P95", "p95", "num", 1),
+         Column("Cap", "cap", "int"), Column("Saturated", "saturation_count", "int"),
+         Column("Rate", "saturation_rate", "num", 3)))
+    add("init_probe", "Initialisation probes: Spearman ρ of initial-state quantities with the per-seed "
+                      "displacement score (Δ last − Δ penultimate layer).",
+        (Column("Analysis", "analysis", "text"), Column("Metric", "metric", "text"), Column("ρ", "spearman_rho"),
+         Column("Seeds", "n_seeds", "int")))
+    add("gradients", "Gradient-norm ratio last/penultimate layer: mean of per-step ratios over the last steps "
+                     "ending at each checkpoint, per run.",
+        (Column("Seed", "seed", "int"), Column("Run", "run_id", "text"), Column("Step", "checkpoint_step", "int"),
+         Column("Mean ratio", "mean_ratio"), Column("SD", "sd_ratio")))
+    return out
+
+
+def _figures(t: dict, deltas: pd.DataFrame) -> dict[str, Figure]:
+    """The study figures, each from frames aggregated here (the renderer only draws)."""
+    out = {}
+    ref = deltas[reference_rows(deltas)]
+    if t.get("seeds") is not None:
+        lines = ref[["dataset", "seed", "layer", "delta"]].sort_values(["dataset", "seed", "layer"])
+        mean = ref.groupby("layer")["delta"].mean().rename("delta").reset_index()
+        out["seeds"] = Figure("study-seeds", "study_seeds", {"lines": lines, "mean": mean},
+                              {"several_datasets": bool(ref["dataset"].nunique() > 1)})
+    if t.get("sweep") is not None:
+        d = deltas[(deltas["variant"] == "saab") & (deltas["bias_layers"] == "all") & (~deltas["shuffled"].astype(bool))]
+        points = d[["layer", "w_f", "delta"]]
+        mean = d.groupby(["layer", "w_f"])["delta"].mean().rename("delta").reset_index()
+        out["sweep"] = Figure("study-sweep", "study_sweep", {"points": points, "mean": mean})
+    if t.get("shuffled") is not None:
+        bands = []
+        for label, sel in (("SAAB", reference_rows(deltas)), ("shuffled", deltas["variant"] == "saab_shuffled")):
+            m = deltas[sel].groupby("layer")["delta"].agg(["mean", "min", "max"]).reset_index()
+            m.insert(0, "condition", label)
+            bands.append(m)
+        out["shuffled"] = Figure("study-shuffled", "study_shuffled", {"bands": pd.concat(bands, ignore_index=True)})
+    tr = t.get("trajectories")
+    if tr is not None:
+        tr = tr[tr["variant_run"].isin(set(ref["variant_run"]))]
+        if len(tr):
+            mean = tr.groupby(["layer", "step"])["delta"].mean().rename("delta").reset_index()
+            out["trajectories"] = Figure("study-trajectories", "study_trajectories",
+                                         {"lines": tr[["layer", "seed", "step", "delta"]], "mean": mean})
+    return out
+
+
+def _findings(t: dict, n_runs: int, seeds: list, s: AnalysisSettings) -> list[str]:
+    out = [f"{n_runs} runs, seeds {', '.join(map(str, seeds))}."]
+    if t.get("seeds") is not None:
+        counts = t["seeds"]["pattern"].value_counts()
+        out.append("Seed patterns: " + "; ".join(f"{k} × {v}" for k, v in counts.items()) + ".")
+    if t.get("across_seeds") is not None:
+        a = t["across_seeds"]
+        for r in a.itertuples():
+            where = f"{r.dataset}, " if a["dataset"].nunique() > 1 else ""
+            out.append(f"{where}Layer {r.layer}: mean Δ over {r.n_seeds} seeds {fmt_num(r.mean_delta)} "
+                       f"(SD {fmt_num(r.sd_delta)}), paired t p_Holm {fmt_p(r.p_t_holm)}, exact sign-flip "
+                       f"p_Holm {fmt_p(r.p_signflip_holm)} (min attainable {fmt_p(r.min_attainable_p)}).")
+    verdict = null_check(t["sweep"]) if t.get("sweep") is not None else None
+    if verdict is not None:
+        out.append(f"Null check w_f = 0 vs baseline: max |ΔSFM| = {verdict['max_abs_diff']:.2e} "
+                   f"({'passes' if verdict['passes'] else 'FAILS'} the {verdict['tolerance']:.1e} criterion).")
+    return out
+
+
+def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = None, progress=None,
+                       init_probe=None, lengths=None) -> Report:
     """Compute every applicable multi-run table for a run tree.
 
     ``init_probe``: folder of ``python -m runners init-probe`` outputs; its correlations with
     the seed table's displacement score become a section. ``lengths``: folder searched for
     ``lengths.parquet`` files (``python -m runners lengths``), summarised per data set and split.
     """
+    s = settings or AnalysisSettings()
     say = progress or (lambda label: None)
     say("paired deltas")
-    ex = example_deltas(runs, settings.step, settings.examples)
+    ex = example_deltas(runs, s.step, s.examples)
     keys = ["baseline_run", "variant_run", "seed", "variant", "w_f", "bias_layers", "shuffled", "depth", "dataset",
             "step", "layer"]
     deltas = summarise_deltas(ex)
-    ref = _is_reference(deltas)
+    ref = reference_rows(deltas)
     n_ref_seeds = deltas.loc[ref, "seed"].nunique()
     say("seed tables")
-    seeds = _try(seed_table, deltas, rules=settings.rules) if ref.any() else None
-    sweep = _try(sweep_table, deltas) if deltas.loc[deltas["variant"] == "saab", "w_f"].nunique() > 1 else None
-    placement = _try(placement_table, deltas)
-    shuffled = _try(shuffled_table, deltas) if (deltas["variant"] == "saab_shuffled").any() else None
-    depth = _try(depth_table, deltas) if deltas["depth"].nunique() > 1 else None
-    datasets = _try(dataset_table, deltas) if deltas["dataset"].nunique() > 1 else None
-    across = hier = var = None
+    t = {}
+    t["seeds"] = _try(seed_table, deltas, rules=s.rules) if ref.any() else None
+    t["sweep"] = _try(sweep_table, deltas) if deltas.loc[deltas["variant"] == "saab", "w_f"].nunique() > 1 else None
+    t["placement"] = _try(placement_table, deltas)
+    t["shuffled"] = _try(shuffled_table, deltas) if (deltas["variant"] == "saab_shuffled").any() else None
+    t["depth"] = _try(depth_table, deltas) if deltas["depth"].nunique() > 1 else None
+    t["datasets"] = _try(dataset_table, deltas) if deltas["dataset"].nunique() > 1 else None
     if n_ref_seeds >= 2:
         say("across-seed inference")
-        across = _try(across_seed_tests, deltas)
-        hier = _try(hierarchical_bootstrap, ex, resamples=settings.resamples, seed=settings.seed,
-                    confidence=settings.confidence)
-        var = _try(variance_components, ex)
+        t["across_seeds"] = _try(across_seed_tests, deltas)
+        t["hierarchical"] = _try(hierarchical_bootstrap, ex, resamples=s.resamples, seed=s.seed, confidence=s.confidence)
+        t["variance_components"] = _try(variance_components, ex)
     say("trajectories")
     traj_rows, grad_rows, seen = [], [], set()
     for p in runs.pairs():
         common = sorted(set(p.baseline.attention_steps) & set(p.variant.attention_steps))
         if len(common) > 1:
-            t = trajectory(p, "sfm")
-            w = t.pivot_table(index=["step", "layer"], columns="role", values="value").reset_index()
+            tr = trajectory(p, "sfm")
+            w = tr.pivot_table(index=["step", "layer"], columns="role", values="value").reset_index()
             w["delta"] = w["variant"] - w["baseline"]
             w.insert(0, "variant_run", p.variant.run_id)
             w.insert(1, "seed", p.variant.seed)
@@ -197,42 +294,55 @@ def build_study_report(runs: RunCollection, settings: StudySettings = StudySetti
                     g.insert(1, "seed", run.seed)
                     g.insert(2, "condition", run.manifest.get("condition", run.factors.get("variant")))
                     grad_rows.append(g)
-    conditions = runs.index.drop(columns=["path", "init_id", "data_order_id"])
+    t["trajectories"] = pd.concat(traj_rows, ignore_index=True) if traj_rows else None
+    t["gradients"] = pd.concat(grad_rows, ignore_index=True) if grad_rows else None
     say("length standardisation")
-    std, std_sens = _standardisation(runs, deltas, settings)
-    probe = None
-    if init_probe is not None and seeds is not None:
+    t["standardisation"], t["standardisation_sensitivity"] = _standardisation(runs, deltas, s)
+    t["corpus_lengths"] = _corpus_lengths(lengths)
+    if init_probe is not None and t["seeds"] is not None:
         from routestats.studies.initprobe import load_probe, probe_correlations
 
         # outcomes of the largest data-set/depth group (the init probe is one data set, one depth)
-        key = seeds.groupby(["dataset", "depth"], dropna=False).size().idxmax()
-        main = seeds[(seeds["dataset"] == key[0]) & (seeds["depth"] == key[1])]
-        probe = probe_correlations(load_probe(init_probe), main[["seed", "displacement"]])
-    return StudyReport(
+        seeds_t = t["seeds"]
+        key = seeds_t.groupby(["dataset", "depth"], dropna=False).size().idxmax()
+        main = seeds_t[(seeds_t["dataset"] == key[0]) & (seeds_t["depth"] == key[1])]
+        t["init_probe"] = probe_correlations(load_probe(init_probe), main[["seed", "displacement"]])
+    deltas_out = deltas[keys + ["baseline_sfm", "variant_sfm", "delta", "n_examples", "max_abs_diff"]]
+    tables = _tables(t, deltas, s)
+    figs = _figures(t, deltas)
+    order = [("seeds", "Seeds (Table 3)"), ("across_seeds", "Across-seed inference"),
+             ("hierarchical", "Example vs initialisation variance: two-stage bootstrap"),
+             ("variance_components", "Example vs initialisation variance: mixed model"),
+             ("sweep", "Bias strength"), ("placement", "Layer placement"), ("shuffled", "Shuffled control"),
+             ("depth", "Depth"), ("datasets", "Data sets"), ("corpus_lengths", "Data-set lengths (Table 11)"),
+             ("standardisation", "Length-standardised data-set contrast"),
+             ("standardisation_sensitivity", "Band-width sensitivity"), ("init_probe", "Initialisation probes"),
+             ("gradients", "Gradient-norm ratios")]
+    sections = [Section(name, title, (tables[name],), (figs[name],) if name in figs else ())
+                for name, title in order if name in tables]
+    if t["trajectories"] is not None:
+        sections.append(Section("trajectories", "Trajectories", (Table("trajectories", t["trajectories"]),),
+                                (figs["trajectories"],) if "trajectories" in figs else (),
+                                text="Δ SFM per layer at every checkpoint step shared by a pair."))
+    sections.append(Section("deltas", "Paired deltas", (Table("deltas", deltas_out),)))
+    seeds = sorted(deltas["seed"].dropna().unique().tolist())
+    n_pairs = deltas["variant_run"].nunique()
+    methods = ("Each variant run is paired with the baseline run sharing its initial tensors and data order. Per pair "
+               "and layer, Δ is the mean over examples of the per-example SFM difference (variant − baseline). "
+               "Across-seed tests treat the seed as the unit; the two-stage bootstrap and the mixed model separate "
+               "variation between initialisations from variation between examples. Pattern labels follow fixed, "
+               f"documented rules (strong |Δ| ≥ {s.rules.strong_delta}, dominance ratio "
+               f"{s.rules.dominance_ratio}, gap tolerance {s.rules.gap_tol}).")
+    return Report(
         title=f"Study of {len(runs)} runs",
-        settings=settings,
-        n_runs=len(runs),
-        seeds=sorted(deltas["seed"].dropna().unique().tolist()),
-        conditions=conditions,
-        deltas=deltas[keys + ["baseline_sfm", "variant_sfm", "delta", "n_examples", "max_abs_diff"]],
-        seed_table=seeds,
-        sweep=sweep,
-        placement=placement,
-        shuffled=shuffled,
-        depth=depth,
-        datasets=datasets,
-        across_seeds=across,
-        hierarchical=hier,
-        variance=var,
-        trajectories=pd.concat(traj_rows, ignore_index=True) if traj_rows else None,
-        gradients=pd.concat(grad_rows, ignore_index=True) if grad_rows else None,
-        corpus_lengths=_corpus_lengths(lengths),
-        standardisation=std,
-        standardisation_sensitivity=std_sens,
-        init_probe=probe,
-        provenance={
-            "runs": runs.index.astype(str).to_dict(orient="records"),
-            "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                         "settings": {**asdict(settings), "rules": asdict(settings.rules)}},
-        },
+        subtitle=f"{len(runs)} runs · {n_pairs} pairs · seeds {', '.join(map(str, seeds))} · "
+                 f"data sets {', '.join(sorted(map(str, deltas['dataset'].unique())))}",
+        sections=tuple(sections),
+        findings=tuple(_findings(t, len(runs), seeds, s)),
+        methods=methods,
+        provenance={"runs": runs.index.astype(str).to_dict(orient="records"),
+                    "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                                 "settings": asdict(s)}},
+        data={"conditions": runs.index.drop(columns=["path", "init_id", "data_order_id"])},
+        facts={"n_runs": len(runs), "seeds": seeds, "n_pairs": int(n_pairs)},
     )

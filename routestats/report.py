@@ -1,0 +1,227 @@
+"""The one data model of every analysis: a frozen :class:`Report` of :class:`Section` s.
+
+Every analysis (a pair, a study tree, a MoFA tree, a regime grid) returns a :class:`Report`.
+A section holds :class:`Table` s (a frame plus how to show it) and :class:`Figure` s (a drawing
+kind plus the finished frames it draws); ``Section.skipped`` says in words why a section has
+nothing to show. :meth:`Report.tables` is derived from the sections, never written by hand.
+Rendering (HTML, LaTeX, CSV, Markdown) lives in the top-level ``reports`` package and is
+imported lazily by :meth:`Report.to_latex`, :meth:`Report.to_markdown` and :meth:`Report.write`;
+this module needs pandas only.
+
+The number formats shared by the tables and by the generated sentences (findings, headlines)
+are here too, so a sentence quotes a number exactly as its table cell shows it.
+
+Examples
+--------
+>>> import pandas as pd
+>>> t = Table("effects", pd.DataFrame({"layer": [0, 1], "mean_diff": [0.1234, -0.05]}), "Paired effects.",
+...           (Column("Layer", "layer", "int"), Column("Δ", "mean_diff")))
+>>> rep = Report("demo", "one pair", (Section("effects", "Paired effects", tables=(t,)),
+...                                   Section("words", "Word map", skipped="no example qualifies")))
+>>> list(rep.tables()), rep.table("effects").caption
+(['effects'], 'Paired effects.')
+>>> rep.sections[1].skipped
+'no example qualifies'
+>>> fmt_p(0.00002), fmt_ci(0.11241, 0.1383), fmt_num(float("nan"))
+('< 0.001', '[0.112, 0.138]', '–')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from routestats.errors import RoutestatsError
+
+__all__ = ["Column", "Table", "Figure", "Section", "Report", "fmt_num", "fmt_sig", "fmt_int", "fmt_p", "fmt_ci",
+           "pct", "point_label", "DASH"]
+
+DASH = "–"
+COLUMN_KINDS = ("num", "int", "p", "sig", "ci", "range", "text")
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA
+
+
+def fmt_num(x, digits: int = 3) -> str:
+    """Fixed decimals; missing values as an en dash."""
+    return DASH if _missing(x) else f"{float(x):.{digits}f}"
+
+
+def fmt_sig(x, digits: int = 3) -> str:
+    """Significant digits, for values spanning orders of magnitude (eigenvalues, errors).
+
+    >>> fmt_sig(1694570.3), fmt_sig(0.000123456), fmt_sig(float("nan"))
+    ('1.69e+06', '0.000123', '–')
+    """
+    return DASH if _missing(x) else f"{float(x):.{digits}g}"
+
+
+def fmt_int(x) -> str:
+    return DASH if _missing(x) else f"{int(x):d}"
+
+
+def fmt_p(p, digits: int = 3) -> str:
+    """p-values: '< 0.001' below 10^-digits, else fixed decimals."""
+    if _missing(p):
+        return DASH
+    floor = 10.0 ** (-digits)
+    return f"< {floor:.{digits}f}" if p < floor else f"{p:.{digits}f}"
+
+
+def fmt_ci(lo, hi, digits: int = 3) -> str:
+    return DASH if _missing(lo) or _missing(hi) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def point_label(r) -> str:
+    """'L2 E5 r17' for a row with layer, example and token (a bare operator file has layer -1).
+
+    >>> point_label({"layer": 2, "example": 5, "token": 17}), point_label({"layer": -1})
+    ('L2 E5 r17', 'operator file')
+    """
+    return f"L{int(r['layer'])} E{int(r['example'])} r{int(r['token'])}" if int(r.get("layer", -1)) >= 0 else "operator file"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One shown column: header, source column (or (low, high) for a CI / range), kind, digits."""
+
+    header: str
+    source: str | tuple[str, str]
+    kind: str = "num"  # num, int, p, sig (significant digits), ci (low, high), range (first, last), text
+    digits: int = 3
+
+    def __post_init__(self):
+        if self.kind not in COLUMN_KINDS:
+            raise ValueError(f"column kind {self.kind!r} is not one of {COLUMN_KINDS}")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A finished frame and how to show it. A table without ``columns`` is exported (CSV) only."""
+
+    name: str
+    frame: pd.DataFrame = field(repr=False)
+    caption: str = ""
+    columns: tuple[Column, ...] = ()
+    bold_max: tuple[str, ...] = ()  # columns whose maximum is marked (within group_by)
+    group_by: str | None = None
+    notes: str = ""
+    subject: str = ""  # user-supplied text appended to the LaTeX caption (run ids); escaped verbatim
+
+    @property
+    def shown(self) -> bool:
+        return bool(self.columns)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure of kind ``kind`` (a key of the renderer's registry) drawn from finished ``frames``."""
+
+    name: str
+    kind: str
+    frames: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One titled part of a report; ``skipped`` says why it has nothing to show."""
+
+    id: str
+    title: str
+    tables: tuple[Table, ...] = ()
+    figures: tuple[Figure, ...] = ()
+    text: str = ""
+    skipped: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything one analysis shows: sections, generated sentences, methods and provenance.
+
+    ``data`` holds frames that are inputs of figures or of further analysis but no table;
+    ``facts`` holds the scalars the sentences were generated from (counts, steps, ...);
+    ``parts`` holds sub-reports shown after this one (the per-pair parts of a study).
+    """
+
+    title: str
+    subtitle: str
+    sections: tuple[Section, ...]
+    findings: tuple[str, ...] = ()
+    methods: str = ""
+    provenance: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    data: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    parts: tuple["Report", ...] = ()
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table of this report (not of its parts) by name, in section order."""
+        return {t.name: t.frame for s in self.sections for t in s.tables}
+
+    def table(self, name: str) -> Table:
+        """The :class:`Table` called ``name``; a clear error names the ones there are."""
+        for s in self.sections:
+            for t in s.tables:
+                if t.name == name:
+                    return t
+        raise RoutestatsError(f"this report has no table {name!r}; it has: {', '.join(self.tables()) or 'none'}")
+
+    def frame(self, name: str) -> pd.DataFrame:
+        """A table's frame, or a frame of ``data``."""
+        if name in self.data:
+            return self.data[name]
+        return self.table(name).frame
+
+    def section(self, id: str) -> Section:
+        for s in self.sections:
+            if s.id == id:
+                return s
+        raise RoutestatsError(f"this report has no section {id!r}")
+
+    def all_reports(self) -> list["Report"]:
+        """This report followed by its parts (depth first)."""
+        out = [self]
+        for p in self.parts:
+            out += p.all_reports()
+        return out
+
+    def to_text(self, name: str, fmt: str = "latex") -> str:
+        """Table ``name`` (of this report or, failing that, of a part) as LaTeX, CSV or Markdown text."""
+        found = [r.table(name) for r in self.all_reports() if name in r.tables()]
+        if not found:
+            names = sorted({n for r in self.all_reports() for n in r.tables()})
+            raise RoutestatsError(f"unknown table {name!r}; this report has: {', '.join(names)}")
+        try:
+            return _renderer().table_text(found[0], fmt)
+        except ValueError as exc:
+            raise RoutestatsError(str(exc)) from None
+
+    def to_latex(self, name: str) -> str:
+        """One table as a booktabs LaTeX fragment (escaped; compiles with ``\\usepackage{booktabs}``)."""
+        return self.to_text(name, "latex")
+
+    def to_markdown(self, name: str | None = None) -> str:
+        """One table (or, without a name, the whole report) as Markdown."""
+        return self.to_text(name, "markdown") if name else _renderer().markdown(self)
+
+    def write(self, out: str | Path, formats: Sequence[str] = ("html", "latex"), **kw) -> dict[str, Path]:
+        """Write the report folder (HTML, LaTeX, CSV, figures); returns what was written."""
+        return _renderer().render(self, out, formats, **kw)
+
+
+def _renderer():
+    """The renderer (top-level ``reports`` package), imported at call time only: the data model does not
+    depend on it, and ``import routestats`` never loads jinja2 or matplotlib."""
+    import importlib
+
+    return importlib.import_module("reports.render")

@@ -1,0 +1,124 @@
+"""One settings type for every analysis, with the one set of defaults the CLI and the API share.
+
+Examples
+--------
+>>> s = AnalysisSettings(resamples=500)
+>>> s.resamples, s.permutations, s.seed
+(500, 20000, 1001)
+>>> AnalysisSettings(mode="bca")
+Traceback (most recent call last):
+...
+routestats.errors.RoutestatsError: mode must be one of shared, numpy, python-random, got 'bca'
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+
+import numpy as np
+
+from routestats.errors import RoutestatsError
+
+__all__ = ["AnalysisSettings", "PatternRules", "MODES", "EXAMPLE_SETS"]
+
+MODES = ("shared", "numpy", "python-random")
+EXAMPLE_SETS = ("all", "primary", "length_sample", "test_sample")
+
+
+@dataclass(frozen=True)
+class PatternRules:
+    """Thresholds of the seed-table pattern labels (first matching rule wins).
+
+    1. ``ordering reverses`` -- the gap SFM_upper - SFM_lower changes sign between baseline
+       and variant, both gaps at least ``gap_tol`` in size;
+    2. ``L<upper>-dominant`` -- delta_upper > 0 and delta_upper >= ``dominance_ratio`` x |delta_lower|;
+    3. ``relatively strong paired change`` -- max(|delta_lower|, |delta_upper|) >= ``strong_delta``;
+    4. ``gap narrows`` -- |variant gap| <= |baseline gap| - ``gap_tol``;
+    5. otherwise ``small change``.
+    """
+
+    strong_delta: float = 0.05
+    dominance_ratio: float = 2.0
+    gap_tol: float = 0.01
+
+    def label(self, d_lo, d_up, gap_b, gap_v, upper_name: str) -> str:
+        if abs(gap_b) >= self.gap_tol and abs(gap_v) >= self.gap_tol and np.sign(gap_b) != np.sign(gap_v):
+            return "ordering reverses"
+        if d_up > 0 and d_up >= self.dominance_ratio * abs(d_lo):
+            return f"{upper_name}-dominant"
+        if max(abs(d_lo), abs(d_up)) >= self.strong_delta:
+            return "relatively strong paired change"
+        if abs(gap_v) <= abs(gap_b) - self.gap_tol:
+            return "gap narrows"
+        return "small change"
+
+
+@dataclass(frozen=True)
+class AnalysisSettings:
+    """Every setting of an analysis (all recorded in its report's provenance).
+
+    Pair and study: ``resamples`` (bootstrap), ``permutations`` (sign-flip draws), ``seed``,
+    ``mode`` (RNG procedure: ``shared`` or a reference mode), ``confidence``, ``examples``
+    (all, primary, length_sample, test_sample), ``step`` (None: the final one),
+    ``missing_fields`` (field-to-field: ``zero`` or ``exclude``), ``gradient_window``, the
+    word-map selection rule (``token_map_*``), ``length_resamples`` (Spearman bootstrap),
+    ``rules`` (seed-table pattern labels), ``pairs`` (per-pair parts of a tree report: auto,
+    reference, all, none), ``factor``/``baseline`` (the factor whose levels form the pairs and
+    its baseline level). MoFA: ``in_domain``, ``test`` (t or signflip), ``holm_family``.
+    Regime: ``probes`` (random directions per point) and ``layer``/``example``/``token``
+    (None: every stored point).
+    """
+
+    resamples: int = 10_000
+    permutations: int = 20_000
+    seed: int = 1001
+    mode: str = "shared"
+    confidence: float = 0.95
+    examples: str = "all"
+    step: int | None = None
+    missing_fields: str = "zero"
+    gradient_window: int = 10
+    token_map_min_length: int = 20
+    token_map_max_length: int = 30
+    token_map_min_tokens_per_field: int = 4
+    token_map_layers: tuple[int, ...] | None = None  # default: the last two layers
+    length_resamples: int = 2000
+    rules: PatternRules = field(default_factory=PatternRules)
+    pairs: str = "auto"
+    factor: str = "variant"
+    baseline: str = "baseline"
+    in_domain: str | None = "docstrings"
+    test: str = "t"
+    holm_family: bool = False
+    probes: int = 512
+    layer: int | None = None
+    example: int | None = None
+    token: int | None = None
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise RoutestatsError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.examples not in EXAMPLE_SETS:
+            raise RoutestatsError(f"examples must be all, primary, length_sample or test_sample, got {self.examples!r}")
+        if self.resamples < 1 or self.permutations < 1 or self.length_resamples < 1 or self.probes < 1:
+            raise RoutestatsError("resamples, permutations, length_resamples and probes must be positive")
+        if not 0 < self.confidence < 1:
+            raise RoutestatsError(f"confidence must lie in (0, 1), got {self.confidence}")
+        if self.pairs not in ("auto", "reference", "all", "none"):
+            raise RoutestatsError(f"pairs must be auto, reference, all or none, got {self.pairs!r}")
+        if self.missing_fields not in ("zero", "exclude"):
+            raise RoutestatsError(f"missing_fields must be zero or exclude, got {self.missing_fields!r}")
+        if self.test not in ("t", "wilcoxon", "signflip"):
+            raise RoutestatsError(f"test must be t, wilcoxon or signflip, got {self.test!r}")
+
+    @classmethod
+    def of(cls, settings: "AnalysisSettings | None" = None, **overrides) -> "AnalysisSettings":
+        """``settings`` (default: the defaults) with keyword overrides; unknown keywords are an error."""
+        names = {f.name for f in fields(cls)}
+        bad = sorted(set(overrides) - names)
+        if bad:
+            raise RoutestatsError(f"unknown setting(s) {', '.join(bad)}; settings are: {', '.join(sorted(names))}")
+        return replace(settings or cls(), **overrides)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

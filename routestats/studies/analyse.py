@@ -1,0 +1,127 @@
+"""Which analysis a path holds, and the one call that runs it: :func:`analyse`.
+
+A path is one of: a run directory (``run.json``) with regime operators, or a bare operator
+``.npz`` (regime report); a tree whose runs carry MoFA ``ratio`` factors (MoFA report); a
+folder holding a baseline and its paired variant(s) (pair report), or a tree of several pairs
+(study report, with per-pair parts as ``settings.pairs`` says). Grouping comes from
+manifests, never from folder names; ``init_probe/`` and ``lengths/`` folders beside the runs
+are picked up by the study report.
+
+Examples
+--------
+>>> import routestats as rs
+>>> from routestats.rundir.synthetic import demo_run_dir
+>>> rep = rs.analyse(demo_run_dir(), resamples=200, permutations=200)
+>>> rep.title
+'demo-docstrings-dbpedia-saab-seed1001 vs demo-docstrings-dbpedia-baseline-seed1001'
+>>> rep.table("effects").frame.columns[:3].tolist()
+['metric', 'layer', 'n']
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from routestats.errors import RoutestatsError
+from routestats.report import Report
+from routestats.rundir import schema as S
+from routestats.rundir.read import Run, RunCollection, RunPair, load_run, load_runs
+from routestats.settings import AnalysisSettings
+from routestats.studies.seeds import is_reference_pair
+
+__all__ = ["analyse", "load", "find_pairs", "is_mofa_tree"]
+
+
+def load(path: str | Path) -> Run | RunCollection:
+    """A :class:`Run` when ``path`` holds ``run.json``, else the :class:`RunCollection` of the tree."""
+    path = Path(path)
+    if not path.exists():
+        raise RoutestatsError(f"{path}: no such file or directory")
+    if (path / S.MANIFEST).is_file():
+        return load_run(path)
+    return load_runs(path)
+
+
+def is_mofa_tree(runs: RunCollection, settings: AnalysisSettings) -> bool:
+    """A tree of MoFA runs: runs carry a ``ratio`` factor and no pairing factor."""
+    return "ratio" in runs.index.columns and settings.factor not in runs.index.columns
+
+
+def find_pairs(obj: Run | RunCollection, settings: AnalysisSettings) -> list[RunPair]:
+    """Every (baseline, variant) pair of ``obj`` by ``settings.factor`` / ``settings.baseline``."""
+    if isinstance(obj, Run):
+        raise RoutestatsError(f"{obj.path} is a single run; give the folder holding the baseline and variant runs")
+    pairs = obj.pairs(factor=settings.factor, baseline=settings.baseline)
+    if not pairs:
+        raise RoutestatsError(f"no {settings.factor}={settings.baseline} baseline with a paired variant found")
+    return pairs
+
+
+def _pair_parts(pairs: list[RunPair], settings: AnalysisSettings) -> list[RunPair]:
+    mode = ("all" if len(pairs) == 1 else "none") if settings.pairs == "auto" else settings.pairs
+    if mode == "reference":
+        return [p for p in pairs if is_reference_pair(p.variant.factors)]
+    return pairs if mode == "all" else []
+
+
+def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progress=None,
+            init_probe: str | Path | None = None, workers: int = 1, **overrides) -> Report:
+    """The :class:`Report` of whatever ``path`` holds (pair, study tree, MoFA tree, regime operators).
+
+    Keyword ``overrides`` are :class:`AnalysisSettings` fields (``resamples=2000``, ...).
+    ``workers`` > 1 reduces the runs of a tree in parallel processes through the on-disk cache.
+    """
+    s = AnalysisSettings.of(settings, **overrides)
+    path = Path(path)
+    if path.is_file() and path.suffix == ".npz":
+        from routestats.regime.report import build_regime_report
+
+        return build_regime_report(path, s, progress)
+    obj = load(path)
+    if isinstance(obj, Run):
+        if (obj.path / S.OPERATOR_DIR / S.OPERATOR_INDEX).is_file():
+            from routestats.regime.report import build_regime_report
+
+            return build_regime_report(obj.path, s, progress)
+        find_pairs(obj, s)  # a single run without operators: say how to point at a pair
+    if workers > 1:
+        from routestats.metrics.routing import warm_cache
+
+        warm_cache(obj, workers=workers)
+    if is_mofa_tree(obj, s):
+        from routestats.studies.mofa_report import build_mofa_report
+
+        return build_mofa_report(obj, s, progress)
+    from routestats.studies.pair_report import build_pair_report
+
+    pairs = find_pairs(obj, s)
+    parts = tuple(build_pair_report(p, s, progress) for p in _pair_parts(pairs, s))
+    if len(pairs) == 1:
+        return parts[0] if parts else build_pair_report(pairs[0], s, progress)
+    from routestats.studies.study_report import build_study_report
+
+    probe = init_probe or (path / "init_probe" if (path / "init_probe" / "probe.json").is_file() else None)
+    lengths = path / "lengths" if (path / "lengths").is_dir() else None
+    study = build_study_report(obj, s, progress, init_probe=probe, lengths=lengths)
+    from dataclasses import replace
+
+    return replace(study, parts=parts)
+
+
+def summary_tables(path: str | Path, settings: AnalysisSettings | None = None) -> list[tuple[str, "object"]]:
+    """(title, frame) pairs for the terminal: per-layer SFM/entropy per run, paired effects per pair."""
+    from routestats.metrics.routing import layer_summary
+    from routestats.studies.effects import paired_effects
+
+    s = settings or AnalysisSettings()
+    obj = load(path)
+    runs = [obj] if isinstance(obj, Run) else list(obj)
+    out = [(f"{r.run_id} (step {r.final_step})", layer_summary(r)[["layer", "sfm", "entropy", "n_examples"]])
+           for r in runs]
+    if isinstance(obj, RunCollection) and s.factor in obj.index.columns:
+        cols = ["layer", "baseline_mean", "variant_mean", "mean_diff", "ci_low", "ci_high", "dz", "p_holm"]
+        for p in obj.pairs(factor=s.factor, baseline=s.baseline):
+            e = paired_effects(p, resamples=s.resamples, permutations=s.permutations, seed=s.seed)
+            out.append((f"paired SFM: {p.variant.run_id} - {p.baseline.run_id}", e[cols]))
+    return out
+
