@@ -105,7 +105,7 @@ def _print(frames: list) -> None:
 @command
 def info(path: Path = typer.Argument(..., help="A run directory or a tree of runs.")) -> None:
     """Say what a run or a run tree holds."""
-    from routestats.rundir.read import describe
+    from routestats.rundir.collection import describe
     from routestats.studies.analyse import load
 
     _print([describe(load(path))])

@@ -6,7 +6,7 @@ class RoutestatsError(ValueError):
 
 
 class RunFormatError(RoutestatsError):
-    """A run directory breaks the contract in :mod:`routestats.schema`."""
+    """A run directory breaks the contract in :mod:`routestats.rundir.schema`."""
 
 
 class IncompleteRunError(RunFormatError):

@@ -25,7 +25,7 @@ import torch
 from routestats.rundir import schema as S
 from routestats.rundir.atomic import sha256_file, write_json_atomic
 from routestats.errors import RoutestatsError
-from routestats.rundir.read import load_runs
+from routestats.rundir.collection import load_runs
 from routestats.rundir.write import RunWriter, software_versions
 from routestats.rundir.sampling import reservoir_indices
 

@@ -39,7 +39,8 @@ import pandas as pd
 
 from routestats.rundir import schema as S
 from routestats.errors import RoutestatsError
-from routestats.rundir.read import Run, RunPair
+from routestats.rundir.read import Run
+from routestats.rundir.collection import RunPair
 from routestats.rundir.reductions import reduce_queries, summarise_queries
 
 __all__ = [
@@ -240,7 +241,7 @@ def _per_example(obj, metric: str, step=None, examples=None) -> pd.DataFrame:
 def sfm(obj, step: int | None = None, examples=None) -> pd.DataFrame:
     """Per-example, per-layer same-field mass (mean over heads; METHODS 2.1).
 
-    For a :class:`~routestats.io.RunPair` both runs are stacked with a ``role`` column
+    For a :class:`~routestats.rundir.collection.RunPair` both runs are stacked with a ``role`` column
     (``baseline`` / ``variant``). ``examples`` selects a subset (see :func:`select_examples`).
     """
     return _per_example(obj, "sfm", step, examples)

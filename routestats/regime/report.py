@@ -3,7 +3,7 @@
 Operators come from ``python -m runners regime`` (``RUN/operators/index.json`` plus one ``.npz``
 per operating point) or from a single ``.npz`` holding at least J_T, J_Q and J_K. Everything
 here is numpy/scipy: the certificate, severity, geometry, regime maps and agreement of
-:mod:`routestats.regime`, :mod:`routestats.regime_geometry` and :mod:`routestats.regime_maps`.
+:mod:`routestats.regime.certify`, :mod:`routestats.regime.geometry` and :mod:`routestats.regime.maps`.
 
 Tidy tables of the regime :class:`routestats.report.Report` (each keyed by layer, example, token):
 

@@ -1,4 +1,4 @@
-"""Load and validate run directories and run trees (the contract is in :mod:`routestats.schema`).
+"""Load and validate one run directory (the contract is in :mod:`routestats.rundir.schema`).
 
 Reads are lazy and selective: the manifest is read on :func:`load_run`; examples, metrics and
 gradients on first use; attention is streamed one example at a time, one Parquet row group
@@ -12,9 +12,6 @@ Examples
 >>> run = load_run(base)
 >>> run.factors["variant"], run.attention_steps
 ('baseline', [100])
->>> p = pair(run, load_run(var))
->>> p.variant.factors["variant"]
-'saab'
 """
 
 from __future__ import annotations
@@ -33,50 +30,12 @@ import pyarrow.parquet as pq
 
 from routestats.rundir import schema as S
 from routestats.rundir.atomic import sha256_file
-from routestats.errors import IncompleteRunError, PairingError, RunFormatError, SchemaVersionError
+from routestats.rundir.blocks import ExampleAttention, ExampleReductions, iter_blocks, matrices_block, reductions_block
+from routestats.errors import IncompleteRunError, RunFormatError, SchemaVersionError
 
-__all__ = [
-    "Run",
-    "RunCollection",
-    "RunPair",
-    "ExampleAttention",
-    "ExampleReductions",
-    "load_run",
-    "load_runs",
-    "pair",
-]
+__all__ = ["Run", "ExampleAttention", "ExampleReductions", "load_run"]
 
 
-# ---------------------------------------------------------------- per-example blocks
-@dataclass(frozen=True)
-class ExampleAttention:
-    """All stored attention matrices of one example (form ``matrices``).
-
-    ``weights`` has shape (rows, n, n), one row per (layer, head) sorted by layer then head.
-    """
-
-    example_id: int
-    layer: np.ndarray
-    head: np.ndarray
-    head_type: np.ndarray
-    weights: np.ndarray
-
-
-@dataclass(frozen=True)
-class ExampleReductions:
-    """Per-query reductions of one example (form ``reductions``); arrays are (rows, n[, F])."""
-
-    example_id: int
-    layer: np.ndarray
-    head: np.ndarray
-    head_type: np.ndarray
-    row_mass: np.ndarray
-    entropy: np.ndarray
-    entropy_rownorm: np.ndarray
-    field_mass: np.ndarray
-
-
-# ---------------------------------------------------------------- manifest checks
 def _read_manifest(path: Path) -> dict:
     mpath = path / S.MANIFEST
     if not path.is_dir():
@@ -238,7 +197,7 @@ class Run:
         return df
 
     def examples(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """The evaluated examples (see :data:`routestats.schema.EXAMPLES_SCHEMA`).
+        """The evaluated examples (see :data:`routestats.rundir.schema.EXAMPLES_SCHEMA`).
 
         Returns a copy, indexed 0..n-1 in stored order.
         """
@@ -291,16 +250,16 @@ class Run:
 
         Every block is validated: finite, non-negative, ``n`` equal to the example's
         evaluated length, softmax rows summing to 1 within
-        :data:`routestats.schema.ROW_SUM_ATOL` for the stored dtype.
+        :data:`routestats.rundir.schema.ROW_SUM_ATOL` for the stored dtype.
         """
         path = self.attention_path(step, S.FORM_MATRICES)
         dtype = self.manifest["attention"]["dtype"]
         pf = pq.ParquetFile(path)
         _check_schema(str(path), pf.schema_arrow, S.attention_matrices_schema(dtype))
         lengths = self._lengths()
-        for block in _iter_blocks(pf, examples, layers):
+        for block in iter_blocks(pf, examples, layers):
             ex, rows = block
-            yield _matrices_block(str(path), ex, rows, lengths, dtype)
+            yield matrices_block(str(path), ex, rows, lengths, dtype)
 
     def iter_reductions(
         self,
@@ -314,8 +273,8 @@ class Run:
         _check_schema(str(path), pf.schema_arrow, S.REDUCTIONS_SCHEMA)
         lengths = self._lengths()
         n_fields = len(self.field_ids)
-        for ex, rows in _iter_blocks(pf, examples, layers):
-            yield _reductions_block(str(path), ex, rows, lengths, n_fields)
+        for ex, rows in iter_blocks(pf, examples, layers):
+            yield reductions_block(str(path), ex, rows, lengths, n_fields)
 
     def _lengths(self) -> dict[int, int]:
         df = self._examples
@@ -403,175 +362,6 @@ def _validate_examples(df: pd.DataFrame, fname: str, vocab_size: int) -> None:
                 f"{fname}: column 'field_ids' of example_id {owner} holds {off}, outside the field "
                 f"vocabulary [0, {vocab_size})"
             )
-
-
-# ---------------------------------------------------------------- streaming helpers
-class _Columns:
-    """One row group's columns as numpy, each converted once (list columns as values + offsets)."""
-
-    def __init__(self, table: pa.Table):
-        self.table = table
-        self._plain: dict = {}
-        self._lists: dict = {}
-
-    def plain(self, name: str) -> np.ndarray:
-        if name not in self._plain:
-            self._plain[name] = self.table[name].combine_chunks().to_numpy(zero_copy_only=False)
-        return self._plain[name]
-
-    def lists(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        if name not in self._lists:
-            arr = self.table[name].combine_chunks()
-            self._lists[name] = (arr.values.to_numpy(zero_copy_only=False), arr.offsets.to_numpy())
-        return self._lists[name]
-
-
-class _Rows:
-    """Rows [s, e) of a :class:`_Columns`: one example's rows, as numpy views."""
-
-    def __init__(self, cols: _Columns, s: int, e: int):
-        self.cols, self.s, self.e = cols, s, e
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.cols.plain(name)[self.s : self.e]
-
-    def list_values(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(values, offsets) with offsets[i]..offsets[i+1] the values of row i (absolute into values)."""
-        values, offsets = self.cols.lists(name)
-        return values, offsets[self.s : self.e + 1]
-
-
-def _iter_blocks(pf: pq.ParquetFile, examples, layers):
-    """Yield (example_id, :class:`_Rows` of its rows), streaming row group by row group."""
-    want_ex = None if examples is None else set(int(e) for e in examples)
-    want_layers = None if layers is None else np.asarray(sorted(set(int(x) for x in layers)))
-    carry: pa.Table | None = None
-    for rg in range(pf.num_row_groups):
-        t = pf.read_row_group(rg)
-        if want_ex is not None:
-            mask = pa.compute.is_in(t["example_id"], pa.array(sorted(want_ex), pa.int64()))
-            t = t.filter(mask)
-        if want_layers is not None:
-            mask = pa.compute.is_in(t["layer"], pa.array(want_layers, pa.int16()))
-            t = t.filter(mask)
-        if carry is not None:
-            t = pa.concat_tables([carry, t])
-            carry = None
-        if t.num_rows == 0:
-            continue
-        ex = t["example_id"].to_numpy()
-        # example ids in first-appearance order; the last one may continue in the next group
-        change = np.flatnonzero(np.diff(ex)) + 1
-        starts = np.concatenate([[0], change])
-        ends = np.concatenate([change, [len(ex)]])
-        last = rg == pf.num_row_groups - 1
-        cols = _Columns(t)
-        for s, e in zip(starts, ends):
-            if e == len(ex) and not last:
-                carry = t.slice(s, e - s)
-                break
-            yield int(ex[s]), _Rows(cols, int(s), int(e))
-    if carry is not None and carry.num_rows:
-        yield int(carry["example_id"][0].as_py()), _Rows(_Columns(carry), 0, carry.num_rows)
-
-
-def _sorted_rows(rows: _Rows):
-    layer = rows["layer"].astype(np.int64)
-    head = rows["head"].astype(np.int64)
-    order = np.lexsort((head, layer))
-    key = layer[order] * 100000 + head[order]
-    return layer, head, order, key
-
-
-def _matrices_block(fname, ex, rows, lengths, dtype) -> ExampleAttention:
-    if ex not in lengths:
-        raise RunFormatError(f"{fname}: example_id {ex} is not in {S.EXAMPLES}")
-    layer, head, order, key = _sorted_rows(rows)
-    if np.any(np.diff(key) == 0):
-        raise RunFormatError(f"{fname}: example_id {ex} has a repeated (layer, head) row")
-    ns = rows["n"]
-    n = lengths[ex]
-    if np.any(ns != n):
-        raise RunFormatError(
-            f"{fname}: column 'n' of example_id {ex} is {int(ns[ns != n][0])}, but the example's "
-            f"evaluated length is {n}"
-        )
-    values, offsets = rows.list_values("weights")
-    sizes = np.diff(offsets)
-    if np.any(sizes != n * n):
-        i = int(np.flatnonzero(sizes != n * n)[0])
-        raise RunFormatError(
-            f"{fname}: column 'weights' of example_id {ex}, layer {layer[i]}, head {head[i]} has "
-            f"{sizes[i]} values, expected n*n = {n * n}"
-        )
-    w = values[offsets[0] : offsets[-1]].reshape(len(ns), n, n)
-    if not np.array_equal(order, np.arange(len(order))):
-        w = w[order]
-    layer, head = layer[order], head[order]
-    head_type = rows["head_type"][order]
-    _check_probabilities(fname, ex, layer, head, head_type, w, dtype)
-    return ExampleAttention(ex, layer, head, head_type, w)
-
-
-def _check_probabilities(fname, ex, layer, head, head_type, w, dtype) -> None:
-    finite = np.isfinite(w)
-    if not finite.all():
-        i = np.argwhere(~finite)[0]
-        raise RunFormatError(
-            f"{fname}: column 'weights' of example_id {ex}, layer {layer[i[0]]}, head {head[i[0]]} "
-            f"holds {w[tuple(i)]} at query {i[1]}, key {i[2]}"
-        )
-    neg = w < 0
-    if neg.any():
-        i = np.argwhere(neg)[0]
-        raise RunFormatError(
-            f"{fname}: column 'weights' of example_id {ex}, layer {layer[i[0]]}, head {head[i[0]]} "
-            f"holds negative attention {float(w[tuple(i)])} at query {i[1]}, key {i[2]}"
-        )
-    soft = head_type == "softmax"
-    if soft.any():
-        sums = w[soft].sum(axis=-1, dtype=np.float64)
-        err = np.abs(sums - 1.0)
-        tol = S.ROW_SUM_ATOL[dtype]
-        if err.size and err.max() > tol:
-            r, q = np.unravel_index(int(err.argmax()), err.shape)
-            rr = np.flatnonzero(soft)[r]
-            raise RunFormatError(
-                f"{fname}: softmax row of example_id {ex}, layer {layer[rr]}, head {head[rr]}, "
-                f"query {q} sums to {sums[r, q]:.6g}; rows must sum to 1 within {tol:g} for {dtype}"
-            )
-
-
-def _reductions_block(fname, ex, rows, lengths, n_fields) -> ExampleReductions:
-    if ex not in lengths:
-        raise RunFormatError(f"{fname}: example_id {ex} is not in {S.EXAMPLES}")
-    layer, head, order, key = _sorted_rows(rows)
-    if np.any(np.diff(key) == 0):
-        raise RunFormatError(f"{fname}: example_id {ex} has a repeated (layer, head) row")
-    n = lengths[ex]
-    ns = rows["n"]
-    if np.any(ns != n):
-        raise RunFormatError(
-            f"{fname}: column 'n' of example_id {ex} is {int(ns[ns != n][0])}, but the example's "
-            f"evaluated length is {n}"
-        )
-    out = {}
-    for col, width in (("row_mass", 1), ("entropy", 1), ("entropy_rownorm", 1), ("field_mass", n_fields)):
-        values, offsets = rows.list_values(col)
-        if np.any(np.diff(offsets) != n * width):
-            raise RunFormatError(
-                f"{fname}: column {col!r} of example_id {ex} has the wrong number of values "
-                f"(expected {n * width} per row)"
-            )
-        arr = values[offsets[0] : offsets[-1]].reshape((len(ns), n) + ((width,) if col == "field_mass" else ()))
-        # masses are non-negative; entropies can be ~ -1e-10 (the epsilon inside the log) on one-hot rows
-        if not np.isfinite(arr).all() or (col in ("row_mass", "field_mass") and (arr < 0).any()):
-            raise RunFormatError(f"{fname}: column {col!r} of example_id {ex} holds a non-finite or negative value")
-        out[col] = arr[order]
-    head_type = rows["head_type"][order]
-    return ExampleReductions(ex, layer[order], head[order], head_type, **out)
-
-
 # ---------------------------------------------------------------- loading
 def load_run(path: str | os.PathLike) -> Run:
     """Load one run directory (manifest checked now, tables read lazily).
@@ -588,189 +378,3 @@ def load_run(path: str | os.PathLike) -> Run:
     p = Path(path)
     return Run(p, _read_manifest(p))
 
-
-@dataclass(frozen=True)
-class RunPair:
-    """A baseline and a variant run verified to share init, data order and examples."""
-
-    baseline: Run
-    variant: Run
-
-    @property
-    def seed(self) -> int | None:
-        return self.baseline.seed
-
-    def swapped(self) -> "RunPair":
-        """The same pair with roles exchanged (signs of every delta flip)."""
-        return RunPair(self.variant, self.baseline)
-
-
-def pair(baseline: Run, variant: Run) -> RunPair:
-    """Pair two runs after checking they were trained and evaluated as an exact pair.
-
-    Refuses runs whose ``init_id`` or ``data_order_id`` differ, whose named fields differ,
-    or whose evaluated examples differ (ids, order or content hashes); the message says which.
-    """
-    a, b = baseline, variant
-    for key in ("init_id", "data_order_id"):
-        va, vb = getattr(a, key), getattr(b, key)
-        if va != vb:
-            raise PairingError(
-                f"cannot pair {a.run_id} with {b.run_id}: {key} differs ({va[:16]} vs {vb[:16]})"
-            )
-    if a.named_fields != b.named_fields:
-        raise PairingError(
-            f"cannot pair {a.run_id} with {b.run_id}: named fields differ ({a.named_fields} vs {b.named_fields})"
-        )
-    ea = a.examples(["example_id", "content_sha256"])
-    eb = b.examples(["example_id", "content_sha256"])
-    if len(ea) != len(eb):
-        raise PairingError(
-            f"cannot pair {a.run_id} with {b.run_id}: evaluated example counts differ ({len(ea)} vs {len(eb)})"
-        )
-    ids_a, ids_b = ea["example_id"].to_numpy(), eb["example_id"].to_numpy()
-    if not np.array_equal(ids_a, ids_b):
-        i = int(np.flatnonzero(ids_a != ids_b)[0])
-        raise PairingError(
-            f"cannot pair {a.run_id} with {b.run_id}: evaluated examples differ in id or order "
-            f"(position {i}: example_id {ids_a[i]} vs {ids_b[i]})"
-        )
-    ha, hb = ea["content_sha256"].to_numpy(), eb["content_sha256"].to_numpy()
-    if not np.array_equal(ha, hb):
-        i = int(np.flatnonzero(ha != hb)[0])
-        raise PairingError(
-            f"cannot pair {a.run_id} with {b.run_id}: example_id {ids_a[i]} has different content "
-            f"(hash {ha[i][:12]} vs {hb[i][:12]})"
-        )
-    return RunPair(a, b)
-
-
-@dataclass(frozen=True)
-class RunCollection:
-    """Runs found under a tree, with a tidy index built from their manifests.
-
-    ``index`` columns: run_id, path, study, seed, init_id, data_order_id, then one column
-    per factor (missing levels are NA).
-    """
-
-    runs: tuple[Run, ...]
-    index: pd.DataFrame
-
-    def __len__(self) -> int:
-        return len(self.runs)
-
-    def __iter__(self):
-        return iter(self.runs)
-
-    def get(self, run_id: str) -> Run:
-        for r in self.runs:
-            if r.run_id == run_id:
-                return r
-        raise KeyError(run_id)
-
-    def select(self, **levels) -> "RunCollection":
-        """Runs whose factors (or seed/study) equal the given levels.
-
-        >>> import tempfile
-        >>> from routestats.rundir.synthetic import synthetic_pair
-        >>> d = tempfile.mkdtemp()
-        >>> _ = synthetic_pair(d, seed=1, n_examples=2)
-        >>> len(load_runs(d).select(variant="saab"))
-        1
-        """
-        mask = np.ones(len(self.index), dtype=bool)
-        for k, v in levels.items():
-            if k not in self.index.columns:
-                raise KeyError(f"no factor {k!r}; known: {list(self.index.columns)}")
-            mask &= (self.index[k] == v).fillna(False).to_numpy(dtype=bool)
-        keep = np.flatnonzero(mask)
-        return RunCollection(tuple(self.runs[i] for i in keep), self.index.iloc[keep].reset_index(drop=True))
-
-    def pairs(self, factor: str = "variant", baseline: str = "baseline") -> list[RunPair]:
-        """Pair every non-baseline run with the baseline run sharing its init and data order."""
-        if factor not in self.index.columns:
-            raise PairingError(f"no factor {factor!r} in these runs; known: {list(self.index.columns)}")
-        out = []
-        base = {}
-        for r in self.runs:
-            if r.factors.get(factor) == baseline:
-                key = (r.init_id, r.data_order_id)
-                if key in base:
-                    raise PairingError(
-                        f"two baseline runs share init and data order: {base[key].run_id}, {r.run_id}"
-                    )
-                base[key] = r
-        for r in self.runs:
-            if r.factors.get(factor) == baseline:
-                continue
-            b = base.get((r.init_id, r.data_order_id))
-            if b is None:
-                raise PairingError(f"run {r.run_id} has no {factor}={baseline} run with the same init and data order")
-            out.append(pair(b, r))
-        return out
-
-
-def load_runs(tree: str | os.PathLike, on_incomplete: str = "raise") -> RunCollection:
-    """Find every run under ``tree`` (any depth) and index them by their manifests.
-
-    Grouping comes from manifests only, never from directory names. A directory that holds
-    run files but no ``run.json`` is incomplete: ``on_incomplete="raise"`` (default) stops
-    with their list, ``"skip"`` leaves them out.
-    """
-    root = Path(tree)
-    if not root.is_dir():
-        raise RunFormatError(f"{root}: not a directory")
-    if on_incomplete not in ("raise", "skip"):
-        raise ValueError("on_incomplete must be 'raise' or 'skip'")
-    runs, incomplete = [], []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        if S.MANIFEST in filenames:
-            runs.append(load_run(dirpath))
-            dirnames[:] = []  # a run's own subfolders hold no runs
-        elif S.EXAMPLES in filenames or S.ATTENTION_DIR in dirnames:
-            incomplete.append(dirpath)
-            dirnames[:] = []
-    if incomplete and on_incomplete == "raise":
-        raise IncompleteRunError(
-            f"{len(incomplete)} incomplete run(s) without {S.MANIFEST} under {root}: "
-            + ", ".join(incomplete[:5])
-            + (" ..." if len(incomplete) > 5 else "")
-            + " (pass on_incomplete='skip' to leave them out)"
-        )
-    if not runs:
-        raise RunFormatError(f"{root}: no runs found (no {S.MANIFEST} below it)")
-    ids = [r.run_id for r in runs]
-    dup = {i for i in ids if ids.count(i) > 1}
-    if dup:
-        raise RunFormatError(f"{root}: run_id repeated across directories: {sorted(dup)}")
-    rows = []
-    for r in runs:
-        row = {
-            "run_id": r.run_id,
-            "path": str(r.path),
-            "study": r.study,
-            "seed": r.seed,
-            "init_id": r.init_id,
-            "data_order_id": r.data_order_id,
-        }
-        for k, v in r.factors.items():
-            if k in row:
-                raise RunFormatError(f"{r.path}: factor name {k!r} clashes with an index column")
-            row[k] = v
-        rows.append(row)
-    index = pd.DataFrame(rows)
-    index["seed"] = index["seed"].astype("Int64")
-    return RunCollection(tuple(runs), index)
-
-
-def describe(obj: "Run | RunCollection") -> tuple[str, pd.DataFrame]:
-    """(title, frame): one row per run with its id, study, seed, factors, examples, steps and forms."""
-    runs = [obj] if isinstance(obj, Run) else list(obj)
-    rows = []
-    for r in runs:
-        rows.append({"run_id": r.run_id, "study": r.study, "seed": r.seed, **{k: str(v) for k, v in r.factors.items()},
-                     "examples": len(r.examples(["example_id"])), "steps": ",".join(map(str, r.attention_steps)),
-                     "final forms": ",".join(r.attention_forms()) if r.attention_steps else "",
-                     "init": r.init_id[:10]})
-    return f"{len(runs)} run(s)", pd.DataFrame(rows)

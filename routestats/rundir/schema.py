@@ -1,7 +1,7 @@
 """The run-directory contract: the single source of truth for what a run holds.
 
 Every writer in the project (the PyTorch runners, the synthetic generator, third-party
-adapters) writes through these names and schemas, and :mod:`routestats.io` validates
+adapters) writes through these names and schemas, and :mod:`routestats.rundir.read` validates
 against them. The user-facing description lives in ``docs/run-format.md``; keep the two
 in step and bump :data:`SCHEMA_VERSION` on any incompatible change.
 

@@ -10,7 +10,7 @@ Examples
 >>> from routestats.rundir.read import load_run
 >>> b, v = synthetic_pair(tempfile.mkdtemp(), seed=3, n_examples=3)
 >>> load_run(v).manifest["notes"]
-'SYNTHETIC: attention drawn from random logits by routestats.datasets.synthetic_pair'
+'SYNTHETIC: attention drawn from random logits by routestats.rundir.synthetic.synthetic_pair'
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def synthetic_pair(
         w.write_gradients(pd.DataFrame(grads))
         paths.append(
             w.finalize(
-                notes="SYNTHETIC: attention drawn from random logits by routestats.datasets.synthetic_pair",
+                notes="SYNTHETIC: attention drawn from random logits by routestats.rundir.synthetic.synthetic_pair",
                 model={"n_layers": n_layers, "n_heads": n_heads},
             )
         )

@@ -182,7 +182,7 @@ class RunWriter:
         The run directory. An existing complete run is refused unless ``overwrite``; an
         incomplete one (no ``run.json``) is cleared first.
     run_id, study, factors, seed, init_id, data_order_id, fields
-        Required manifest entries (see :data:`routestats.schema.MANIFEST_REQUIRED`).
+        Required manifest entries (see :data:`routestats.rundir.schema.MANIFEST_REQUIRED`).
     overwrite : bool
         Replace an existing complete run (its ``run.json`` is removed first, so a crash while
         rewriting leaves an incomplete run, never a stale manifest).
@@ -302,15 +302,15 @@ class RunWriter:
         self._register(rel)
 
     def write_metrics(self, df: pd.DataFrame) -> None:
-        """Write ``metrics.parquet`` (see :data:`routestats.schema.METRICS_SCHEMA`)."""
+        """Write ``metrics.parquet`` (see :data:`routestats.rundir.schema.METRICS_SCHEMA`)."""
         self._write_frame(S.METRICS, df)
 
     def write_gradients(self, df: pd.DataFrame) -> None:
-        """Write ``gradients.parquet`` (see :data:`routestats.schema.GRADIENTS_SCHEMA`)."""
+        """Write ``gradients.parquet`` (see :data:`routestats.rundir.schema.GRADIENTS_SCHEMA`)."""
         self._write_frame(S.GRADIENTS, df)
 
     def write_lm_scores(self, df: pd.DataFrame) -> None:
-        """Write ``lm_scores.parquet`` (see :data:`routestats.schema.LM_SCORES_SCHEMA`)."""
+        """Write ``lm_scores.parquet`` (see :data:`routestats.rundir.schema.LM_SCORES_SCHEMA`)."""
         self._write_frame(S.LM_SCORES, df)
 
     def add_file(self, rel: str) -> None:

@@ -25,7 +25,8 @@ from pathlib import Path
 from routestats.errors import RoutestatsError
 from routestats.report import Report
 from routestats.rundir import schema as S
-from routestats.rundir.read import Run, RunCollection, RunPair, load_run, load_runs
+from routestats.rundir.read import Run, load_run
+from routestats.rundir.collection import RunCollection, RunPair, load_runs
 from routestats.settings import AnalysisSettings
 from routestats.studies.seeds import is_reference_pair
 

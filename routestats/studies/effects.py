@@ -13,7 +13,8 @@ permutations, seed, mode, confidence, baseline_run, variant_run, step.
 Examples
 --------
 >>> import tempfile
->>> from routestats.rundir.read import load_run, pair
+>>> from routestats.rundir.read import load_run
+>>> from routestats.rundir.collection import pair
 >>> from routestats.rundir.synthetic import synthetic_pair
 >>> b, v = synthetic_pair(tempfile.mkdtemp(), seed=0, n_examples=12)
 >>> t = paired_effects(pair(load_run(b), load_run(v)), resamples=500, permutations=500)
@@ -29,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from routestats.errors import RoutestatsError
-from routestats.rundir.read import RunPair
+from routestats.rundir.collection import RunPair
 from routestats.metrics.routing import adjusted_sfm, entropy, sfm
 from routestats.stats.inference import paired_inference
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from routestats.studies.effects import paired_differences
 from routestats.errors import RoutestatsError
-from routestats.rundir.read import RunPair
+from routestats.rundir.collection import RunPair
 from routestats.stats.inference import percentile_ci, spearman_ci
 
 __all__ = [

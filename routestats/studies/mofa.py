@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from routestats.errors import RoutestatsError
-from routestats.rundir.read import RunCollection
+from routestats.rundir.collection import RunCollection
 from routestats.stats.inference import cohen_dz, holm, paired_t, signflip_count
 
 __all__ = [

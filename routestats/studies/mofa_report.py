@@ -9,7 +9,7 @@ from dataclasses import asdict
 import pandas as pd
 
 from routestats.errors import RoutestatsError
-from routestats.rundir.read import RunCollection
+from routestats.rundir.collection import RunCollection
 from routestats.report import Column, Figure, Report, Section, Table, fmt_num
 from routestats.settings import AnalysisSettings
 from routestats.studies.mofa import (

@@ -7,7 +7,8 @@ DataFrame (the same frames the HTML and LaTeX outputs are rendered from).
 Examples
 --------
 >>> import tempfile
->>> from routestats.rundir.read import load_run, pair
+>>> from routestats.rundir.read import load_run
+>>> from routestats.rundir.collection import pair
 >>> from routestats.rundir.synthetic import synthetic_pair
 >>> b, v = synthetic_pair(tempfile.mkdtemp(), seed=0, n_examples=8)
 >>> rep = build_pair_report(pair(load_run(b), load_run(v)), AnalysisSettings(resamples=200, permutations=200))
@@ -27,7 +28,8 @@ import pandas as pd
 from routestats.rundir import schema as S
 from routestats.studies.effects import paired_differences, paired_effects
 from routestats.errors import RoutestatsError
-from routestats.rundir.read import Run, RunPair
+from routestats.rundir.read import Run
+from routestats.rundir.collection import RunPair
 from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, profile_distance, select_examples, word_attention
 from routestats.studies.lengths import length_association, length_bins, length_table
 from routestats.studies.training import gradient_checkpoint_summary, gradient_ratios, trajectory

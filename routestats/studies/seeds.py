@@ -11,7 +11,7 @@ two-stage bootstrap and the mixed model separate example-level from seed-level v
 Examples
 --------
 >>> import tempfile
->>> from routestats.rundir.read import load_runs
+>>> from routestats.rundir.collection import load_runs
 >>> from routestats.rundir.synthetic import synthetic_pair
 >>> d = tempfile.mkdtemp()
 >>> for s in (1, 2, 3):
@@ -31,7 +31,7 @@ import pandas as pd
 from routestats.studies.effects import paired_differences
 from routestats.errors import RoutestatsError
 from routestats.settings import PatternRules
-from routestats.rundir.read import RunCollection
+from routestats.rundir.collection import RunCollection
 from routestats.metrics.routing import profile_distance
 from routestats.stats.inference import cohen_dz, holm, paired_t, percentile_ci, signflip_count
 

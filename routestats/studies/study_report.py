@@ -3,7 +3,7 @@
 Examples
 --------
 >>> import tempfile
->>> from routestats.rundir.read import load_runs
+>>> from routestats.rundir.collection import load_runs
 >>> from routestats.rundir.synthetic import synthetic_pair
 >>> d = tempfile.mkdtemp()
 >>> for s in (1, 2):
@@ -22,7 +22,7 @@ import pandas as pd
 
 from routestats.rundir import schema as S
 from routestats.errors import RoutestatsError
-from routestats.rundir.read import RunCollection
+from routestats.rundir.collection import RunCollection
 from routestats.studies.seeds import (
     null_check,
     reference_rows,

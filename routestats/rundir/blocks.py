@@ -1,0 +1,219 @@
+"""Per-example attention blocks decoded from one Parquet row group, validated as they are read.
+
+:func:`iter_blocks` yields, per example, an :class:`ExampleAttention` (matrices form) or an
+:class:`ExampleReductions` (per-query reductions form); every value is checked against the
+contract (shapes, finiteness, probabilities per head type) on the way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from routestats.errors import RunFormatError
+from routestats.rundir import schema as S
+
+__all__ = ["ExampleAttention", "ExampleReductions"]
+
+@dataclass(frozen=True)
+class ExampleAttention:
+    """All stored attention matrices of one example (form ``matrices``).
+
+    ``weights`` has shape (rows, n, n), one row per (layer, head) sorted by layer then head.
+    """
+
+    example_id: int
+    layer: np.ndarray
+    head: np.ndarray
+    head_type: np.ndarray
+    weights: np.ndarray
+
+
+@dataclass(frozen=True)
+class ExampleReductions:
+    """Per-query reductions of one example (form ``reductions``); arrays are (rows, n[, F])."""
+
+    example_id: int
+    layer: np.ndarray
+    head: np.ndarray
+    head_type: np.ndarray
+    row_mass: np.ndarray
+    entropy: np.ndarray
+    entropy_rownorm: np.ndarray
+    field_mass: np.ndarray
+
+
+# ---------------------------------------------------------------- manifest checks
+
+
+
+# ---------------------------------------------------------------- streaming helpers
+class _Columns:
+    """One row group's columns as numpy, each converted once (list columns as values + offsets)."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self._plain: dict = {}
+        self._lists: dict = {}
+
+    def plain(self, name: str) -> np.ndarray:
+        if name not in self._plain:
+            self._plain[name] = self.table[name].combine_chunks().to_numpy(zero_copy_only=False)
+        return self._plain[name]
+
+    def lists(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if name not in self._lists:
+            arr = self.table[name].combine_chunks()
+            self._lists[name] = (arr.values.to_numpy(zero_copy_only=False), arr.offsets.to_numpy())
+        return self._lists[name]
+
+
+class _Rows:
+    """Rows [s, e) of a :class:`_Columns`: one example's rows, as numpy views."""
+
+    def __init__(self, cols: _Columns, s: int, e: int):
+        self.cols, self.s, self.e = cols, s, e
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols.plain(name)[self.s : self.e]
+
+    def list_values(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(values, offsets) with offsets[i]..offsets[i+1] the values of row i (absolute into values)."""
+        values, offsets = self.cols.lists(name)
+        return values, offsets[self.s : self.e + 1]
+
+
+def iter_blocks(pf: pq.ParquetFile, examples, layers):
+    """Yield (example_id, :class:`_Rows` of its rows), streaming row group by row group."""
+    want_ex = None if examples is None else set(int(e) for e in examples)
+    want_layers = None if layers is None else np.asarray(sorted(set(int(x) for x in layers)))
+    carry: pa.Table | None = None
+    for rg in range(pf.num_row_groups):
+        t = pf.read_row_group(rg)
+        if want_ex is not None:
+            mask = pa.compute.is_in(t["example_id"], pa.array(sorted(want_ex), pa.int64()))
+            t = t.filter(mask)
+        if want_layers is not None:
+            mask = pa.compute.is_in(t["layer"], pa.array(want_layers, pa.int16()))
+            t = t.filter(mask)
+        if carry is not None:
+            t = pa.concat_tables([carry, t])
+            carry = None
+        if t.num_rows == 0:
+            continue
+        ex = t["example_id"].to_numpy()
+        # example ids in first-appearance order; the last one may continue in the next group
+        change = np.flatnonzero(np.diff(ex)) + 1
+        starts = np.concatenate([[0], change])
+        ends = np.concatenate([change, [len(ex)]])
+        last = rg == pf.num_row_groups - 1
+        cols = _Columns(t)
+        for s, e in zip(starts, ends):
+            if e == len(ex) and not last:
+                carry = t.slice(s, e - s)
+                break
+            yield int(ex[s]), _Rows(cols, int(s), int(e))
+    if carry is not None and carry.num_rows:
+        yield int(carry["example_id"][0].as_py()), _Rows(_Columns(carry), 0, carry.num_rows)
+
+
+def _sorted_rows(rows: _Rows):
+    layer = rows["layer"].astype(np.int64)
+    head = rows["head"].astype(np.int64)
+    order = np.lexsort((head, layer))
+    key = layer[order] * 100000 + head[order]
+    return layer, head, order, key
+
+
+def matrices_block(fname, ex, rows, lengths, dtype) -> ExampleAttention:
+    if ex not in lengths:
+        raise RunFormatError(f"{fname}: example_id {ex} is not in {S.EXAMPLES}")
+    layer, head, order, key = _sorted_rows(rows)
+    if np.any(np.diff(key) == 0):
+        raise RunFormatError(f"{fname}: example_id {ex} has a repeated (layer, head) row")
+    ns = rows["n"]
+    n = lengths[ex]
+    if np.any(ns != n):
+        raise RunFormatError(
+            f"{fname}: column 'n' of example_id {ex} is {int(ns[ns != n][0])}, but the example's "
+            f"evaluated length is {n}"
+        )
+    values, offsets = rows.list_values("weights")
+    sizes = np.diff(offsets)
+    if np.any(sizes != n * n):
+        i = int(np.flatnonzero(sizes != n * n)[0])
+        raise RunFormatError(
+            f"{fname}: column 'weights' of example_id {ex}, layer {layer[i]}, head {head[i]} has "
+            f"{sizes[i]} values, expected n*n = {n * n}"
+        )
+    w = values[offsets[0] : offsets[-1]].reshape(len(ns), n, n)
+    if not np.array_equal(order, np.arange(len(order))):
+        w = w[order]
+    layer, head = layer[order], head[order]
+    head_type = rows["head_type"][order]
+    _check_probabilities(fname, ex, layer, head, head_type, w, dtype)
+    return ExampleAttention(ex, layer, head, head_type, w)
+
+
+def _check_probabilities(fname, ex, layer, head, head_type, w, dtype) -> None:
+    finite = np.isfinite(w)
+    if not finite.all():
+        i = np.argwhere(~finite)[0]
+        raise RunFormatError(
+            f"{fname}: column 'weights' of example_id {ex}, layer {layer[i[0]]}, head {head[i[0]]} "
+            f"holds {w[tuple(i)]} at query {i[1]}, key {i[2]}"
+        )
+    neg = w < 0
+    if neg.any():
+        i = np.argwhere(neg)[0]
+        raise RunFormatError(
+            f"{fname}: column 'weights' of example_id {ex}, layer {layer[i[0]]}, head {head[i[0]]} "
+            f"holds negative attention {float(w[tuple(i)])} at query {i[1]}, key {i[2]}"
+        )
+    soft = head_type == "softmax"
+    if soft.any():
+        sums = w[soft].sum(axis=-1, dtype=np.float64)
+        err = np.abs(sums - 1.0)
+        tol = S.ROW_SUM_ATOL[dtype]
+        if err.size and err.max() > tol:
+            r, q = np.unravel_index(int(err.argmax()), err.shape)
+            rr = np.flatnonzero(soft)[r]
+            raise RunFormatError(
+                f"{fname}: softmax row of example_id {ex}, layer {layer[rr]}, head {head[rr]}, "
+                f"query {q} sums to {sums[r, q]:.6g}; rows must sum to 1 within {tol:g} for {dtype}"
+            )
+
+
+def reductions_block(fname, ex, rows, lengths, n_fields) -> ExampleReductions:
+    if ex not in lengths:
+        raise RunFormatError(f"{fname}: example_id {ex} is not in {S.EXAMPLES}")
+    layer, head, order, key = _sorted_rows(rows)
+    if np.any(np.diff(key) == 0):
+        raise RunFormatError(f"{fname}: example_id {ex} has a repeated (layer, head) row")
+    n = lengths[ex]
+    ns = rows["n"]
+    if np.any(ns != n):
+        raise RunFormatError(
+            f"{fname}: column 'n' of example_id {ex} is {int(ns[ns != n][0])}, but the example's "
+            f"evaluated length is {n}"
+        )
+    out = {}
+    for col, width in (("row_mass", 1), ("entropy", 1), ("entropy_rownorm", 1), ("field_mass", n_fields)):
+        values, offsets = rows.list_values(col)
+        if np.any(np.diff(offsets) != n * width):
+            raise RunFormatError(
+                f"{fname}: column {col!r} of example_id {ex} has the wrong number of values "
+                f"(expected {n * width} per row)"
+            )
+        arr = values[offsets[0] : offsets[-1]].reshape((len(ns), n) + ((width,) if col == "field_mass" else ()))
+        # masses are non-negative; entropies can be ~ -1e-10 (the epsilon inside the log) on one-hot rows
+        if not np.isfinite(arr).all() or (col in ("row_mass", "field_mass") and (arr < 0).any()):
+            raise RunFormatError(f"{fname}: column {col!r} of example_id {ex} holds a non-finite or negative value")
+        out[col] = arr[order]
+    head_type = rows["head_type"][order]
+    return ExampleReductions(ex, layer[order], head[order], head_type, **out)
+
+
