@@ -49,7 +49,7 @@ _EXPORTS = {
     "spearman_ci": "routestats.stats.inference",
     "paired_differences": "routestats.studies.effects",
     "paired_effects": "routestats.studies.effects",
-    "analyse": "routestats.studies.analyse",
+    "analyse": "routestats.analysis",
 }
 
 __all__ = sorted(_EXPORTS)

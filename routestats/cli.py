@@ -17,22 +17,27 @@ from typing import Optional
 
 import typer
 
+from routestats.settings import AnalysisSettings
+
+D = AnalysisSettings()  # the one set of defaults; options left out take these
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Statistics of attention routing in paired Transformer runs.",
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: rich's help renderer alone costs ~0.1 s CPU per --help
 )
 
 # Options shared by the analysis commands (one definition each; defaults from AnalysisSettings).
-RESAMPLES = typer.Option(None, help="Bootstrap resamples [default: 10000].")
-PERMUTATIONS = typer.Option(None, help="Sign-flip draws [default: 20000].")
-SEED = typer.Option(None, help="Seed of the random procedures [default: 1001].")
-MODE = typer.Option(None, help="RNG procedure: shared, numpy or python-random (reference modes) [default: shared].")
-EXAMPLES = typer.Option(None, help="Examples analysed: all, primary, length_sample or test_sample [default: all].")
+RESAMPLES = typer.Option(None, help=f"Bootstrap resamples [default: {D.resamples}].")
+PERMUTATIONS = typer.Option(None, help=f"Sign-flip draws [default: {D.permutations}].")
+SEED = typer.Option(None, help=f"Seed of the random procedures [default: {D.seed}].")
+MODE = typer.Option(None, help=f"RNG procedure: shared, numpy or python-random (reference modes) [default: {D.mode}].")
+EXAMPLES = typer.Option(None, help=f"Examples analysed: all, primary, length_sample or test_sample [default: "
+                                   f"{D.examples}].")
 STEP = typer.Option(None, help="Checkpoint step [default: the final one].")
-FACTOR = typer.Option(None, help="Factor whose levels form the pairs [default: variant].")
-BASELINE = typer.Option(None, help="Level of FACTOR that is the baseline [default: baseline].")
+FACTOR = typer.Option(None, help=f"Factor whose levels form the pairs [default: {D.factor}].")
+BASELINE = typer.Option(None, help=f"Level of FACTOR that is the baseline [default: {D.baseline}].")
 FORMAT = typer.Option("html,latex", "--format", help="Comma list of html, latex, markdown.")
 
 
@@ -59,10 +64,8 @@ def command(fn):
     return app.command()(wrapper)
 
 
-def _settings(**given):
+def _settings(**given) -> AnalysisSettings:
     """AnalysisSettings from the options a user gave (None: the library default)."""
-    from routestats.settings import AnalysisSettings
-
     return AnalysisSettings.of(**{k: v for k, v in given.items() if v is not None})
 
 
@@ -106,7 +109,7 @@ def _print(frames: list) -> None:
 def info(path: Path = typer.Argument(..., help="A run directory or a tree of runs.")) -> None:
     """Say what a run or a run tree holds."""
     from routestats.rundir.collection import describe
-    from routestats.studies.analyse import load
+    from routestats.studies.discover import load
 
     _print([describe(load(path))])
 
@@ -117,7 +120,7 @@ def validate(
     quick: bool = typer.Option(False, "--quick", help="Skip file and content hashes."),
 ) -> None:
     """Check runs against the run-directory contract (every file, hash and value)."""
-    from routestats.studies.analyse import load
+    from routestats.studies.discover import load
 
     obj = load(path)
     for r in [obj] if hasattr(obj, "manifest") else list(obj):
@@ -131,7 +134,7 @@ def summary(
     factor: Optional[str] = FACTOR, baseline: Optional[str] = BASELINE,
 ) -> None:
     """Print per-layer SFM/entropy per run and paired effects for every pair."""
-    from routestats.studies.analyse import summary_tables
+    from routestats.analysis import summary_tables
 
     _print(summary_tables(path, _settings(resamples=resamples, permutations=permutations, seed=seed,
                                           factor=factor, baseline=baseline)))
@@ -149,13 +152,14 @@ def report(
     init_probe: Optional[Path] = typer.Option(None, help="Init-probe folder [default: PATH/init_probe when present]."),
     workers: int = typer.Option(2, help="Processes that reduce the runs of a tree in parallel (1 = in this process)."),
     pairs: Optional[str] = typer.Option(None, "--pairs", help="Per-pair parts of a tree report: auto (only for a "
-                                                             "single pair), reference (standard SAAB pairs), all, none."),
+                                                             "single pair), reference (standard SAAB pairs), all, none "
+                                                             f"[default: {D.pairs}]."),
 ) -> None:
     """Write OUT/report.html (self-contained), OUT/tables/*.tex|csv and OUT/figures/*.png|pdf.
 
     A tree with several pairs gets a study report (seeds, sweeps, placement, shuffled control, depth, data sets,
     across-seed inference) before any per-pair parts."""
-    from routestats.studies.analyse import analyse
+    from routestats.analysis import analyse
 
     formats = _formats(format)
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples, step=step,
@@ -177,7 +181,7 @@ def table(
     mode: Optional[str] = MODE, examples: Optional[str] = EXAMPLES, step: Optional[int] = STEP,
 ) -> None:
     """Print (or write) one table of the report of PATH."""
-    from routestats.studies.analyse import analyse
+    from routestats.analysis import analyse
 
     if format not in ("latex", "csv", "markdown"):
         _fail(f"--format must be latex, csv or markdown, got {format!r}")
@@ -200,7 +204,7 @@ def regime(
     token: Optional[int] = typer.Option(None, help="Only this query token [default: every stored token]."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Report folder: report.html, tables (CSV, LaTeX), figures."),
     probes: Optional[int] = typer.Option(None, help="Random directions inside S and in the ambient space per point "
-                                                    "[default: 512]."),
+                                                    f"[default: {D.probes}]."),
     format: str = FORMAT,
     seed: Optional[int] = SEED,
 ) -> None:

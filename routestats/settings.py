@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
-import numpy as np
-
 from routestats.errors import RoutestatsError
 
 __all__ = ["AnalysisSettings", "PatternRules", "MODES", "EXAMPLE_SETS"]
@@ -42,7 +40,7 @@ class PatternRules:
     gap_tol: float = 0.01
 
     def label(self, d_lo, d_up, gap_b, gap_v, upper_name: str) -> str:
-        if abs(gap_b) >= self.gap_tol and abs(gap_v) >= self.gap_tol and np.sign(gap_b) != np.sign(gap_v):
+        if abs(gap_b) >= self.gap_tol and abs(gap_v) >= self.gap_tol and (gap_b > 0) != (gap_v > 0):
             return "ordering reverses"
         if d_up > 0 and d_up >= self.dominance_ratio * abs(d_lo):
             return f"{upper_name}-dominant"

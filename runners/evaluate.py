@@ -16,7 +16,6 @@ and opportunity-adjusted confirmation statistics.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -114,6 +113,3 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
         ))
     return paths
 
-
-def read_test_manifest(out: Path) -> dict:
-    return json.loads((Path(out) / "test_manifest.json").read_text())

@@ -1,3 +1,10 @@
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -116,3 +123,42 @@ def synthetic_mofa_tree(root, seeds=(1, 2, 3), n_layers=2, n_heads=2, n=6):
                     sink.add(e, a, head_types=types)
             w.finalize()
     return rs.load_runs(root)
+
+
+# ------------------------------------------------------------------ real tools (Chromium, pdflatex)
+def need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("ROUTESTATS_REQUIRE_TOOLS"):
+            pytest.fail(f"{tool} is required here (ROUTESTATS_REQUIRE_TOOLS is set) but not installed")
+        pytest.skip(f"{tool} is not installed on this machine (CI installs it in .ci/run)")
+    return path
+
+
+def compile_tex(pdflatex: str, folder: Path, name: str) -> None:
+    res = subprocess.run([pdflatex, "-interaction=nonstopmode", "-halt-on-error", name], cwd=folder,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert (folder / name.replace(".tex", ".pdf")).is_file()
+
+
+def chromium_console(chromium: str, html: Path, shot: Path) -> str:
+    """Screenshot ``html`` headless; return Chromium's log (console messages included)."""
+    with tempfile.TemporaryDirectory() as profile:
+        res = subprocess.run(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--hide-scrollbars", "--window-size=1200,900", "--enable-logging=stderr",
+             "--v=0", f"--screenshot={shot}", html.resolve().as_uri()],
+            capture_output=True, text=True, timeout=120)
+    return res.stderr
+
+
+def console_errors(log: str) -> list[str]:
+    return [ln for ln in log.splitlines() if "CONSOLE" in ln and re.search(r"Uncaught|Error", ln)]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """3 seeds x STUDY_CONDITIONS (18 runs) with random attention."""
+    return synthetic_study_tree(tmp_path_factory.mktemp("tree"))

@@ -187,7 +187,7 @@ def test_stored_points_analyse_and_select(tmp_path):
 def test_regime_report_renders_and_compiles(tmp_path):
     from reports.render import render
     from routestats.cli import app
-    from tests.test_report import chromium_console, compile_tex, console_errors, need
+    from tests.conftest import chromium_console, compile_tex, console_errors, need
 
     run = write_points(tmp_path / "run")
     rep = build_regime_report(run, AnalysisSettings(probes=64, seed=0))

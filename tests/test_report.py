@@ -1,10 +1,7 @@
 """Reports: the numbers behind the templates, the CLI, and real-tool checks (Chromium, pdflatex)."""
 
-import os
-import re
-import shutil
 import subprocess
-import tempfile
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,21 +16,12 @@ from routestats.cli import app
 from routestats.rundir.synthetic import demo_run_dir, synthetic_pair
 from routestats.settings import AnalysisSettings
 from routestats.studies.pair_report import build_pair_report, select_token_map_example
-from tests.conftest import random_attention, write_run
+from tests.conftest import chromium_console, compile_tex, console_errors, need, random_attention, write_run
 
 runner = CliRunner()
 QUICK = AnalysisSettings(resamples=300, permutations=300, seed=7)
 HOSTILE_ID = r"a_b & \input{x} <script>alert(1)</script> 100% $5 #1 ~^"
 HOSTILE_FIELDS = {"named": {"3": "con_tent & $x$", "4": "<b>title</b> \\emph{t}"}, "mask_id": 5, "vocab_size": 6}
-
-
-def need(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        if os.environ.get("ROUTESTATS_REQUIRE_TOOLS"):
-            pytest.fail(f"{tool} is required here (ROUTESTATS_REQUIRE_TOOLS is set) but not installed")
-        pytest.skip(f"{tool} is not installed on this machine (CI installs it in .ci/run)")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -178,13 +166,7 @@ def test_hostile_names_are_harmless_in_html_and_latex(hostile, tmp_path):
 
 
 # ------------------------------------------------------------------ real tools
-def compile_tex(pdflatex: str, folder: Path, name: str) -> None:
-    res = subprocess.run([pdflatex, "-interaction=nonstopmode", "-halt-on-error", name], cwd=folder,
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stdout[-3000:]
-    assert (folder / name.replace(".tex", ".pdf")).is_file()
-
-
+@pytest.mark.slow  # over ~10 s on 2 cores (CI still runs it)
 def test_every_exported_table_compiles_standalone(tmp_path):
     pdflatex = need("pdflatex")
     p = rs.load_runs(demo_run_dir()).pairs()[0]
@@ -202,22 +184,6 @@ def test_every_exported_table_compiles_standalone(tmp_path):
     compile_tex(pdflatex, tmp_path / "tables", "tables.tex")
 
 
-def chromium_console(chromium: str, html: Path, shot: Path) -> str:
-    """Screenshot ``html`` headless; return Chromium's log (console messages included)."""
-    with tempfile.TemporaryDirectory() as profile:
-        res = subprocess.run(
-            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--hide-scrollbars", "--window-size=1200,900", "--enable-logging=stderr",
-             "--v=0", f"--screenshot={shot}", html.resolve().as_uri()],
-            capture_output=True, text=True, timeout=120)
-    return res.stderr
-
-
-def console_errors(log: str) -> list[str]:
-    return [ln for ln in log.splitlines() if "CONSOLE" in ln and re.search(r"Uncaught|Error", ln)]
-
-
 def test_report_opens_in_chromium_without_console_errors(tmp_path):
     chromium = need("chromium")
     p = rs.load_runs(demo_run_dir()).pairs()[0]
@@ -229,3 +195,22 @@ def test_report_opens_in_chromium_without_console_errors(tmp_path):
     bad = tmp_path / "bad.html"
     bad.write_text("<html><body><script>undefinedFunction();</script></body></html>")
     assert console_errors(chromium_console(chromium, bad, tmp_path / "bad.png"))
+
+
+def test_python_users_get_the_paper_table(tmp_path):
+    # the exact one-liner of the [shape] issue, run from the repository root
+    root = Path(__file__).resolve().parents[1]
+    code = "import routestats as rs; print(rs.analyse('data/demo_run').to_latex('effects'))"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    tex = res.stdout
+    assert r"\toprule" in tex and "Layer & SFM baseline" in tex
+    # the same booktabs table as `routestats table effects` prints
+    cli = runner.invoke(app, ["table", "effects", str(root / "data" / "demo_run")])
+    assert cli.exit_code == 0 and cli.output.strip() == tex.strip()
+    # its cells are the effects frame, formatted (expected numbers: the frame of the same call)
+    eff = rs.analyse(root / "data" / "demo_run").frame("effects").set_index("layer")
+    assert f"0 & {fmt_num(eff.loc[0, 'baseline_mean'])} & {fmt_num(eff.loc[0, 'variant_mean'])}" in tex
+    (tmp_path / "effects.tex").write_text(tex)
+    (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n"
+                                      "\\begin{document}\n\\input{effects.tex}\n\\end{document}\n")
+    compile_tex(need("pdflatex"), tmp_path, "doc.tex")

@@ -323,6 +323,7 @@ def test_untouched_test_evaluation(smoke_study, tmp_path):
     assert t["n"].unique().tolist() == [6]
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores (CI still runs it)
 def test_sweep_through_submitit_local_resumes(tmp_path):
     pytest.importorskip("submitit")
     from runners.launch import SubmititLauncher

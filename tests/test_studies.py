@@ -12,31 +12,9 @@ from routestats.studies.seeds import (
     PatternRules, across_seed_tests, dataset_table, depth_table, example_deltas, hierarchical_bootstrap,
     paired_deltas, placement_table, seed_table, shuffled_table, sweep_table, variance_components,
 )
-from tests.conftest import random_attention, write_run
+from tests.conftest import STUDY_CONDITIONS, STUDY_FIELDS, random_attention, write_run
 
-FIELDS = [[4, 4, 3, 3, 3], [4, 3, 3, 3], [4, 4, 4, 3, 3, 3], [4, 3, 3, 3, 3, 3]]
-CONDITIONS = {
-    "baseline": {"variant": "baseline", "w_f": 0.0, "bias_layers": "none", "shuffled": False},
-    "saab": {"variant": "saab", "w_f": 1.0, "bias_layers": "all", "shuffled": False},
-    "wf0": {"variant": "saab", "w_f": 0.0, "bias_layers": "all", "shuffled": False},
-    "wf2": {"variant": "saab", "w_f": 2.0, "bias_layers": "all", "shuffled": False},
-    "lastonly": {"variant": "saab", "w_f": 1.0, "bias_layers": "0,0,1", "shuffled": False},
-    "shuffled": {"variant": "saab_shuffled", "w_f": 1.0, "bias_layers": "all", "shuffled": True},
-}
-
-
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tree")
-    for seed in (1, 2, 3):
-        rng = np.random.default_rng(seed)
-        base = [random_attention(rng, 3, 2, len(g)) for g in FIELDS]
-        for name, f in CONDITIONS.items():
-            att = base if name in ("baseline", "wf0") else [random_attention(rng, 3, 2, len(g)) for g in FIELDS]
-            write_run(root / f"seed{seed}" / name, att, FIELDS, run_id=f"s{seed}-{name}", seed=seed,
-                      init_id=f"init{seed}", data_order_id=f"order{seed}",
-                      factors={**f, "depth": 3, "dataset": "toy"})
-    return rs.load_runs(root)
+FIELDS, CONDITIONS = STUDY_FIELDS, STUDY_CONDITIONS
 
 
 def test_paired_deltas_against_per_run_sfm(tree):

@@ -8,8 +8,7 @@ from routestats.cli import app
 from routestats.settings import AnalysisSettings
 from routestats.studies.study_report import build_study_report
 from routestats.studies.seeds import across_seed_tests, paired_deltas
-from tests.test_report import compile_tex, need
-from tests.test_studies import tree  # noqa: F401  (module fixture: 3 seeds x 6 conditions)
+from tests.conftest import compile_tex, need
 
 runner = CliRunner()
 
@@ -49,7 +48,7 @@ def test_dataset_standardisation_and_init_probe_sections(tmp_path):
     from routestats.studies.lengths import length_standardised_contrast
     from tests.conftest import random_attention, write_run
     from tests.test_initprobe import synthetic_probe
-    from tests.test_studies import CONDITIONS
+    from tests.conftest import STUDY_CONDITIONS as CONDITIONS
 
     rng = np.random.default_rng(3)
     lens = {"dbpedia": [6, 7, 7, 8, 9, 10], "pubmed": [7, 7, 8, 8, 9, 12]}

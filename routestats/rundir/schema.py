@@ -28,7 +28,6 @@ Examples
 from __future__ import annotations
 
 import hashlib
-import re
 
 import numpy as np
 import pyarrow as pa
@@ -53,7 +52,6 @@ FORM_REDUCTIONS = "reductions"
 ATTENTION_FORMS = (FORM_MATRICES, FORM_REDUCTIONS)
 ATTENTION_DTYPES = ("float16", "float32")
 
-_STEP_DIR = re.compile(r"^step=(\d+)$")
 
 
 def attention_file(step: int, form: str) -> str:
@@ -61,12 +59,6 @@ def attention_file(step: int, form: str) -> str:
     if form not in ATTENTION_FORMS:
         raise ValueError(f"unknown attention form {form!r}; expected one of {ATTENTION_FORMS}")
     return f"{ATTENTION_DIR}/step={int(step):06d}/{form}.parquet"
-
-
-def parse_step_dir(name: str) -> int | None:
-    """Step number of an ``attention/step=NNNNNN`` folder name, or None."""
-    m = _STEP_DIR.match(name)
-    return int(m.group(1)) if m else None
 
 
 def checkpoint_file(step: int) -> str:

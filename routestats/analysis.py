@@ -1,11 +1,11 @@
-"""Which analysis a path holds, and the one call that runs it: :func:`analyse`.
+"""The one call that runs whatever analysis a path holds: :func:`analyse`.
 
 A path is one of: a run directory (``run.json``) with regime operators, or a bare operator
 ``.npz`` (regime report); a tree whose runs carry MoFA ``ratio`` factors (MoFA report); a
 folder holding a baseline and its paired variant(s) (pair report), or a tree of several pairs
 (study report, with per-pair parts as ``settings.pairs`` says). Grouping comes from
-manifests, never from folder names; ``init_probe/`` and ``lengths/`` folders beside the runs
-are picked up by the study report.
+manifests, never from folder names (:mod:`routestats.studies.discover`); ``init_probe/`` and
+``lengths/`` folders beside the runs are picked up by the study report.
 
 Examples
 --------
@@ -22,40 +22,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from routestats.errors import RoutestatsError
 from routestats.report import Report
 from routestats.rundir import schema as S
-from routestats.rundir.read import Run, load_run
-from routestats.rundir.collection import RunCollection, RunPair, load_runs
+from routestats.rundir.collection import RunCollection, RunPair
+from routestats.rundir.read import Run
 from routestats.settings import AnalysisSettings
+from routestats.studies.discover import find_pairs, is_mofa_tree, load
 from routestats.studies.seeds import is_reference_pair
 
-__all__ = ["analyse", "load", "find_pairs", "is_mofa_tree"]
-
-
-def load(path: str | Path) -> Run | RunCollection:
-    """A :class:`Run` when ``path`` holds ``run.json``, else the :class:`RunCollection` of the tree."""
-    path = Path(path)
-    if not path.exists():
-        raise RoutestatsError(f"{path}: no such file or directory")
-    if (path / S.MANIFEST).is_file():
-        return load_run(path)
-    return load_runs(path)
-
-
-def is_mofa_tree(runs: RunCollection, settings: AnalysisSettings) -> bool:
-    """A tree of MoFA runs: runs carry a ``ratio`` factor and no pairing factor."""
-    return "ratio" in runs.index.columns and settings.factor not in runs.index.columns
-
-
-def find_pairs(obj: Run | RunCollection, settings: AnalysisSettings) -> list[RunPair]:
-    """Every (baseline, variant) pair of ``obj`` by ``settings.factor`` / ``settings.baseline``."""
-    if isinstance(obj, Run):
-        raise RoutestatsError(f"{obj.path} is a single run; give the folder holding the baseline and variant runs")
-    pairs = obj.pairs(factor=settings.factor, baseline=settings.baseline)
-    if not pairs:
-        raise RoutestatsError(f"no {settings.factor}={settings.baseline} baseline with a paired variant found")
-    return pairs
+__all__ = ["analyse", "summary_tables"]
 
 
 def _pair_parts(pairs: list[RunPair], settings: AnalysisSettings) -> list[RunPair]:
