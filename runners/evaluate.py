@@ -28,6 +28,7 @@ from routestats.rundir.collection import load_runs
 from routestats.rundir.write import RunWriter, software_versions
 from routestats.rundir.sampling import reservoir_indices
 
+from .checkpoints import load_checkpoint
 from .data import resolve
 from .model import EncoderConfig, SAABEncoder
 from .msm import encode_record, load_tokenizer
@@ -92,7 +93,7 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
     for run in runs:
         cfg = EncoderConfig(**run.manifest["model"])
         model = SAABEncoder(cfg)
-        ck = torch.load(ckpts[run.run_id], map_location="cpu", weights_only=False)
+        ck = load_checkpoint(ckpts[run.run_id])
         model.load_state_dict(ck["model"])
         model.to(dev)
         step = int(ck["step"])

@@ -32,6 +32,7 @@ from routestats.rundir.read import load_run
 from routestats.regime.certify import Operators, certify, directional, severity_certificate
 from routestats.regime.maps import fibonacci_sphere, slice_basis
 
+from .checkpoints import load_checkpoint
 from .operators import Sublayer, encoder_point, mofa_point, operating_point
 
 INDEX_VERSION = "routestats-operators/1"
@@ -60,7 +61,7 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
                 Path(run_dir))
     run = load_run(run_dir)
     ck_path = _checkpoint(run)
-    state = torch.load(ck_path, map_location="cpu", weights_only=False)
+    state = load_checkpoint(ck_path)
     if "n_ctx" in state.get("config", {}):  # MoFA GPT (runners.mofa); SAAB checkpoints nest their config
         from .domains import read_domain
         from .mofa import GPTConfig, MoFAGPT, blocks_of, encode

@@ -30,6 +30,7 @@ from routestats.errors import RoutestatsError
 from routestats.rundir.write import RunWriter, software_versions
 from routestats.rundir.sampling import reservoir_indices
 
+from .checkpoints import load_checkpoint
 from .data import DataSpec
 from .model import EncoderConfig, SAABEncoder, qkv_grad_norms, state_hash
 from .msm import collate, encode_record, load_tokenizer, lr_at, mask_field_ids, train_tokenizer
@@ -250,7 +251,7 @@ def train_run(
     metrics_rows, grad_rows, first_batch = [], [], None
     start, elapsed0 = 0, 0.0
     if resume is not None:
-        ck = torch.load(resume, map_location="cpu", weights_only=False)
+        ck = load_checkpoint(resume)
         if ck["init_id"] != init_hash or ck["data_order_id"] != data_order_id:
             raise RoutestatsError(f"{resume}: checkpoint belongs to another init or data order; remove {run_dir}")
         model.load_state_dict(ck["model"])

@@ -162,3 +162,18 @@ def console_errors(log: str) -> list[str]:
 def tree(tmp_path_factory):
     """3 seeds x STUDY_CONDITIONS (18 runs) with random attention."""
     return synthetic_study_tree(tmp_path_factory.mktemp("tree"))
+
+
+def reseal(run_path):
+    """Rewrite run.json's file hashes after a test edited files on purpose (so a later check, not the
+    SHA-256 verification, is what the test exercises)."""
+    import json
+
+    from routestats.rundir.atomic import sha256_file
+
+    run_path = Path(run_path)
+    m = json.loads((run_path / "run.json").read_text())
+    for e in m["files"]:
+        e["sha256"] = sha256_file(run_path / e["path"])
+    (run_path / "run.json").write_text(json.dumps(m))
+    return run_path

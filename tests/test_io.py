@@ -18,7 +18,7 @@ import routestats as rs
 from routestats.rundir import schema as S
 from routestats.rundir.atomic import atomic_path, write_json_atomic
 from routestats.rundir.synthetic import synthetic_pair
-from tests.conftest import FIELDS, make_examples, random_attention, write_run
+from tests.conftest import FIELDS, make_examples, random_attention, reseal, write_run
 
 
 # ------------------------------------------------------------------ round trip
@@ -65,6 +65,7 @@ def test_example_split_across_row_groups_is_reassembled(tmp_path, rng):
     f = path / S.attention_file(10, "matrices")
     t = pq.read_table(f)
     pq.write_table(t, f, row_group_size=3)  # 8 rows -> groups of 3, 3, 2: examples straddle
+    reseal(path)
     man = json.loads((path / "run.json").read_text())
     run = rs.run = rs.load_run(path)
     blocks = list(run.iter_attention())
@@ -94,6 +95,7 @@ def test_wrong_dtype_column(tmp_path, rng):
     t = pq.read_table(path / S.EXAMPLES)
     t = t.set_column(t.schema.get_field_index("length"), "length", t["length"].cast(pa.int64()))
     pq.write_table(t, path / S.EXAMPLES)
+    reseal(path)
     with pytest.raises(rs.RunFormatError, match=r"examples.parquet: column 'length' has type int64, expected int32"):
         rs.load_run(path).examples()
 
@@ -105,6 +107,7 @@ def _poison(path, value, where=(0, 0)):
     w[where[0] * int(np.sqrt(w.size)) + where[1]] = value
     t.at[0, "weights"] = w
     pq.write_table(pa.Table.from_pandas(t, schema=S.attention_matrices_schema("float32"), preserve_index=False), f)
+    reseal(path)
 
 
 def test_nan_attention(tmp_path, rng):
@@ -124,8 +127,13 @@ def test_negative_attention(tmp_path, rng):
 def test_row_not_summing_to_one(tmp_path):
     a = np.full((1, 1, 3, 3), 1 / 3)
     a[0, 0, 2] = [0.5, 0.3, 0.1]  # sums to 0.9
-    path = write_run(tmp_path / "r", [a], [[4, 3, 3]])
-    with pytest.raises(rs.RunFormatError, match=r"query 2 sums to 0.9; rows must sum to 1 within 0.0001 for float32"):
+    # the writer refuses it as it writes ...
+    with pytest.raises(rs.RoutestatsError, match=r"query 2 sums to 0.9; rows must sum to 1 within 0.0001 for float32"):
+        write_run(tmp_path / "w", [a], [[4, 3, 3]])
+    # ... and the reader refuses a file someone else wrote
+    path = write_run(tmp_path / "r", [np.full((1, 1, 3, 3), 1 / 3)], [[4, 3, 3]])
+    _poison(path, 0.1, (2, 2))  # row 2: 1/3 + 1/3 + 0.1
+    with pytest.raises(rs.RunFormatError, match=r"query 2 sums to 0.766667; rows must sum to 1 within 0.0001"):
         list(rs.load_run(path).iter_attention())
 
 
@@ -142,6 +150,7 @@ def test_field_id_out_of_range(tmp_path, rng):
     t = pq.read_table(path / S.EXAMPLES).to_pandas()
     t.at[0, "field_ids"] = np.array([4, 9], dtype=np.int16)
     pq.write_table(pa.Table.from_pandas(t, schema=S.EXAMPLES_SCHEMA, preserve_index=False), path / S.EXAMPLES)
+    reseal(path)
     with pytest.raises(rs.RunFormatError, match=r"'field_ids' of example_id 0 holds 9, outside the field vocabulary \[0, 6\)"):
         rs.load_run(path).examples()
 
@@ -154,6 +163,7 @@ def test_wrong_matrix_size(tmp_path, rng):
     t.at[0, "field_ids"] = np.array([4, 3], dtype=np.int16)
     t.at[0, "tokens"] = np.array(["a", "b"], dtype=object)
     pq.write_table(pa.Table.from_pandas(t, schema=S.EXAMPLES_SCHEMA, preserve_index=False), path / S.EXAMPLES)
+    reseal(path)
     with pytest.raises(rs.RunFormatError, match=r"column 'n' of example_id 0 is 3, but the example's evaluated length is 2"):
         list(rs.load_run(path).iter_attention())
 
@@ -324,5 +334,6 @@ def test_token_list_length_must_match(tmp_path, rng):
     t = pq.read_table(path / S.EXAMPLES).to_pandas()
     t.at[0, "tokens"] = np.array(["a", "b"], dtype=object)
     pq.write_table(pa.Table.from_pandas(t, schema=S.EXAMPLES_SCHEMA, preserve_index=False), path / S.EXAMPLES)
+    reseal(path)
     with pytest.raises(rs.RunFormatError, match=r"column 'tokens' of example_id 0 has 2 entries, expected length = 3"):
         rs.load_run(path).examples()

@@ -152,7 +152,7 @@ def test_property_sfm_bounds_and_uniform_adjusted_zero(tmp_path_factory, g, seed
     n = len(g)
     path = tmp_path_factory.mktemp("p")
     att = random_attention(rng, 1, 2, n)
-    uniform = np.full((1, 1, n, n), 1.0 / n)
+    uniform = np.full((1, 2, n, n), 1.0 / n)  # the same layer x head grid as example 0
     run = rs.load_run(write_run(path / "r", [att, uniform], [g, g], dtype="float32"))
     s = rs.sfm(run)
     assert ((s["sfm"] >= -1e-7) & (s["sfm"] <= 1 + 1e-7)).all()

@@ -365,3 +365,28 @@ def test_corpus_lengths_feed_the_length_table(tmp_path):
     assert len(df[df.split == "val"]) == len(spec.load()[1])
     t = length_table(df[["split", "length"]], cap=32)
     assert t.set_index("split").loc["val", "saturation_count"] == int((df[df.split == "val"]["length"] == 32).sum())
+
+
+def test_planted_checkpoint_is_refused_and_never_runs(tmp_path):
+    # a pickle whose unpickling would run a shell command (what a hostile run directory could hold)
+    import pickle
+
+    from runners.checkpoints import load_checkpoint
+
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            import os
+            return (os.system, (f"touch {marker}",))
+
+    bad = tmp_path / "step_0010.pt"
+    torch.save({"model": Evil()}, bad)
+    with pytest.raises(rs.RoutestatsError, match="refused: the checkpoint holds objects other than tensors"):
+        load_checkpoint(bad)
+    assert not marker.exists()
+    legacy = tmp_path / "legacy.pt"
+    legacy.write_bytes(pickle.dumps(Evil()))
+    with pytest.raises(rs.RoutestatsError, match="refused|not a readable checkpoint"):
+        load_checkpoint(legacy)
+    assert not marker.exists()

@@ -40,6 +40,7 @@ import pandas as pd
 from routestats.rundir import schema as S
 from routestats.errors import RoutestatsError
 from routestats.rundir.read import Run
+from routestats.rundir.verify import cache_dir
 from routestats.rundir.collection import RunPair
 from routestats.rundir.reductions import reduce_queries, summarise_queries
 
@@ -78,25 +79,11 @@ def _choose_form(run: Run, step: int, form: str | None) -> str:
 CACHE_VERSION = "1"  # bump when the reduction or summary definitions change
 
 
-def cache_dir() -> Path | None:
-    """Folder of the on-disk cache of per-example tables, or None when disabled.
-
-    ``ROUTESTATS_CACHE`` = a folder, or ``off``; default ``$XDG_CACHE_HOME/routestats``
-    (``~/.cache/routestats``).
-    """
-    v = os.environ.get("ROUTESTATS_CACHE", "")
-    if v.lower() in ("0", "off", "no", "false", "none"):
-        return None
-    if v:
-        return Path(v)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routestats"
-
-
 def _cache_key(run: Run, step: int, form: str) -> str:
-    """Key of a derived table: the SHA-256 the manifest records for its inputs, plus versions."""
-    files = {e["path"]: e["sha256"] for e in run.manifest["files"]}
-    parts = [CACHE_VERSION, run.run_id, str(step), form, files.get(S.EXAMPLES, ""),
-             files.get(S.attention_file(step, form), ""), json.dumps(run.manifest["fields"], sort_keys=True)]
+    """Key of a derived table: the verified SHA-256 of its input files (never the manifest's claim
+    alone: :meth:`Run.verify` hashes what is on disk), plus versions."""
+    parts = [CACHE_VERSION, run.run_id, str(step), form, run.verify(S.EXAMPLES),
+             run.verify(S.attention_file(step, form)), json.dumps(run.manifest["fields"], sort_keys=True)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 

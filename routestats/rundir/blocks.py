@@ -16,7 +16,27 @@ import pyarrow.parquet as pq
 from routestats.errors import RunFormatError
 from routestats.rundir import schema as S
 
-__all__ = ["ExampleAttention", "ExampleReductions"]
+__all__ = ["ExampleAttention", "ExampleReductions", "check_grid", "check_probabilities", "parquet_file", "read_table"]
+
+
+def _unreadable(path, exc) -> RunFormatError:
+    return RunFormatError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+
+
+def parquet_file(path) -> pq.ParquetFile:
+    """Open a Parquet file; a truncated, empty or corrupt file is a :class:`RunFormatError` naming it."""
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _unreadable(path, exc) from None
+
+
+def read_table(path) -> pa.Table:
+    """Read a whole (small) Parquet table, with the same error translation as :func:`parquet_file`."""
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _unreadable(path, exc) from None
 
 @dataclass(frozen=True)
 class ExampleAttention:
@@ -86,13 +106,19 @@ class _Rows:
         return values, offsets[self.s : self.e + 1]
 
 
-def iter_blocks(pf: pq.ParquetFile, examples, layers):
-    """Yield (example_id, :class:`_Rows` of its rows), streaming row group by row group."""
+def iter_blocks(pf: pq.ParquetFile, examples, layers, fname: str = "attention file"):
+    """Yield (example_id, :class:`_Rows` of its rows), streaming row group by row group.
+
+    Every example's rows must be contiguous (an example id that reappears later is an error)."""
     want_ex = None if examples is None else set(int(e) for e in examples)
     want_layers = None if layers is None else np.asarray(sorted(set(int(x) for x in layers)))
     carry: pa.Table | None = None
+    done: set[int] = set()
     for rg in range(pf.num_row_groups):
-        t = pf.read_row_group(rg)
+        try:
+            t = pf.read_row_group(rg)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise _unreadable(fname, exc) from None
         if want_ex is not None:
             mask = pa.compute.is_in(t["example_id"], pa.array(sorted(want_ex), pa.int64()))
             t = t.filter(mask)
@@ -115,9 +141,38 @@ def iter_blocks(pf: pq.ParquetFile, examples, layers):
             if e == len(ex) and not last:
                 carry = t.slice(s, e - s)
                 break
+            if int(ex[s]) in done:
+                raise RunFormatError(f"{fname}: the rows of example_id {int(ex[s])} are not contiguous")
+            done.add(int(ex[s]))
             yield int(ex[s]), _Rows(cols, int(s), int(e))
     if carry is not None and carry.num_rows:
-        yield int(carry["example_id"][0].as_py()), _Rows(_Columns(carry), 0, carry.num_rows)
+        e0 = int(carry["example_id"][0].as_py())
+        if e0 in done:
+            raise RunFormatError(f"{fname}: the rows of example_id {e0} are not contiguous")
+        yield e0, _Rows(_Columns(carry), 0, carry.num_rows)
+
+
+def check_grid(fname: str, blk, grid):
+    """Every example holds the same complete layer x head grid; returns the grid (layers, heads)."""
+    layers, heads = np.unique(blk.layer), np.unique(blk.head)
+    if len(blk.layer) != len(layers) * len(heads):
+        have = set(zip(blk.layer.tolist(), blk.head.tolist()))
+        miss = [(int(a), int(b)) for a in layers for b in heads if (a, b) not in have][:3]
+        raise RunFormatError(f"{fname}: example_id {blk.example_id} lacks (layer, head) {miss} of its "
+                             f"{len(layers)} x {len(heads)} grid")
+    if grid is None:
+        return layers, heads
+    if not (np.array_equal(grid[0], layers) and np.array_equal(grid[1], heads)):
+        raise RunFormatError(f"{fname}: example_id {blk.example_id} holds layers {layers.tolist()} x heads "
+                             f"{heads.tolist()}, but earlier examples hold {grid[0].tolist()} x {grid[1].tolist()}")
+    return grid
+
+
+def _check_head_types(fname, ex, head_type) -> None:
+    bad = ~np.isin(head_type, S.HEAD_TYPES)
+    if bad.any():
+        raise RunFormatError(f"{fname}: column 'head_type' of example_id {ex} holds {head_type[bad][0]!r}; "
+                             f"head types are {', '.join(S.HEAD_TYPES)}")
 
 
 def _sorted_rows(rows: _Rows):
@@ -154,11 +209,14 @@ def matrices_block(fname, ex, rows, lengths, dtype) -> ExampleAttention:
         w = w[order]
     layer, head = layer[order], head[order]
     head_type = rows["head_type"][order]
-    _check_probabilities(fname, ex, layer, head, head_type, w, dtype)
+    check_probabilities(fname, ex, layer, head, head_type, w, dtype)
     return ExampleAttention(ex, layer, head, head_type, w)
 
 
-def _check_probabilities(fname, ex, layer, head, head_type, w, dtype) -> None:
+def check_probabilities(fname, ex, layer, head, head_type, w, dtype) -> None:
+    """Attention rows of known head types: finite, in [0, 1], softmax rows summing to 1 (the writer
+    checks what it stores with this too)."""
+    _check_head_types(fname, ex, head_type)
     finite = np.isfinite(w)
     if not finite.all():
         i = np.argwhere(~finite)[0]
@@ -187,7 +245,7 @@ def _check_probabilities(fname, ex, layer, head, head_type, w, dtype) -> None:
             )
 
 
-def reductions_block(fname, ex, rows, lengths, n_fields) -> ExampleReductions:
+def reductions_block(fname, ex, rows, lengths, n_fields, dtype: str = "float64") -> ExampleReductions:
     if ex not in lengths:
         raise RunFormatError(f"{fname}: example_id {ex} is not in {S.EXAMPLES}")
     layer, head, order, key = _sorted_rows(rows)
@@ -214,6 +272,40 @@ def reductions_block(fname, ex, rows, lengths, n_fields) -> ExampleReductions:
             raise RunFormatError(f"{fname}: column {col!r} of example_id {ex} holds a non-finite or negative value")
         out[col] = arr[order]
     head_type = rows["head_type"][order]
+    _check_head_types(fname, ex, head_type)
+    _check_reductions(fname, ex, layer[order], head[order], head_type, out, n, dtype)
     return ExampleReductions(ex, layer[order], head[order], head_type, **out)
+
+
+def _check_reductions(fname, ex, layer, head, head_type, red, n, dtype) -> None:
+    """Per-query reductions that a real attention row can have: softmax rows carry mass 1, sigmoid
+    rows at most n; field masses add up to at most the row mass; entropies within [0, ln n]."""
+    tol = S.ROW_SUM_ATOL.get(dtype, 1e-9)
+    mass, fmass = red["row_mass"], red["field_mass"]
+
+    def fail(what, i, q, value):
+        raise RunFormatError(f"{fname}: {what} of example_id {ex}, layer {layer[i]}, head {head[i]}, query {q} is "
+                             f"{value:.6g}")
+
+    soft = head_type == "softmax"
+    err = np.where(soft[:, None], np.abs(mass - 1.0), 0.0)
+    if err.size and err.max() > tol:
+        i, q = np.unravel_index(int(err.argmax()), err.shape)
+        fail(f"row_mass of a softmax row (must be 1 within {tol:g} for {dtype})", i, q, mass[i, q])
+    over = mass - n * (1 + tol)
+    if over.size and over.max() > 0:
+        i, q = np.unravel_index(int(over.argmax()), over.shape)
+        fail(f"row_mass (at most n = {n})", i, q, mass[i, q])
+    excess = fmass.sum(axis=-1) - mass * (1 + tol) - tol
+    if excess.size and excess.max() > 0:
+        i, q = np.unravel_index(int(excess.argmax()), excess.shape)
+        fail("the summed field_mass (at most row_mass)", i, q, fmass[i, q].sum())
+    cap = np.log(max(n, 1)) * (1 + tol) + 1e-6
+    for col in ("entropy", "entropy_rownorm"):
+        e = red[col]
+        high = np.where(soft[:, None] | (col == "entropy_rownorm"), e - cap, -np.inf)
+        if e.size and (high.max() > 0 or e.min() < -1e-6):
+            i, q = np.unravel_index(int(np.argmax(np.maximum(high, -e - 1e-6))), e.shape)
+            fail(f"{col} (must lie in [0, ln n = {cap:.4g}])", i, q, e[i, q])
 
 

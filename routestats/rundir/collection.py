@@ -44,11 +44,24 @@ class RunPair:
         return RunPair(self.variant, self.baseline)
 
 
+def _content(run: Run) -> pd.DataFrame:
+    """example_id and the content hash recomputed from each example's tokens and field ids (the
+    stored ``content_sha256`` column is a claim; pairing compares what the runs evaluated)."""
+    ex = run.examples(["example_id", "tokens", "field_ids", "content_sha256"])
+    got = [S.content_hash(t, g) for t, g in zip(ex["tokens"], ex["field_ids"])]
+    bad = np.flatnonzero(np.asarray(got, dtype=object) != ex["content_sha256"].to_numpy(dtype=object))
+    if bad.size:
+        raise RunFormatError(f"{run.path / S.EXAMPLES}: column 'content_sha256' of example_id "
+                             f"{int(ex['example_id'].iloc[bad[0]])} does not match its tokens and field_ids")
+    return pd.DataFrame({"example_id": ex["example_id"].to_numpy(), "content_sha256": got})
+
+
 def pair(baseline: Run, variant: Run) -> RunPair:
     """Pair two runs after checking they were trained and evaluated as an exact pair.
 
     Refuses runs whose ``init_id`` or ``data_order_id`` differ, whose named fields differ,
-    or whose evaluated examples differ (ids, order or content hashes); the message says which.
+    or whose evaluated examples differ (ids, order or content hashes recomputed from the tokens
+    and field ids); the message says which.
     """
     a, b = baseline, variant
     for key in ("init_id", "data_order_id"):
@@ -61,8 +74,7 @@ def pair(baseline: Run, variant: Run) -> RunPair:
         raise PairingError(
             f"cannot pair {a.run_id} with {b.run_id}: named fields differ ({a.named_fields} vs {b.named_fields})"
         )
-    ea = a.examples(["example_id", "content_sha256"])
-    eb = b.examples(["example_id", "content_sha256"])
+    ea, eb = _content(a), _content(b)
     if len(ea) != len(eb):
         raise PairingError(
             f"cannot pair {a.run_id} with {b.run_id}: evaluated example counts differ ({len(ea)} vs {len(eb)})"
@@ -100,6 +112,10 @@ class RunCollection:
 
     def __iter__(self):
         return iter(self.runs)
+
+    def verified_files(self) -> dict[str, dict[str, str]]:
+        """run_id -> {path: SHA-256} of every file verified so far (what an analysis read)."""
+        return {r.run_id: r.verified_files() for r in self.runs}
 
     def get(self, run_id: str) -> Run:
         for r in self.runs:

@@ -29,8 +29,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from routestats.rundir import schema as S
-from routestats.rundir.atomic import sha256_file
-from routestats.rundir.blocks import ExampleAttention, ExampleReductions, iter_blocks, matrices_block, reductions_block
+from routestats.rundir.blocks import (
+    ExampleAttention, ExampleReductions, check_grid, iter_blocks, matrices_block, parquet_file, read_table, reductions_block,
+)
+from routestats.rundir.verify import run_file, verified_sha256
 from routestats.errors import IncompleteRunError, RunFormatError, SchemaVersionError
 
 __all__ = ["Run", "ExampleAttention", "ExampleReductions", "load_run"]
@@ -51,6 +53,11 @@ def _read_manifest(path: Path) -> dict:
     if not isinstance(manifest, dict):
         raise RunFormatError(f"{mpath}: expected a JSON object")
     version = manifest.get("schema_version")
+    if not isinstance(version, str):
+        raise SchemaVersionError(
+            f"{mpath}: schema_version must be a string such as \"{S.SCHEMA_VERSION}\", got {version!r} "
+            f"({type(version).__name__})"
+        )
     if version not in S.SUPPORTED_SCHEMA_VERSIONS:
         raise SchemaVersionError(
             f"{mpath}: schema_version {version!r} is not supported "
@@ -89,10 +96,18 @@ def _read_manifest(path: Path) -> dict:
             raise RunFormatError(f"{mpath}: attention.steps[{st!r}] = {forms!r} is not a list of {S.ATTENTION_FORMS}")
     if steps and att.get("dtype") not in S.ATTENTION_DTYPES:
         raise RunFormatError(f"{mpath}: attention.dtype {att.get('dtype')!r} is not one of {S.ATTENTION_DTYPES}")
+    seen = set()
     for entry in manifest["files"]:
         if not isinstance(entry, dict) or "path" not in entry or "sha256" not in entry:
             raise RunFormatError(f"{mpath}: every files entry needs 'path' and 'sha256'")
-        if not (path / entry["path"]).is_file():
+        sha = entry["sha256"]
+        if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+            raise RunFormatError(f"{mpath}: files entry {entry['path']!r} has no 64-hex-digit sha256")
+        p = run_file(path, entry["path"])
+        if entry["path"] in seen:
+            raise RunFormatError(f"{mpath}: lists {entry['path']} twice")
+        seen.add(entry["path"])
+        if not p.is_file():
             raise RunFormatError(f"{mpath}: lists {entry['path']} but that file is missing")
     return manifest
 
@@ -177,20 +192,50 @@ class Run:
             raise RunFormatError(f"{self.path}: the run holds no attention")
         return steps[-1]
 
-    def _file(self, rel: str) -> Path:
-        return self.path / rel
-
     def has(self, rel: str) -> bool:
         """Whether the run lists the file ``rel`` in its manifest."""
         return any(e["path"] == rel for e in self.manifest["files"])
 
+    # -- verification ----------------------------------------------------
+    def verify(self, rel: str) -> str:
+        """SHA-256 of the run's file ``rel``, checked against ``run.json``; remembered for provenance.
+
+        A file the manifest does not list is refused: nothing is read that the manifest does not describe.
+        """
+        done = self.__dict__.setdefault("_verified", {})
+        if rel in done:
+            return done[rel]
+        want = {e["path"]: e["sha256"] for e in self.manifest["files"]}.get(rel)
+        if want is None:
+            raise RunFormatError(f"{self.path}: {rel} is not listed in {S.MANIFEST}, so it cannot be verified")
+        p = run_file(self.path, rel)
+        if not p.is_file():
+            raise RunFormatError(f"{self.path}: missing {rel}")
+        got = verified_sha256(p)
+        if got != want:
+            raise RunFormatError(
+                f"{p}: SHA-256 {got[:12]}... differs from run.json ({want[:12]}...); the file changed after the "
+                "run was written"
+            )
+        done[rel] = got
+        return got
+
+    def verified_files(self) -> dict[str, str]:
+        """path -> SHA-256 of every file verified so far (what an analysis actually read)."""
+        return dict(self.__dict__.get("_verified", {}))
+
+    def _file(self, rel: str) -> Path:
+        """The path of a listed file, verified against the manifest before it is opened."""
+        self.verify(rel)
+        return self.path / rel
+
     # -- tables ----------------------------------------------------------
     @functools.cached_property
     def _examples(self) -> pd.DataFrame:
-        fname = self._file(S.EXAMPLES)
-        if not fname.is_file():
+        if not self.has(S.EXAMPLES):
             raise RunFormatError(f"{self.path}: missing {S.EXAMPLES}")
-        table = pq.read_table(fname)
+        fname = self._file(S.EXAMPLES)
+        table = read_table(fname)
         _check_schema(str(fname), table.schema, S.EXAMPLES_SCHEMA)
         df = table.to_pandas()
         _validate_examples(df, str(fname), self.manifest["fields"]["vocab_size"])
@@ -205,12 +250,22 @@ class Run:
         return (df if columns is None else df[list(columns)]).copy()
 
     def _table(self, name: str) -> pd.DataFrame:
-        fname = self._file(name)
-        if not fname.is_file():
+        if not self.has(name):
             raise RunFormatError(f"{self.path}: this run has no {name}")
-        table = pq.read_table(fname)
+        fname = self._file(name)
+        table = read_table(fname)
         _check_schema(str(fname), table.schema, S.TABLE_SCHEMAS[name])
-        return table.to_pandas()
+        df = table.to_pandas()
+        if "step" in df.columns and len(df):
+            steps = df["step"].to_numpy()
+            if (steps < 0).any():
+                raise RunFormatError(f"{fname}: column 'step' holds a negative step {int(steps.min())}")
+            by = df.groupby("phase")["step"] if "phase" in df.columns else [(None, df["step"])]
+            for phase, st in by:
+                if (st.diff().dropna() < 0).any():
+                    raise RunFormatError(f"{fname}: column 'step' is not in increasing order"
+                                         + (f" within phase {phase!r}" if phase is not None else ""))
+        return df
 
     def metrics(self) -> pd.DataFrame:
         """Per-step training/evaluation metrics (``metrics.parquet``)."""
@@ -235,10 +290,10 @@ class Run:
             raise RunFormatError(
                 f"{self.path}: attention form {form!r} not stored at step {step} (has {self.attention_forms(step)})"
             )
-        p = self._file(S.attention_file(step, form))
-        if not p.is_file():
-            raise RunFormatError(f"{self.path}: missing {S.attention_file(step, form)}")
-        return p
+        rel = S.attention_file(step, form)
+        if not self.has(rel):
+            raise RunFormatError(f"{self.path}: {rel} is not listed in {S.MANIFEST}")
+        return self._file(rel)
 
     def iter_attention(
         self,
@@ -254,12 +309,14 @@ class Run:
         """
         path = self.attention_path(step, S.FORM_MATRICES)
         dtype = self.manifest["attention"]["dtype"]
-        pf = pq.ParquetFile(path)
+        pf = parquet_file(path)
         _check_schema(str(path), pf.schema_arrow, S.attention_matrices_schema(dtype))
         lengths = self._lengths()
-        for block in iter_blocks(pf, examples, layers):
-            ex, rows = block
-            yield matrices_block(str(path), ex, rows, lengths, dtype)
+        grid = None
+        for ex, rows in iter_blocks(pf, examples, layers, str(path)):
+            blk = matrices_block(str(path), ex, rows, lengths, dtype)
+            grid = check_grid(str(path), blk, grid)
+            yield blk
 
     def iter_reductions(
         self,
@@ -269,12 +326,16 @@ class Run:
     ) -> Iterator[ExampleReductions]:
         """Stream per-query reductions one example at a time (form ``reductions``)."""
         path = self.attention_path(step, S.FORM_REDUCTIONS)
-        pf = pq.ParquetFile(path)
+        pf = parquet_file(path)
         _check_schema(str(path), pf.schema_arrow, S.REDUCTIONS_SCHEMA)
         lengths = self._lengths()
         n_fields = len(self.field_ids)
-        for ex, rows in iter_blocks(pf, examples, layers):
-            yield reductions_block(str(path), ex, rows, lengths, n_fields)
+        dtype = self.manifest["attention"].get("dtype", "float64")
+        grid = None
+        for ex, rows in iter_blocks(pf, examples, layers, str(path)):
+            blk = reductions_block(str(path), ex, rows, lengths, n_fields, dtype)
+            grid = check_grid(str(path), blk, grid)
+            yield blk
 
     def _lengths(self) -> dict[int, int]:
         df = self._examples
@@ -290,12 +351,7 @@ class Run:
         done = ["manifest"]
         if deep:
             for entry in self.manifest["files"]:
-                got = sha256_file(self._file(entry["path"]))
-                if got != entry["sha256"]:
-                    raise RunFormatError(
-                        f"{self._file(entry['path'])}: SHA-256 {got[:12]}... differs from run.json "
-                        f"({entry['sha256'][:12]}...); the file changed after the run was written"
-                    )
+                self.verify(entry["path"])
             done.append(f"file hashes ({len(self.manifest['files'])} files)")
         df = self._examples
         done.append(f"examples ({len(df)} rows)")
@@ -303,7 +359,7 @@ class Run:
             for row in df.itertuples(index=False):
                 if S.content_hash(row.tokens, row.field_ids) != row.content_sha256:
                     raise RunFormatError(
-                        f"{self._file(S.EXAMPLES)}: column 'content_sha256' of example_id "
+                        f"{self.path / S.EXAMPLES}: column 'content_sha256' of example_id "
                         f"{row.example_id} does not match its tokens and field_ids"
                     )
             done.append("content hashes")
@@ -320,11 +376,34 @@ class Run:
                         f"{S.EXAMPLES} (missing {missing}, unknown {extra})"
                     )
                 done.append(f"attention step {step} {form}")
+            if deep and set(S.ATTENTION_FORMS) <= set(self.attention_forms(step)):
+                self._check_forms_agree(step)
+                done.append(f"attention step {step}: reductions agree with matrices")
         for name in (S.METRICS, S.GRADIENTS, S.LM_SCORES):
             if self.has(name):
                 self._table(name)
                 done.append(name)
         return done
+
+
+    def _check_forms_agree(self, step: int, atol: float = 1e-9) -> None:
+        """Stored reductions equal the reductions of the stored matrices (within ``atol``)."""
+        from routestats.rundir.reductions import reduce_queries
+
+        fields = dict(zip(self._examples["example_id"].tolist(), self._examples["field_ids"]))
+        named = self.field_ids
+        for m, r in zip(self.iter_attention(step), self.iter_reductions(step)):
+            if m.example_id != r.example_id:
+                raise RunFormatError(f"{self.path}: the two attention forms at step {step} list examples in a "
+                                     f"different order ({m.example_id} vs {r.example_id})")
+            want = reduce_queries(m.weights, np.asarray(fields[m.example_id]), named)
+            for col in ("row_mass", "entropy", "entropy_rownorm", "field_mass"):
+                got = getattr(r, col)
+                err = np.abs(got - want[col].reshape(got.shape))
+                if err.max(initial=0.0) > atol:
+                    raise RunFormatError(
+                        f"{self.path / S.attention_file(step, S.FORM_REDUCTIONS)}: column {col!r} of example_id "
+                        f"{r.example_id} differs from the stored matrices by {err.max():.3g} (> {atol:g})")
 
 
 def _validate_examples(df: pd.DataFrame, fname: str, vocab_size: int) -> None:

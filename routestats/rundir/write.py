@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from routestats.rundir import schema as S
 from routestats.rundir.atomic import atomic_path, sha256_file, write_json_atomic, write_table_atomic
 from routestats.errors import RoutestatsError, RunFormatError
+from routestats.rundir.blocks import check_probabilities
 from routestats.rundir.reductions import reduce_queries
 
 __all__ = ["RunWriter", "software_versions"]
@@ -70,6 +71,7 @@ class AttentionSink:
         self._buf: dict[str, list] = {f: [] for f in self.forms}
         self._pending = 0
         self._seen: set[int] = set()
+        self._grid: tuple[int, int] | None = None
         for form in self.forms:
             schema = S.attention_matrices_schema(dtype) if form == S.FORM_MATRICES else S.REDUCTIONS_SCHEMA
             tmp = self._stack.enter_context(atomic_path(writer.path / S.attention_file(step, form)))
@@ -99,10 +101,18 @@ class AttentionSink:
         types = ["softmax"] * n_heads if head_types is None else list(head_types)
         if len(types) != n_heads or any(t not in S.HEAD_TYPES for t in types):
             raise RoutestatsError(f"head_types must list {n_heads} entries from {S.HEAD_TYPES}, got {types}")
+        if self._grid is not None and self._grid != (n_layers, n_heads):
+            raise RoutestatsError(f"attention of example_id {ex} has {n_layers} layers x {n_heads} heads, but earlier "
+                                  f"examples have {self._grid[0]} x {self._grid[1]}")
+        self._grid = (n_layers, n_heads)
         stored = w.astype(self._np_dtype).reshape(n_layers * n_heads, n, n)
         layer = np.repeat(np.arange(n_layers, dtype=np.int16), n_heads)
         head = np.tile(np.arange(n_heads, dtype=np.int16), n_layers)
         htype = np.tile(np.asarray(types, dtype=object), n_layers)
+        try:  # the reader's checks, applied to exactly what will be stored
+            check_probabilities(f"attention of example_id {ex}", ex, layer, head, htype.astype(str), stored, self.dtype)
+        except RunFormatError as exc:
+            raise RoutestatsError(str(exc)) from None
         base = {
             "example_id": np.full(len(layer), ex, dtype=np.int64),
             "layer": layer,

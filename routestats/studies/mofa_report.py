@@ -148,6 +148,7 @@ def build_mofa_report(runs: RunCollection, settings: AnalysisSettings | None = N
         subtitle=f"{len(runs)} runs · domains {', '.join(ranking['domain'])}",
         sections=tuple(sections), findings=tuple(findings), methods=methods,
         provenance={"runs": runs.index.astype(str).to_dict(orient="records"),
+                    "verified_files": runs.verified_files(),
                     "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                                  "settings": asdict(s)}},
         facts={"n_runs": len(runs), "seeds": sorted(ppl["seed"].unique().tolist()), "ratios": order},

@@ -156,8 +156,7 @@ def _provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
     runs = {}
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):
         m = run.manifest
-        files = {e["path"]: e["sha256"] for e in m["files"]
-                 if e["path"] in (S.EXAMPLES, *(S.attention_file(step, f) for f in run.attention_forms(step)))}
+        files = run.verified_files()  # the files this analysis read, each checked against run.json
         runs[role] = {
             "run_id": run.run_id, "path": str(run.path), "study": run.study, "seed": run.seed,
             "factors": run.factors, "init_id": run.init_id, "data_order_id": run.data_order_id,

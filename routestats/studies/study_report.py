@@ -341,6 +341,7 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
         findings=tuple(_findings(t, len(runs), seeds, s)),
         methods=methods,
         provenance={"runs": runs.index.astype(str).to_dict(orient="records"),
+                    "verified_files": runs.verified_files(),
                     "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                                  "settings": asdict(s)}},
         data={"conditions": runs.index.drop(columns=["path", "init_id", "data_order_id"])},
