@@ -51,18 +51,17 @@ def plain(text) -> str:
 
 
 def save(fig, folder: Path, name: str, pdf: bool = True) -> bytes:
-    """Write ``name.png`` (and ``name.pdf``) under ``folder``; return the PNG bytes."""
-    from routestats.rundir.atomic import write_bytes_atomic
-
+    """Write ``name.png`` (and ``name.pdf``) under ``folder`` (a report's temporary folder, renamed
+    into place as a whole); return the PNG bytes."""
     folder.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=130)  # layouts are set by tight_layout; no second "tight" draw
     png = buf.getvalue()
-    write_bytes_atomic(folder / f"{name}.png", png)
+    (folder / f"{name}.png").write_bytes(png)
     if pdf:
         buf = io.BytesIO()
         fig.savefig(buf, format="pdf")
-        write_bytes_atomic(folder / f"{name}.pdf", buf.getvalue())
+        (folder / f"{name}.pdf").write_bytes(buf.getvalue())
     plt.close(fig)
     return png
 

@@ -53,7 +53,7 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
         from routestats.regime.report import build_regime_report
 
         return build_regime_report(path, s, progress)
-    obj = load(path)
+    obj = load(path, s)
     if isinstance(obj, Run):
         if (obj.path / S.OPERATOR_DIR / S.OPERATOR_INDEX).is_file():
             from routestats.regime.report import build_regime_report
@@ -90,7 +90,7 @@ def summary_tables(path: str | Path, settings: AnalysisSettings | None = None) -
     from routestats.studies.effects import paired_effects
 
     s = settings or AnalysisSettings()
-    obj = load(path)
+    obj = load(path, s)
     runs = [obj] if isinstance(obj, Run) else list(obj)
     out = [(f"{r.run_id} (step {r.final_step})", layer_summary(r)[["layer", "sfm", "entropy", "n_examples"]])
            for r in runs]

@@ -39,6 +39,9 @@ STEP = typer.Option(None, help="Checkpoint step [default: the final one].")
 FACTOR = typer.Option(None, help=f"Factor whose levels form the pairs [default: {D.factor}].")
 BASELINE = typer.Option(None, help=f"Level of FACTOR that is the baseline [default: {D.baseline}].")
 FORMAT = typer.Option("html,latex", "--format", help="Comma list of html, latex, markdown.")
+SKIP = typer.Option(False, "--skip-incomplete", help="Leave out runs without run.json (still training or killed).")
+STUDY = typer.Option(None, "--study", help="The study to analyse in a tree that holds several.")
+FORCE = typer.Option(False, "--force", help="Replace an existing report folder (or write inside an input tree).")
 
 
 def _fail(msg: str) -> None:
@@ -51,15 +54,29 @@ def command(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        import os
+
         from routestats.errors import RoutestatsError
 
         try:
             return fn(*args, **kwargs)
         except RoutestatsError as exc:
             _fail(str(exc))
+        except OSError as exc:  # permissions, a full disk, a vanished file: the user's to mend, in one line
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            _fail(f"{where}{exc.strerror or exc}")
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             raise typer.Exit(code=130)
+        except (typer.Exit, SystemExit):
+            raise
+        except Exception as exc:  # a bug: still one line (ROUTESTATS_DEBUG=1 shows the traceback)
+            if os.environ.get("ROUTESTATS_DEBUG"):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            typer.echo(f"internal error: {type(exc).__name__}: {first} (a routestats bug; rerun with "
+                       "ROUTESTATS_DEBUG=1 for the traceback)", err=True)
+            raise typer.Exit(code=1)
 
     return app.command()(wrapper)
 
@@ -106,23 +123,25 @@ def _print(frames: list) -> None:
 
 
 @command
-def info(path: Path = typer.Argument(..., help="A run directory or a tree of runs.")) -> None:
+def info(path: Path = typer.Argument(..., help="A run directory or a tree of runs."), skip_incomplete: bool = SKIP,
+         study: Optional[str] = STUDY) -> None:
     """Say what a run or a run tree holds."""
     from routestats.rundir.collection import describe
     from routestats.studies.discover import load
 
-    _print([describe(load(path))])
+    _print([describe(load(path, _settings(skip_incomplete=skip_incomplete, study=study)))])
 
 
 @command
 def validate(
     path: Path = typer.Argument(..., help="A run directory or a tree of runs."),
     quick: bool = typer.Option(False, "--quick", help="Skip file and content hashes."),
+    skip_incomplete: bool = SKIP, study: Optional[str] = STUDY,
 ) -> None:
     """Check runs against the run-directory contract (every file, hash and value)."""
     from routestats.studies.discover import load
 
-    obj = load(path)
+    obj = load(path, _settings(skip_incomplete=skip_incomplete, study=study))
     for r in [obj] if hasattr(obj, "manifest") else list(obj):
         typer.echo(f"ok  {r.run_id}: " + "; ".join(r.validate(deep=not quick)))
 
@@ -131,13 +150,14 @@ def validate(
 def summary(
     path: Path = typer.Argument(..., help="A run directory, a pair, or a tree of runs."),
     resamples: Optional[int] = RESAMPLES, permutations: Optional[int] = PERMUTATIONS, seed: Optional[int] = SEED,
-    factor: Optional[str] = FACTOR, baseline: Optional[str] = BASELINE,
+    factor: Optional[str] = FACTOR, baseline: Optional[str] = BASELINE, skip_incomplete: bool = SKIP,
+    study: Optional[str] = STUDY,
 ) -> None:
     """Print per-layer SFM/entropy per run and paired effects for every pair."""
     from routestats.analysis import summary_tables
 
-    _print(summary_tables(path, _settings(resamples=resamples, permutations=permutations, seed=seed,
-                                          factor=factor, baseline=baseline)))
+    _print(summary_tables(path, _settings(resamples=resamples, permutations=permutations, seed=seed, factor=factor,
+                                          baseline=baseline, skip_incomplete=skip_incomplete, study=study)))
 
 
 @command
@@ -154,6 +174,7 @@ def report(
     pairs: Optional[str] = typer.Option(None, "--pairs", help="Per-pair parts of a tree report: auto (only for a "
                                                              "single pair), reference (standard SAAB pairs), all, none "
                                                              f"[default: {D.pairs}]."),
+    skip_incomplete: bool = SKIP, study: Optional[str] = STUDY, force: bool = FORCE,
 ) -> None:
     """Write OUT/report.html (self-contained), OUT/tables/*.tex|csv and OUT/figures/*.png|pdf.
 
@@ -161,11 +182,15 @@ def report(
     across-seed inference) before any per-pair parts."""
     from routestats.analysis import analyse
 
+    from reports.render import check_output
+
     formats = _formats(format)
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples, step=step,
-                  factor=factor, baseline=baseline, pairs=pairs)
+                  factor=factor, baseline=baseline, pairs=pairs, skip_incomplete=skip_incomplete, study=study)
+    check_output(out, force, [path])  # before the analysis, not after it
     with _progress() as say:
-        written = analyse(path, s, progress=say, init_probe=init_probe, workers=workers).write(out, formats, progress=say)
+        rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)
+        written = rep.write(out, formats, progress=say, force=force, inputs=[path])
     for name, p in written.items():
         typer.echo(f"{name}: {p}")
 
@@ -179,13 +204,15 @@ def table(
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write to this file instead of standard output."),
     resamples: Optional[int] = RESAMPLES, permutations: Optional[int] = PERMUTATIONS, seed: Optional[int] = SEED,
     mode: Optional[str] = MODE, examples: Optional[str] = EXAMPLES, step: Optional[int] = STEP,
+    skip_incomplete: bool = SKIP, study: Optional[str] = STUDY,
 ) -> None:
     """Print (or write) one table of the report of PATH."""
     from routestats.analysis import analyse
 
     if format not in ("latex", "csv", "markdown"):
         _fail(f"--format must be latex, csv or markdown, got {format!r}")
-    s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples, step=step)
+    s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples, step=step,
+                  skip_incomplete=skip_incomplete, study=study)
     text = analyse(path, s).to_text(name, format)
     if out is None:
         return typer.echo(text, nl=False)
@@ -207,18 +234,21 @@ def regime(
                                                     f"[default: {D.probes}]."),
     format: str = FORMAT,
     seed: Optional[int] = SEED,
+    force: bool = FORCE,
 ) -> None:
     """Spectral certification of gating-induced regime switching at one operating point or over a grid."""
+    from reports.render import check_output
     from routestats.regime.report import build_regime_report, terminal_tables
 
     if not source.exists():
         _fail(f"{source}: no such file or directory")
     formats = _formats(format)
+    if out is not None:
+        check_output(out, force, [source])
     rep = build_regime_report(source, _settings(layer=layer, example=example, token=token, probes=probes, seed=seed))
     _print(terminal_tables(rep))
-    if out is not None:
-        for name, p in rep.write(out, formats).items():
-            typer.echo(f"{name}: {p}")
+    for name, p in (rep.write(out, formats, force=force, inputs=[source]) if out is not None else {}).items():
+        typer.echo(f"{name}: {p}")
 
 
 def main() -> None:

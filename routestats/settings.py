@@ -62,7 +62,8 @@ class AnalysisSettings:
     word-map selection rule (``token_map_*``), ``length_resamples`` (Spearman bootstrap),
     ``rules`` (seed-table pattern labels), ``pairs`` (per-pair parts of a tree report: auto,
     reference, all, none), ``factor``/``baseline`` (the factor whose levels form the pairs and
-    its baseline level). MoFA: ``in_domain``, ``test`` (t or signflip), ``holm_family``.
+    its baseline level), ``study`` (the study to analyse in a tree that holds several; None: the
+    tree must hold one), ``skip_incomplete`` (leave out runs still being written). MoFA: ``in_domain``, ``test`` (t or signflip), ``holm_family``.
     Regime: ``probes`` (random directions per point) and ``layer``/``example``/``token``
     (None: every stored point).
     """
@@ -85,6 +86,8 @@ class AnalysisSettings:
     pairs: str = "auto"
     factor: str = "variant"
     baseline: str = "baseline"
+    study: str | None = None
+    skip_incomplete: bool = False
     in_domain: str | None = "docstrings"
     test: str = "t"
     holm_family: bool = False

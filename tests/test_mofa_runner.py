@@ -73,9 +73,10 @@ def test_tiny_mofa_tree_reports(tmp_path):
 
     from routestats.cli import app
 
-    res = CliRunner().invoke(app, ["report", str(tmp_path), "-o", str(tmp_path / "out")])
+    out = tmp_path.parent / f"{tmp_path.name}-report"  # not inside the input tree
+    res = CliRunner().invoke(app, ["report", str(tmp_path), "-o", str(out)])
     assert res.exit_code == 0, res.output
-    html = (tmp_path / "out" / "report.html").read_text()
+    html = (out / "report.html").read_text()
     assert "Zero-shot perplexity by domain" in html and "PCA of the domain response" in html
 
 

@@ -171,7 +171,8 @@ def test_every_exported_table_compiles_standalone(tmp_path):
     pdflatex = need("pdflatex")
     p = rs.load_runs(demo_run_dir()).pairs()[0]
     rep = build_pair_report(p, QUICK)
-    render(rep, tmp_path, formats=("latex",))
+    render(rep, tmp_path / "o", formats=("latex",))
+    tmp_path = tmp_path / "o"
     tables = sorted((tmp_path / "tables").glob("*.tex"))
     assert len(tables) >= 6
     for t in tables:
@@ -187,8 +188,8 @@ def test_every_exported_table_compiles_standalone(tmp_path):
 def test_report_opens_in_chromium_without_console_errors(tmp_path):
     chromium = need("chromium")
     p = rs.load_runs(demo_run_dir()).pairs()[0]
-    render(build_pair_report(p, QUICK), tmp_path, formats=("html",))
-    log = chromium_console(chromium, tmp_path / "report.html", tmp_path / "shot.png")
+    render(build_pair_report(p, QUICK), tmp_path / "o", formats=("html",))
+    log = chromium_console(chromium, tmp_path / "o" / "report.html", tmp_path / "shot.png")
     assert (tmp_path / "shot.png").stat().st_size > 10_000
     assert console_errors(log) == [], log[-2000:]
     # the check itself can fail: a page with a script error is caught

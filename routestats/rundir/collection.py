@@ -113,6 +113,11 @@ class RunCollection:
     def __iter__(self):
         return iter(self.runs)
 
+    @property
+    def studies(self) -> list[str]:
+        """The distinct ``study`` names of the runs, sorted."""
+        return sorted({r.study for r in self.runs})
+
     def verified_files(self) -> dict[str, dict[str, str]]:
         """run_id -> {path: SHA-256} of every file verified so far (what an analysis read)."""
         return {r.run_id: r.verified_files() for r in self.runs}
@@ -191,7 +196,7 @@ def load_runs(tree: str | os.PathLike, on_incomplete: str = "raise") -> RunColle
             f"{len(incomplete)} incomplete run(s) without {S.MANIFEST} under {root}: "
             + ", ".join(incomplete[:5])
             + (" ..." if len(incomplete) > 5 else "")
-            + " (pass on_incomplete='skip' to leave them out)"
+            + " (still training, or killed; --skip-incomplete leaves them out, in Python on_incomplete='skip')"
         )
     if not runs:
         raise RunFormatError(f"{root}: no runs found (no {S.MANIFEST} below it)")

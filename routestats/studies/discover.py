@@ -16,14 +16,28 @@ from routestats.settings import AnalysisSettings
 __all__ = ["load", "find_pairs", "is_mofa_tree"]
 
 
-def load(path: str | Path) -> Run | RunCollection:
-    """A :class:`Run` when ``path`` holds ``run.json``, else the :class:`RunCollection` of the tree."""
+def load(path: str | Path, settings: AnalysisSettings | None = None) -> Run | RunCollection:
+    """A :class:`Run` when ``path`` holds ``run.json``, else the :class:`RunCollection` of the tree.
+
+    A tree that mixes studies is refused with their names unless ``settings.study`` picks one;
+    ``settings.skip_incomplete`` leaves out runs without a manifest (still being written).
+    """
+    s = settings or AnalysisSettings()
     path = Path(path)
     if not path.exists():
         raise RoutestatsError(f"{path}: no such file or directory")
     if (path / S.MANIFEST).is_file():
         return load_run(path)
-    return load_runs(path)
+    runs = load_runs(path, on_incomplete="skip" if s.skip_incomplete else "raise")
+    if s.study is not None:
+        if s.study not in runs.studies:
+            raise RoutestatsError(f"{path}: no runs of study {s.study!r}; studies here: {', '.join(runs.studies)}")
+        runs = runs.select(study=s.study)
+    elif len(runs.studies) > 1:
+        counts = runs.index["study"].value_counts()
+        named = ", ".join(f"{k} ({v} runs)" for k, v in sorted(counts.items()))
+        raise RoutestatsError(f"{path} mixes studies {named}; choose one with --study NAME (Python: study=...)")
+    return runs
 
 
 def is_mofa_tree(runs: RunCollection, settings: AnalysisSettings) -> bool:

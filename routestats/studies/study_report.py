@@ -308,6 +308,7 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
         main = seeds_t[(seeds_t["dataset"] == key[0]) & (seeds_t["depth"] == key[1])]
         t["init_probe"] = probe_correlations(load_probe(init_probe), main[["seed", "displacement"]])
     deltas_out = deltas[keys + ["baseline_sfm", "variant_sfm", "delta", "n_examples", "max_abs_diff"]]
+    deltas_out.insert(0, "study", ", ".join(runs.studies))  # one study per report (studies.discover.load)
     tables = _tables(t, deltas, s)
     figs = _figures(t, deltas)
     order = [("seeds", "Seeds (Table 3)"), ("across_seeds", "Across-seed inference"),
