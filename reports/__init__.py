@@ -1,6 +1,7 @@
 """Rendering of any :class:`routestats.report.Report`: Jinja2 templates (HTML, LaTeX), Markdown, CSV
-and seaborn figures over finished frames. Nothing in this package computes a statistic."""
+and seaborn figures over finished frames. Nothing in this package computes a statistic.
 
-from reports.render import build_context, markdown, render, table_text
-
-__all__ = ["build_context", "markdown", "render", "table_text"]
+Entry points: :func:`reports.render.render` (a report folder), :func:`reports.render.table_text`
+(one table as LaTeX, CSV or Markdown), :func:`reports.render.markdown` (a whole report as Markdown);
+``Report.write`` / ``Report.to_latex`` call them.
+"""

@@ -44,8 +44,9 @@ _RE = re.compile("|".join(re.escape(k) for k in _SPECIAL))
 
 
 def latex_escape(text) -> str:
-    """Escape a user-supplied string for LaTeX text mode (also maps a few Unicode symbols)."""
-    out = _RE.sub(lambda m: _SPECIAL[m.group(0)], str(text))
+    """Escape a user-supplied string for LaTeX text mode (also maps a few Unicode symbols); every run of
+    whitespace (newlines, blank lines, tabs) becomes one space."""
+    out = _RE.sub(lambda m: _SPECIAL[m.group(0)], re.sub(r"\s+", " ", str(text)))  # a blank line would end \caption
     for k, v in _UNICODE.items():
         out = out.replace(k, v)
     # anything else outside Latin-1 could break pdflatex: replace it visibly

@@ -25,6 +25,7 @@ Tidy tables of the regime :class:`routestats.report.Report` (each keyed by layer
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -75,7 +76,7 @@ def _read_npz(path: Path) -> tuple[dict, dict]:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files if k != "meta"}
             meta = json.loads(str(z["meta"])) if "meta" in z.files else {}
-    except (ValueError, OSError, json.JSONDecodeError) as exc:
+    except (ValueError, OSError, EOFError, KeyError, json.JSONDecodeError, zipfile.BadZipFile) as exc:
         raise RoutestatsError(f"{path}: not an operator file with {', '.join(S.OPERATOR_ARRAYS)} ({exc})") from None
     missing = [k for k in S.OPERATOR_ARRAYS if k not in arrays]
     if missing:

@@ -7,20 +7,36 @@ contract (shapes, finiteness, probabilities per head type) on the way.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from routestats.errors import RunFormatError
+from routestats.errors import RoutestatsError, RunFormatError
 from routestats.rundir import schema as S
 
-__all__ = ["ExampleAttention", "ExampleReductions", "check_grid", "check_probabilities", "parquet_file", "read_table"]
+__all__ = ["ExampleAttention", "ExampleReductions", "check_grid", "check_probabilities", "decoding", "parquet_file", "read_table"]
 
 
 def _unreadable(path, exc) -> RunFormatError:
     return RunFormatError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+
+
+_DECODE_ERRORS = (pa.ArrowException, UnicodeDecodeError, ValueError, OverflowError, IndexError, KeyError, TypeError)
+
+
+@contextmanager
+def decoding(path):
+    """Turn an error raised while decoding an untrusted file into a :class:`RunFormatError` naming it
+    (the contract's own checks raise RunFormatError themselves and pass through)."""
+    try:
+        yield
+    except RoutestatsError:
+        raise
+    except _DECODE_ERRORS as exc:
+        raise _unreadable(path, exc) from None
 
 
 def parquet_file(path) -> pq.ParquetFile:

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from routestats.rundir import schema as S
 from routestats.rundir.blocks import (
-    ExampleAttention, ExampleReductions, check_grid, iter_blocks, matrices_block, parquet_file, read_table, reductions_block,
+    ExampleAttention, ExampleReductions, check_grid, decoding, iter_blocks, matrices_block, parquet_file, read_table, reductions_block,
 )
 from routestats.rundir.verify import run_file, verified_sha256
 from routestats.errors import IncompleteRunError, RunFormatError, SchemaVersionError
@@ -48,8 +48,8 @@ def _read_manifest(path: Path) -> dict:
         )
     try:
         manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunFormatError(f"{mpath}: not valid JSON ({exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunFormatError(f"{mpath}: not valid UTF-8 JSON ({exc})") from None
     if not isinstance(manifest, dict):
         raise RunFormatError(f"{mpath}: expected a JSON object")
     version = manifest.get("schema_version")
@@ -235,10 +235,11 @@ class Run:
         if not self.has(S.EXAMPLES):
             raise RunFormatError(f"{self.path}: missing {S.EXAMPLES}")
         fname = self._file(S.EXAMPLES)
-        table = read_table(fname)
-        _check_schema(str(fname), table.schema, S.EXAMPLES_SCHEMA)
-        df = table.to_pandas()
-        _validate_examples(df, str(fname), self.manifest["fields"]["vocab_size"])
+        with decoding(fname):
+            table = read_table(fname)
+            _check_schema(str(fname), table.schema, S.EXAMPLES_SCHEMA)
+            df = table.to_pandas()
+            _validate_examples(df, str(fname), self.manifest["fields"]["vocab_size"])
         return df
 
     def examples(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
@@ -253,9 +254,10 @@ class Run:
         if not self.has(name):
             raise RunFormatError(f"{self.path}: this run has no {name}")
         fname = self._file(name)
-        table = read_table(fname)
-        _check_schema(str(fname), table.schema, S.TABLE_SCHEMAS[name])
-        df = table.to_pandas()
+        with decoding(fname):
+            table = read_table(fname)
+            _check_schema(str(fname), table.schema, S.TABLE_SCHEMAS[name])
+            df = table.to_pandas()
         if "step" in df.columns and len(df):
             steps = df["step"].to_numpy()
             if (steps < 0).any():
@@ -313,9 +315,15 @@ class Run:
         _check_schema(str(path), pf.schema_arrow, S.attention_matrices_schema(dtype))
         lengths = self._lengths()
         grid = None
-        for ex, rows in iter_blocks(pf, examples, layers, str(path)):
-            blk = matrices_block(str(path), ex, rows, lengths, dtype)
-            grid = check_grid(str(path), blk, grid)
+        blocks = iter_blocks(pf, examples, layers, str(path))
+        while True:
+            with decoding(path):
+                try:
+                    ex, rows = next(blocks)
+                except StopIteration:
+                    return
+                blk = matrices_block(str(path), ex, rows, lengths, dtype)
+                grid = check_grid(str(path), blk, grid)
             yield blk
 
     def iter_reductions(
@@ -332,9 +340,15 @@ class Run:
         n_fields = len(self.field_ids)
         dtype = self.manifest["attention"].get("dtype", "float64")
         grid = None
-        for ex, rows in iter_blocks(pf, examples, layers, str(path)):
-            blk = reductions_block(str(path), ex, rows, lengths, n_fields, dtype)
-            grid = check_grid(str(path), blk, grid)
+        blocks = iter_blocks(pf, examples, layers, str(path))
+        while True:
+            with decoding(path):
+                try:
+                    ex, rows = next(blocks)
+                except StopIteration:
+                    return
+                blk = reductions_block(str(path), ex, rows, lengths, n_fields, dtype)
+                grid = check_grid(str(path), blk, grid)
             yield blk
 
     def _lengths(self) -> dict[int, int]:

@@ -107,6 +107,11 @@ def paired_effects(
         The examples analysed (see :func:`routestats.metrics.select_examples`).
     """
     diffs = paired_differences(p, metric, adjusted, step, examples)
+    if diffs.empty:
+        if adjusted:
+            raise RoutestatsError(f"every one of the {diffs.attrs.get('excluded', 0)} examples has a single visible "
+                                  "field (O_e = 1), so the opportunity-adjusted SFM is undefined")
+        raise RoutestatsError("no paired differences: the selection holds no examples")
     layers = sorted(diffs["layer"].unique())
     n_per = diffs.groupby("layer").size()
     if n_per.nunique() != 1:

@@ -205,7 +205,7 @@ def _specs_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
              Column(f"Entropy {v}", "variant_mean"), Column("Δ", "mean_diff"),
              Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
              Column("p (Holm)", "p_holm", "p"))),
-        "adjusted": T(
+        "adjusted": None if rep["adjusted"] is None else T(
             "adjusted", "Opportunity-adjusted SFM, (SFM − O_e)/(1 − O_e): 0 = uniform over valid keys, 1 = only "
                         "same-field keys. Examples with one visible field (O_e = 1) are excluded from every layer.",
             (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("Excluded", "excluded", "int"),
@@ -266,8 +266,9 @@ def _findings(rep: dict, s: AnalysisSettings) -> list[str]:
             out.append(f"Highest SFM in the {role}: layer {int(t['layer'].iloc[0])} ({fmt_num(t['sfm'].iloc[0])}).")
     out.append(f"Profile distance between the two layer profiles: {fmt_num(rep['profile_distance'], 4)}.")
     adj = rep["adjusted"]
-    out.append(f"Opportunity-adjusted analysis: {int(adj['n'].iloc[0])} examples, {int(adj['excluded'].iloc[0])} "
-               f"excluded (one visible field), mean O_e {fmt_num(adj['mean_opportunity'].iloc[0])}.")
+    if adj is not None:
+        out.append(f"Opportunity-adjusted analysis: {int(adj['n'].iloc[0])} examples, {int(adj['excluded'].iloc[0])} "
+                   f"excluded (one visible field), mean O_e {fmt_num(adj['mean_opportunity'].iloc[0])}.")
     return out
 
 
@@ -308,7 +309,10 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
     say("paired effects")
     effects = paired_effects(p, **kw)
     entropy_effects = paired_effects(p, metric="entropy", **kw)
-    adjusted = paired_effects(p, adjusted=True, **kw)
+    try:
+        adjusted, adjusted_skipped = paired_effects(p, adjusted=True, **kw), ""
+    except RoutestatsError as exc:  # e.g. every example shows one field: the plain tables still stand
+        adjusted, adjusted_skipped = None, f"Not computed: {exc}."
     say("field-to-field")
     f2f = []
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):
@@ -376,7 +380,7 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
             layers[layers.role == "baseline"].sort_values("layer")["sfm"].to_numpy(),
             layers[layers.role == "variant"].sort_values("layer")["sfm"].to_numpy()),
         "layers": layers.drop(columns=["run_id"]), "effects": effects, "entropy_effects": entropy_effects,
-        "adjusted": adjusted, "field_to_field": f2f, "head_sfm": hs, "trajectory": traj,
+        "adjusted": adjusted, "adjusted_skipped": adjusted_skipped, "field_to_field": f2f, "head_sfm": hs, "trajectory": traj,
         "gradient_steps": grad_steps, "gradients": grad_ck, "word_map": wm, "lengths": lengths,
         "length_examples": length_examples, "length_association": assoc, "length_bins": bins,
     }
@@ -415,7 +419,8 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                 (fig("profile", "profile", layers=rep["layers"], effects=rep["effects"]),)),
         Section("effects", "Paired SFM effects (Table 2)", (tables["effects"],)),
         Section("entropy", "Paired entropy effects", (tables["entropy_effects"],)),
-        Section("adjusted", "Opportunity-adjusted SFM (Table 10)", (tables["adjusted"],)),
+        Section("adjusted", "Opportunity-adjusted SFM (Table 10)",
+                (tables["adjusted"],) if rep["adjusted"] is not None else (), skipped=rep["adjusted_skipped"]),
         Section("fields", "Field-to-field attention", (data("field_to_field"),),
                 (fig("field_to_field", "field_heatmaps", field_to_field=rep["field_to_field"]),),
                 text="Mean attention mass from queries of the source field (rows) to keys of the destination field "
