@@ -1,0 +1,105 @@
+"""The report at untouched-test scale against the floors of the same work, in one run.
+
+Builds (or reuses, with ``--data``) a synthetic 2 x N pair (default N = 2,336; both storage
+forms, as the runners write them) with :func:`bench_storage.write_runs`, then measures, each in
+a fresh process, in CPU seconds (user + sys of the process and its children):
+
+* ``routestats report PAIR`` with the on-disk cache off (``ROUTESTATS_CACHE=off``): every file
+  read is hashed, reduced and rendered;
+* the **hash floor**: SHA-256 of exactly the files that report verified (its provenance lists
+  them), in one process -- the cost of verification on its own;
+* the **read floor**: a bare pyarrow scan, row group by row group, of exactly those files;
+* ``python -c pass`` (the interpreter start every command pays).
+
+Ratios are printed against the floors, with the machine's load. Run:
+``python benchmarks/bench_report.py [--examples 2336] [--data /tmp/bench-pair]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def child_cpu(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of a command and the children it waited for."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, **(env or {})})
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+
+HASH = """
+import sys
+from routestats.rundir.atomic import sha256_file
+for f in sys.argv[1:]:
+    sha256_file(f)
+"""
+SCAN = """
+import sys
+import pyarrow.parquet as pq
+for f in sys.argv[1:]:
+    pf = pq.ParquetFile(f)
+    for i in range(pf.num_row_groups):
+        pf.read_row_group(i)
+"""
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=2336)
+    ap.add_argument("--data", type=Path, default=None, help="folder of the pair (made when missing)")
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    from bench_storage import write_runs
+
+    data = args.data or Path(tempfile.mkdtemp(prefix="bench-pair-"))
+    if not (data / "saab" / "run.json").is_file():
+        t0 = time.perf_counter()
+        write_runs(data, args.examples, forms=("matrices", "reductions"))
+        print(f"wrote the 2 x {args.examples} pair in {time.perf_counter() - t0:.1f} s under {data}")
+    exe = str(Path(sys.executable).with_name("routestats"))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r"
+        env = {"ROUTESTATS_CACHE": "off"}
+        rows = {"report": [], "hash": [], "scan": [], "start": []}
+        files: list[str] = []
+        for i in range(args.repeats):
+            rows["report"].append(child_cpu([exe, "report", str(data), "-o", str(out), "--force"], env))
+            if not files:
+                html = (out / "report.html").read_text()
+                prov = json.loads(html.split('<pre class="mono">', 1)[1].split("</pre>", 1)[0]
+                                  .replace("&#34;", '"').replace("&quot;", '"').replace("&#39;", "'").replace("&amp;", "&"))
+                for role in ("baseline", "variant"):
+                    r = prov["runs"][role]
+                    files += [str(Path(r["path"]) / p) for p in r["files"]]
+            rows["hash"].append(child_cpu([sys.executable, "-c", HASH, *files]))
+            rows["scan"].append(child_cpu([sys.executable, "-c", SCAN, *[f for f in files if f.endswith(".parquet")]]))
+            rows["start"].append(child_cpu([sys.executable, "-c", "pass"]))
+    best = {k: min(v) for k, v in rows.items()}
+    size = sum(os.path.getsize(f) for f in files) / 1e6
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; best of {args.repeats}; "
+          f"the report read {len(files)} files, {size:.0f} MB: {', '.join(sorted({Path(f).name for f in files}))}")
+    rep = best["report"][0]
+    for name, label in (("report", "routestats report, cache off"), ("hash", "hash floor: SHA-256 of those files"),
+                        ("scan", "read floor: bare scan of those Parquet files"), ("start", "python -c pass")):
+        cpu, wall = best[name]
+        print(f"{label:48s} {cpu:7.2f} s CPU {wall:7.2f} s wall   report / this = {rep / cpu:5.1f}x")
+    print(f"verification = {100 * best['hash'][0] / rep:.1f} % of the report's CPU")
+
+
+if __name__ == "__main__":
+    main()
