@@ -151,8 +151,13 @@ def _field_heatmaps(frames, params):
 
 
 def field_heatmaps(f2f: pd.DataFrame, labels: dict):
-    """Field-to-field mass per layer: baseline, variant, difference (rows = source field)."""
+    """Field-to-field mass per layer: baseline, variant, difference (rows = source field).
+
+    Beyond 6 layers the small multiples would run to metres: then one compact heatmap per role,
+    layers as rows and the source → destination pairs as columns."""
     layers = sorted(f2f["layer"].unique())
+    if len(layers) > 6:
+        return _field_compact(f2f, layers)
     roles = ["baseline", "variant", "difference"]
     fig, axes = plt.subplots(len(layers), 3, figsize=(9.5, 2.6 * len(layers)), squeeze=False)
     diff_max = max(1e-9, float(f2f.loc[f2f["role"] == "difference", "mass"].abs().max()))
@@ -175,15 +180,67 @@ def _head_heatmaps(frames, params):
     return head_heatmaps(frames["head_sfm"], params["labels"])
 
 
-def head_heatmaps(hs: pd.DataFrame, labels: dict):
-    """Head-level SFM (layer x head) for both models and their difference."""
+def _field_compact(f2f: pd.DataFrame, layers) -> "plt.Figure":
     roles = ["baseline", "variant", "difference"]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    t = f2f.assign(pair=f2f["source_name"].map(plain) + " → " + f2f["destination_name"].map(plain))
+    pairs = list(dict.fromkeys(t.sort_values(["source", "destination"])["pair"]))
+    height = 1.2 + 0.22 * len(layers)
+    fig, axes = plt.subplots(1, 3, figsize=(3.2 + 0.9 * len(pairs) * 3, height), squeeze=False)
+    diff_max = max(1e-9, float(t.loc[t["role"] == "difference", "mass"].abs().max()))
+    for ax, role in zip(axes[0], roles):
+        m = t[t["role"] == role].pivot(index="layer", columns="pair", values="mass")[pairs]
+        kw = dict(vmin=-diff_max, vmax=diff_max, cmap="RdBu_r") if role == "difference" else dict(vmin=0, vmax=1, cmap="viridis")
+        im = ax.imshow(m.to_numpy(float), aspect="auto", interpolation="nearest", **kw)
+        ax.grid(False)
+        ax.set_xticks(range(len(pairs)), pairs, rotation=45, ha="right", fontsize=8)
+        step = max(1, len(layers) // 15)
+        ax.set_yticks(range(0, len(layers), step), [str(x) for x in layers[::step]], fontsize=8)
+        ax.set(title=SHORT[role], ylabel="layer" if role == "baseline" else "")
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    return fig
+
+
+@drawer("mass_split")
+def mass_split(frames, params):
+    """Per layer: same-field, other-field and unnamed mass (stacked bars) and the first key's mass."""
+    m = frames["masses"]
+    roles = [r for r in ("baseline", "variant") if r in set(m["role"])]
+    fig, axes = plt.subplots(1, len(roles), figsize=(5.5 * len(roles), 3.6), squeeze=False, sharey=True)
+    labels = params.get("labels", {})
+    for ax, role in zip(axes[0], roles):
+        t = m[m["role"] == role].sort_values("layer")
+        x = t["layer"].to_numpy()
+        bottom = np.zeros(len(t))
+        for col, name, color in (("sfm", "same field (S)", "#4C72B0"), ("cross_mass", "other named fields (C)", "#8FB0D9"),
+                                 ("unnamed_mass", "outside named fields (U)", "#DD8452")):
+            v = t[col].to_numpy(float)
+            ax.bar(x, v, bottom=bottom, color=color, width=0.8, label=name)
+            bottom += v
+        ax.plot(x, t["first_mass"].to_numpy(float), color="black", marker=".", lw=1, label="first key")
+        ax.set(xlabel="layer", ylabel="attention mass" if role == roles[0] else "", ylim=(0, 1.05),
+               title=plain(labels.get(role, role)))
+        step = max(1, len(x) // 15)
+        ax.set_xticks(x[::step])
+    axes[0][0].legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def head_heatmaps(hs: pd.DataFrame, labels: dict):
+    """Head-level SFM (layer x head) for both models and their difference (no cell labels past 8 heads)."""
+    roles = ["baseline", "variant", "difference"]
+    n_layers, n_heads = hs["layer"].nunique(), hs["head"].nunique()
+    big = n_heads > 8 or n_layers > 12
+    fig, axes = plt.subplots(1, 3, figsize=(11 if not big else 4 + 0.25 * n_heads * 3, 3.2 if not big else 1.5 + 0.2 * n_layers))
     dmax = max(1e-9, float(hs.loc[hs["role"] == "difference", "sfm"].abs().max()))
     for ax, role in zip(axes, roles):
         m = hs[hs["role"] == role].pivot(index="layer", columns="head", values="sfm")
         kw = dict(vmin=-dmax, vmax=dmax, cmap="RdBu_r") if role == "difference" else dict(vmin=0, vmax=1, cmap="viridis")
-        heat(ax, m, cbar=True, **kw)
+        heat(ax, m, cbar=True, annot=not big, **kw)
+        if big:
+            ax.set_aspect("auto")
+            ax.tick_params(labelsize=7)
         ax.set(title=SHORT[role], xlabel="head", ylabel="layer")
     fig.tight_layout()
     return fig

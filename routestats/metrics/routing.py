@@ -52,6 +52,9 @@ __all__ = [
     "field_to_field",
     "opportunity",
     "adjusted_sfm",
+    "unnamed_mass",
+    "mass_split",
+    "trivial_default",
     "profile_distance",
     "layer_gap",
     "word_attention",
@@ -76,14 +79,15 @@ def _choose_form(run: Run, step: int, form: str | None) -> str:
     return S.FORM_REDUCTIONS if S.FORM_REDUCTIONS in forms else S.FORM_MATRICES
 
 
-CACHE_VERSION = "1"  # bump when the reduction or summary definitions change
+CACHE_VERSION = "2"  # bump when the reduction or summary definitions change
 
 
-def _cache_key(run: Run, step: int, form: str) -> str:
+def _cache_key(run: Run, step: int, form: str, trivial: str = "include") -> str:
     """Key of a derived table: the verified SHA-256 of its input files (never the manifest's claim
     alone: :meth:`Run.verify` hashes what is on disk), plus versions."""
     parts = [CACHE_VERSION, run.run_id, str(step), form, run.verify(S.EXAMPLES),
-             run.verify(S.attention_file(step, form)), json.dumps(run.manifest["fields"], sort_keys=True)]
+             run.verify(S.attention_file(step, form)), json.dumps(run.manifest["fields"], sort_keys=True),
+             f"causal={run.causal}", f"trivial={trivial}"]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
@@ -111,17 +115,27 @@ def _cache_save(path: Path, p: _Pass) -> None:
         pass
 
 
-def _pass(run: Run, step: int | None = None, form: str | None = None) -> _Pass:
+def trivial_default(run: Run, trivial: str | None = None) -> str:
+    """The trivial-query rule of METHODS 3.1: ``exclude`` for causal runs, ``include`` otherwise."""
+    if trivial is None:
+        return "exclude" if run.causal else "include"
+    if trivial not in ("include", "exclude"):
+        raise RoutestatsError(f"trivial_queries must be include or exclude, got {trivial!r}")
+    return trivial
+
+
+def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: str | None = None) -> _Pass:
     """Reduce a run's attention at one step once; cached on the run object and on disk
     (keyed by the input files' SHA-256, see :func:`cache_dir`)."""
     step = run.final_step if step is None else int(step)
     form = _choose_form(run, step, form)
+    trivial = trivial_default(run, trivial)
     cache = run.__dict__.setdefault("_metric_cache", {})
-    key = (step, form)
+    key = (step, form, trivial)
     if key in cache:
         return cache[key]
     folder = cache_dir()
-    disk = folder / f"{_cache_key(run, step, form)}.npz" if folder is not None else None
+    disk = folder / f"{_cache_key(run, step, form, trivial)}.npz" if folder is not None else None
     if disk is not None and disk.is_file():
         hit = _cache_load(disk)
         if hit is not None:
@@ -130,25 +144,26 @@ def _pass(run: Run, step: int | None = None, form: str | None = None) -> _Pass:
     named = run.field_ids
     ex = run.examples(["example_id", "field_ids"])
     fields_by_ex = dict(zip(ex["example_id"].tolist(), ex["field_ids"]))
-    cols = {k: [] for k in ("example_id", "layer", "head", "head_type", "sfm", "entropy",
-                            "entropy_rownorm", "row_mass", "n_valid")}
+    summaries = ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass", "sfm_named")
+    cols = {k: [] for k in ("example_id", "layer", "head", "head_type", *summaries, "n_valid", "n_trivial")}
     f2f, has = [], []
     blocks = run.iter_reductions(step) if form == S.FORM_REDUCTIONS else run.iter_attention(step)
     for blk in blocks:
         g = np.asarray(fields_by_ex[blk.example_id])
         if form == S.FORM_REDUCTIONS:
-            red = {k: getattr(blk, k) for k in ("row_mass", "entropy", "entropy_rownorm", "field_mass")}
+            red = {k: getattr(blk, k) for k in ("row_mass", "entropy", "entropy_rownorm", "field_mass", "first_mass")}
         else:
             red = reduce_queries(blk.weights, g, named)
-        summ = summarise_queries(red, g, named)
+        summ = summarise_queries(red, g, named, run.causal, trivial)
         r = len(blk.layer)
         cols["example_id"].append(np.full(r, blk.example_id, dtype=np.int64))
         cols["layer"].append(blk.layer)
         cols["head"].append(blk.head)
         cols["head_type"].append(blk.head_type)
-        for k in ("sfm", "entropy", "entropy_rownorm", "row_mass"):
+        for k in summaries:
             cols[k].append(summ[k])
         cols["n_valid"].append(np.full(r, summ["n_valid"], dtype=np.int64))
+        cols["n_trivial"].append(np.full(r, summ["n_trivial"], dtype=np.int64))
         f2f.append(summ["f2f"])
         has.append(np.broadcast_to(summ["has_source"], (r, len(named))))
     if not f2f:
@@ -188,8 +203,8 @@ def select_examples(run: Run, examples=None) -> np.ndarray | None:
     return ids
 
 
-def _selected(run: Run, step, examples) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    p = _pass(run, step)
+def _selected(run: Run, step, examples, trivial=None) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    p = _pass(run, step, trivial=trivial)
     ids = select_examples(run, examples)
     if ids is None:
         return p.heads, p.f2f, p.has_source
@@ -214,10 +229,10 @@ def _runs(obj) -> list[tuple[str | None, Run]]:
     raise TypeError(f"expected a Run or RunPair, got {type(obj).__name__}")
 
 
-def _per_example(obj, metric: str, step=None, examples=None) -> pd.DataFrame:
+def _per_example(obj, metric: str, step=None, examples=None, trivial=None) -> pd.DataFrame:
     frames = []
     for role, run in _runs(obj):
-        h = _selected(run, step, examples)[0]
+        h = _selected(run, step, examples, trivial)[0]
         g = h.groupby(["run_id", "step", "example_id", "layer"], sort=False)[metric].mean().reset_index()
         if role is not None:
             g.insert(1, "role", role)
@@ -225,21 +240,56 @@ def _per_example(obj, metric: str, step=None, examples=None) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def sfm(obj, step: int | None = None, examples=None) -> pd.DataFrame:
-    """Per-example, per-layer same-field mass (mean over heads; METHODS 2.1).
+def sfm(obj, step: int | None = None, examples=None, trivial: str | None = None, keys: str = "all") -> pd.DataFrame:
+    """Per-example, per-layer same-field mass (mean over heads; METHODS 2.1, 3.1-3.2).
 
     For a :class:`~routestats.rundir.collection.RunPair` both runs are stacked with a ``role`` column
     (``baseline`` / ``variant``). ``examples`` selects a subset (see :func:`select_examples`).
+    ``trivial`` (include / exclude; default: exclude for causal runs) says whether queries whose
+    every visible key lies in their own field count; ``keys="named"`` renormalises each query's
+    SFM over the named keys (SFM / (1 - unnamed mass)); the column is ``sfm`` either way.
     """
-    return _per_example(obj, "sfm", step, examples)
+    if keys not in ("all", "named"):
+        raise RoutestatsError(f"keys must be all or named, got {keys!r}")
+    out = _per_example(obj, "sfm" if keys == "all" else "sfm_named", step, examples, trivial)
+    return out.rename(columns={"sfm_named": "sfm"})
 
 
-def entropy(obj, step: int | None = None, examples=None) -> pd.DataFrame:
+def unnamed_mass(obj, step: int | None = None, examples=None, trivial: str | None = None) -> pd.DataFrame:
+    """Per-example, per-layer attention on keys outside the named fields, and on the first key
+    (METHODS 3.2): columns as :func:`sfm` with ``unnamed_mass`` and ``first_mass``."""
+    a = _per_example(obj, "unnamed_mass", step, examples, trivial)
+    b = _per_example(obj, "first_mass", step, examples, trivial)
+    a["first_mass"] = b["first_mass"].to_numpy()
+    return a
+
+
+def mass_split(obj, step: int | None = None, examples=None, trivial: str | None = None) -> pd.DataFrame:
+    """Per run x layer: same-field (sfm), other-named-field (cross_mass) and unnamed-key mass,
+    first-key mass and named-renormalised SFM, each the mean over examples of the head mean
+    (METHODS 3.2). Columns: run_id, [role], layer, sfm, cross_mass, unnamed_mass, first_mass,
+    sfm_named, n_examples."""
+    frames = []
+    cols = ["sfm", "row_mass", "unnamed_mass", "first_mass", "sfm_named"]
+    for role, run in _runs(obj):
+        h = _selected(run, step, examples, trivial)[0]
+        per_ex = h.groupby(["example_id", "layer"], sort=False)[cols].mean()
+        t = per_ex.groupby("layer").agg(**{c: (c, "mean") for c in cols}, n_examples=("sfm", "count")).reset_index()
+        t.insert(2, "cross_mass", t["row_mass"] - t["sfm"] - t["unnamed_mass"])
+        t = t.drop(columns=["row_mass"])
+        if role is not None:
+            t.insert(0, "role", role)
+        t.insert(0, "run_id", run.run_id)
+        frames.append(t)
+    return pd.concat(frames, ignore_index=True)
+
+
+def entropy(obj, step: int | None = None, examples=None, trivial: str | None = None) -> pd.DataFrame:
     """Per-example, per-layer attention entropy in nats (mean over heads; METHODS 2.2)."""
-    return _per_example(obj, "entropy", step, examples)
+    return _per_example(obj, "entropy", step, examples, trivial)
 
 
-def layer_summary(obj, step: int | None = None, examples=None) -> pd.DataFrame:
+def layer_summary(obj, step: int | None = None, examples=None, trivial: str | None = None) -> pd.DataFrame:
     """Per run x layer: mean SFM and entropy over examples (paper Table 1 layout).
 
     Columns: run_id, [role], step, layer, sfm, entropy, n_examples, is_max_sfm (the layer
@@ -247,7 +297,7 @@ def layer_summary(obj, step: int | None = None, examples=None) -> pd.DataFrame:
     """
     frames = []
     for role, run in _runs(obj):
-        h = _selected(run, step, examples)[0]
+        h = _selected(run, step, examples, trivial)[0]
         per_ex = h.groupby(["example_id", "layer"], sort=False)[["sfm", "entropy"]].mean()
         t = per_ex.groupby("layer").agg(sfm=("sfm", "mean"), entropy=("entropy", "mean"), n_examples=("sfm", "size"))
         t = t.reset_index()
@@ -260,20 +310,21 @@ def layer_summary(obj, step: int | None = None, examples=None) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def head_sfm(run: Run, step: int | None = None, examples=None) -> pd.DataFrame:
+def head_sfm(run: Run, step: int | None = None, examples=None, trivial: str | None = None) -> pd.DataFrame:
     """Per layer x head SFM averaged over examples only (METHODS 2.6).
 
     Columns: run_id, step, layer, head, head_type, sfm, n_examples. The layer SFM is the
     mean of its heads' values.
     """
-    h = _selected(run, step, examples)[0]
+    h = _selected(run, step, examples, trivial)[0]
     t = h.groupby(["run_id", "step", "layer", "head", "head_type"]).agg(
         sfm=("sfm", "mean"), n_examples=("sfm", "size")
     )
     return t.reset_index()
 
 
-def field_to_field(run: Run, step: int | None = None, missing: str = "zero", examples=None) -> pd.DataFrame:
+def field_to_field(run: Run, step: int | None = None, missing: str = "zero", examples=None,
+                   trivial: str | None = None) -> pd.DataFrame:
     """Field-to-field attention mass per layer (METHODS 2.3); row = source, column = destination.
 
     Parameters
@@ -292,7 +343,7 @@ def field_to_field(run: Run, step: int | None = None, missing: str = "zero", exa
     """
     if missing not in ("zero", "exclude"):
         raise RoutestatsError("missing must be 'zero' or 'exclude'")
-    heads, f2f, has_source = _selected(run, step, examples)
+    heads, f2f, has_source = _selected(run, step, examples, trivial)
     names = run.named_fields
     ids = list(names)
     layers = heads["layer"].to_numpy()
@@ -317,14 +368,19 @@ def field_to_field(run: Run, step: int | None = None, missing: str = "zero", exa
                                        "destination_name", "mass", "n_examples_with_source"])
 
 
-def opportunity(run: Run) -> pd.DataFrame:
-    """Field opportunity O_e per example (METHODS 2.5), from the evaluated positions.
+def opportunity(run: Run, trivial: str | None = None) -> pd.DataFrame:
+    """Field opportunity O_e per example (METHODS 2.5, 3.1), from the evaluated positions.
 
-    O_e = sum_f n_ef^2 / N_e^2 over named fields f. Columns: example_id, n_named (N_e),
-    opportunity, n_fields_present, defined_adjusted (1 - O_e > 0).
+    Bidirectional runs: O_e = sum_f n_ef^2 / N_e^2 over named fields f (the mean of the per-query
+    O_i). Causal runs: the mean over valid queries of O_i, the share of the query's visible valid
+    keys (j <= i) in its own field -- over the non-trivial queries when ``trivial`` is exclude
+    (the default for causal runs), NaN for an example without any. Columns: example_id, n_named
+    (N_e), opportunity, n_fields_present, defined_adjusted (1 - O_e > 0).
 
     Raises when an example has no named position (N_e = 0).
     """
+    from routestats.rundir.reductions import query_opportunity
+
     named = run.field_ids
     ex = run.examples(["example_id", "field_ids"])
     counts = np.stack([(np.asarray(g)[:, None] == named[None, :]).sum(axis=0) for g in ex["field_ids"]])
@@ -332,14 +388,23 @@ def opportunity(run: Run) -> pd.DataFrame:
     if (total == 0).any():
         bad = ex["example_id"].to_numpy()[total == 0][0]
         raise RoutestatsError(f"{run.run_id}: example_id {bad} has no named-field position; O_e is undefined")
-    o = (counts.astype(np.float64) ** 2).sum(axis=1) / total.astype(np.float64) ** 2
+    if run.causal:
+        excl = trivial_default(run, trivial) == "exclude"
+        o = []
+        for g in ex["field_ids"]:
+            valid, oi, triv = query_opportunity(np.asarray(g), named, causal=True)
+            use = valid & ~triv if excl else valid
+            o.append(float(oi[use].mean()) if use.any() else np.nan)
+        o = np.asarray(o)
+    else:
+        o = (counts.astype(np.float64) ** 2).sum(axis=1) / total.astype(np.float64) ** 2
     return pd.DataFrame(
         {
             "example_id": ex["example_id"].to_numpy(),
             "n_named": total,
             "opportunity": o,
             "n_fields_present": (counts > 0).sum(axis=1),
-            "defined_adjusted": (1.0 - o) > 0,
+            "defined_adjusted": np.nan_to_num(1.0 - o, nan=0.0) > 0,
         }
     )
 
@@ -358,16 +423,17 @@ def adjust(sfm_value, opportunity_value):
     return float(out) if out.ndim == 0 else out
 
 
-def adjusted_sfm(obj, step: int | None = None, examples=None) -> pd.DataFrame:
+def adjusted_sfm(obj, step: int | None = None, examples=None, trivial: str | None = None,
+                 keys: str = "all") -> pd.DataFrame:
     """Per-example, per-layer raw and opportunity-adjusted SFM.
 
     Columns: run_id, [role], step, example_id, layer, sfm, opportunity, sfm_adj (NaN when
-    only one named field is visible, O_e = 1).
+    only one named field is visible, O_e = 1). ``trivial`` and ``keys`` as in :func:`sfm`.
     """
-    s = sfm(obj, step, examples)
+    s = sfm(obj, step, examples, trivial, keys)
     frames = []
     for role, run in _runs(obj):
-        o = opportunity(run)[["example_id", "opportunity"]]
+        o = opportunity(run, trivial)[["example_id", "opportunity"]]
         part = s[s["run_id"] == run.run_id] if role is None else s[s["role"] == role]
         part = part.merge(o, on="example_id", how="left", validate="many_to_one")
         part["sfm_adj"] = adjust(part["sfm"].to_numpy(), part["opportunity"].to_numpy())

@@ -80,6 +80,7 @@ class ExampleReductions:
     entropy: np.ndarray
     entropy_rownorm: np.ndarray
     field_mass: np.ndarray
+    first_mass: np.ndarray | None = None  # mass on key 0 (optional column)
 
 
 # ---------------------------------------------------------------- manifest checks
@@ -199,7 +200,7 @@ def _sorted_rows(rows: _Rows):
     return layer, head, order, key
 
 
-def matrices_block(fname, ex, rows, lengths, dtype) -> ExampleAttention:
+def matrices_block(fname, ex, rows, lengths, dtype, causal: bool = False) -> ExampleAttention:
     if ex not in lengths:
         raise RunFormatError(f"{fname}: example_id {ex} is not in {S.EXAMPLES}")
     layer, head, order, key = _sorted_rows(rows)
@@ -226,6 +227,12 @@ def matrices_block(fname, ex, rows, lengths, dtype) -> ExampleAttention:
     layer, head = layer[order], head[order]
     head_type = rows["head_type"][order]
     check_probabilities(fname, ex, layer, head, head_type, w, dtype)
+    if causal and n > 1:
+        upper = w[:, np.triu(np.ones((n, n), dtype=bool), 1)]
+        if upper.size and upper.max() > 0:
+            r = int(np.argmax(upper.max(axis=1)))
+            raise RunFormatError(f"{fname}: example_id {ex}, layer {layer[r]}, head {head[r]} attends to a later "
+                                 "position, but the run is causal (attention.causal)")
     return ExampleAttention(ex, layer, head, head_type, w)
 
 
@@ -274,8 +281,11 @@ def reductions_block(fname, ex, rows, lengths, n_fields, dtype: str = "float64")
             f"{fname}: column 'n' of example_id {ex} is {int(ns[ns != n][0])}, but the example's "
             f"evaluated length is {n}"
         )
-    out = {}
-    for col, width in (("row_mass", 1), ("entropy", 1), ("entropy_rownorm", 1), ("field_mass", n_fields)):
+    out = {"first_mass": None}
+    cols = ("row_mass", "entropy", "entropy_rownorm", "field_mass", "first_mass")
+    for col, width in zip(cols, (1, 1, 1, n_fields, 1)):
+        if col == "first_mass" and col not in rows.cols.table.column_names:
+            continue  # optional column (runs written before it existed)
         values, offsets = rows.list_values(col)
         if np.any(np.diff(offsets) != n * width):
             raise RunFormatError(
@@ -284,7 +294,7 @@ def reductions_block(fname, ex, rows, lengths, n_fields, dtype: str = "float64")
             )
         arr = values[offsets[0] : offsets[-1]].reshape((len(ns), n) + ((width,) if col == "field_mass" else ()))
         # masses are non-negative; entropies can be ~ -1e-10 (the epsilon inside the log) on one-hot rows
-        if not np.isfinite(arr).all() or (col in ("row_mass", "field_mass") and (arr < 0).any()):
+        if not np.isfinite(arr).all() or (col in ("row_mass", "field_mass", "first_mass") and (arr < 0).any()):
             raise RunFormatError(f"{fname}: column {col!r} of example_id {ex} holds a non-finite or negative value")
         out[col] = arr[order]
     head_type = rows["head_type"][order]

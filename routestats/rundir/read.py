@@ -94,6 +94,10 @@ def _read_manifest(path: Path) -> dict:
     for st, forms in steps.items():
         if not str(st).isdigit() or not isinstance(forms, list) or any(f not in S.ATTENTION_FORMS for f in forms):
             raise RunFormatError(f"{mpath}: attention.steps[{st!r}] = {forms!r} is not a list of {S.ATTENTION_FORMS}")
+    if not isinstance(att.get("causal", False), bool):
+        raise RunFormatError(f"{mpath}: attention.causal must be true or false, got {att.get('causal')!r}")
+    if not isinstance(manifest.get("pretrained", False), bool):
+        raise RunFormatError(f"{mpath}: pretrained must be true or false, got {manifest.get('pretrained')!r}")
     if steps and att.get("dtype") not in S.ATTENTION_DTYPES:
         raise RunFormatError(f"{mpath}: attention.dtype {att.get('dtype')!r} is not one of {S.ATTENTION_DTYPES}")
     seen = set()
@@ -180,6 +184,16 @@ class Run:
             return []
         step = self.final_step if step is None else int(step)
         return list(steps.get(str(step), []))
+
+    @property
+    def causal(self) -> bool:
+        """Whether the model attends causally (``attention.causal``; default false)."""
+        return bool(self.manifest["attention"].get("causal", False))
+
+    @property
+    def pretrained(self) -> bool:
+        """A pretrained model evaluated as it is (``pretrained: true``), not a run the runners trained."""
+        return bool(self.manifest.get("pretrained", False))
 
     @property
     def attention_steps(self) -> list[int]:
@@ -322,7 +336,7 @@ class Run:
                     ex, rows = next(blocks)
                 except StopIteration:
                     return
-                blk = matrices_block(str(path), ex, rows, lengths, dtype)
+                blk = matrices_block(str(path), ex, rows, lengths, dtype, self.causal)
                 grid = check_grid(str(path), blk, grid)
             yield blk
 
@@ -335,7 +349,7 @@ class Run:
         """Stream per-query reductions one example at a time (form ``reductions``)."""
         path = self.attention_path(step, S.FORM_REDUCTIONS)
         pf = parquet_file(path)
-        _check_schema(str(path), pf.schema_arrow, S.REDUCTIONS_SCHEMA)
+        _check_schema(str(path), pf.schema_arrow, S.REDUCTIONS_SCHEMA, S.REDUCTIONS_REQUIRED)
         lengths = self._lengths()
         n_fields = len(self.field_ids)
         dtype = self.manifest["attention"].get("dtype", "float64")
@@ -411,8 +425,10 @@ class Run:
                 raise RunFormatError(f"{self.path}: the two attention forms at step {step} list examples in a "
                                      f"different order ({m.example_id} vs {r.example_id})")
             want = reduce_queries(m.weights, np.asarray(fields[m.example_id]), named)
-            for col in ("row_mass", "entropy", "entropy_rownorm", "field_mass"):
+            for col in ("row_mass", "entropy", "entropy_rownorm", "field_mass", "first_mass"):
                 got = getattr(r, col)
+                if got is None:
+                    continue
                 err = np.abs(got - want[col].reshape(got.shape))
                 if err.max(initial=0.0) > atol:
                     raise RunFormatError(

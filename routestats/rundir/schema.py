@@ -136,8 +136,10 @@ REDUCTIONS_SCHEMA = pa.schema(
         pa.field("entropy", pa.list_(pa.float64()), nullable=False),
         pa.field("entropy_rownorm", pa.list_(pa.float64()), nullable=False),
         pa.field("field_mass", pa.list_(pa.float64()), nullable=False),
+        pa.field("first_mass", pa.list_(pa.float64()), nullable=True),  # optional: absent in runs before 2026-12
     ]
 )
+REDUCTIONS_REQUIRED = [f.name for f in REDUCTIONS_SCHEMA if f.name != "first_mass"]
 """``reductions.parquet``: one row per example x layer x head with per-query lists of
 length ``n``: total row mass, entropy over all keys, entropy of the row renormalised to
 mass 1, and ``field_mass`` (n x F, row-major) = attention mass on valid keys of each

@@ -199,10 +199,13 @@ class RunWriter:
     resume : bool
         Keep the files of an incomplete run (a training resumed after a kill); re-list
         earlier attention steps with :meth:`adopt_attention`.
+    causal : bool
+        The model attends causally (a decoder): recorded as ``attention.causal``; the reader
+        then checks that no query attends to a later position.
     """
 
     def __init__(self, path, *, run_id, study, factors, seed, init_id, data_order_id, fields, overwrite=False,
-                 resume=False):
+                 resume=False, causal=False):
         self.path = Path(path)
         manifest_path = self.path / S.MANIFEST
         if manifest_path.exists():
@@ -232,6 +235,7 @@ class RunWriter:
         self._field_ids: dict[int, np.ndarray] = {}
         self._steps: dict[int, list[str]] = {}
         self._dtype: str | None = None
+        self._causal = bool(causal)
 
     def _register(self, rel: str) -> None:
         if rel not in self._files:
@@ -346,6 +350,7 @@ class RunWriter:
             "attention": {
                 "dtype": self._dtype,
                 "steps": {str(k): v for k, v in sorted(self._steps.items())},
+                "causal": self._causal,
             },
             "files": files,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -40,13 +40,13 @@ METRICS = ("sfm", "entropy")
 
 
 def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, step: int | None = None,
-                       examples=None) -> pd.DataFrame:
+                       examples=None, trivial: str | None = None, keys: str = "all") -> pd.DataFrame:
     """Per example x layer values of both runs and their difference (variant - baseline).
 
     Columns: example_id, layer, baseline, variant, diff, and for ``adjusted=True`` also
     opportunity. With ``adjusted=True`` examples whose adjusted value is undefined
     (O_e = 1, one visible field) are dropped from every layer; ``attrs["excluded"]``
-    holds their count.
+    holds their count. ``trivial`` and ``keys``: see :func:`routestats.metrics.routing.sfm`.
     """
     if not isinstance(p, RunPair):
         raise TypeError("paired_differences needs a RunPair (use routestats.pair(baseline, variant))")
@@ -55,23 +55,22 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
     if adjusted and metric != "sfm":
         raise RoutestatsError("opportunity adjustment applies to SFM only")
     if adjusted:
-        long = adjusted_sfm(p, step, examples)
+        long = adjusted_sfm(p, step, examples, trivial, keys)
         value = "sfm_adj"
+    elif metric == "sfm":
+        long, value = sfm(p, step, examples, trivial, keys), metric
     else:
-        long = (sfm if metric == "sfm" else entropy)(p, step, examples)
-        value = metric
+        long, value = entropy(p, step, examples, trivial), metric
     wide = long.pivot_table(index=["example_id", "layer"], columns="role", values=value, dropna=False, sort=False)
     wide = wide.reset_index()
     wide.columns.name = None
     if adjusted:
         opp = long[long["role"] == "baseline"][["example_id", "opportunity"]].drop_duplicates("example_id")
         wide = wide.merge(opp, on="example_id", how="left")
-        undefined = wide.loc[wide["layer"] == wide["layer"].min()]
-        bad = set(undefined.loc[undefined["baseline"].isna() | undefined["variant"].isna(), "example_id"])
-        excluded = len(bad)
-        wide = wide[~wide["example_id"].isin(bad)]
-    else:
-        excluded = 0
+    # an example undefined in any layer (O_e = 1, or no non-trivial query) leaves every layer
+    bad = set(wide.loc[wide["baseline"].isna() | wide["variant"].isna(), "example_id"])
+    excluded = len(bad)
+    wide = wide[~wide["example_id"].isin(bad)]
     wide["diff"] = wide["variant"] - wide["baseline"]
     wide = wide.sort_values(["layer", "example_id"], kind="stable").reset_index(drop=True)
     wide.attrs["excluded"] = excluded  # keep attrs small: pandas deep-copies them on every operation
@@ -89,6 +88,8 @@ def paired_effects(
     mode: str = "shared",
     confidence: float = 0.95,
     examples=None,
+    trivial: str | None = None,
+    keys: str = "all",
 ) -> pd.DataFrame:
     """Per-layer paired effects with bootstrap CI, sign-flip p, Holm over layers and d_z.
 
@@ -106,7 +107,7 @@ def paired_effects(
     examples : None, "all", "primary", "length_sample", "test_sample" or a list of ids
         The examples analysed (see :func:`routestats.metrics.select_examples`).
     """
-    diffs = paired_differences(p, metric, adjusted, step, examples)
+    diffs = paired_differences(p, metric, adjusted, step, examples, trivial, keys)
     if diffs.empty:
         if adjusted:
             raise RoutestatsError(f"every one of the {diffs.attrs.get('excluded', 0)} examples has a single visible "

@@ -30,7 +30,9 @@ from routestats.studies.effects import paired_differences, paired_effects
 from routestats.errors import RoutestatsError
 from routestats.rundir.read import Run
 from routestats.rundir.collection import RunPair
-from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, profile_distance, select_examples, word_attention
+from routestats.metrics.routing import (
+    field_to_field, head_sfm, layer_summary, mass_split, profile_distance, select_examples, trivial_default, word_attention,
+)
 from routestats.studies.lengths import length_association, length_bins, length_table
 from routestats.studies.training import gradient_checkpoint_summary, gradient_ratios, trajectory
 from routestats.report import Column, Figure, Report, Section, Table, fmt_ci, fmt_num, fmt_p, pct
@@ -213,6 +215,14 @@ def _specs_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
              Column(f"Adj. {v}", "variant_mean"), Column("Δ adj.", "mean_diff"),
              Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p"))),
     }
+    out["masses"] = T(
+        "masses", "Where each query's attention goes, per layer (mean over valid queries, heads and examples): "
+                  "same-field (S), other named fields (C) and keys outside the named fields (U: special tokens, "
+                  "separators, unnamed positions; S + C + U = 1 for softmax heads), the first key's mass (the "
+                  "attention-sink diagnostic) and SFM renormalised over the named keys, S / (1 − U).",
+        (Column("Model", "role", "text"), Column("Layer", "layer", "int"), Column("S", "sfm"),
+         Column("C", "cross_mass"), Column("U", "unnamed_mass"), Column("First key", "first_mass"),
+         Column("SFM named", "sfm_named"), Column("Examples", "n_examples", "int")))
     if rep["lengths"] is not None:
         out["lengths"] = T(
             "lengths", "Evaluated token lengths (Table 11 layout): mean, population SD, linear-interpolation "
@@ -278,8 +288,16 @@ def _methods(rep: dict, s: AnalysisSettings) -> str:
     mode = {"shared": "one generator whose bootstrap indices and sign patterns are shared across layers",
             "numpy": "the reference implementation's per-layer NumPy procedure",
             "python-random": "the reference implementation's per-layer Python random procedure"}[s.mode]
+    when = ("of the pretrained models as they are (no training; interventions at inference time)" if rep["pretrained"]
+            else f"at training step {rep['step']}")
+    causal = (f" The models attend causally: a query sees only earlier keys, the opportunity O_i counts visible keys, "
+              f"and queries whose visible named keys all lie in their own field (SFM 1 whatever the model does) "
+              f"are {'excluded' if rep['trivial'] == 'exclude' else 'included'}." if rep["causal"] else
+              (" Trivial queries (all visible keys in their own field) are excluded." if rep["trivial"] == "exclude"
+               else ""))
+    keys = " SFM is renormalised over the named keys, S / (1 − U)." if s.keys == "named" else ""
     return (
-        f"Attention was recorded at training step {rep['step']} for {rep['n_examples']} evaluation examples "
+        f"Attention was recorded {when} for {rep['n_examples']} evaluation examples "
         f"(selection: {s.examples}) in both models ({rep['n_layers']} layers, {rep['n_heads']} heads each). "
         f"Same-field attention mass (SFM) is the attention a valid query places on valid keys of its own field "
         f"(named fields: {names}), averaged over valid queries, then heads, then examples, without renormalisation; "
@@ -291,7 +309,7 @@ def _methods(rep: dict, s: AnalysisSettings) -> str:
         f"{s.seed} ({mode}). Opportunity-adjusted SFM is (SFM − O_e)/(1 − O_e) with O_e = Σ_f n_f²/N², "
         f"excluding examples with a single visible field. Field-to-field means count examples lacking the source "
         f"field as {'zero' if s.missing_fields == 'zero' else 'missing'}. Gradient ratios are means of per-step "
-        f"ratios over up to {s.gradient_window} steps ending at each checkpoint."
+        f"ratios over up to {s.gradient_window} steps ending at each checkpoint.{causal}{keys}"
     )
 
 
@@ -302,21 +320,21 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
         if step not in run.attention_steps:
             raise RoutestatsError(f"no attention at step {step} in {run.run_id}; stored steps: {run.attention_steps}")
     kw = dict(resamples=s.resamples, permutations=s.permutations, seed=s.seed,
-              mode=s.mode, confidence=s.confidence, examples=s.examples, step=step)
+              mode=s.mode, confidence=s.confidence, examples=s.examples, step=step, trivial=s.trivial_queries)
     say("layer summary")
-    layers = layer_summary(p, step, s.examples)
+    layers = layer_summary(p, step, s.examples, s.trivial_queries)
     n_layers = int(layers["layer"].nunique())
     say("paired effects")
-    effects = paired_effects(p, **kw)
+    effects = paired_effects(p, keys=s.keys, **kw)
     entropy_effects = paired_effects(p, metric="entropy", **kw)
     try:
-        adjusted, adjusted_skipped = paired_effects(p, adjusted=True, **kw), ""
+        adjusted, adjusted_skipped = paired_effects(p, adjusted=True, keys=s.keys, **kw), ""
     except RoutestatsError as exc:  # e.g. every example shows one field: the plain tables still stand
         adjusted, adjusted_skipped = None, f"Not computed: {exc}."
     say("field-to-field")
     f2f = []
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):
-        t = field_to_field(run, step, s.missing_fields, s.examples)
+        t = field_to_field(run, step, s.missing_fields, s.examples, s.trivial_queries)
         t.insert(0, "role", role)
         f2f.append(t)
     f2f = pd.concat(f2f, ignore_index=True)
@@ -328,7 +346,7 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
     say("head-level SFM")
     hs = []
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):
-        t = head_sfm(run, step, s.examples)
+        t = head_sfm(run, step, s.examples, s.trivial_queries)
         t.insert(0, "role", role)
         hs.append(t)
     hs = pd.concat(hs, ignore_index=True)
@@ -368,10 +386,13 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
         lengths = length_table(ex[["split", "length"]], cap=int(ex["cap"].max()))
         assoc = length_association(p, resamples=s.length_resamples, seed=s.seed, step=step, examples=s.examples)
         bins = length_bins(p, step=step, examples=s.examples)
-        length_examples = paired_differences(p, step=step, examples=s.examples)[["example_id", "layer", "diff"]]
+        length_examples = paired_differences(p, step=step, examples=s.examples,
+                                             trivial=s.trivial_queries)[["example_id", "layer", "diff"]]
         length_examples = length_examples.merge(ex[["example_id", "length"]], on="example_id")
         length_examples = _running_mean(length_examples)
     n_examples = len(p.baseline.examples(["example_id"])) if ids is None else len(ids)
+    say("mass outside the named fields")
+    masses = mass_split(p, step, s.examples, s.trivial_queries)
     return {
         "baseline_id": p.baseline.run_id, "variant_id": p.variant.run_id, "step": step, "n_examples": n_examples,
         "n_layers": n_layers, "n_heads": int(hs["head"].nunique()), "field_names": p.baseline.named_fields,
@@ -383,6 +404,8 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
         "adjusted": adjusted, "adjusted_skipped": adjusted_skipped, "field_to_field": f2f, "head_sfm": hs, "trajectory": traj,
         "gradient_steps": grad_steps, "gradients": grad_ck, "word_map": wm, "lengths": lengths,
         "length_examples": length_examples, "length_association": assoc, "length_bins": bins,
+        "masses": masses, "causal": p.baseline.causal, "pretrained": p.baseline.pretrained and p.variant.pretrained,
+        "trivial": trivial_default(p.baseline, s.trivial_queries),
     }
 
 
@@ -412,9 +435,25 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
               "difference": "variant − baseline"}
     fig = lambda name, kind, **frames: Figure(name, kind, frames, {"labels": labels})  # noqa: E731
     data = lambda name: Table(name, rep[name])  # noqa: E731  (exported as CSV, drawn as a figure)
+    m = rep["masses"]
+    outside = float(np.nanmax(m["unnamed_mass"].to_numpy())) if len(m) else 0.0
+    if rep["pretrained"]:
+        perf = Section("performance", "Task performance", skipped="Pretrained models evaluated as they are: this "
+                       "analysis trained nothing, so there is no training loss or task accuracy to show.")
+    else:
+        perf = Section("performance", "Task performance", (tables["performance"],),
+                       (fig("training", "training_curves", curves=rep["curves"]),) if rep["curves"] is not None else ())
+    if outside > 0.01 or rep["pretrained"]:
+        mass = Section("masses", "Mass outside the named fields", (tables["masses"],),
+                       (fig("masses", "mass_split", masses=m),),
+                       text=f"Up to {100 * outside:.0f}% of a layer's attention lies on keys outside the named fields "
+                            "(special tokens, separators, the first token); SFM counts none of it as same-field.")
+    else:
+        mass = Section("masses", "Mass outside the named fields", (Table("masses", m),),
+                       skipped="All attention lies on named keys (U = 0 in every layer), so SFM over all keys and "
+                               "over the named keys are the same.")
     sections = [
-        Section("performance", "Task performance", (tables["performance"],),
-                (fig("training", "training_curves", curves=rep["curves"]),) if rep["curves"] is not None else ()),
+        perf,
         Section("profile", "Layer profile (Table 1)", (tables["layers"],),
                 (fig("profile", "profile", layers=rep["layers"], effects=rep["effects"]),)),
         Section("effects", "Paired SFM effects (Table 2)", (tables["effects"],)),
@@ -425,6 +464,7 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                 (fig("field_to_field", "field_heatmaps", field_to_field=rep["field_to_field"]),),
                 text="Mean attention mass from queries of the source field (rows) to keys of the destination field "
                      "(columns), per layer; the difference panel is variant − baseline."),
+        mass,
         Section("heads", "Head-level SFM", (data("head_sfm"),), (fig("head_sfm", "head_heatmaps", head_sfm=rep["head_sfm"]),),
                 text="SFM of each head averaged over examples; a layer's SFM is the mean of its heads."),
     ]
@@ -452,11 +492,12 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                                 skipped="No evaluated example meets the selection rule (or no full matrices are stored "
                                         "at this step), so no word-level map is shown."))
     facts = {k: rep[k] for k in ("baseline_id", "variant_id", "step", "n_examples", "n_layers", "n_heads",
-                                 "profile_distance")}
+                                 "profile_distance", "causal", "pretrained", "trivial")}
     facts["field_names"] = dict(rep["field_names"])
     return Report(
         title=f"{rep['variant_id']} vs {rep['baseline_id']}",
-        subtitle=f"Baseline {rep['baseline_id']} · variant {rep['variant_id']} · step {rep['step']} · "
+        subtitle=f"Baseline {rep['baseline_id']} · variant {rep['variant_id']} · "
+                 f"{'pretrained, evaluated as it is' if rep['pretrained'] else 'step ' + str(rep['step'])} · "
                  f"{rep['n_examples']} examples · {rep['n_layers']} layers × {rep['n_heads']} heads",
         sections=tuple(sections),
         findings=tuple(_findings(rep, s)),
