@@ -105,6 +105,7 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
             blocks.append({"id": sec.id, "title": sec.title, "tables": shown, "figures": figs,
                            "text": sec.skipped or sec.text, "skipped": bool(sec.skipped)})
         parts.append({"slug": s, "label": rep.title, "subtitle": rep.subtitle, "findings": list(rep.findings),
+                      "headline": list(rep.headline),
                       "blocks": blocks, "methods": rep.methods, "provenance_rows": provenance_rows(dict(rep.provenance)),
                       "provenance_json": json.dumps(rep.provenance, indent=2, sort_keys=True, default=str)})
     generated = report.provenance.get("analysis", {}).get("generated", "")
@@ -138,6 +139,8 @@ def markdown(report: Report) -> str:
     out = []
     for rep, _, _ in _parts(report):
         out += [f"# {rep.title}", "", rep.subtitle, ""]
+        if rep.headline:
+            out += ["## Answer", "", " ".join(rep.headline), ""]
         out += [f"- {f}" for f in rep.findings] + [""]
         for sec in rep.sections:
             shown = [t for t in sec.tables if t.shown]
@@ -277,7 +280,10 @@ def _render_into(report: Report, out: Path, formats: Sequence[str], progress, pd
                     _put(out / "tables" / f"{prefix}{t.name}.tex", latex_table(t, f"tab:{slug(prefix + t.name)}", latex_env()))
                     tex_files.append(prefix + t.name)
     if "latex" in formats:
-        _put(out / "tables" / "tables.tex", latex_env().get_template("tables.tex.j2").render(files=tex_files))
+        from reports.latex import latex_text
+
+        _put(out / "tables" / "tables.tex", latex_env().get_template("tables.tex.j2").render(
+            files=tex_files, headline=latex_text(" ".join(report.headline)) if report.headline else ""))
         written["tables"] = out / "tables" / "tables.tex"
     if "markdown" in formats:
         _put(out / "report.md", markdown(report))

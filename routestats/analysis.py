@@ -71,7 +71,7 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
     from routestats.studies.pair_report import build_pair_report
 
     pairs = find_pairs(obj, s)
-    parts = tuple(build_pair_report(p, s, progress) for p in _pair_parts(pairs, s))
+    parts = tuple(build_pair_report(p, s, progress, within_study=len(pairs) > 1) for p in _pair_parts(pairs, s))
     if len(pairs) == 1:
         return parts[0] if parts else build_pair_report(pairs[0], s, progress)
     from routestats.studies.study_report import build_study_report

@@ -149,6 +149,7 @@ class Section:
 class Report:
     """Everything one analysis shows: sections, generated sentences, methods and provenance.
 
+    ``headline`` holds the generated answer and its scope (the first thing every output shows);
     ``data`` holds frames that are inputs of figures or of further analysis but no table;
     ``facts`` holds the scalars the sentences were generated from (counts, steps, ...);
     ``parts`` holds sub-reports shown after this one (the per-pair parts of a study).
@@ -158,6 +159,7 @@ class Report:
     subtitle: str
     sections: tuple[Section, ...]
     findings: tuple[str, ...] = ()
+    headline: tuple[str, ...] = ()
     methods: str = ""
     provenance: Mapping[str, Any] = field(default_factory=dict, repr=False)
     data: Mapping[str, Any] = field(default_factory=dict, repr=False)

@@ -56,6 +56,7 @@ from routestats.errors import RoutestatsError
 from routestats.settings import MODES
 
 __all__ = [
+    "bootstrap_means",
     "holm",
     "cohen_dz",
     "paired_inference",
@@ -158,7 +159,9 @@ def signflip_count(d: np.ndarray, bits: np.ndarray) -> np.ndarray:
     return (stat >= obs - tol).sum(axis=0)
 
 
-def _shared(d, resamples, permutations, rng, confidence):
+def bootstrap_means(d: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples, k) column means of ``d`` (n, k) over bootstrap resamples of its rows (examples),
+    one resample of row indices shared by every column (the ``shared`` mode's draws)."""
     n, k = d.shape
     means = np.empty((resamples, k))
     rows = max(1, _CHUNK * 512 // n)  # bounded memory: about 1M indices per chunk
@@ -169,6 +172,12 @@ def _shared(d, resamples, permutations, rng, confidence):
         # resample counts per example, then one matrix product for all columns
         counts = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(np.float64)
         means[s : s + c] = (counts @ d) / n
+    return means
+
+
+def _shared(d, resamples, permutations, rng, confidence):
+    n, k = d.shape
+    means = bootstrap_means(d, resamples, rng)
     lo, hi = percentile_ci(means, confidence)
     words = -(-n // 64)
     count = np.zeros(k, dtype=np.int64)

@@ -36,6 +36,9 @@ from routestats.metrics.routing import (
 from routestats.studies.lengths import length_association, length_bins, length_table
 from routestats.studies.training import gradient_checkpoint_summary, gradient_ratios, trajectory
 from routestats.report import Column, Figure, Report, Section, Table, fmt_ci, fmt_num, fmt_p, pct
+from routestats.stats.inference import paired_inference
+from routestats.stats.profile import layer_contrasts, profile_distance_ci, profile_shape
+from routestats.studies.headline import pair_headline
 from routestats.settings import AnalysisSettings
 
 __all__ = ["build_pair_report", "select_token_map_example", "WordMap"]
@@ -181,7 +184,9 @@ def _specs_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
     conf = pct(s.confidence)
     b, v = "baseline", "variant"
     subject = f"{rep['variant_id']} vs {rep['baseline_id']}"
-    T = lambda name, caption, columns, **kw: Table(name, rep[name], caption, columns, subject=subject, **kw)  # noqa: E731
+    def T(name, caption, columns, frame=None, **kw):
+        return Table(name, rep[name] if frame is None else frame, caption, columns, subject=subject, **kw)
+
     out = {
         "performance": T(
             "performance", "Task performance (masked structure modelling).",
@@ -215,6 +220,35 @@ def _specs_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
              Column(f"Adj. {v}", "variant_mean"), Column("Δ adj.", "mean_diff"),
              Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p"))),
     }
+    if rep["profile_shape"] is not None:
+        out["profile_shape"] = T(
+            "profile_shape", f"Does the change differ between layers? H0: the same shift in every layer. Sign-flip test on "
+                             f"each example's centred Δ profile (T = Σ_l mean(c_l)², one sign per example; "
+                             f"{'exact over all sign vectors' if bool(rep['profile_shape']['exact'].iloc[0]) else f'{s.permutations:,} draws'}) "
+                             "and Hotelling's T² on the successive layer differences (F test; needs n > layers − 1).",
+            (Column("Test", "test", "text"), Column("Statistic", "statistic", "sig", 4), Column("df1", "df1", "int"),
+             Column("df2", "df2", "int"), Column("p", "p", "p"), Column("n", "n", "int")))
+        out["layer_contrasts"] = T(
+            "layer_contrasts", f"Pairwise layer contrasts of the paired SFM change, Δ_b − Δ_a per example: mean, "
+                               f"{conf} percentile bootstrap CI ({s.resamples:,} resamples), d_z and sign-flip p, Holm "
+                               "over all contrasts.",
+            (Column("Contrast", "contrast", "text"), Column("Mean", "mean_diff"),
+             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
+             Column("p (raw)", "p_raw", "p"), Column("p (Holm)", "p_holm", "p"), Column("n", "n", "int")))
+        out["profile_distance"] = T(
+            "profile_distance", f"Profile distance ‖(Δ_1, …, Δ_L)‖₂ between the two layer-SFM profiles with a {conf} "
+                                f"percentile bootstrap CI over examples ({s.resamples:,} resamples).",
+            (Column("Distance", "profile_distance", "num", 4), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
+             Column("n", "n", "int"), Column("Layers", "layers", "int")), frame=rep["profile_distance_ci"])
+    if rep["init_vs_final"] is not None:
+        f = rep["init_vs_final"]
+        out["init_vs_final"] = T(
+            "init_vs_final", f"What was there at the start: Δ SFM at step {int(f['step_init'].iloc[0])} (the earliest "
+                             f"stored step) and at step {int(f['step_final'].iloc[0])}, on the same examples; the change "
+                             f"Δ_final − Δ_init per example with its {conf} bootstrap CI and sign-flip p (Holm over layers).",
+            (Column("Layer", "layer", "int"), Column("Δ init", "delta_init"), Column("Δ final", "delta_final"),
+             Column("Share at init", "share_at_init", "num", 2), Column("Change", "mean_diff"),
+             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
     out["masses"] = T(
         "masses", "Where each query's attention goes, per layer (mean over valid queries, heads and examples): "
                   "same-field (S), other named fields (C) and keys outside the named fields (U: special tokens, "
@@ -393,6 +427,16 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
     n_examples = len(p.baseline.examples(["example_id"])) if ids is None else len(ids)
     say("mass outside the named fields")
     masses = mass_split(p, step, s.examples, s.trivial_queries)
+    say("profile shape")
+    diffs = paired_differences(p, step=step, examples=s.examples, trivial=s.trivial_queries, keys=s.keys)
+    D = diffs.pivot(index="example_id", columns="layer", values="diff").sort_index(axis=1)
+    shape = contrasts = distance = None
+    if D.shape[1] >= 2 and D.shape[0] >= 2:
+        shape = profile_shape(D.to_numpy(), permutations=s.permutations, seed=s.seed)
+        contrasts = layer_contrasts(D.to_numpy(), list(D.columns), resamples=s.resamples, permutations=s.permutations,
+                                    seed=s.seed, mode=s.mode, confidence=s.confidence)
+        distance = profile_distance_ci(D.to_numpy(), resamples=s.resamples, seed=s.seed, confidence=s.confidence)
+    init_final = _init_vs_final(p, s, step, D) if len(common) > 1 else None
     return {
         "baseline_id": p.baseline.run_id, "variant_id": p.variant.run_id, "step": step, "n_examples": n_examples,
         "n_layers": n_layers, "n_heads": int(hs["head"].nunique()), "field_names": p.baseline.named_fields,
@@ -406,7 +450,30 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
         "length_examples": length_examples, "length_association": assoc, "length_bins": bins,
         "masses": masses, "causal": p.baseline.causal, "pretrained": p.baseline.pretrained and p.variant.pretrained,
         "trivial": trivial_default(p.baseline, s.trivial_queries),
+        "profile_shape": shape, "layer_contrasts": contrasts, "profile_distance_ci": distance,
+        "init_vs_final": init_final,
     }
+
+
+def _init_vs_final(p: RunPair, s: AnalysisSettings, step: int, D: pd.DataFrame) -> pd.DataFrame | None:
+    """Delta at the earliest stored step vs the final one, per example and layer (METHODS 3.4a)."""
+    common = sorted(set(p.baseline.attention_steps) & set(p.variant.attention_steps))
+    s0 = common[0]
+    if s0 == step:
+        return None
+    d0 = paired_differences(p, step=s0, examples=s.examples, trivial=s.trivial_queries, keys=s.keys)
+    D0 = d0.pivot(index="example_id", columns="layer", values="diff").sort_index(axis=1)
+    if not (D0.index.equals(D.index) and D0.columns.equals(D.columns)):
+        return None  # not the same examples at both steps
+    res = paired_inference((D - D0).to_numpy(), resamples=s.resamples, permutations=s.permutations, seed=s.seed,
+                           mode=s.mode, confidence=s.confidence, labels=list(D.columns)).to_frame()
+    res = res.rename(columns={"label": "layer", "p_adj": "p_holm"})
+    res.insert(1, "step_init", s0)
+    res.insert(2, "step_final", step)
+    res.insert(3, "delta_init", D0.mean().to_numpy())
+    res.insert(4, "delta_final", D.mean().to_numpy())
+    res.insert(5, "share_at_init", res["delta_init"] / res["delta_final"])
+    return res
 
 
 def _running_mean(ex: pd.DataFrame) -> pd.DataFrame:
@@ -422,10 +489,11 @@ def _running_mean(ex: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
-                      progress: Callable[[str], None] | None = None) -> Report:
+                      progress: Callable[[str], None] | None = None, within_study: bool = False) -> Report:
     """Compute every table, figure and sentence of the one-pair report.
 
-    ``progress`` (optional) is called with a short label before each stage.
+    ``progress`` (optional) is called with a short label before each stage; ``within_study``
+    marks a part of a study report (its headline then points at the across-seed results).
     """
     s = settings or AnalysisSettings()
     say = progress or (lambda label: None)
@@ -465,6 +533,11 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                 text="Mean attention mass from queries of the source field (rows) to keys of the destination field "
                      "(columns), per layer; the difference panel is variant − baseline."),
         mass,
+        *([Section("shape", "Does the change differ across layers?",
+                   (tables["profile_shape"], tables["layer_contrasts"], tables["profile_distance"]))]
+          if "profile_shape" in tables else []),
+        *([Section("init_vs_final", "Learned vs mechanical: the difference at the start of training",
+                   (tables["init_vs_final"],))] if "init_vs_final" in tables else []),
         Section("heads", "Head-level SFM", (data("head_sfm"),), (fig("head_sfm", "head_heatmaps", head_sfm=rep["head_sfm"]),),
                 text="SFM of each head averaged over examples; a layer's SFM is the mean of its heads."),
     ]
@@ -501,6 +574,8 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                  f"{rep['n_examples']} examples · {rep['n_layers']} layers × {rep['n_heads']} heads",
         sections=tuple(sections),
         findings=tuple(_findings(rep, s)),
+        headline=tuple(pair_headline(rep["effects"], rep["n_examples"], rep["profile_shape"], rep["layer_contrasts"],
+                                     rep["init_vs_final"], rep["length_association"], within_study=within_study)),
         methods=_methods(rep, s),
         provenance=_provenance(p, s, rep["step"]),
         data={k: rep[k] for k in ("curves", "gradient_steps", "length_examples") if rep[k] is not None},

@@ -41,6 +41,7 @@ from routestats.studies.seeds import (
 from routestats.studies.training import gradient_checkpoint_summary, trajectory
 from routestats.report import Column, Figure, Report, Section, Table, fmt_num, fmt_p
 from routestats.settings import AnalysisSettings
+from routestats.studies.headline import study_headline
 
 __all__ = ["build_study_report"]
 
@@ -340,6 +341,7 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
                  f"data sets {', '.join(sorted(map(str, deltas['dataset'].unique())))}",
         sections=tuple(sections),
         findings=tuple(_findings(t, len(runs), seeds, s)),
+        headline=tuple(study_headline(t.get("across_seeds"), int(n_pairs), seeds)),
         methods=methods,
         provenance={"runs": runs.index.astype(str).to_dict(orient="records"),
                     "verified_files": runs.verified_files(),

@@ -1,0 +1,134 @@
+"""Does a paired change differ between layers? Tests on the shape of the per-example profile (METHODS 3.3).
+
+For per-example paired differences D (n examples x L layers):
+
+* :func:`profile_shape` -- H0: the intervention shifts every layer by the same amount. The
+  multivariate sign-flip test on the centred profiles c_e = d_e - mean(d_e) with
+  T = sum_l (mean_e c_el)^2 (one sign per example, shared across layers; exact over all 2^n
+  sign vectors when 2^n <= permutations), and Hotelling's T^2 on the L - 1 successive
+  differences as its parametric companion.
+* :func:`layer_contrasts` -- every Delta_l' - Delta_l with the paired bootstrap CI, sign-flip p and
+  Holm over the L(L - 1)/2 contrasts (the engine of :func:`routestats.stats.paired_inference`).
+* :func:`profile_distance_ci` -- the norm of the layer-mean profile with a percentile bootstrap CI.
+
+Examples
+--------
+>>> rng = np.random.default_rng(0)
+>>> D = rng.normal(0.1, 0.02, (30, 4)) + np.array([0, 0, 0, 0.1])  # layer 3 moves more
+>>> t = profile_shape(D, permutations=2000, seed=1)
+>>> t["test"].tolist(), bool((t["p"] < 0.01).all())
+(['sign-flip (centred profile)', 'Hotelling T2'], True)
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+from scipy import stats as _st
+
+from routestats.errors import RoutestatsError
+from routestats.stats.inference import bootstrap_means, paired_inference, percentile_ci
+
+__all__ = ["profile_shape", "layer_contrasts", "profile_distance_ci"]
+
+_TIE = 1e-12
+
+
+def _matrix(D) -> np.ndarray:
+    D = np.asarray(D, dtype=np.float64)
+    if D.ndim != 2 or D.shape[1] < 2:
+        raise RoutestatsError(f"a profile test needs an (examples x layers) matrix with >= 2 layers, got {D.shape}")
+    if D.shape[0] < 2 or not np.isfinite(D).all():
+        raise RoutestatsError("a profile test needs >= 2 examples and finite differences")
+    return D
+
+
+def _signflip_T(c: np.ndarray, signs: np.ndarray) -> np.ndarray:
+    """T* = sum_l (mean_e s_e c_el)^2 for each row of signs (P, n)."""
+    return (((signs @ c) / c.shape[0]) ** 2).sum(axis=1)
+
+
+def profile_shape(D, permutations: int = 20_000, seed: int = 1001) -> pd.DataFrame:
+    """Layer x condition interaction: sign-flip test on centred profiles and Hotelling's T^2.
+
+    Columns: test, statistic, df1, df2, p, n, layers, permutations, exact. ``exact`` is True when
+    all 2^n sign vectors were enumerated (p = #{T* >= T} / 2^n); otherwise p = (#{T* >= T} + 1) /
+    (P + 1) over P random sign vectors. Hotelling's T^2 needs n > L - 1 (else p is NaN).
+    """
+    D = _matrix(D)
+    n, L = D.shape
+    c = D - D.mean(axis=1, keepdims=True)
+    T = float((c.mean(axis=0) ** 2).sum())
+    tol = _TIE * max(T, 1e-300)
+    if 2**n <= permutations:
+        count = 0
+        for block in itertools.islice(_sign_blocks(n), None):
+            count += int((_signflip_T(c, block) >= T - tol).sum())
+        p_sf, exact, draws = count / 2**n, True, 2**n
+    else:
+        rng = np.random.default_rng(seed)
+        count, done = 0, 0
+        while done < permutations:
+            m = min(4096, permutations - done)
+            signs = rng.integers(0, 2, size=(m, n)) * 2.0 - 1.0
+            count += int((_signflip_T(c, signs) >= T - tol).sum())
+            done += m
+        p_sf, exact, draws = (count + 1) / (permutations + 1), False, permutations
+    z = np.diff(D, axis=1)
+    q = L - 1
+    if n > q:
+        m = z.mean(axis=0)
+        S = np.cov(z, rowvar=False, ddof=1).reshape(q, q)
+        t2 = float(n * m @ np.linalg.pinv(S) @ m)
+        F = (n - q) * t2 / (q * (n - 1))
+        p_h = float(_st.f.sf(F, q, n - q))
+    else:
+        t2, F, p_h = np.nan, np.nan, np.nan
+    return pd.DataFrame([
+        {"test": "sign-flip (centred profile)", "statistic": T, "df1": np.nan, "df2": np.nan, "p": p_sf, "n": n,
+         "layers": L, "permutations": draws, "exact": exact},
+        {"test": "Hotelling T2", "statistic": t2, "df1": float(q), "df2": float(n - q), "p": p_h, "n": n,
+         "layers": L, "permutations": 0, "exact": False, "F": F},
+    ])
+
+
+def _sign_blocks(n: int, block: int = 4096):
+    """All 2^n sign vectors in blocks of rows (P, n), as +-1.0."""
+    total = 2**n
+    for s in range(0, total, block):
+        k = np.arange(s, min(total, s + block), dtype=np.int64)
+        bits = (k[:, None] >> np.arange(n, dtype=np.int64)[None, :]) & 1
+        yield bits * 2.0 - 1.0
+
+
+def layer_contrasts(D, layers=None, resamples: int = 10_000, permutations: int = 20_000, seed: int = 1001,
+                    mode: str = "shared", confidence: float = 0.95) -> pd.DataFrame:
+    """Every pairwise contrast Delta_b - Delta_a (a < b) with paired inference, Holm over contrasts.
+
+    Columns: contrast ("L3 - L2"), layer_a, layer_b, then the columns of
+    :meth:`routestats.stats.PairedInference.to_frame` (mean_diff, ci_low, ci_high, p_raw,
+    p_holm, dz, ...).
+    """
+    D = _matrix(D)
+    layers = list(range(D.shape[1])) if layers is None else list(layers)
+    pairs = [(i, j) for i in range(len(layers)) for j in range(i + 1, len(layers))]
+    C = np.column_stack([D[:, j] - D[:, i] for i, j in pairs])
+    names = [f"L{layers[j]} − L{layers[i]}" for i, j in pairs]
+    res = paired_inference(C, resamples=resamples, permutations=permutations, seed=seed, mode=mode,
+                           confidence=confidence, labels=names)
+    out = res.to_frame().rename(columns={"label": "contrast", "p_adj": "p_holm"})
+    out.insert(1, "layer_a", [layers[i] for i, _ in pairs])
+    out.insert(2, "layer_b", [layers[j] for _, j in pairs])
+    return out
+
+
+def profile_distance_ci(D, resamples: int = 10_000, seed: int = 1001, confidence: float = 0.95) -> pd.DataFrame:
+    """||(Delta_1, ..., Delta_L)||_2 with a percentile bootstrap over examples (one row)."""
+    D = _matrix(D)
+    est = float(np.linalg.norm(D.mean(axis=0)))
+    norms = np.linalg.norm(bootstrap_means(D, resamples, np.random.default_rng(seed)), axis=1)
+    lo, hi = percentile_ci(norms[:, None], confidence)
+    return pd.DataFrame([{"profile_distance": est, "ci_low": float(lo[0]), "ci_high": float(hi[0]),
+                          "n": D.shape[0], "layers": D.shape[1], "resamples": resamples, "seed": seed}])
