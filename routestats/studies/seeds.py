@@ -166,20 +166,25 @@ def _wide(d: pd.DataFrame, index: list[str]) -> pd.DataFrame:
     return w.reset_index()
 
 
+NULL_TOLERANCE = 1.2e-7
+"""Largest per-example |SFM difference| of a w_f = 0 run from its baseline that passes the null check."""
+
+
 def sweep_table(deltas: pd.DataFrame) -> pd.DataFrame:
     """Bias-strength sweep: per seed x w_f (all layers, unshuffled) the per-layer deltas, and
     the null check at w_f = 0: ``max_abs_diff`` = largest per-example |SFM difference| from the
-    explicit baseline over all layers (the paper requires <= 1.2e-7)."""
+    explicit baseline over all layers (the paper requires <= 1.2e-7), and ``null_check`` (pass / fail
+    against :data:`NULL_TOLERANCE` for w_f = 0 rows, empty for the others)."""
     d = deltas[(deltas["variant"] == "saab") & (deltas["bias_layers"] == "all") & (~deltas["shuffled"].astype(bool))]
     if d.empty:
         raise RoutestatsError("no bias-strength pairs")
     w = _wide(d, ["seed", "w_f"])
     null = d.groupby(["seed", "w_f"])["max_abs_diff"].max().rename("max_abs_diff").reset_index()
-    return w.merge(null, on=["seed", "w_f"]).sort_values(["seed", "w_f"]).reset_index(drop=True)
-
-
-NULL_TOLERANCE = 1.2e-7
-"""Largest per-example |SFM difference| of a w_f = 0 run from its baseline that passes the null check."""
+    out = w.merge(null, on=["seed", "w_f"]).sort_values(["seed", "w_f"]).reset_index(drop=True)
+    # the null check means something only where the bias is off (w_f = 0): pass / fail there, blank elsewhere
+    out["null_check"] = [(f"{'pass' if m <= NULL_TOLERANCE else 'FAIL'} (max |Δ| {m:.1e})") if float(wf) == 0.0 else ""
+                         for wf, m in zip(out["w_f"], out["max_abs_diff"])]
+    return out
 
 
 def null_check(sweep: pd.DataFrame, tolerance: float = NULL_TOLERANCE) -> dict | None:
