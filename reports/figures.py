@@ -327,7 +327,11 @@ def word_map(wm, labels: dict):
             for bnd in bounds:
                 ax.axhline(bnd - 0.5, color="white" if role != "difference" else "black", lw=1)
                 ax.axvline(bnd - 0.5, color="white" if role != "difference" else "black", lw=1)
-            ax.tick_params(labelsize=6)
+            ax.tick_params(labelsize=7 if n <= 30 else 6)
+            for lab, f in zip(ax.get_xticklabels(), wm.word_fields):  # unnamed tokens (specials) greyed
+                lab.set_color("0.55" if f == "unnamed" else "black")
+            for lab, f in zip(ax.get_yticklabels(), wm.word_fields):
+                lab.set_color("0.55" if f == "unnamed" else "black")
             ax.set(title=f"L{layer} {SHORT[role]}", xlabel="key word" if i == len(wm.layers) - 1 else "",
                    ylabel="query word" if j == 0 else "")
     fig.tight_layout()

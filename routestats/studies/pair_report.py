@@ -69,10 +69,11 @@ def select_token_map_example(run: Run, min_length: int = 20, max_length: int = 3
                              min_tokens_per_field: int = 4, examples=None) -> int | None:
     """The example for the word-level figure, chosen without any model output (METHODS 6.3).
 
-    The lowest ``source_index`` among the evaluated examples whose valid-token count lies
-    in [min_length, max_length], whose every named field has at least
-    ``min_tokens_per_field`` tokens (field-start tokens count) and whose tokens are all
-    named. None when no example qualifies.
+    The lowest ``source_index`` among the evaluated examples whose token count lies in
+    [min_length, max_length] and whose every named field has at least
+    ``min_tokens_per_field`` tokens (field-start tokens count). The project's own runs name
+    every token; in runs captured from other models unnamed tokens (special tokens,
+    separators) are allowed (the map shows them greyed). None when no example qualifies.
     """
     ex = run.examples(["example_id", "source_index", "field_ids"])
     ids = select_examples(run, examples)
@@ -81,11 +82,22 @@ def select_token_map_example(run: Run, min_length: int = 20, max_length: int = 3
     named = run.field_ids
     for row in ex.sort_values("source_index").itertuples(index=False):
         g = np.asarray(row.field_ids)
-        if not np.isin(g, named).all() or not min_length <= len(g) <= max_length:
+        if not min_length <= len(g) <= max_length or not np.isin(g, named).any():
             continue
         if all((g == f).sum() >= min_tokens_per_field for f in named):
             return int(row.example_id)
     return None
+
+
+def word_label(pieces) -> str:
+    """A word from its tokenizer pieces, markers stripped (WordPiece ``##``, BPE ``Ġ``/``Ċ``, SentencePiece ``▁``).
+
+    >>> word_label(["nu", "##mp", "##y"]), word_label(["Ġevenly"]), word_label(["[CLS]"])
+    ('numpy', 'evenly', '[CLS]')
+    """
+    out = "".join(p[2:] if p.startswith("##") else p for p in pieces)
+    out = out.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "⏎").strip()
+    return out or "".join(pieces)
 
 
 def _word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) -> WordMap | None:
@@ -119,8 +131,8 @@ def _word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) 
     for gid in groups:
         pos = np.flatnonzero(word_ids == gid)
         pieces = [tokens[i] for i in pos]
-        fname = names.get(int(g[pos[0]]), str(g[pos[0]]))
-        words.append(f"[{fname}]" if pieces == ["[FIELD_START]"] else "".join(pieces))
+        fname = names.get(int(g[pos[0]]), "unnamed")
+        words.append(f"[{fname}]" if pieces == ["[FIELD_START]"] else word_label(pieces))
         wfields.append(fname)
     return WordMap(ex_id, words, wfields, tuple(layers), mats, rule)
 
