@@ -33,7 +33,7 @@ _SPECIAL = {
 _UNICODE = {
     "Δ": r"$\Delta$",
     "−": r"$-$",
-    "–": "--",
+    "–": r"\textendash{}",  # not "--": a following minus sign would fuse with it
     "×": r"$\times$",
     "≥": r"$\geq$",
     "≤": r"$\leq$",

@@ -1,5 +1,6 @@
 """Reports: the numbers behind the templates, the CLI, and real-tool checks (Chromium, pdflatex)."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -215,3 +216,27 @@ def test_python_users_get_the_paper_table(tmp_path):
     (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n"
                                       "\\begin{document}\n\\input{effects.tex}\n\\end{document}\n")
     compile_tex(need("pdflatex"), tmp_path, "doc.tex")
+
+
+def test_latex_ranges_read_as_ranges_in_the_compiled_pdf(tmp_path):
+    # "15–35" must come out as an en dash between two numbers, not "15-−35"
+    pdflatex = need("pdflatex")
+    pdftotext = shutil.which("pdftotext")
+    import pandas as pd
+
+    from reports.latex import latex_table
+    from reports.render import latex_env
+    from routestats.report import Column, Table
+
+    t = Table("r", pd.DataFrame({"lo": [15], "hi": [35], "x": [-0.25]}), "Ranges.",
+              (Column("Lengths", ("lo", "hi"), "range"), Column("x", "x")))
+    (tmp_path / "r.tex").write_text(latex_table(t, "tab:r", latex_env()))
+    (tmp_path / "d.tex").write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n"
+                                    "\\begin{document}\n\\input{r.tex}\n\\end{document}\n")
+    compile_tex(pdflatex, tmp_path, "d.tex")
+    if pdftotext is None:
+        pytest.skip("pdftotext (poppler-utils) is not installed")
+    text = subprocess.run([pdftotext, str(tmp_path / "d.pdf"), "-"], capture_output=True, text=True).stdout
+    # pdftotext reports the T1 en dash as its slot 0x15 when the font has no Unicode map
+    assert ("15–35" in text or "15\x1535" in text) and "15-" not in text and "−35" not in text
+    assert "−0.250" in text or "-0.250" in text
