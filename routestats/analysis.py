@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from routestats.report import Report
 from routestats.rundir import schema as S
 from routestats.rundir.collection import RunCollection, RunPair
@@ -95,9 +97,15 @@ def summary_tables(path: str | Path, settings: AnalysisSettings | None = None) -
     out = [(f"{r.run_id} (step {r.final_step})", layer_summary(r)[["layer", "sfm", "entropy", "n_examples"]])
            for r in runs]
     if isinstance(obj, RunCollection) and s.factor in obj.index.columns:
-        cols = ["layer", "baseline_mean", "variant_mean", "mean_diff", "ci_low", "ci_high", "dz", "p_holm"]
+        from routestats.report import fmt_ci, fmt_num, fmt_p
+
         for p in obj.pairs(factor=s.factor, baseline=s.baseline):
             e = paired_effects(p, resamples=s.resamples, permutations=s.permutations, seed=s.seed)
-            out.append((f"paired SFM: {p.variant.run_id} - {p.baseline.run_id}", e[cols]))
+            shown = pd.DataFrame({  # formatted as in the report (p-values below 0.001 as "< 0.001")
+                "layer": e["layer"], "SFM base": e["baseline_mean"].map(fmt_num),
+                "SFM variant": e["variant_mean"].map(fmt_num), "Δ": e["mean_diff"].map(fmt_num),
+                "95% CI": [fmt_ci(a, b) for a, b in zip(e["ci_low"], e["ci_high"])],
+                "d_z": e["dz"].map(lambda x: fmt_num(x, 2)), "p (Holm)": e["p_holm"].map(fmt_p)})
+            out.append((f"paired SFM: {p.variant.run_id} − {p.baseline.run_id}", shown))
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import textwrap
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,6 +63,9 @@ def command(fn):
             return fn(*args, **kwargs)
         except RoutestatsError as exc:
             _fail(str(exc))
+        except BrokenPipeError:  # `routestats info ... | head`: the reader left; stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(code=0)
         except OSError as exc:  # permissions, a full disk, a vanished file: the user's to mend, in one line
             where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
             _fail(f"{where}{exc.strerror or exc}")
@@ -129,7 +133,16 @@ def info(path: Path = typer.Argument(..., help="A run directory or a tree of run
     from routestats.rundir.collection import describe
     from routestats.studies.discover import load
 
-    _print([describe(load(path, _settings(skip_incomplete=skip_incomplete, study=study)))])
+    title, df = describe(load(path, _settings(skip_incomplete=skip_incomplete, study=study)))
+    typer.echo(f"{title} under {path}")
+    for r in df.to_dict(orient="records"):  # one block per run: fits 80 columns, ids never cut
+        fixed = ("run_id", "study", "seed", "examples", "steps", "final forms", "init")
+        factors = " ".join(f"{k}={v}" for k, v in r.items() if k not in fixed)
+        detail = (f"study {r['study']} · seed {r['seed']} · {r['examples']} examples · init {r['init']} · steps "
+                  f"{r['steps']} (final: {r['final forms']})")
+        typer.echo(f"\n{r['run_id']}")
+        for line in (detail, factors):
+            typer.echo(textwrap.fill(line, width=78, initial_indent="  ", subsequent_indent="    "))
 
 
 @command

@@ -90,3 +90,16 @@ def test_demo_run_is_valid_and_paired():
 def test_demo_run_size_budget():
     total = sum(f.stat().st_size for f in Path(demo_run_dir()).parent.rglob("*") if f.is_file())
     assert total <= 15 * 1024 * 1024
+
+
+def test_info_fits_80_columns_and_keeps_every_run_id(tree, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = runner.invoke(app, ["info", str(tree)])
+    assert r.exit_code == 0, r.output
+    ids = [p.parent.name for p in tree.rglob("run.json")]
+    import json
+
+    for p in tree.rglob("run.json"):
+        assert json.loads(p.read_text())["run_id"] in r.output  # never cut to a few characters
+    assert max(len(line) for line in r.output.splitlines()) <= 80
+    assert ids
