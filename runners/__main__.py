@@ -17,7 +17,30 @@ import typer
 
 @contextlib.contextmanager
 def progress_bars():
-    """A rich progress view with one bar per run; yields (progress, callback(name, step, total))."""
+    """One progress bar per run on a terminal; plain lines (every 5 % or 30 s, with rate and ETA) on
+    stderr when it is a file, a pipe, nohup or a batch system. Yields (progress, callback(name, step, total))."""
+    import sys
+    import time
+
+    if not sys.stderr.isatty():
+        t0 = time.monotonic()
+        state: dict = {}
+
+        def plain(name, step, total):
+            now = time.monotonic()
+            first, last_step, last_t = state.get(name, (now, -1, 0.0))
+            if step != total and step - last_step < max(1, total // 20) and now - last_t < 30:
+                return
+            state[name] = (first, step, now)
+            rate = step / max(now - first, 1e-9)
+            eta = (total - step) / rate if rate > 0 else float("nan")
+            typer.echo(f"[{now - t0:7.1f} s] {name}: {step}/{total} ({rate:.2f}/s, ETA {eta:.0f} s)", err=True)
+
+        from types import SimpleNamespace
+
+        log = SimpleNamespace(console=SimpleNamespace(log=lambda *a: typer.echo(" ".join(map(str, a)), err=True)))
+        yield log, plain
+        return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 

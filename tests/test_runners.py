@@ -390,3 +390,28 @@ def test_planted_checkpoint_is_refused_and_never_runs(tmp_path):
     with pytest.raises(rs.RoutestatsError, match="refused|not a readable checkpoint"):
         load_checkpoint(legacy)
     assert not marker.exists()
+
+
+def test_training_prints_progress_when_stderr_is_a_file(tmp_path):
+    # nohup / SLURM / `> log`: no terminal, so plain lines with rate and ETA instead of a silent bar
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "runners", "saab", "--preset", "smoke", "--seed", "3", "--out",
+                          str(tmp_path / "r"), "--threads", "1"], capture_output=True, text=True,
+                         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = [ln for ln in res.stderr.splitlines() if "/s, ETA" in ln]
+    assert len(lines) >= 4 and any("saab" in ln for ln in lines) and any("baseline" in ln for ln in lines)
+
+
+def test_missing_torch_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys, runpy; sys.modules['torch'] = None; sys.argv = ['runners', 'saab', '--preset', 'smoke', "
+            f"'--out', {str(tmp_path / 'x')!r}]; runpy.run_module('runners', run_name='__main__')")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == ["error: this command needs torch, which is not installed: "
+                                               "pip install -e '.[train]'"]
