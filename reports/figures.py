@@ -20,7 +20,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 PALETTE = {"baseline": "#4C72B0", "variant": "#DD8452"}
-SHORT = {"baseline": "baseline", "variant": "variant", "difference": "variant − baseline"}
+SHORT = {"baseline": "baseline", "variant": "variant", "difference": "variant − baseline", "run": "run"}
 sns.set_theme(style="whitegrid", context="notebook")
 
 REGISTRY: dict = {}
@@ -123,7 +123,7 @@ def heat(ax, m: pd.DataFrame, *, vmin, vmax, cmap, annot: bool = True, cbar: boo
 
 @drawer("profile")
 def _profile(frames, params):
-    return profile(frames["layers"], frames["effects"], params["labels"])
+    return profile(frames["layers"], frames["effects"], params.get("labels", {}))
 
 
 def profile(layers: pd.DataFrame, effects: pd.DataFrame, labels: dict):
@@ -147,7 +147,7 @@ def profile(layers: pd.DataFrame, effects: pd.DataFrame, labels: dict):
 
 @drawer("field_heatmaps")
 def _field_heatmaps(frames, params):
-    return field_heatmaps(frames["field_to_field"], params["labels"])
+    return field_heatmaps(frames["field_to_field"], params.get("labels", {}))
 
 
 def field_heatmaps(f2f: pd.DataFrame, labels: dict):
@@ -158,8 +158,8 @@ def field_heatmaps(f2f: pd.DataFrame, labels: dict):
     layers = sorted(f2f["layer"].unique())
     if len(layers) > 6:
         return _field_compact(f2f, layers)
-    roles = ["baseline", "variant", "difference"]
-    fig, axes = plt.subplots(len(layers), 3, figsize=(9.5, 2.6 * len(layers)), squeeze=False)
+    roles = [r for r in ("baseline", "variant", "difference", "run") if r in set(f2f["role"])]
+    fig, axes = plt.subplots(len(layers), len(roles), figsize=(3.2 * len(roles), 2.6 * len(layers)), squeeze=False)
     diff_max = max(1e-9, float(f2f.loc[f2f["role"] == "difference", "mass"].abs().max()))
     for i, layer in enumerate(layers):
         for j, role in enumerate(roles):
@@ -177,15 +177,15 @@ def field_heatmaps(f2f: pd.DataFrame, labels: dict):
 
 @drawer("head_heatmaps")
 def _head_heatmaps(frames, params):
-    return head_heatmaps(frames["head_sfm"], params["labels"])
+    return head_heatmaps(frames["head_sfm"], params.get("labels", {}))
 
 
 def _field_compact(f2f: pd.DataFrame, layers) -> "plt.Figure":
-    roles = ["baseline", "variant", "difference"]
+    roles = [r for r in ("baseline", "variant", "difference", "run") if r in set(f2f["role"])]
     t = f2f.assign(pair=f2f["source_name"].map(plain) + " → " + f2f["destination_name"].map(plain))
     pairs = list(dict.fromkeys(t.sort_values(["source", "destination"])["pair"]))
     height = 1.2 + 0.22 * len(layers)
-    fig, axes = plt.subplots(1, 3, figsize=(3.2 + 0.9 * len(pairs) * 3, height), squeeze=False)
+    fig, axes = plt.subplots(1, len(roles), figsize=(3.2 + 0.9 * len(pairs) * len(roles), height), squeeze=False)
     diff_max = max(1e-9, float(t.loc[t["role"] == "difference", "mass"].abs().max()))
     for ax, role in zip(axes[0], roles):
         m = t[t["role"] == role].pivot(index="layer", columns="pair", values="mass")[pairs]
@@ -205,7 +205,7 @@ def _field_compact(f2f: pd.DataFrame, layers) -> "plt.Figure":
 def mass_split(frames, params):
     """Per layer: same-field, other-field and unnamed mass (stacked bars) and the first key's mass."""
     m = frames["masses"]
-    roles = [r for r in ("baseline", "variant") if r in set(m["role"])]
+    roles = [r for r in ("baseline", "variant", "run") if r in set(m["role"])]
     fig, axes = plt.subplots(1, len(roles), figsize=(5.5 * len(roles), 3.6), squeeze=False, sharey=True)
     labels = params.get("labels", {})
     for ax, role in zip(axes[0], roles):
@@ -222,17 +222,20 @@ def mass_split(frames, params):
                title=plain(labels.get(role, role)))
         step = max(1, len(x) // 15)
         ax.set_xticks(x[::step])
-    axes[0][0].legend(fontsize=7, loc="lower left")
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     return fig
 
 
 def head_heatmaps(hs: pd.DataFrame, labels: dict):
     """Head-level SFM (layer x head) for both models and their difference (no cell labels past 8 heads)."""
-    roles = ["baseline", "variant", "difference"]
+    roles = [r for r in ("baseline", "variant", "difference", "run") if r in set(hs["role"])]
     n_layers, n_heads = hs["layer"].nunique(), hs["head"].nunique()
     big = n_heads > 8 or n_layers > 12
-    fig, axes = plt.subplots(1, 3, figsize=(11 if not big else 4 + 0.25 * n_heads * 3, 3.2 if not big else 1.5 + 0.2 * n_layers))
+    fig, axes = plt.subplots(1, len(roles), squeeze=False,
+                             figsize=(3.7 * len(roles) if not big else 4 + 0.25 * n_heads * len(roles),
+                                      3.2 if not big else 1.5 + 0.2 * n_layers))
+    axes = axes[0]
     dmax = max(1e-9, float(hs.loc[hs["role"] == "difference", "sfm"].abs().max()))
     for ax, role in zip(axes, roles):
         m = hs[hs["role"] == role].pivot(index="layer", columns="head", values="sfm")
@@ -248,7 +251,22 @@ def head_heatmaps(hs: pd.DataFrame, labels: dict):
 
 @drawer("trajectories")
 def _trajectories(frames, params):
-    return trajectories(frames["trajectory"], params["labels"])
+    return trajectories(frames["trajectory"], params.get("labels", {}))
+
+
+@drawer("run_profile")
+def run_profile(frames, params):
+    """One run: SFM and entropy per layer."""
+    t = frames["layers"].sort_values("layer")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    a.plot(t["layer"], t["sfm"], marker="o", color=PALETTE["baseline"])
+    a.set(xlabel="layer", ylabel="same-field mass", title="Layer profile")
+    b.plot(t["layer"], t["entropy"], marker="o", color="#55A868")
+    b.set(xlabel="layer", ylabel="entropy (nats)", title="Attention entropy")
+    for ax in (a, b):
+        ax.set_xticks(t["layer"].to_numpy()[:: max(1, len(t) // 15)])
+    fig.tight_layout()
+    return fig
 
 
 def trajectories(traj: pd.DataFrame, labels: dict):
@@ -272,7 +290,7 @@ def trajectories(traj: pd.DataFrame, labels: dict):
 
 @drawer("gradient_ratios")
 def _gradient_ratios(frames, params):
-    return gradient_ratios(frames["steps"], params["labels"])
+    return gradient_ratios(frames["steps"], params.get("labels", {}))
 
 
 def gradient_ratios(steps: pd.DataFrame, labels: dict):
@@ -291,7 +309,7 @@ def gradient_ratios(steps: pd.DataFrame, labels: dict):
 
 @drawer("training_curves")
 def _training_curves(frames, params):
-    return training_curves({r: g for r, g in frames["curves"].groupby("role")}, params["labels"])
+    return training_curves({r: g for r, g in frames["curves"].groupby("role")}, params.get("labels", {}))
 
 
 def training_curves(metrics: dict, labels: dict):
@@ -308,7 +326,7 @@ def training_curves(metrics: dict, labels: dict):
 
 @drawer("word_map")
 def _word_map(frames, params):
-    return word_map(frames["word_map"], params["labels"])
+    return word_map(frames["word_map"], params.get("labels", {}))
 
 
 def word_map(wm, labels: dict):

@@ -61,7 +61,9 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
             from routestats.regime.report import build_regime_report
 
             return build_regime_report(obj.path, s, progress)
-        find_pairs(obj, s)  # a single run without operators: say how to point at a pair
+        from routestats.studies.run_report import build_run_report
+
+        return build_run_report(obj, s, progress)  # a single run: descriptive, no paired statistics
     if workers > 1:
         from routestats.metrics.routing import warm_cache
 

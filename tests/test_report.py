@@ -129,7 +129,6 @@ def test_table_cli_formats(synth_pair, fmt, needle):
     [
         (["report", "{d}", "--format", "pdf"], "--format takes html, latex and/or markdown"),
         (["report", "{d}", "--mode", "bca"], "mode must be one of shared, numpy, python-random"),
-        (["report", "{d}/saab"], "is a single run; give the folder holding the baseline"),
         (["report", "{d}", "--examples", "nonsense"], "examples must be all, primary"),
         (["report", "{d}", "--step", "999"], "no attention"),
         (["table", "bogus", "{d}"], "unknown table 'bogus'"),
@@ -240,3 +239,15 @@ def test_latex_ranges_read_as_ranges_in_the_compiled_pdf(tmp_path):
     # pdftotext reports the T1 en dash as its slot 0x15 when the font has no Unicode map
     assert ("15–35" in text or "15\x1535" in text) and "15-" not in text and "−35" not in text
     assert "−0.250" in text or "-0.250" in text
+
+
+def test_single_run_gets_a_descriptive_report(synth_pair, tmp_path):
+    d, p = synth_pair
+    r = runner.invoke(app, ["report", str(d / "saab"), "-o", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    html = (tmp_path / "o" / "report.html").read_text()
+    assert "(single run)" in html and "no paired statistics" in html and 'id="headline"' in html
+    rep = rs.analyse(d / "saab")
+    # its layer table is the library's per-run layer summary
+    want = rs.layer_summary(p.variant)
+    np.testing.assert_array_equal(rep.frame("layers")["sfm"], want["sfm"])
