@@ -3,6 +3,9 @@
 The number formats themselves (``fmt_num``, ``fmt_p``, ...) live in :mod:`routestats.report`, so
 that generated sentences and table cells agree; nothing here computes a statistic.
 
+A p column of a sign-flip test (``Column.floor``) says "(smallest attainable)" when the value sits
+at the permutation floor, instead of rounding it below that floor.
+
 Examples
 --------
 >>> import pandas as pd
@@ -45,7 +48,11 @@ def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
                 cells.append({"text": text, "value": None if _missing(lo) else float(lo), "bold": False, "numeric": True})
                 continue
             v = r[c.source]
-            if c.kind in _FORMAT:
+            if c.kind == "p" and c.floor and not _missing(v) and "permutations" in r and r["permutations"] > 0:
+                floor = (len(df) if c.floor == "holm" else 1) / (float(r["permutations"]) + 1)
+                at_floor = v <= min(1.0, floor) * (1 + 1e-9)
+                text = f"{v:.2g} (smallest attainable)" if at_floor and floor >= 10.0 ** -c.digits else fmt_p(v, c.digits)
+            elif c.kind in _FORMAT:
                 text = _FORMAT[c.kind](v, c.digits)
             elif c.kind == "int":
                 text = fmt_int(v)

@@ -99,6 +99,7 @@ class Column:
     source: str | tuple[str, str]
     kind: str = "num"  # num, int, p, sig (significant digits), ci (low, high), range (first, last), text
     digits: int = 3
+    floor: str | None = None  # p columns of a sign-flip test: "raw" (1/(P+1)) or "holm" (rows/(P+1))
 
     def __post_init__(self):
         if self.kind not in COLUMN_KINDS:

@@ -217,7 +217,8 @@ def _specs_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
                        f"({s.permutations:,} draws) Holm-adjusted over layers.",
             (Column("Layer", "layer", "int"), Column(f"SFM {b}", "baseline_mean"), Column(f"SFM {v}", "variant_mean"),
              Column("Δ", "mean_diff"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
-             Column("p (raw)", "p_raw", "p"), Column("p (Holm)", "p_holm", "p"), Column("n", "n", "int"))),
+             Column("p (raw)", "p_raw", "p", floor="raw"), Column("p (Holm)", "p_holm", "p", floor="holm"),
+             Column("n", "n", "int"))),
         "entropy_effects": T(
             "entropy_effects", "Paired entropy effects (nats; variant − baseline), same procedures as the SFM table.",
             (Column("Layer", "layer", "int"), Column(f"Entropy {b}", "baseline_mean"),
