@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import seaborn as sns
 
 from reports import figures as F
@@ -72,5 +73,32 @@ def trajectories(frames, params):
     ax.set(xscale="symlog", xlabel="training step", ylabel="Δ SFM (SAAB − baseline)",
            title="Trajectories (thin: seeds, thick: mean)")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+@F.drawer("study_forest")
+def forest(frames, params):
+    """One panel per layer: per-seed Δ with CIs (grey), across-seed estimates with intervals (black)."""
+    f = frames["forest"]
+    layers = sorted(f["layer"].unique())
+    labels = list(dict.fromkeys(f["label"]))
+    cols = min(len(layers), 4)
+    rows = -(-len(layers) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 0.3 * len(labels) * rows + 1.4), squeeze=False,
+                             sharey=True)
+    for ax, layer in zip(axes.ravel(), layers):
+        g = f[f["layer"] == layer].set_index("label").reindex(labels)
+        y = np.arange(len(labels))[::-1]
+        seed = (g["level"] == "seed").to_numpy()
+        for mask, color in ((seed, "0.55"), (~seed, "black")):
+            ax.errorbar(g["estimate"][mask], y[mask], xerr=[(g["estimate"] - g["ci_low"])[mask],
+                                                             (g["ci_high"] - g["estimate"])[mask]],
+                        fmt="o", color=color, capsize=3, ms=4)
+        ax.axvline(0, color="0.4", ls="--", lw=1)
+        ax.set_yticks(y, [F.plain(x) for x in labels], fontsize=8)
+        ax.set(title=f"layer {layer}", xlabel="Δ SFM")
+    for ax in axes.ravel()[len(layers):]:
+        ax.axis("off")
     fig.tight_layout()
     return fig

@@ -77,3 +77,31 @@ def test_dataset_standardisation_and_init_probe_sections(tmp_path):
     first = rep.frame("seeds")[rep.frame("seeds")["dataset"] == "dbpedia"]  # equal group sizes: the first group
     want = probe_correlations(probe, first[["seed", "displacement"]])
     pd.testing.assert_frame_equal(rep.frame("init_probe"), want)
+
+
+def test_evidence_levels_forest_and_disagreement(tree):  # noqa: F811
+    import pandas as pd
+
+    from routestats.stats.inference import bootstrap_means
+    from routestats.studies.study_report import disagreement
+
+    rep = build_study_report(tree, AnalysisSettings(resamples=300, seed=4))
+    f = rep.frame("forest")
+    across = rep.frame("across_seeds").set_index("layer")
+    t_rows = f[f["label"] == "paired t (seeds)"].set_index("layer")
+    np.testing.assert_array_equal(t_rows["ci_low"], across.loc[t_rows.index, "ci_low_t"])
+    # a seed's interval is the bootstrap of that seed's per-example differences (same seed, same resamples)
+    from routestats.studies.seeds import example_deltas, reference_rows
+
+    ex = example_deltas(tree, None, "all")
+    g = ex[reference_rows(ex) & (ex["seed"] == 2)].pivot_table(index="example_id", columns="layer", values="diff")
+    m = bootstrap_means(g.to_numpy(), 300, np.random.default_rng(4))
+    row = f[(f["label"] == "seed 2") & (f["layer"] == 1)].iloc[0]
+    assert row["ci_low"] == np.percentile(m[:, 1], 2.5) and row["estimate"] == g[1].mean()
+    built = pd.DataFrame([{"dataset": "d", "layer": 2, "level": "across seeds", "label": n, "estimate": 0.1,
+                           "ci_low": lo, "ci_high": hi} for n, lo, hi in
+                          (("paired t (seeds)", -0.005, 0.246), ("two-stage bootstrap", 0.068, 0.165),
+                           ("mixed model", 0.063, 0.177))])
+    (why,) = disagreement(built, 3)
+    assert why.startswith("Layer 2: the paired t (seeds) [-0.005, 0.246] includes 0 while the two-stage bootstrap")
+    assert "t with 2 df" in why

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from routestats.rundir import schema as S
@@ -40,7 +41,7 @@ from routestats.studies.seeds import (
     variance_components,
 )
 from routestats.studies.training import gradient_checkpoint_summary, trajectory
-from routestats.report import Column, Figure, Report, Section, Table, fmt_num, fmt_p
+from routestats.report import Column, Figure, Report, Section, Table, fmt_num, fmt_p  # noqa: F401
 from routestats.settings import AnalysisSettings
 from routestats.studies.headline import study_headline
 
@@ -230,6 +231,58 @@ def _figures(t: dict, deltas: pd.DataFrame) -> dict[str, Figure]:
     return out
 
 
+def _forest(ex: pd.DataFrame, t: dict, s: AnalysisSettings) -> pd.DataFrame | None:
+    """Per layer: each seed's Δ with its bootstrap CI over that seed's examples, then the across-seed
+    estimates with their intervals (paired t, two-stage bootstrap, mixed model) -- the evidence hierarchy."""
+    if t.get("across_seeds") is None:
+        return None
+    from routestats.stats.inference import bootstrap_means, percentile_ci
+
+    ref = ex[reference_rows(ex)]
+    rows = []
+    for (ds, seed), g in ref.groupby(["dataset", "seed"], sort=True):
+        D = g.pivot_table(index="example_id", columns="layer", values="diff").sort_index(axis=1)
+        lo, hi = percentile_ci(bootstrap_means(D.to_numpy(), s.resamples, np.random.default_rng(s.seed)), s.confidence)
+        for j, layer in enumerate(D.columns):
+            rows.append({"dataset": ds, "layer": int(layer), "level": "seed", "label": f"seed {seed}",
+                         "estimate": float(D[layer].mean()), "ci_low": float(lo[j]), "ci_high": float(hi[j])})
+    for name, key, lo_c, hi_c in (("paired t (seeds)", "across_seeds", "ci_low_t", "ci_high_t"),
+                                  ("two-stage bootstrap", "hierarchical", "ci_low", "ci_high"),
+                                  ("mixed model", "variance_components", "ci_low", "ci_high")):
+        f = t.get(key)
+        if f is None:
+            continue
+        for r in f.itertuples():
+            rows.append({"dataset": r.dataset, "layer": int(r.layer), "level": "across seeds", "label": name,
+                         "estimate": float(r.mean_delta), "ci_low": float(getattr(r, lo_c)),
+                         "ci_high": float(getattr(r, hi_c))})
+    return pd.DataFrame(rows) if rows else None
+
+
+def disagreement(forest: pd.DataFrame | None, n_seeds: int) -> list[str]:
+    """Sentences for layers whose across-seed intervals disagree about excluding 0, with the reasons."""
+    if forest is None:
+        return []
+    out = []
+    acr = forest[forest["level"] == "across seeds"]
+    for (ds, layer), g in acr.groupby(["dataset", "layer"]):
+        excl = {r.label: (r.ci_low > 0 or r.ci_high < 0) for r in g.itertuples()}
+        if len(set(excl.values())) < 2:
+            continue
+        say = lambda names: " and ".join(  # noqa: E731
+            f"the {n} [{fmt_num(g.loc[g.label == n, 'ci_low'].iloc[0])}, {fmt_num(g.loc[g.label == n, 'ci_high'].iloc[0])}]"
+            for n in names)
+        yes = [k for k, v in excl.items() if v]
+        no = [k for k, v in excl.items() if not v]
+        out.append(f"Layer {layer}: {say(no)} include{'s' if len(no) == 1 else ''} 0 while {say(yes)} exclude"
+                   f"{'s' if len(yes) == 1 else ''} it. With {n_seeds} seeds the paired t interval rests on "
+                   f"{n_seeds} per-seed means (t with {n_seeds - 1} df, so it is wide); the two-stage bootstrap "
+                   f"resamples only the {n_seeds} observed seeds and understates between-seed variation; the mixed "
+                   f"model assumes normal seed effects and estimates their variance from {n_seeds} seeds. Trust "
+                   "the widest interval until more seeds are run.")
+    return out
+
+
 def _findings(t: dict, n_runs: int, seeds: list, s: AnalysisSettings) -> list[str]:
     out = [f"{n_runs} runs, seeds {', '.join(map(str, seeds))}."]
     if t.get("seeds") is not None:
@@ -311,6 +364,7 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
         key = seeds_t.groupby(["dataset", "depth"], dropna=False).size().idxmax()
         main = seeds_t[(seeds_t["dataset"] == key[0]) & (seeds_t["depth"] == key[1])]
         t["init_probe"] = probe_correlations(load_probe(init_probe), main[["seed", "displacement"]])
+    forest = _forest(ex, t, s)
     deltas_out = deltas[keys + ["baseline_sfm", "variant_sfm", "delta", "n_examples", "max_abs_diff"]]
     deltas_out.insert(0, "study", ", ".join(runs.studies))  # one study per report (studies.discover.load)
     tables = _tables(t, deltas, s)
@@ -325,6 +379,15 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
              ("gradients", "Gradient-norm ratios")]
     sections = [Section(name, title, (tables[name],), (figs[name],) if name in figs else ())
                 for name, title in order if name in tables]
+    if forest is not None:
+        n_ref = int(t["across_seeds"]["n_seeds"].max())
+        why = disagreement(forest, n_ref)
+        sections.insert(1, Section(
+            "evidence", "Evidence by level: each seed, then across seeds", (Table("forest", forest),),
+            (Figure("study-forest", "study_forest", {"forest": forest}),),
+            text=("Per layer: each seed's Δ with its bootstrap interval over that seed's examples (within-seed "
+                  "precision), then the across-seed estimates with their intervals (seed as the unit). ")
+            + (" ".join(why) if why else "The across-seed intervals agree on whether they exclude 0.")))
     if t["trajectories"] is not None:
         sections.append(Section("trajectories", "Trajectories", (Table("trajectories", t["trajectories"]),),
                                 (figs["trajectories"],) if "trajectories" in figs else (),
