@@ -254,6 +254,31 @@ def _trajectories(frames, params):
     return trajectories(frames["trajectory"], params.get("labels", {}))
 
 
+@drawer("paired_dots")
+def paired_dots(frames, params):
+    """Per layer: every example's baseline and variant value joined by a line (the paired distribution)."""
+    d = frames["pairs"]
+    layers = sorted(d["layer"].unique())
+    cols = min(len(layers), 6)
+    rows = -(-len(layers) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.9 * cols + 0.8, 2.8 * rows), squeeze=False, sharey=True)
+    for ax, layer in zip(axes.ravel(), layers):
+        g = d[d["layer"] == layer]
+        xs = np.array([0.0, 1.0])
+        up = (g["diff"] > 0).to_numpy()
+        for (b, v), u in zip(g[["baseline", "variant"]].to_numpy(), up):
+            ax.plot(xs, [b, v], color=PALETTE["variant"] if u else PALETTE["baseline"], alpha=0.25, lw=0.8)
+        ax.plot(xs, [g["baseline"].mean(), g["variant"].mean()], color="black", lw=2.2, marker="o")
+        ax.set_xticks(xs, ["base", "var"])
+        ax.set_xlim(-0.25, 1.25)
+        ax.set(title=f"L{layer}: {int(up.sum())}/{len(g)} up")
+    axes[0][0].set_ylabel("SFM per example")
+    for ax in axes.ravel()[len(layers):]:
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
 @drawer("run_profile")
 def run_profile(frames, params):
     """One run: SFM and entropy per layer."""

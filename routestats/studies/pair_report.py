@@ -464,7 +464,7 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
         "masses": masses, "causal": p.baseline.causal, "pretrained": p.baseline.pretrained and p.variant.pretrained,
         "trivial": trivial_default(p.baseline, s.trivial_queries),
         "profile_shape": shape, "layer_contrasts": contrasts, "profile_distance_ci": distance,
-        "init_vs_final": init_final,
+        "init_vs_final": init_final, "example_pairs": diffs[["example_id", "layer", "baseline", "variant", "diff"]],
     }
 
 
@@ -537,7 +537,10 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
         perf,
         Section("profile", "Layer profile (Table 1)", (tables["layers"],),
                 (fig("profile", "profile", layers=rep["layers"], effects=rep["effects"]),)),
-        Section("effects", "Paired SFM effects (Table 2)", (tables["effects"],)),
+        Section("effects", "Paired SFM effects (Table 2)", (tables["effects"],),
+                (fig("paired_examples", "paired_dots", pairs=rep["example_pairs"]),),
+                text="Each line is one example: its SFM in the baseline (left) and the variant (right); black: the "
+                     "layer means."),
         Section("entropy", "Paired entropy effects", (tables["entropy_effects"],)),
         Section("adjusted", "Opportunity-adjusted SFM (Table 10)",
                 (tables["adjusted"],) if rep["adjusted"] is not None else (), skipped=rep["adjusted_skipped"]),
