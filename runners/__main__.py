@@ -179,23 +179,36 @@ def sweep(
 
 @app.command()
 def evaluate(
-    pair: Path = typer.Argument(..., help="Folder holding a baseline and its variant run(s) (with checkpoints)."),
-    out: Path = typer.Option(..., help="Output folder for the test-sample runs and test_manifest.json."),
+    pair: Path = typer.Argument(..., help="Folder holding a baseline and its variant run(s) (with checkpoints); with "
+                                          "--bias off: one SAAB run."),
+    out: Optional[Path] = typer.Option(None, help="Output folder for the test-sample runs and test_manifest.json "
+                                                  "(--bias off: the new run; default RUN-bias-off beside it)."),
+    bias: str = typer.Option("on", "--bias", help="off: evaluate a SAAB run's final weights with the bias removed "
+                                                 "(w_f = 0) on its own evaluation examples, for the direct/learned split."),
     sample_size: int = typer.Option(2336, help="Reservoir sample size of the held-out split."),
     sample_seed: int = typer.Option(1001, help="Seed of the reservoir sample."),
-    batch_size: int = typer.Option(16),
-    device: str = typer.Option("auto"),
-    threads: Optional[int] = typer.Option(None),
+    batch_size: int = typer.Option(16, help="Examples per forward pass."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
 ) -> None:
-    """Untouched-test confirmation: evaluate trained runs on a fixed sample of the held-out split."""
+    """Untouched-test confirmation (test sample of the held-out split), or a bias-off evaluation (--bias off)."""
     import torch
 
     from routestats.errors import RoutestatsError
 
-    from .evaluate import evaluate_split
+    from .evaluate import evaluate_bias_off, evaluate_split
 
     if threads:
         torch.set_num_threads(threads)
+    if bias not in ("on", "off"):
+        typer.echo(f"error: --bias must be on or off, got {bias!r}", err=True)
+        raise typer.Exit(2)
+    if bias == "off":
+        typer.echo(f"run complete: {evaluate_bias_off(pair, out, batch_size=batch_size, device=device)}")
+        return
+    if out is None:
+        typer.echo("error: --out is required for the test-sample evaluation", err=True)
+        raise typer.Exit(2)
     try:
         paths = evaluate_split(pair, out, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size,
                                device=device)

@@ -25,6 +25,7 @@ from routestats.rundir import schema as S
 from routestats.rundir.atomic import sha256_file, write_json_atomic
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import load_runs
+from routestats.rundir.read import load_run
 from routestats.rundir.write import RunWriter, software_versions
 from routestats.rundir.sampling import reservoir_indices
 
@@ -114,3 +115,55 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
         ))
     return paths
 
+
+
+def evaluate_bias_off(run_dir: Path, out: Path | None = None, *, batch_size: int = 16, device: str = "auto") -> Path:
+    """Evaluate a trained SAAB run's final weights with the bias removed (w_f = 0 in every layer) on its
+    own evaluation examples (METHODS 3.4b); returns the new run (factor ``eval_bias: off``).
+
+    The new run keeps the source run's init and data-order identity and names it in ``source_run``,
+    so the report can split the total effect into direct (bias on - bias off, same weights) and
+    learned (bias off - baseline).
+    """
+    from .msm import Encoded
+
+    run = load_run(run_dir)
+    cfg = dict(run.manifest.get("model") or {})
+    if cfg.get("variant") != "saab":
+        raise RoutestatsError(f"{run.run_id}: bias-off evaluation applies to a SAAB run (model variant "
+                              f"{cfg.get('variant')!r})")
+    tok_path = run.path.parent / "tokenizer.json"
+    ds = run.manifest.get("dataset") or {}
+    if not tok_path.is_file():
+        raise RoutestatsError(f"{tok_path}: the study's tokenizer is missing")
+    if ds.get("tokenizer_sha256") and sha256_file(tok_path) != ds["tokenizer_sha256"]:
+        raise RoutestatsError(f"{tok_path}: tokenizer differs from the one the run was trained with")
+    tok = load_tokenizer(tok_path)
+    ck = load_checkpoint(_final_checkpoint(run))
+    step = int(ck["step"])
+    model = SAABEncoder(EncoderConfig(**{**cfg, "saab_field_weight": 0.0}))
+    model.load_state_dict(ck["model"])
+    dev = pick_device(device)
+    model.to(dev)
+    ex = run.examples()
+    if step not in run.attention_steps:
+        raise RoutestatsError(f"{run.run_id}: no attention stored at the checkpoint step {step}")
+    recs = []
+    for row in ex.itertuples(index=False):
+        ids = [tok.token_to_id(t) for t in row.tokens]
+        if any(i is None for i in ids):
+            raise RoutestatsError(f"{run.run_id}: example {row.example_id} holds a token the tokenizer does not know")
+        recs.append(Encoded(input_ids=ids, field_ids=[int(g) for g in row.field_ids], tokens=list(row.tokens),
+                            word_ids=[int(w) for w in row.word_ids], label=str(row.label)))
+    out = Path(out) if out is not None else run.path.parent / f"{run.path.name}-bias-off"
+    w = RunWriter(out, run_id=f"{run.run_id}-bias-off", study=run.study,
+                  factors={**run.factors, "variant": "saab_bias_off", "eval_bias": "off"}, seed=run.seed,
+                  init_id=run.init_id, data_order_id=run.data_order_id, fields=run.manifest["fields"], overwrite=True)
+    keep = [c for c in ex.columns if c not in ("length", "content_sha256")]
+    w.write_examples(ex[keep])
+    with w.attention(step, dtype=run.manifest["attention"].get("dtype") or "float16",
+                     forms=run.attention_forms(step)) as sink:
+        dump_attention(model, recs, sink, batch_size, dev, ex["example_id"].tolist())
+    return w.finalize(source_run=run.run_id, model={**cfg, "saab_field_weight": 0.0}, dataset=ds,
+                      evaluation={"kind": "bias-off", "source_run": run.run_id, "step": step},
+                      software=software_versions(("torch", "tokenizers")))

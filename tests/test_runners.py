@@ -415,3 +415,46 @@ def test_missing_torch_is_one_line(tmp_path):
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().splitlines() == ["error: this command needs torch, which is not installed: "
                                                "pip install -e '.[train]'"]
+
+
+def test_bias_off_evaluation_of_a_wf0_run_equals_the_baseline(smoke_study, tmp_path):
+    from runners.evaluate import evaluate_bias_off
+
+    out, _ = smoke_study
+    torch.set_num_threads(1)
+    off = rs.load_run(evaluate_bias_off(out / "saab-wf0", tmp_path / "wf0-off"))
+    base = rs.load_run(out / "baseline")
+    step = base.final_step
+    assert off.factors["eval_bias"] == "off" and off.factors["variant"] == "saab_bias_off"
+    assert off.manifest["source_run"] == "saab-docstrings-dbpedia-wf0-seed3" or off.manifest["source_run"].endswith("seed3")
+    assert (off.init_id, off.data_order_id) == (base.init_id, base.data_order_id)
+    for a, b in zip(off.iter_attention(step), base.iter_attention(step)):
+        np.testing.assert_array_equal(a.weights, b.weights)  # bitwise: trained with w_f = 0, evaluated without bias
+    # the SAAB run without its bias differs from the SAAB run with it (the bias acts at inference)
+    on = rs.load_run(out / "saab")
+    saab_off = rs.load_run(evaluate_bias_off(out / "saab", tmp_path / "saab-off"))
+    a = next(iter(on.iter_attention(step))).weights
+    b = next(iter(saab_off.iter_attention(step))).weights
+    assert not np.array_equal(a, b)
+
+
+def test_decomposition_total_is_direct_plus_learned(smoke_study, tmp_path):
+    import shutil
+
+    from routestats.studies.decomposition import decomposition
+    from runners.evaluate import evaluate_bias_off
+
+    out, _ = smoke_study
+    tree = tmp_path / "tree"
+    for name in ("baseline", "saab"):
+        shutil.copytree(out / name, tree / name)
+    shutil.copy(out / "tokenizer.json", tree / "tokenizer.json")
+    torch.set_num_threads(1)
+    evaluate_bias_off(tree / "saab")
+    runs = rs.load_runs(tree)
+    d = decomposition(runs, rs.AnalysisSettings(resamples=200, permutations=200))
+    w = d.pivot_table(index="layer", columns="component", values="mean_diff")
+    np.testing.assert_allclose(w["total"], w["direct"] + w["learned"], atol=1e-12)  # exact identity per example
+    # the tree's report shows it
+    rep = rs.analyse(tree, resamples=100, permutations=100)
+    assert "decomposition" in rep.tables()

@@ -134,11 +134,25 @@ def pair_headline(effects: pd.DataFrame, n_examples: int, shape=None, contrasts=
     return out
 
 
-def study_headline(across: pd.DataFrame | None, n_pairs: int, seeds: list, alpha: float = ALPHA) -> list[str]:
+def _split(decomp: pd.DataFrame | None) -> str | None:
+    """The direct/learned split of a bias-off evaluation (METHODS 3.4b)."""
+    if decomp is None or not len(decomp):
+        return None
+    w = decomp.groupby(["component", "layer"])["mean_diff"].mean().unstack("component")
+    span = lambda c: f"{_signed(w[c].min())} to {_signed(w[c].max())}"  # noqa: E731
+    return (f"With the bias switched off on the trained weights, the total Δ ({span('total')} across layers) splits "
+            f"into a direct part, what the bias does to those weights ({span('direct')}), and a learned part, what "
+            f"training changed ({span('learned')}).")
+
+
+def study_headline(across: pd.DataFrame | None, n_pairs: int, seeds: list, alpha: float = ALPHA,
+                   decomposition: pd.DataFrame | None = None) -> list[str]:
     """The headline of a study report: the across-seed result first (seed as the unit)."""
     if across is None or not len(across):
-        return [f"{n_pairs} pairs over seeds {', '.join(map(str, seeds))}, but fewer than two seeds of the standard "
-                "SAAB pair: no across-seed inference is possible, so every result below is within one initialisation."]
+        out = [f"{n_pairs} pairs over seeds {', '.join(map(str, seeds))}, but fewer than two seeds of the standard "
+               "SAAB pair: no across-seed inference is possible, so every result below is within one initialisation."]
+        split = _split(decomposition)
+        return out + ([split] if split else [])
     k = int(across["n_seeds"].max())
     t = across.copy()
     text = direction_sentence(t, "mean_delta", "p_t_holm", alpha)
@@ -147,6 +161,9 @@ def study_headline(across: pd.DataFrame | None, n_pairs: int, seeds: list, alpha
     if floor > alpha:
         out.append(f"With {k} seeds the exact sign-flip test cannot reach p < {alpha:g} (smallest attainable p = "
                    f"{fmt_p(floor)}); the t-test leans on normality of the per-seed Δ.")
+    split = _split(decomposition)
+    if split:
+        out.append(split)
     out.append("Per-pair results further down are within one seed each: they measure precision within one model, "
                "not variation between initialisations.")
     return out

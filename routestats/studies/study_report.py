@@ -193,6 +193,12 @@ def _tables(t: dict, deltas: pd.DataFrame, s: AnalysisSettings) -> dict[str, Tab
                       "displacement score (Δ last − Δ penultimate layer).",
         (Column("Analysis", "analysis", "text"), Column("Metric", "metric", "text"), Column("ρ", "spearman_rho"),
          Column("Seeds", "n_seeds", "int")))
+    add("decomposition", f"Learned vs mechanical (METHODS 3.4b): total = SAAB − baseline, direct = SAAB − the same "
+                         f"weights with the bias removed, learned = bias-off − baseline (total = direct + learned per "
+                         f"example); mean, {conf} bootstrap CI and sign-flip p, Holm over layers within each component.",
+        (Column("Seed", "seed", "int"), Column("Component", "component", "text"), Column("Layer", "layer", "int"),
+         Column("Δ", "mean_diff"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
+         Column("p (Holm)", "p_holm", "p", floor="holm"), Column("n", "n", "int")))
     add("gradients", "Gradient-norm ratio last/penultimate layer: mean of per-step ratios over the last steps "
                      "ending at each checkpoint, per run.",
         (Column("Seed", "seed", "int"), Column("Run", "run_id", "text"), Column("Step", "checkpoint_step", "int"),
@@ -365,6 +371,9 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
         main = seeds_t[(seeds_t["dataset"] == key[0]) & (seeds_t["depth"] == key[1])]
         t["init_probe"] = probe_correlations(load_probe(init_probe), main[["seed", "displacement"]])
     forest = _forest(ex, t, s)
+    from routestats.studies.decomposition import decomposition
+
+    t["decomposition"] = decomposition(runs, s)
     deltas_out = deltas[keys + ["baseline_sfm", "variant_sfm", "delta", "n_examples", "max_abs_diff"]]
     deltas_out.insert(0, "study", ", ".join(runs.studies))  # one study per report (studies.discover.load)
     tables = _tables(t, deltas, s)
@@ -376,6 +385,7 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
              ("depth", "Depth"), ("datasets", "Data sets"), ("corpus_lengths", "Data-set lengths (Table 11)"),
              ("standardisation", "Length-standardised data-set contrast"),
              ("standardisation_sensitivity", "Band-width sensitivity"), ("init_probe", "Initialisation probes"),
+             ("decomposition", "Learned vs mechanical: the bias on and off on the same weights"),
              ("gradients", "Gradient-norm ratios")]
     sections = [Section(name, title, (tables[name],), (figs[name],) if name in figs else ())
                 for name, title in order if name in tables]
@@ -407,7 +417,8 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
                  f"data sets {', '.join(sorted(map(str, deltas['dataset'].unique())))}",
         sections=tuple(sections),
         findings=tuple(_findings(t, len(runs), seeds, s)),
-        headline=tuple(study_headline(t.get("across_seeds"), int(n_pairs), seeds)),
+        headline=tuple(study_headline(t.get("across_seeds"), int(n_pairs), seeds,
+                                      decomposition=t.get("decomposition"))),
         methods=methods,
         provenance={"runs": runs.index.astype(str).to_dict(orient="records"),
                     "verified_files": runs.verified_files(),
