@@ -121,14 +121,14 @@ def sweep(
     out: Path = typer.Option(..., help="Run tree: OUT/seed<S>/<condition>, plus OUT/plan.json."),
     seeds: str = typer.Option(..., help="Comma list of seeds."),
     conditions: str = typer.Option("baseline,saab,wf=0.5,wf=2,shuffled", help="Comma list of conditions (see saab --help)."),
-    preset: str = typer.Option("tiny"),
-    data: str = typer.Option("bundled-dbpedia"),
-    depth: Optional[int] = typer.Option(None),
-    max_steps: Optional[int] = typer.Option(None),
-    device: str = typer.Option("auto"),
-    threads: Optional[int] = typer.Option(None),
-    keep_checkpoints: str = typer.Option("last"),
-    study: str = typer.Option("saab"),
+    preset: str = typer.Option("tiny", help="Model and training preset: tiny (CPU), paper (GPU recipe), smoke (tests)."),
+    data: str = typer.Option("bundled-dbpedia", help="Data set: bundled-dbpedia, bundled-pubmed, or dbpedia:DIR / pubmed:DIR with local files."),
+    depth: Optional[int] = typer.Option(None, help="Number of encoder layers (6, 8, 12, ...; default: the preset's)."),
+    max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimiser steps (default: the preset's)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice; use 1 on a busy machine)."),
+    keep_checkpoints: str = typer.Option("last", help="Checkpoints kept in each run: last, all or none."),
+    study: str = typer.Option("saab", help="Study name recorded in every manifest (trees are grouped by it)."),
     launcher: str = typer.Option("sequential", help="sequential (this process), or submitit on a cluster: "
                                                     "submitit-local, submitit-debug, slurm."),
     slurm_partition: Optional[str] = typer.Option(None, help="SLURM partition (launcher slurm)."),
@@ -223,14 +223,14 @@ def evaluate(
 def init_probe(
     out: Path = typer.Option(..., help="Output folder for the probe frames (e.g. runs/study/init_probe)."),
     seeds: str = typer.Option(..., help="Comma list of seeds (those of the multi-seed study)."),
-    mask_seeds: str = typer.Option("101,202,303,404,505"),
+    mask_seeds: str = typer.Option("101,202,303,404,505", help="Comma list of seeds of the probe masks."),
     examples: int = typer.Option(256, help="Probe examples: the first N validation records."),
     blocks: int = typer.Option(4, help="Equal blocks of the probe examples."),
-    preset: str = typer.Option("tiny"),
-    data: str = typer.Option("bundled-dbpedia"),
-    depth: Optional[int] = typer.Option(None),
+    preset: str = typer.Option("tiny", help="Model and training preset: tiny (CPU), paper (GPU recipe), smoke (tests)."),
+    data: str = typer.Option("bundled-dbpedia", help="Data set: bundled-dbpedia, bundled-pubmed, or dbpedia:DIR / pubmed:DIR with local files."),
+    depth: Optional[int] = typer.Option(None, help="Number of encoder layers (6, 8, 12, ...; default: the preset's)."),
     skip_one_update: bool = typer.Option(False, help="Skip the one-update probe."),
-    threads: Optional[int] = typer.Option(None),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice; use 1 on a busy machine)."),
 ) -> None:
     """Initialisation probes: initial-state summaries, dropout-free initial losses, one-update probe."""
     import torch
@@ -250,7 +250,7 @@ def init_probe(
 @app.command()
 def lengths(
     out: Path = typer.Option(..., help="Folder for lengths.parquet (e.g. runs/study/lengths/dbpedia)."),
-    data: str = typer.Option("bundled-dbpedia"),
+    data: str = typer.Option("bundled-dbpedia", help="Data set: bundled-dbpedia, bundled-pubmed, or dbpedia:DIR / pubmed:DIR with local files."),
     preset: str = typer.Option("tiny", help="Tokenizer size and max length come from the preset."),
 ) -> None:
     """Token lengths of every split of a corpus (Table 11), after the preset's max-length cut."""
@@ -285,13 +285,13 @@ def mofa(
                                                         "DBpedia-format train split; the domain file is held out."),
     preset: str = typer.Option("tiny", help="tiny (CPU: ctx 64, 4 x 4 heads, d 128, 300 steps) or paper "
                                             "(GPU: ctx 1024, 12 x 12 heads, d 768, 50,000 steps)."),
-    steps: Optional[int] = typer.Option(None), n_ctx: Optional[int] = typer.Option(None),
-    n_layer: Optional[int] = typer.Option(None), n_head: Optional[int] = typer.Option(None),
-    d_model: Optional[int] = typer.Option(None),
+    steps: Optional[int] = typer.Option(None, help="Training steps (default: the preset's)."), n_ctx: Optional[int] = typer.Option(None, help="Context length in tokens."),
+    n_layer: Optional[int] = typer.Option(None, help="Layers."), n_head: Optional[int] = typer.Option(None, help="Heads per layer."),
+    d_model: Optional[int] = typer.Option(None, help="Model width."),
     concat_scope: str = typer.Option("global", help="Block chunking scope: global or per_batch:N."),
     separator: str = typer.Option("none", help="Between documents: none or newline."),
     sigmoid_bias: str = typer.Option("neg_log_t", help="neg_log_t, neg_log_n, none or a number."),
-    device: str = typer.Option("cpu"), threads: Optional[int] = typer.Option(None),
+    device: str = typer.Option("cpu", help="cpu or cuda."), threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice; use 1 on a busy machine)."),
 ) -> None:
     """Train tiny MoFA GPTs (ratios x seeds), score every domain, dump head entropies."""
     import torch
@@ -471,14 +471,14 @@ def overhead(
     out: Path = typer.Option(..., help="Folder for overhead_raw.parquet, overhead_summary.parquet, overhead.json."),
     preset: str = typer.Option("paper", help="Model dimensions from this preset."),
     lengths: str = typer.Option("64,128,256", help="Comma list of sequence lengths."),
-    batch_size: int = typer.Option(4),
-    device: str = typer.Option("auto"),
+    batch_size: int = typer.Option(4, help="Batch size of the timed steps."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
     allow_tf32: bool = typer.Option(False, help="Allow TF32 matmuls on GPU (off by default)."),
-    repeats: int = typer.Option(5),
-    inference_iterations: int = typer.Option(20),
-    training_iterations: int = typer.Option(5),
+    repeats: int = typer.Option(5, help="Timed repeats per measurement."),
+    inference_iterations: int = typer.Option(20, help="Forward passes per inference timing."),
+    training_iterations: int = typer.Option(5, help="Optimiser steps per training timing."),
     attention: str = typer.Option("explicit", help="explicit or fused attention path."),
-    threads: Optional[int] = typer.Option(None),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice; use 1 on a busy machine)."),
 ) -> None:
     """Compute overhead of SAAB vs baseline (paper Table 13): parameters, FLOPs, latency, memory."""
     import torch

@@ -103,3 +103,17 @@ def test_info_fits_80_columns_and_keeps_every_run_id(tree, monkeypatch):
         assert json.loads(p.read_text())["run_id"] in r.output  # never cut to a few characters
     assert max(len(line) for line in r.output.splitlines()) <= 80
     assert ids
+
+
+def test_every_option_has_help_text():
+    from typer.main import get_command
+
+    import runners.__main__ as runners_cli
+
+    missing, options = [], 0
+    for app_ in (app, runners_cli.app):
+        for name, sub in get_command(app_).commands.items():
+            opts = [p for p in sub.params if type(p).__name__.endswith("Option")]  # typer vendors its own click
+            options += len(opts)
+            missing += [f"{name} --{p.name}" for p in opts if not p.help]
+    assert options > 100 and missing == []
