@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 
 from routestats.report import (  # noqa: F401  (re-exported for callers that format cells)
-    DASH, Table, _missing, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig, pct,
+    DASH, Table, _missing, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig,
 )
 
 _FORMAT = {"num": fmt_num, "p": fmt_p, "sig": fmt_sig}

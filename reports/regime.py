@@ -97,9 +97,6 @@ def counterfactual(frames, params):
 @F.drawer("regime_shares")
 def shares(frames, params):
     t = frames
-    summ = t["summary"].reset_index(drop=True)
-    keys = [tuple(int(x) for x in r[["layer", "example", "token"]]) for _, r in summ.iterrows()]
-    labels = [_point(r) for _, r in summ.iterrows()]
     reg = t.get("regimes")
     if reg is not None and len(reg):
         wide = (reg.assign(point=[_point(r) + " · " + r["source"] for _, r in reg.iterrows()])

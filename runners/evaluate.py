@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from routestats.rundir import schema as S
 from routestats.rundir.atomic import sha256_file, write_json_atomic

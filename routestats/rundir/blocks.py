@@ -8,7 +8,7 @@ contract (shapes, finiteness, probabilities per head type) on the way.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa

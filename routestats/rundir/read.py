@@ -26,7 +26,6 @@ from typing import Iterator, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from routestats.rundir import schema as S
 from routestats.rundir.blocks import (

@@ -35,10 +35,11 @@ from routestats.metrics.routing import (
 )
 from routestats.studies.lengths import length_association, length_bins, length_table
 from routestats.studies.training import gradient_checkpoint_summary, gradient_ratios, trajectory
-from routestats.report import Column, Figure, Report, Section, Table, fmt_ci, fmt_num, fmt_p, pct
+from routestats.report import Figure, Report, Section, Table
 from routestats.stats.inference import paired_inference
 from routestats.stats.profile import layer_contrasts, profile_distance_ci, profile_shape
 from routestats.studies.headline import pair_headline
+from routestats.studies.pair_layout import pair_findings, pair_methods, pair_tables
 from routestats.settings import AnalysisSettings
 
 __all__ = ["build_pair_report", "select_token_map_example", "WordMap"]
@@ -189,175 +190,6 @@ def _provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
             "software": software_versions(("statsmodels", "jinja2", "matplotlib", "seaborn")),
         },
     }
-
-
-def _specs_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
-    """The shown tables of a pair report (frames in ``rep``)."""
-    conf = pct(s.confidence)
-    b, v = "baseline", "variant"
-    subject = f"{rep['variant_id']} vs {rep['baseline_id']}"
-    def T(name, caption, columns, frame=None, **kw):
-        return Table(name, rep[name] if frame is None else frame, caption, columns, subject=subject, **kw)
-
-    out = {
-        "performance": T(
-            "performance", "Task performance (masked structure modelling).",
-            (Column("Model", "role", "text"), Column("Run", "run_id", "text"), Column("Steps", "steps", "int"),
-             Column("Final train loss", "final_train_loss", "num", 4), Column("Eval loss", "eval_loss", "num", 4),
-             Column("Eval accuracy", "eval_accuracy", "num", 4))),
-        "layers": T(
-            "layers", f"Same-field attention mass (SFM) and entropy (nats) per layer at step {rep['step']}, "
-                      f"mean over {rep['n_examples']} examples; the highest SFM of each model in bold.",
-            (Column("Model", "role", "text"), Column("Layer", "layer", "int"), Column("SFM", "sfm"),
-             Column("Entropy", "entropy"), Column("Examples", "n_examples", "int")),
-            bold_max=("sfm",), group_by="role"),
-        "effects": T(
-            "effects", f"Paired SFM effects (variant − baseline) per layer: mean difference, {conf} percentile "
-                       f"bootstrap CI ({s.resamples:,} resamples), d_z, and two-sided sign-flip p "
-                       f"({s.permutations:,} draws) Holm-adjusted over layers.",
-            (Column("Layer", "layer", "int"), Column(f"SFM {b}", "baseline_mean"), Column(f"SFM {v}", "variant_mean"),
-             Column("Δ", "mean_diff"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
-             Column("p (raw)", "p_raw", "p", floor="raw"), Column("p (Holm)", "p_holm", "p", floor="holm"),
-             Column("n", "n", "int"))),
-        "entropy_effects": T(
-            "entropy_effects", "Paired entropy effects (nats; variant − baseline), same procedures as the SFM table.",
-            (Column("Layer", "layer", "int"), Column(f"Entropy {b}", "baseline_mean"),
-             Column(f"Entropy {v}", "variant_mean"), Column("Δ", "mean_diff"),
-             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
-             Column("p (Holm)", "p_holm", "p"))),
-        "adjusted": None if rep["adjusted"] is None else T(
-            "adjusted", "Opportunity-adjusted SFM, (SFM − O_e)/(1 − O_e): 0 = uniform over valid keys, 1 = only "
-                        "same-field keys. Examples with one visible field (O_e = 1) are excluded from every layer.",
-            (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("Excluded", "excluded", "int"),
-             Column("Mean O_e", "mean_opportunity"), Column(f"Adj. {b}", "baseline_mean"),
-             Column(f"Adj. {v}", "variant_mean"), Column("Δ adj.", "mean_diff"),
-             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p"))),
-    }
-    if rep["profile_shape"] is not None:
-        out["profile_shape"] = T(
-            "profile_shape", f"Does the change differ between layers? H0: the same shift in every layer. Sign-flip test on "
-                             f"each example's centred Δ profile (T = Σ_l mean(c_l)², one sign per example; "
-                             f"{'exact over all sign vectors' if bool(rep['profile_shape']['exact'].iloc[0]) else f'{s.permutations:,} draws'}) "
-                             "and Hotelling's T² on the successive layer differences (F test; needs n > layers − 1).",
-            (Column("Test", "test", "text"), Column("Statistic", "statistic", "sig", 4), Column("df1", "df1", "int"),
-             Column("df2", "df2", "int"), Column("p", "p", "p"), Column("n", "n", "int")))
-        out["layer_contrasts"] = T(
-            "layer_contrasts", f"Pairwise layer contrasts of the paired SFM change, Δ_b − Δ_a per example: mean, "
-                               f"{conf} percentile bootstrap CI ({s.resamples:,} resamples), d_z and sign-flip p, Holm "
-                               "over all contrasts.",
-            (Column("Contrast", "contrast", "text"), Column("Mean", "mean_diff"),
-             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
-             Column("p (raw)", "p_raw", "p"), Column("p (Holm)", "p_holm", "p"), Column("n", "n", "int")))
-        out["profile_distance"] = T(
-            "profile_distance", f"Profile distance ‖(Δ_1, …, Δ_L)‖₂ between the two layer-SFM profiles with a {conf} "
-                                f"percentile bootstrap CI over examples ({s.resamples:,} resamples).",
-            (Column("Distance", "profile_distance", "num", 4), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
-             Column("n", "n", "int"), Column("Layers", "layers", "int")), frame=rep["profile_distance_ci"])
-    if rep["init_vs_final"] is not None:
-        f = rep["init_vs_final"]
-        out["init_vs_final"] = T(
-            "init_vs_final", f"What was there at the start: Δ SFM at step {int(f['step_init'].iloc[0])} (the earliest "
-                             f"stored step) and at step {int(f['step_final'].iloc[0])}, on the same examples; the change "
-                             f"Δ_final − Δ_init per example with its {conf} bootstrap CI and sign-flip p (Holm over layers).",
-            (Column("Layer", "layer", "int"), Column("Δ init", "delta_init"), Column("Δ final", "delta_final"),
-             Column("Share at init", "share_at_init", "num", 2), Column("Change", "mean_diff"),
-             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
-    out["masses"] = T(
-        "masses", "Where each query's attention goes, per layer (mean over valid queries, heads and examples): "
-                  "same-field (S), other named fields (C) and keys outside the named fields (U: special tokens, "
-                  "separators, unnamed positions; S + C + U = 1 for softmax heads), the first key's mass (the "
-                  "attention-sink diagnostic) and SFM renormalised over the named keys, S / (1 − U).",
-        (Column("Model", "role", "text"), Column("Layer", "layer", "int"), Column("S", "sfm"),
-         Column("C", "cross_mass"), Column("U", "unnamed_mass"), Column("First key", "first_mass"),
-         Column("SFM named", "sfm_named"), Column("Examples", "n_examples", "int")))
-    if rep["lengths"] is not None:
-        out["lengths"] = T(
-            "lengths", "Evaluated token lengths (Table 11 layout): mean, population SD, linear-interpolation "
-                       "quantiles and saturation at the evaluation cap.",
-            (Column("Split", "split", "text"), Column("n", "n", "int"), Column("Mean", "mean", "num", 1),
-             Column("SD", "sd_population", "num", 1), Column("Median", "median", "num", 1), Column("IQR", "iqr", "num", 1),
-             Column("P90", "p90", "num", 1), Column("P95", "p95", "num", 1), Column("Cap", "cap", "int"),
-             Column("Saturated", "saturation_count", "int"), Column("Rate", "saturation_rate", "num", 3)))
-        out["length_association"] = T(
-            "length_association", f"Length association (Table 12A): Spearman ρ between evaluated length and the "
-                                  f"per-example Δ SFM, percentile bootstrap CI ({s.length_resamples:,} "
-                                  "resamples), Holm over layers.",
-            (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("ρ", "rho"),
-             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (raw)", "p_raw", "p"),
-             Column("p (Holm)", "p_adj", "p")))
-        out["length_bins"] = T(
-            "length_bins", "Equal-count length quartile bins (by rank of length, then source index): mean and median "
-                           "Δ SFM per layer.",
-            (Column("Bin", "bin", "int"), Column("Layer", "layer", "int"), Column("n", "count", "int"),
-             Column("Lengths", ("min_length", "max_length"), "range"), Column("Mean Δ", "mean_delta"),
-             Column("Median Δ", "median_delta")))
-    g = rep["gradients"]
-    if g is not None:
-        lo, up = int(g["lower_layer"].iloc[0]), int(g["upper_layer"].iloc[0])
-        out["gradients"] = T(
-            "gradients", f"Q/K/V weight-gradient norm ratio L{up}/L{lo} (after accumulation, before clipping): "
-                         f"mean and SD of the per-step ratios over the last {s.gradient_window} steps "
-                         "ending at each checkpoint.",
-            (Column("Model", "role", "text"), Column("Step", "checkpoint_step", "int"),
-             Column("Window", ("window_start_step", "window_end_step"), "range"), Column("Steps", "n_steps", "int"),
-             Column("Mean ratio", "mean_ratio"), Column("SD", "sd_ratio"),
-             Column(f"Norm L{lo}", "mean_lower_norm", "num", 4), Column(f"Norm L{up}", "mean_upper_norm", "num", 4)))
-    return out
-
-
-def _findings(rep: dict, s: AnalysisSettings) -> list[str]:
-    """Plain-language lines quoting the finished tables (numbers formatted as in the tables)."""
-    out = []
-    conf = f"{100 * s.confidence:.0f}%"
-    for r in rep["effects"].sort_values("layer").itertuples():
-        sign = "+" if r.mean_diff >= 0 else "−"
-        out.append(
-            f"Layer {r.layer}: SFM {fmt_num(r.baseline_mean)} → {fmt_num(r.variant_mean)}, "
-            f"Δ = {sign}{fmt_num(abs(r.mean_diff))}, {conf} CI {fmt_ci(r.ci_low, r.ci_high)}, "
-            f"d_z = {fmt_num(r.dz, 2)}, p_Holm {'' if fmt_p(r.p_holm).startswith('<') else '= '}{fmt_p(r.p_holm)}"
-        )
-    lay = rep["layers"]
-    for role in ("baseline", "variant"):
-        t = lay[(lay["role"] == role) & lay["is_max_sfm"]]
-        if len(t):
-            out.append(f"Highest SFM in the {role}: layer {int(t['layer'].iloc[0])} ({fmt_num(t['sfm'].iloc[0])}).")
-    out.append(f"Profile distance between the two layer profiles: {fmt_num(rep['profile_distance'], 4)}.")
-    adj = rep["adjusted"]
-    if adj is not None:
-        out.append(f"Opportunity-adjusted analysis: {int(adj['n'].iloc[0])} examples, {int(adj['excluded'].iloc[0])} "
-                   f"excluded (one visible field), mean O_e {fmt_num(adj['mean_opportunity'].iloc[0])}.")
-    return out
-
-
-def _methods(rep: dict, s: AnalysisSettings) -> str:
-    """A methods paragraph generated from the report's actual settings."""
-    names = ", ".join(rep["field_names"].values())
-    mode = {"shared": "one generator whose bootstrap indices and sign patterns are shared across layers",
-            "numpy": "the reference implementation's per-layer NumPy procedure",
-            "python-random": "the reference implementation's per-layer Python random procedure"}[s.mode]
-    when = ("of the pretrained models as they are (no training; interventions at inference time)" if rep["pretrained"]
-            else f"at training step {rep['step']}")
-    causal = (f" The models attend causally: a query sees only earlier keys, the opportunity O_i counts visible keys, "
-              f"and queries whose visible named keys all lie in their own field (SFM 1 whatever the model does) "
-              f"are {'excluded' if rep['trivial'] == 'exclude' else 'included'}." if rep["causal"] else
-              (" Trivial queries (all visible keys in their own field) are excluded." if rep["trivial"] == "exclude"
-               else ""))
-    keys = " SFM is renormalised over the named keys, S / (1 − U)." if s.keys == "named" else ""
-    return (
-        f"Attention was recorded {when} for {rep['n_examples']} evaluation examples "
-        f"(selection: {s.examples}) in both models ({rep['n_layers']} layers, {rep['n_heads']} heads each). "
-        f"Same-field attention mass (SFM) is the attention a valid query places on valid keys of its own field "
-        f"(named fields: {names}), averaged over valid queries, then heads, then examples, without renormalisation; "
-        f"entropy is −Σ p ln(p + 1e-10) over all keys, averaged the same way. Paired differences (variant − baseline, "
-        f"per example) are summarised by their mean with a {100 * s.confidence:.0f}% percentile bootstrap "
-        f"confidence interval ({s.resamples:,} resamples) and tested with a two-sided sign-flip permutation test on "
-        f"the absolute mean ({s.permutations:,} random sign patterns, p = (count + 1)/(P + 1)); p-values are "
-        f"Holm-adjusted across the {rep['n_layers']} layers, and d_z = mean/SD (ddof 1). Random procedures use seed "
-        f"{s.seed} ({mode}). Opportunity-adjusted SFM is (SFM − O_e)/(1 − O_e) with O_e = Σ_f n_f²/N², "
-        f"excluding examples with a single visible field. Field-to-field means count examples lacking the source "
-        f"field as {'zero' if s.missing_fields == 'zero' else 'missing'}. Gradient ratios are means of per-step "
-        f"ratios over up to {s.gradient_window} steps ending at each checkpoint.{causal}{keys}"
-    )
 
 
 def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
@@ -511,7 +343,7 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
     s = settings or AnalysisSettings()
     say = progress or (lambda label: None)
     rep = _compute(p, s, say)
-    tables = _specs_tables(rep, s)
+    tables = pair_tables(rep, s)
     labels = {"baseline": f"baseline ({rep['baseline_id']})", "variant": f"variant ({rep['variant_id']})",
               "difference": "variant − baseline"}
     fig = lambda name, kind, **frames: Figure(name, kind, frames, {"labels": labels})  # noqa: E731
@@ -589,10 +421,10 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                  f"{'pretrained, evaluated as it is' if rep['pretrained'] else 'step ' + str(rep['step'])} · "
                  f"{rep['n_examples']} examples · {rep['n_layers']} layers × {rep['n_heads']} heads",
         sections=tuple(sections),
-        findings=tuple(_findings(rep, s)),
+        findings=tuple(pair_findings(rep, s)),
         headline=tuple(pair_headline(rep["effects"], rep["n_examples"], rep["profile_shape"], rep["layer_contrasts"],
                                      rep["init_vs_final"], rep["length_association"], within_study=within_study)),
-        methods=_methods(rep, s),
+        methods=pair_methods(rep, s),
         provenance=_provenance(p, s, rep["step"]),
         data={k: rep[k] for k in ("curves", "gradient_steps", "length_examples") if rep[k] is not None},
         facts=facts,

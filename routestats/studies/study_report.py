@@ -16,7 +16,7 @@ Examples
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
