@@ -110,3 +110,30 @@ def test_zero_overlap_is_a_clear_error(tmp_path):
         length_standardised_contrast(pa_, pb_, resamples=10)
     with pytest.raises(rs.RoutestatsError, match="do not overlap"):
         common_length_range({"a": pa_, "b": pb_})
+
+
+def test_bins_of_examples_cut_at_the_cap_are_flagged(tmp_path):
+    import numpy as np
+
+    import routestats as rs
+    from routestats.studies.lengths import length_bins
+    from tests.conftest import FIELDS, random_attention
+
+    rng = np.random.default_rng(0)
+    prepared = [6, 7, 8, 9, 12, 15, 20, 30, 10, 11, 40, 50, 60, 8, 9, 70]  # 10 of 16 reach the cap of 10
+    runs = []
+    for name in ("b", "v"):
+        w = rs.RunWriter(tmp_path / name, run_id=name, study="t", factors={"variant": "baseline" if name == "b" else "saab"},
+                         seed=0, init_id="i", data_order_id="d", fields=FIELDS)
+        n = [min(k, 10) for k in prepared]
+        w.write_examples(pd.DataFrame({"example_id": range(16), "split": "val", "source_index": range(16),
+                                       "prepared_length": prepared, "cap": 10,
+                                       "field_ids": [[4] * 2 + [3] * (k - 2) for k in n]}))
+        with w.attention(1, dtype="float32") as sink:
+            for i, k in enumerate(n):
+                sink.add(i, random_attention(rng, 1, 1, k))
+        runs.append(rs.load_run(w.finalize()))
+    t = length_bins(rs.pair(*runs))
+    assert t["at_cap"].sum() == 10  # each example counted once (one layer)
+    assert (t["saturated"] == ((t["min_length"] == 10) & (t["max_length"] == 10))).all()
+    assert t["saturated"].sum() == 2  # the two top quartiles hold only capped examples

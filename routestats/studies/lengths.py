@@ -93,17 +93,22 @@ def equal_count_bins(lengths, source_index, n_bins: int = 4) -> np.ndarray:
 
 
 def length_bins(p: RunPair, n_bins: int = 4, step=None, examples=None) -> pd.DataFrame:
-    """Per equal-count length bin and layer: count, min/max length, mean and median change.
+    """Per equal-count length bin and layer: count, min/max length, mean and median change, the
+    number of examples cut at the evaluation cap (``at_cap``) and ``saturated`` (every example of the
+    bin is at the cap: its lengths say nothing about the true length).
 
     ``attrs["cut_points"]`` records numpy quantile cut points (descriptive only)."""
     w, layers = _wide_diffs(p, step, examples)
     w["bin"] = equal_count_bins(w["length"], w["source_index"], n_bins)
+    cap = int(p.baseline.examples(["cap"])["cap"].max())
     rows = []
     for (b, g) in w.groupby("bin"):
+        at_cap = int((g["length"] >= cap).sum())
         for layer in layers:
             rows.append({"bin": int(b), "layer": layer, "count": len(g), "min_length": int(g["length"].min()),
                          "max_length": int(g["length"].max()), "mean_delta": g[layer].mean(),
-                         "median_delta": g[layer].median()})
+                         "median_delta": g[layer].median(), "at_cap": at_cap,
+                         "saturated": bool(at_cap == len(g))})
     out = pd.DataFrame(rows)
     out.attrs["cut_points"] = np.quantile(w["length"], np.arange(1, n_bins) / n_bins).tolist()
     return out

@@ -105,10 +105,11 @@ def pair_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
              Column("p (Holm)", "p_adj", "p")))
         out["length_bins"] = T(
             "length_bins", "Equal-count length quartile bins (by rank of length, then source index): mean and median "
-                           "Δ SFM per layer.",
+                           "Δ SFM per layer; 'At cap' counts examples cut at the evaluation cap (a bin made only of "
+                           "them is saturated: its true lengths are unknown).",
             (Column("Bin", "bin", "int"), Column("Layer", "layer", "int"), Column("n", "count", "int"),
-             Column("Lengths", ("min_length", "max_length"), "range"), Column("Mean Δ", "mean_delta"),
-             Column("Median Δ", "median_delta")))
+             Column("Lengths", ("min_length", "max_length"), "range"), Column("At cap", "at_cap", "int"),
+             Column("Mean Δ", "mean_delta"), Column("Median Δ", "median_delta")))
     g = rep["gradients"]
     if g is not None:
         lo, up = int(g["lower_layer"].iloc[0]), int(g["upper_layer"].iloc[0])

@@ -326,8 +326,11 @@ def _running_mean(ex: pd.DataFrame) -> pd.DataFrame:
     window = max(5, ex["example_id"].nunique() // 20)
     parts = []
     for _, t in ex.groupby("layer", sort=True):
-        t = t.sort_values("length").copy()
-        t["running_mean"] = t["diff"].rolling(window, min_periods=1, center=True).mean()
+        t = t.sort_values(["length", "example_id"]).copy()
+        # the running mean over examples sorted by length, one value per distinct length (many examples tied
+        # at the cap would otherwise draw a vertical line there)
+        rm = t["diff"].rolling(window, min_periods=1, center=True).mean()
+        t["running_mean"] = rm.groupby(t["length"].to_numpy()).transform("mean").to_numpy()
         t["window"] = window
         parts.append(t)
     return pd.concat(parts, ignore_index=True)
