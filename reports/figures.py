@@ -306,6 +306,7 @@ def trajectories(traj: pd.DataFrame, labels: dict):
             t = traj[(traj["role"] == role) & (traj["layer"] == layer)].sort_values("step")
             ax.plot(t["step"], t["sfm"], ls=ls, marker="o", ms=3, color=c)
     ax.set(xscale="symlog", xlabel="training step", ylabel="same-field mass", title="SFM trajectories")
+    ax.set_xlim(left=0)
     handles = [Line2D([], [], color=c, marker="o", label=f"layer {layer}") for c, layer in zip(colors, layers)]
     handles += [Line2D([], [], color="0.3", ls="--", label="baseline"), Line2D([], [], color="0.3", ls="-", label="variant")]
     ax.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)

@@ -72,6 +72,7 @@ def trajectories(frames, params):
     ax.axhline(0, color="0.4", ls="--", lw=1)
     ax.set(xscale="symlog", xlabel="training step", ylabel="Δ SFM (SAAB − baseline)",
            title="Trajectories (thin: seeds, thick: mean)")
+    ax.set_xlim(left=0)  # steps are never negative (symlog would show a negative range)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     return fig

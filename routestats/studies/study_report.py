@@ -293,7 +293,9 @@ def _findings(t: dict, n_runs: int, seeds: list, s: AnalysisSettings) -> list[st
     out = [f"{n_runs} runs, seeds {', '.join(map(str, seeds))}."]
     if t.get("seeds") is not None:
         counts = t["seeds"]["pattern"].value_counts()
-        out.append("Seed patterns: " + "; ".join(f"{k} × {v}" for k, v in counts.items()) + ".")
+        n = int(counts.sum())
+        out.append("Seed-table patterns (the documented rules of routestats.studies.PatternRules): "
+                   + "; ".join(f"“{k}” in {v} of {n} seeds" for k, v in counts.items()) + ".")
     if t.get("across_seeds") is not None:
         a = t["across_seeds"]
         for r in a.itertuples():
@@ -389,6 +391,12 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
              ("gradients", "Gradient-norm ratios")]
     sections = [Section(name, title, (tables[name],), (figs[name],) if name in figs else ())
                 for name, title in order if name in tables]
+    vc = t.get("variance_components")
+    if vc is not None and vc["mean_delta"].isna().all():
+        i = next(k for k, sec in enumerate(sections) if sec.id == "variance_components")
+        sections[i] = Section("variance_components", sections[i].title, sections[i].tables,
+                              text="The random-intercept model could not be fitted for any layer (too few seeds or "
+                                   "no variation between them for REML); the two-stage bootstrap above does not need it.")
     if forest is not None:
         n_ref = int(t["across_seeds"]["n_seeds"].max())
         why = disagreement(forest, n_ref)
