@@ -420,13 +420,15 @@ def capture(
     t0 = time.monotonic()
     typer.echo(f"loading {model} ...", err=True)
     loaded = load_model(model)
-    last = [0.0]
+    typer.echo(f"[{time.monotonic() - t0:6.1f} s] loaded {type(loaded.model).__name__}", err=True)
+    last, started = [0.0], {}
 
     def progress(name, done, total):
         now = time.monotonic()
+        first = started.setdefault(name, now)  # rates count this condition's forwards, not the load
         if done == total or now - last[0] > (0.5 if sys.stderr.isatty() else 10):
             last[0] = now
-            rate = done / max(now - t0, 1e-9)
+            rate = done / max(now - first, 1e-9)
             typer.echo(f"[{now - t0:6.1f} s] {name}: {done}/{total} records ({rate:.1f}/s)", err=True)
 
     paths = capture_runs(loaded, recs, out, fields=names, conditions=conds, cap=cap, special_tokens=special_tokens,
