@@ -327,17 +327,8 @@ class Run:
         pf = parquet_file(path)
         _check_schema(str(path), pf.schema_arrow, S.attention_matrices_schema(dtype))
         lengths = self._lengths()
-        grid = None
-        blocks = iter_blocks(pf, examples, layers, str(path))
-        while True:
-            with decoding(path):
-                try:
-                    ex, rows = next(blocks)
-                except StopIteration:
-                    return
-                blk = matrices_block(str(path), ex, rows, lengths, dtype, self.causal)
-                grid = check_grid(str(path), blk, grid)
-            yield blk
+        yield from _stream(path, iter_blocks(pf, examples, layers, str(path)),
+                           lambda ex, rows: matrices_block(str(path), ex, rows, lengths, dtype, self.causal))
 
     def iter_reductions(
         self,
@@ -352,17 +343,8 @@ class Run:
         lengths = self._lengths()
         n_fields = len(self.field_ids)
         dtype = self.manifest["attention"].get("dtype", "float64")
-        grid = None
-        blocks = iter_blocks(pf, examples, layers, str(path))
-        while True:
-            with decoding(path):
-                try:
-                    ex, rows = next(blocks)
-                except StopIteration:
-                    return
-                blk = reductions_block(str(path), ex, rows, lengths, n_fields, dtype)
-                grid = check_grid(str(path), blk, grid)
-            yield blk
+        yield from _stream(path, iter_blocks(pf, examples, layers, str(path)),
+                           lambda ex, rows: reductions_block(str(path), ex, rows, lengths, n_fields, dtype))
 
     def _lengths(self) -> dict[int, int]:
         df = self._examples
@@ -433,6 +415,20 @@ class Run:
                     raise RunFormatError(
                         f"{self.path / S.attention_file(step, S.FORM_REDUCTIONS)}: column {col!r} of example_id "
                         f"{r.example_id} differs from the stored matrices by {err.max():.3g} (> {atol:g})")
+
+
+def _stream(path, blocks, build):
+    """Per-example blocks of one attention file: decoded, validated and checked for one complete grid."""
+    grid = None
+    while True:
+        with decoding(path):
+            try:
+                ex, rows = next(blocks)
+            except StopIteration:
+                return
+            blk = build(ex, rows)
+            grid = check_grid(str(path), blk, grid)
+        yield blk
 
 
 def _validate_examples(df: pd.DataFrame, fname: str, vocab_size: int) -> None:
