@@ -264,10 +264,14 @@ def paired_dots(frames, params):
     fig, axes = plt.subplots(rows, cols, figsize=(1.9 * cols + 0.8, 2.8 * rows), squeeze=False, sharey=True)
     for ax, layer in zip(axes.ravel(), layers):
         g = d[d["layer"] == layer]
+        from matplotlib.collections import LineCollection
+
         xs = np.array([0.0, 1.0])
         up = (g["diff"] > 0).to_numpy()
-        for (b, v), u in zip(g[["baseline", "variant"]].to_numpy(), up):
-            ax.plot(xs, [b, v], color=PALETTE["variant"] if u else PALETTE["baseline"], alpha=0.25, lw=0.8)
+        bv = g[["baseline", "variant"]].to_numpy()
+        segs = np.stack([np.broadcast_to(xs, bv.shape), bv], axis=-1)  # (examples, 2 points, xy): one collection
+        colors = [PALETTE["variant"] if u else PALETTE["baseline"] for u in up]
+        ax.add_collection(LineCollection(segs, colors=colors, alpha=0.25, linewidths=0.8))
         ax.plot(xs, [g["baseline"].mean(), g["variant"].mean()], color="black", lw=2.2, marker="o")
         ax.set_xticks(xs, ["base", "var"])
         ax.set_xlim(-0.25, 1.25)
