@@ -34,8 +34,12 @@ RESAMPLES = typer.Option(None, help=f"Bootstrap resamples [default: {D.resamples
 PERMUTATIONS = typer.Option(None, help=f"Sign-flip draws [default: {D.permutations}].")
 SEED = typer.Option(None, help=f"Seed of the random procedures [default: {D.seed}].")
 MODE = typer.Option(None, help=f"RNG procedure: shared, numpy or python-random (reference modes) [default: {D.mode}].")
-EXAMPLES = typer.Option(None, help=f"Examples analysed: all, primary, length_sample or test_sample [default: "
-                                   f"{D.examples}].")
+EXAMPLES = typer.Option(None, help="Examples of the paired tables: protocol (primary when the run also holds a "
+                                   "length sample, else all), all, primary, length_sample or test_sample "
+                                   f"[default: {D.examples}].")
+LENGTH_EXAMPLES = typer.Option(None, "--length-examples", help="Examples of the length analyses: protocol (the "
+                                                               "length sample when flagged, else all), all, primary, "
+                                                               f"length_sample or test_sample [default: {D.length_examples}].")
 STEP = typer.Option(None, help="Checkpoint step [default: the final one].")
 FACTOR = typer.Option(None, help=f"Factor whose levels form the pairs [default: {D.factor}].")
 BASELINE = typer.Option(None, help=f"Level of FACTOR that is the baseline [default: {D.baseline}].")
@@ -180,8 +184,8 @@ def report(
     out: Path = typer.Option(Path("report"), "-o", "--out", help="Output folder."),
     format: str = FORMAT,
     resamples: Optional[int] = RESAMPLES, permutations: Optional[int] = PERMUTATIONS, seed: Optional[int] = SEED,
-    mode: Optional[str] = MODE, examples: Optional[str] = EXAMPLES, step: Optional[int] = STEP,
-    factor: Optional[str] = FACTOR, baseline: Optional[str] = BASELINE,
+    mode: Optional[str] = MODE, examples: Optional[str] = EXAMPLES, length_examples: Optional[str] = LENGTH_EXAMPLES,
+    step: Optional[int] = STEP, factor: Optional[str] = FACTOR, baseline: Optional[str] = BASELINE,
     init_probe: Optional[Path] = typer.Option(None, help="Init-probe folder [default: PATH/init_probe when present]."),
     workers: int = typer.Option(2, help="Processes that reduce the runs of a tree in parallel (1 = in this process)."),
     pairs: Optional[str] = typer.Option(None, "--pairs", help="Per-pair parts of a tree report: auto (only for a "
@@ -198,8 +202,9 @@ def report(
     from reports.render import check_output
 
     formats = _formats(format)
-    s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples, step=step,
-                  factor=factor, baseline=baseline, pairs=pairs, skip_incomplete=skip_incomplete, study=study)
+    s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
+                  length_examples=length_examples, step=step, factor=factor, baseline=baseline, pairs=pairs,
+                  skip_incomplete=skip_incomplete, study=study)
     check_output(out, force, [path])  # before the analysis, not after it
     with _progress() as say:
         rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)
@@ -216,16 +221,16 @@ def table(
     format: str = typer.Option("latex", "--format", help="latex, csv or markdown."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write to this file instead of standard output."),
     resamples: Optional[int] = RESAMPLES, permutations: Optional[int] = PERMUTATIONS, seed: Optional[int] = SEED,
-    mode: Optional[str] = MODE, examples: Optional[str] = EXAMPLES, step: Optional[int] = STEP,
-    skip_incomplete: bool = SKIP, study: Optional[str] = STUDY,
+    mode: Optional[str] = MODE, examples: Optional[str] = EXAMPLES, length_examples: Optional[str] = LENGTH_EXAMPLES,
+    step: Optional[int] = STEP, skip_incomplete: bool = SKIP, study: Optional[str] = STUDY,
 ) -> None:
     """Print (or write) one table of the report of PATH."""
     from routestats.analysis import analyse
 
     if format not in ("latex", "csv", "markdown"):
         _fail(f"--format must be latex, csv or markdown, got {format!r}")
-    s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples, step=step,
-                  skip_incomplete=skip_incomplete, study=study)
+    s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
+                  length_examples=length_examples, step=step, skip_incomplete=skip_incomplete, study=study)
     text = analyse(path, s).to_text(name, format)
     if out is None:
         return typer.echo(text, nl=False)

@@ -20,7 +20,7 @@ from routestats.errors import RoutestatsError
 __all__ = ["AnalysisSettings", "PatternRules", "MODES", "EXAMPLE_SETS"]
 
 MODES = ("shared", "numpy", "python-random")
-EXAMPLE_SETS = ("all", "primary", "length_sample", "test_sample")
+EXAMPLE_SETS = ("protocol", "all", "primary", "length_sample", "test_sample")
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,11 @@ class AnalysisSettings:
     """Every setting of an analysis (all recorded in its report's provenance).
 
     Pair and study: ``resamples`` (bootstrap), ``permutations`` (sign-flip draws), ``seed``,
-    ``mode`` (RNG procedure: ``shared`` or a reference mode), ``confidence``, ``examples``
-    (all, primary, length_sample, test_sample), ``step`` (None: the final one),
+    ``mode`` (RNG procedure: ``shared`` or a reference mode), ``confidence``, ``examples`` (the
+    example set of the paired tables) and ``length_examples`` (of the length analyses): all, primary,
+    length_sample, test_sample or protocol (the paper's protocol: when a run's examples are the union
+    of the primary examples and a length sample, the paired tables use the primary examples and the
+    length analyses the length sample; otherwise every example), ``step`` (None: the final one),
     ``missing_fields`` (field-to-field: ``zero`` or ``exclude``), ``gradient_window``, the
     word-map selection rule (``token_map_*``), ``length_resamples`` (Spearman bootstrap),
     ``rules`` (seed-table pattern labels), ``pairs`` (per-pair parts of a tree report: auto,
@@ -76,7 +79,8 @@ class AnalysisSettings:
     seed: int = 1001
     mode: str = "shared"
     confidence: float = 0.95
-    examples: str = "all"
+    examples: str = "protocol"
+    length_examples: str = "protocol"
     step: int | None = None
     missing_fields: str = "zero"
     gradient_window: int = 10
@@ -104,8 +108,9 @@ class AnalysisSettings:
     def __post_init__(self):
         if self.mode not in MODES:
             raise RoutestatsError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.examples not in EXAMPLE_SETS:
-            raise RoutestatsError(f"examples must be all, primary, length_sample or test_sample, got {self.examples!r}")
+        for name in ("examples", "length_examples"):
+            if getattr(self, name) not in EXAMPLE_SETS:
+                raise RoutestatsError(f"{name} must be one of {', '.join(EXAMPLE_SETS)}, got {getattr(self, name)!r}")
         if self.resamples < 1 or self.permutations < 1 or self.length_resamples < 1 or self.probes < 1:
             raise RoutestatsError("resamples, permutations, length_resamples and probes must be positive")
         if not 0 < self.confidence < 1:

@@ -65,7 +65,7 @@ def saab(
     out: Path = typer.Option(..., help="Output run tree: one run per condition under OUT/<condition>."),
     preset: str = typer.Option("tiny", help="Model/training preset: tiny (CPU), paper (GPU), smoke (tests)."),
     seed: int = typer.Option(1001, help="Run seed: init, data order and masks."),
-    conditions: str = typer.Option("baseline,saab", help="Comma list: baseline, saab, wf=X, last-only, not-last, layers=..., shuffled."),
+    conditions: str = typer.Option("baseline,saab", help="Comma list: baseline, saab, wf=X, last-only, not-last, layers=..., shuffled, bias-off (the saab run evaluated without its bias; not trained)."),
     data: str = typer.Option("bundled-dbpedia", help="bundled-dbpedia, bundled-pubmed, dbpedia:DIR or pubmed:DIR."),
     depth: Optional[int] = typer.Option(None, help="Number of layers (default: the preset's)."),
     max_steps: Optional[int] = typer.Option(None, help="Override the preset's optimizer steps."),

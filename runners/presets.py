@@ -113,8 +113,11 @@ class Condition:
     field_weight: float = 1.0
     layer_mask: tuple[float, ...] | None = None
     shuffled: bool = False
+    bias_off: bool = False  # not trained: the ``saab`` run's final weights evaluated without the bias
 
     def factors(self) -> dict:
+        if self.bias_off:
+            return {"variant": "saab_bias_off", "eval_bias": "off"}
         if self.variant == "baseline":
             return {"variant": "baseline", "w_f": 0.0, "bias_layers": "none", "shuffled": False}
         layers = "all" if self.layer_mask is None else ",".join(f"{m:g}" for m in self.layer_mask)
@@ -131,12 +134,15 @@ class Condition:
 
 
 def parse_condition(text: str, num_layers: int) -> Condition:
-    """Parse ``baseline``, ``saab``, ``wf=0.5``, ``last-only``, ``not-last``, ``layers=0,0,0,1`` or ``shuffled``.
+    """Parse ``baseline``, ``saab``, ``wf=0.5``, ``last-only``, ``not-last``, ``layers=0,0,0,1``, ``shuffled``
+    or ``bias-off`` (no training: the ``saab`` run of the same seed evaluated with its bias removed).
 
     >>> parse_condition("wf=0.5", 4)
     Condition(name='saab-wf0.5', variant='saab', field_weight=0.5, layer_mask=None, shuffled=False)
     >>> parse_condition("last-only", 4).layer_mask
     (0.0, 0.0, 0.0, 1.0)
+    >>> parse_condition("bias-off", 4).name
+    'saab-bias-off'
     """
     t = text.strip()
     if t == "baseline":
@@ -145,6 +151,8 @@ def parse_condition(text: str, num_layers: int) -> Condition:
         return Condition("saab", "saab")
     if t == "shuffled":
         return Condition("saab-shuffled", "saab", shuffled=True)
+    if t == "bias-off":
+        return Condition("saab-bias-off", "saab", bias_off=True)
     if t.startswith("wf="):
         w = float(t[3:])
         return Condition(f"saab-wf{w:g}", "saab", field_weight=w)

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -368,17 +369,35 @@ def train_study(
     keep_checkpoints: str = "last",
     progress=None,
 ) -> list[Path]:
-    """Train every condition at ``seed`` into ``out/<condition>`` and verify they are an exact pair set."""
+    """Train every condition at ``seed`` into ``out/<condition>`` and verify they are an exact pair set.
+
+    A ``bias-off`` condition is not trained: after the others, the ``saab`` run's final weights are
+    evaluated with the bias removed (:func:`runners.evaluate.evaluate_bias_off`) into ``out/saab-bias-off``.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     max_length = preset.max_length or data.max_length
+    trained = [c for c in conditions if not c.bias_off]
+    evaluated = [c for c in conditions if c.bias_off]
+    if evaluated and not any(c.name == "saab" for c in trained) and not (out / "saab" / S.MANIFEST).is_file():
+        raise RoutestatsError("the bias-off condition evaluates the saab run of the same seed; add saab to --conditions")
     prep = prepare(data, out, preset.vocab_size, max_length)
     paths = []
-    for c in conditions:
+    for c in trained:
         paths.append(
             train_run(out / c.name, prep=prep, preset=preset, condition=c, seed=seed, study=study, device=device,
                       attention_impl=attention_impl, keep_checkpoints=keep_checkpoints, progress=progress)
         )
+    evaluated_paths = []
+    for c in evaluated:
+        target = out / c.name
+        if not (target / S.MANIFEST).is_file():
+            from .evaluate import evaluate_bias_off
+
+            if progress is None:
+                print(f"{c.name}: evaluating {out / 'saab'} with the bias removed", file=sys.stderr, flush=True)
+            evaluate_bias_off(out / "saab", target, device=device)
+        evaluated_paths.append(target)
     evidence = {}
     for p in paths:
         m = json.loads((p / S.MANIFEST).read_text())
@@ -387,4 +406,4 @@ def train_study(
     for name, ev in evidence.items():
         if ev != first:
             raise RoutestatsError(f"pairing evidence of {name} differs from the first condition: {ev} vs {first}")
-    return paths
+    return paths + evaluated_paths

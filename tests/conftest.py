@@ -34,11 +34,15 @@ def make_examples(field_lists, cap=256):
 
 def write_run(path, attention_by_example, field_lists, *, run_id="r", variant="baseline", init_id="init",
               data_order_id="order", dtype="float32", forms=("matrices",), step=10, seed=0, head_types=None,
-              fields=FIELDS, factors=None):
-    """Write a run whose attention[example] has shape (layers, heads, n, n)."""
+              fields=FIELDS, factors=None, flags=None):
+    """Write a run whose attention[example] has shape (layers, heads, n, n); ``flags`` (column ->
+    per-example values) overrides example columns such as ``is_primary``."""
     w = RunWriter(path, run_id=run_id, study="test", factors=factors or {"variant": variant}, seed=seed,
                   init_id=init_id, data_order_id=data_order_id, fields=fields, overwrite=True)
-    w.write_examples(make_examples(field_lists))
+    ex = make_examples(field_lists)
+    for col, values in (flags or {}).items():
+        ex[col] = list(values)
+    w.write_examples(ex)
     with w.attention(step, dtype=dtype, forms=forms, group_size=2) as sink:
         for ex, a in enumerate(attention_by_example):
             sink.add(ex, a, head_types=head_types)

@@ -45,6 +45,13 @@ def test_shape_mechanics_and_confound_sentences():
     assert h[2].endswith("training reduced it in layer 1.")
     assert h[-1] == ("Length is a confound: the per-example Δ correlates with evaluated length (Spearman ρ −0.70 in "
                      "layer 0, CI excluding 0); see the length tables.")
+    # with the length-adjusted fit, the confounded layers' change at the median length and per 10 tokens
+    adj = pd.DataFrame({"layer": [0, 1], "reference_length": [48.0, 48.0], "delta_at_reference": [0.05, 0.3],
+                        "slope_per_10": [-0.012, 0.5]})
+    h = pair_headline(eff([0.1, 0.02], [0.001, 0.01]), 30, assoc=assoc, length_adjusted=adj)
+    assert h[-1] == ("Length is a confound: the per-example Δ correlates with evaluated length (Spearman ρ −0.70 in "
+                     "layer 0, CI excluding 0); at the median length (48 tokens) Δ is +0.050 there, and it changes by "
+                     "−0.012 per 10 tokens; see the length tables.")
     uniform = pd.DataFrame({"test": ["sign-flip (centred profile)"], "p": [0.31]})
     assert pair_headline(eff([0.1], [0.001]), 30, uniform)[1] == \
         "The change is consistent with a uniform shift across layers (profile-shape sign-flip p = 0.310)."

@@ -137,3 +137,58 @@ def test_bins_of_examples_cut_at_the_cap_are_flagged(tmp_path):
     assert t["at_cap"].sum() == 10  # each example counted once (one layer)
     assert (t["saturated"] == ((t["min_length"] == 10) & (t["max_length"] == 10))).all()
     assert t["saturated"].sum() == 2  # the two top quartiles hold only capped examples
+
+
+def test_linear_length_fit_against_statsmodels_and_a_resample_loop():
+    import statsmodels.api as sm
+
+    from routestats.studies.lengths import linear_length_fit
+
+    rng = np.random.default_rng(7)
+    x = rng.integers(10, 80, size=40).astype(float)
+    D = np.column_stack([0.2 - 0.002 * x + 0.01 * rng.standard_normal(40), 0.05 * rng.standard_normal(40)])
+    ref = float(np.median(x))
+    f = linear_length_fit(x, D, ref, resamples=300, seed=11)
+    for layer in range(2):
+        # statsmodels OLS of d on (x - ref): the intercept is Δ at the reference length
+        fit = sm.OLS(D[:, layer], sm.add_constant(x - ref)).fit()
+        assert f["delta_at_reference"][layer] == pytest.approx(fit.params[0], abs=1e-12)
+        assert f["slope_per_10"][layer] == pytest.approx(10 * fit.params[1], abs=1e-12)
+        assert f["delta"][layer] == pytest.approx(D[:, layer].mean(), abs=1e-15)
+    # bootstrap: one resample at a time from the same generator, np.polyfit on each
+    g = np.random.default_rng(11)
+    boot = []
+    for _ in range(300):
+        i = g.integers(0, 40, size=40)
+        boot.append([np.polyfit(x[i] - ref, D[i, k], 1) for k in range(2)])
+    boot = np.array(boot)  # (B, layer, [slope, intercept])
+    np.testing.assert_allclose(f[["ci_low", "ci_high"]].to_numpy().T, np.quantile(boot[:, :, 1], [0.025, 0.975], axis=0),
+                               atol=1e-10)
+    np.testing.assert_allclose(f[["slope_ci_low", "slope_ci_high"]].to_numpy().T,
+                               10 * np.quantile(boot[:, :, 0], [0.025, 0.975], axis=0), atol=1e-10)
+    assert (f["resamples_kept"] == 300).all()
+    with pytest.raises(rs.RoutestatsError, match="different lengths"):
+        linear_length_fit([5, 5, 5], [[1.0], [2.0], [3.0]], 5.0)
+
+
+def test_paper_protocol_uses_primary_for_paired_tables_and_the_length_sample_for_lengths(tmp_path):
+    # a record selector's union: examples 0-5 primary, 4-13 the length sample (overlap 4, 5)
+    from tests.conftest import random_attention, write_run
+
+    lengths = [6, 9, 12, 7, 15, 18, 8, 11, 20, 14, 10, 16, 13, 19]
+    fields = [[4] * max(1, n // 3) + [3] * (n - max(1, n // 3)) for n in lengths]
+    flags = {"is_primary": [i < 6 for i in range(14)], "in_length_sample": [i >= 4 for i in range(14)]}
+    rng = np.random.default_rng(3)
+    b = [random_attention(rng, 2, 1, len(g)) for g in fields]
+    v = [random_attention(rng, 2, 1, len(g)) for g in fields]
+    pb = write_run(tmp_path / "b", b, fields, run_id="b", flags=flags)
+    pv = write_run(tmp_path / "v", v, fields, run_id="v", variant="saab", flags=flags)
+    rep = rs.analyse(tmp_path, resamples=200, permutations=200)
+    assert set(rep.frame("layers")["n_examples"]) == {6}
+    assert set(rep.frame("length_association")["n"]) == {10} and set(rep.frame("length_adjusted")["n"]) == {10}
+    assert "The paired tables use the primary examples (6); the length analyses use the length sample (10)." in rep.methods
+    # choosing one set for everything overrides the protocol
+    rep = rs.analyse(tmp_path, resamples=200, permutations=200, examples="all", length_examples="all")
+    assert set(rep.frame("layers")["n_examples"]) == {14} and set(rep.frame("length_association")["n"]) == {14}
+    assert "The paired tables use every evaluated example (14), as do the length analyses." in rep.methods
+    assert pb and pv

@@ -75,7 +75,7 @@ def test_context_numbers_match_the_tables(synth_pair):
     # the methods paragraph is generated from the actual settings
     assert "(300 resamples)" in pc["methods"] and "300 random sign patterns" in pc["methods"]
     assert "seed 7" in pc["methods"]
-    assert f"{rep.facts['n_examples']} evaluation examples" in pc["methods"]
+    assert f"The paired tables use every evaluated example ({rep.facts['n_examples']})" in pc["methods"]
 
 
 def test_report_tables_match_library_calls(synth_pair):
@@ -132,7 +132,7 @@ def test_table_cli_formats(synth_pair, fmt, needle):
     [
         (["report", "{d}", "--format", "pdf"], "--format takes html, latex and/or markdown"),
         (["report", "{d}", "--mode", "bca"], "mode must be one of shared, numpy, python-random"),
-        (["report", "{d}", "--examples", "nonsense"], "examples must be all, primary"),
+        (["report", "{d}", "--examples", "nonsense"], "examples must be one of protocol, all, primary, length_sample, test_sample"),
         (["report", "{d}", "--step", "999"], "no attention"),
         (["table", "bogus", "{d}"], "unknown table 'bogus'"),
         (["table", "effects", "{d}", "--format", "xlsx"], "--format must be latex, csv or markdown"),

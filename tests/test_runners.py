@@ -426,7 +426,7 @@ def test_bias_off_evaluation_of_a_wf0_run_equals_the_baseline(smoke_study, tmp_p
     base = rs.load_run(out / "baseline")
     step = base.final_step
     assert off.factors["eval_bias"] == "off" and off.factors["variant"] == "saab_bias_off"
-    assert off.manifest["source_run"] == "saab-docstrings-dbpedia-wf0-seed3" or off.manifest["source_run"].endswith("seed3")
+    assert off.manifest["source_run"] == rs.load_run(out / "saab-wf0").run_id
     assert (off.init_id, off.data_order_id) == (base.init_id, base.data_order_id)
     for a, b in zip(off.iter_attention(step), base.iter_attention(step)):
         np.testing.assert_array_equal(a.weights, b.weights)  # bitwise: trained with w_f = 0, evaluated without bias
@@ -436,6 +436,35 @@ def test_bias_off_evaluation_of_a_wf0_run_equals_the_baseline(smoke_study, tmp_p
     a = next(iter(on.iter_attention(step))).weights
     b = next(iter(saab_off.iter_attention(step))).weights
     assert not np.array_equal(a, b)
+
+
+def test_bias_off_is_a_sweep_condition(smoke_study, tmp_path):
+    # `--conditions ...,bias-off`: trained runs are skipped (complete), the saab run is evaluated without its
+    # bias into saab-bias-off, bitwise what `runners evaluate --bias off` writes
+    import shutil
+
+    from runners.evaluate import evaluate_bias_off
+
+    out, _ = smoke_study
+    tree = tmp_path / "seed3"
+    for name in ("baseline", "saab"):
+        shutil.copytree(out / name, tree / name)
+    shutil.copy(out / "tokenizer.json", tree / "tokenizer.json")
+    torch.set_num_threads(1)
+    p = get_preset("smoke")
+    conds = [parse_condition(c, p.model["num_layers"]) for c in ("baseline", "saab", "bias-off")]
+    paths = train_study(tree, data=resolve("bundled-dbpedia"), preset=p, conditions=conds, seed=3, device="cpu")
+    assert [q.name for q in paths] == ["baseline", "saab", "saab-bias-off"]
+    off = rs.load_run(tree / "saab-bias-off")
+    assert off.factors["eval_bias"] == "off" and off.manifest["source_run"] == rs.load_run(tree / "saab").run_id
+    direct = rs.load_run(evaluate_bias_off(out / "saab", tmp_path / "direct"))
+    step = off.final_step
+    for a, b in zip(off.iter_attention(step), direct.iter_attention(step)):
+        np.testing.assert_array_equal(a.weights, b.weights)
+    # without a saab run to evaluate, one clear error
+    with pytest.raises(rs.RoutestatsError, match="add saab"):
+        train_study(tmp_path / "empty", data=resolve("bundled-dbpedia"), preset=p, conditions=conds[2:], seed=3,
+                    device="cpu")
 
 
 def test_decomposition_total_is_direct_plus_learned(smoke_study, tmp_path):

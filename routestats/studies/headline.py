@@ -47,6 +47,12 @@ def _signed(x: float) -> str:
     return ("+" if x >= 0 else "−") + fmt_num(abs(x))
 
 
+def _signed_span(values) -> str:
+    """'+0.010' for one value (or equal ends), '+0.010 to +0.050' for a range."""
+    lo, hi = _signed(min(values)), _signed(max(values))
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
 def direction_sentence(t: pd.DataFrame, est: str, p: str, alpha: float = ALPHA, metric: str = "SFM") -> str:
     """Which layers rose or fell (p < alpha) and by how much; the rest 'no detectable change'."""
     sig = t[t[p] < alpha]
@@ -104,7 +110,7 @@ def _mechanics(init_final: pd.DataFrame | None) -> str | None:
     return text + "."
 
 
-def _confounds(assoc: pd.DataFrame | None) -> str | None:
+def _confounds(assoc: pd.DataFrame | None, adjusted: pd.DataFrame | None = None) -> str | None:
     if assoc is None or not len(assoc):
         return None
     bad = assoc[(assoc["rho"].abs() >= RHO_CONFOUND) & ((assoc["ci_low"] > 0) | (assoc["ci_high"] < 0))]
@@ -113,12 +119,18 @@ def _confounds(assoc: pd.DataFrame | None) -> str | None:
     r = bad.loc[bad["rho"].abs().idxmax()]
     rho = lambda x: fmt_num(x, 2).replace("-", "−")  # noqa: E731
     span = rho(r["rho"]) if len(bad) == 1 else f"{rho(bad['rho'].min())} to {rho(bad['rho'].max())}"
-    return (f"Length is a confound: the per-example Δ correlates with evaluated length (Spearman ρ {span} in "
-            f"{_layers(bad['layer'])}, CI excluding 0); see the length tables.")
+    text = (f"Length is a confound: the per-example Δ correlates with evaluated length (Spearman ρ {span} in "
+            f"{_layers(bad['layer'])}, CI excluding 0)")
+    if adjusted is not None and len(adjusted):
+        a = adjusted[adjusted["layer"].isin(bad["layer"])]
+        slope = a["slope_per_10"]
+        text += (f"; at the median length ({a['reference_length'].iloc[0]:g} tokens) Δ is "
+                 f"{_signed_span(a['delta_at_reference'])} there, and it changes by {_signed_span(slope)} per 10 tokens")
+    return text + "; see the length tables."
 
 
 def pair_headline(effects: pd.DataFrame, n_examples: int, shape=None, contrasts=None, init_final=None, assoc=None,
-                  alpha: float = ALPHA, within_study: bool = False) -> list[str]:
+                  alpha: float = ALPHA, within_study: bool = False, length_adjusted=None) -> list[str]:
     """The headline of a one-pair report (a part of a study says it is within one seed)."""
     lead = f"Within one initialisation ({n_examples} examples)"
     out = [f"{lead}, {direction_sentence(effects.reset_index(drop=True), 'mean_diff', 'p_holm', alpha)}."]
@@ -128,7 +140,7 @@ def pair_headline(effects: pd.DataFrame, n_examples: int, shape=None, contrasts=
     out.append("These p-values measure precision within one model (examples as the unit), not the effect of the "
                "architecture across initialisations" + (": the study's across-seed results above are that evidence."
                                                          if within_study else "; that needs several seeds."))
-    c = _confounds(assoc)
+    c = _confounds(assoc, length_adjusted)
     if c:
         out.append(c)
     return out

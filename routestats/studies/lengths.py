@@ -29,6 +29,8 @@ __all__ = [
     "length_association",
     "equal_count_bins",
     "length_bins",
+    "length_adjusted_effects",
+    "linear_length_fit",
     "common_length_range",
     "StandardisedContrast",
     "length_standardised_contrast",
@@ -111,6 +113,69 @@ def length_bins(p: RunPair, n_bins: int = 4, step=None, examples=None) -> pd.Dat
                          "saturated": bool(at_cap == len(g))})
     out = pd.DataFrame(rows)
     out.attrs["cut_points"] = np.quantile(w["length"], np.arange(1, n_bins) / n_bins).tolist()
+    return out
+
+
+def linear_length_fit(x, D, reference: float, resamples: int = 10_000, seed: int = 1001,
+                      confidence: float = 0.95, chunk: int = 500) -> pd.DataFrame:
+    """Per column of ``D`` (examples x layers) the least-squares line d = a + b (x - reference),
+    with percentile bootstrap intervals (resampling examples, ``default_rng(seed)``, the same
+    indices for every column). Returns one row per column: ``delta`` (the raw mean),
+    ``delta_at_reference`` (a), ``ci_low``/``ci_high``, ``slope_per_10`` (10 b) and its interval;
+    resamples whose lengths are all equal (no slope) are dropped and counted in ``resamples_kept``.
+
+    >>> f = linear_length_fit([10, 20, 30, 40], [[1.0], [2.0], [3.0], [4.0]], reference=25.0, resamples=50)
+    >>> f[["delta", "delta_at_reference", "slope_per_10"]].round(12).values.tolist()
+    [[2.5, 2.5, 1.0]]
+    """
+    x = np.asarray(x, dtype=float)
+    D = np.asarray(D, dtype=float).reshape(len(x), -1)
+    n = len(x)
+    if n < 3 or np.ptp(x) == 0:
+        raise RoutestatsError("a length fit needs at least 3 examples of different lengths")
+
+    def fit(xs, ds):  # xs: (..., n), ds: (..., n, L) -> intercept at reference, slope: (..., L)
+        xc = xs - xs.mean(axis=-1, keepdims=True)
+        sxx = (xc * xc).sum(axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            b = np.einsum("...n,...nl->...l", xc, ds) / sxx[..., None]
+        a = ds.mean(axis=-2) + b * (reference - xs.mean(axis=-1))[..., None]
+        return a, b
+
+    a, b = fit(x, D)
+    rng = np.random.default_rng(seed)
+    boot_a, boot_b = [], []
+    for start in range(0, resamples, chunk):
+        idx = rng.integers(0, n, size=(min(chunk, resamples - start), n))
+        ba, bb = fit(x[idx], D[idx])
+        boot_a.append(ba)
+        boot_b.append(bb)
+    boot_a, boot_b = np.concatenate(boot_a), np.concatenate(boot_b)
+    keep = np.isfinite(boot_b).all(axis=1)
+    a_lo, a_hi = percentile_ci(boot_a[keep], confidence)
+    b_lo, b_hi = percentile_ci(boot_b[keep], confidence)
+    return pd.DataFrame({"delta": D.mean(axis=0), "delta_at_reference": a, "ci_low": a_lo, "ci_high": a_hi,
+                         "slope_per_10": 10 * b, "slope_ci_low": 10 * b_lo, "slope_ci_high": 10 * b_hi,
+                         "resamples_kept": int(keep.sum()), "resamples": resamples, "seed": seed})
+
+
+def length_adjusted_effects(p: RunPair, resamples: int = 10_000, seed: int = 1001, confidence: float = 0.95,
+                            step=None, examples=None, reference: float | None = None) -> pd.DataFrame:
+    """The paired SFM change at a reference length (default: the median evaluated length), next to
+    the raw mean, and how it changes per 10 tokens, from a per-layer least-squares line of the
+    per-example change on length (:func:`linear_length_fit`). Descriptive and within one model: it
+    removes the linear part of the length association, not confounding by what length stands for.
+
+    Columns: layer, n, reference_length, delta, delta_at_reference, ci_low, ci_high, slope_per_10,
+    slope_ci_low, slope_ci_high, resamples_kept, resamples, seed.
+    """
+    w, layers = _wide_diffs(p, step, examples)
+    x = w["length"].to_numpy(dtype=float)
+    ref = float(np.median(x)) if reference is None else float(reference)
+    out = linear_length_fit(x, w[layers].to_numpy(), ref, resamples=resamples, seed=seed, confidence=confidence)
+    out.insert(0, "reference_length", ref)
+    out.insert(0, "n", len(x))
+    out.insert(0, "layer", layers)
     return out
 
 

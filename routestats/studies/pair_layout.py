@@ -103,6 +103,18 @@ def pair_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
             (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("ρ", "rho"),
              Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (raw)", "p_raw", "p"),
              Column("p (Holm)", "p_adj", "p")))
+        la = rep["length_adjusted"]
+        ref = la["reference_length"].iloc[0]
+        out["length_adjusted"] = T(
+            "length_adjusted", f"Length-adjusted Δ SFM: the raw mean change next to the change at the median length "
+                               f"({ref:g} tokens) and its change per 10 tokens, from a per-layer least-squares line "
+                               f"of the per-example Δ on length ({rep['n_length_examples']} examples, {conf} percentile "
+                               f"bootstrap, {s.resamples:,} resamples). Descriptive, within one model: it removes "
+                               "the linear part of the length association only.",
+            (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("Raw Δ", "delta"),
+             Column(f"Δ at {ref:g} tokens", "delta_at_reference"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
+             Column("Δ per 10 tokens", "slope_per_10"),
+             Column(f"{conf} CI ", ("slope_ci_low", "slope_ci_high"), "ci")))
         out["length_bins"] = T(
             "length_bins", "Equal-count length quartile bins (by rank of length, then source index): mean and median "
                            "Δ SFM per layer; 'At cap' counts examples cut at the evaluation cap (a bin made only of "
@@ -148,6 +160,20 @@ def pair_findings(rep: dict, s: AnalysisSettings) -> list[str]:
     return out
 
 
+_SETS = {"all": "every evaluated example", "primary": "the primary examples", "length_sample": "the length sample",
+         "test_sample": "the untouched test sample"}
+
+
+def _protocol_sentence(rep: dict, s: AnalysisSettings) -> str:
+    """Which examples each family of tables uses (METHODS 3.7 protocol)."""
+    paired = f"The paired tables use {_SETS[s.examples]} ({rep['n_examples']})"
+    if rep.get("length_adjusted") is None:
+        return paired + "."
+    if s.length_examples == s.examples:
+        return paired + ", as do the length analyses."
+    return paired + f"; the length analyses use {_SETS[s.length_examples]} ({rep['n_length_examples']})."
+
+
 def pair_methods(rep: dict, s: AnalysisSettings) -> str:
     """A methods paragraph generated from the report's actual settings."""
     names = ", ".join(rep["field_names"].values())
@@ -163,8 +189,8 @@ def pair_methods(rep: dict, s: AnalysisSettings) -> str:
                else ""))
     keys = " SFM is renormalised over the named keys, S / (1 − U)." if s.keys == "named" else ""
     return (
-        f"Attention was recorded {when} for {rep['n_examples']} evaluation examples "
-        f"(selection: {s.examples}) in both models ({rep['n_layers']} layers, {rep['n_heads']} heads each). "
+        f"Attention was recorded {when} in both models ({rep['n_layers']} layers, {rep['n_heads']} heads each). "
+        f"{_protocol_sentence(rep, s)} "
         f"Same-field attention mass (SFM) is the attention a valid query places on valid keys of its own field "
         f"(named fields: {names}), averaged over valid queries, then heads, then examples, without renormalisation; "
         f"entropy is −Σ p ln(p + 1e-10) over all keys, averaged the same way. Paired differences (variant − baseline, "

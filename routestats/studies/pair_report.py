@@ -31,9 +31,10 @@ from routestats.errors import RoutestatsError
 from routestats.rundir.read import Run
 from routestats.rundir.collection import RunPair
 from routestats.metrics.routing import (
-    field_to_field, head_sfm, layer_summary, mass_split, profile_distance, select_examples, trivial_default, word_attention,
+    field_to_field, head_sfm, layer_summary, mass_split, profile_distance, resolve_example_sets, select_examples,
+    trivial_default, word_attention,
 )
-from routestats.studies.lengths import length_association, length_bins, length_table
+from routestats.studies.lengths import length_adjusted_effects, length_association, length_bins, length_table
 from routestats.studies.training import gradient_checkpoint_summary, gradient_ratios, trajectory
 from routestats.report import Figure, Report, Section, Table
 from routestats.stats.inference import paired_inference
@@ -193,7 +194,7 @@ def _provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
 
 
 def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
-    """Every frame and scalar of the pair report."""
+    """Every frame and scalar of the pair report (``s`` with concrete example sets)."""
     step = p.baseline.final_step if s.step is None else s.step
     for run in (p.baseline, p.variant):
         if step not in run.attention_steps:
@@ -257,19 +258,24 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
     wm = _word_map(p, s, step, n_layers)
     lengths = assoc = bins = length_examples = None
     ex = p.baseline.examples(["example_id", "split", "length", "cap"])
-    ids = select_examples(p.baseline, s.examples)
+    ids = select_examples(p.baseline, s.length_examples)
     if ids is not None:
         ex = ex[ex["example_id"].isin(ids)]
+    length_adj = None
     if ex["length"].nunique() >= 3 and len(ex) >= 8:
         say("length analyses")
         lengths = length_table(ex[["split", "length"]], cap=int(ex["cap"].max()))
-        assoc = length_association(p, resamples=s.length_resamples, seed=s.seed, step=step, examples=s.examples)
-        bins = length_bins(p, step=step, examples=s.examples)
-        length_examples = paired_differences(p, step=step, examples=s.examples,
+        assoc = length_association(p, resamples=s.length_resamples, seed=s.seed, step=step, examples=s.length_examples)
+        bins = length_bins(p, step=step, examples=s.length_examples)
+        length_adj = length_adjusted_effects(p, resamples=s.resamples, seed=s.seed, confidence=s.confidence,
+                                             step=step, examples=s.length_examples)
+        length_examples = paired_differences(p, step=step, examples=s.length_examples,
                                              trivial=s.trivial_queries)[["example_id", "layer", "diff"]]
         length_examples = length_examples.merge(ex[["example_id", "length"]], on="example_id")
         length_examples = _running_mean(length_examples)
-    n_examples = len(p.baseline.examples(["example_id"])) if ids is None else len(ids)
+    paired_ids = select_examples(p.baseline, s.examples)
+    n_examples = len(p.baseline.examples(["example_id"])) if paired_ids is None else len(paired_ids)
+    n_length = len(ex)
     say("mass outside the named fields")
     masses = mass_split(p, step, s.examples, s.trivial_queries)
     say("profile shape")
@@ -293,6 +299,7 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
         "adjusted": adjusted, "adjusted_skipped": adjusted_skipped, "field_to_field": f2f, "head_sfm": hs, "trajectory": traj,
         "gradient_steps": grad_steps, "gradients": grad_ck, "word_map": wm, "lengths": lengths,
         "length_examples": length_examples, "length_association": assoc, "length_bins": bins,
+        "length_adjusted": length_adj, "n_length_examples": n_length,
         "masses": masses, "causal": p.baseline.causal, "pretrained": p.baseline.pretrained and p.variant.pretrained,
         "trivial": trivial_default(p.baseline, s.trivial_queries),
         "profile_shape": shape, "layer_contrasts": contrasts, "profile_distance_ci": distance,
@@ -343,7 +350,7 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
     ``progress`` (optional) is called with a short label before each stage; ``within_study``
     marks a part of a study report (its headline then points at the across-seed results).
     """
-    s = settings or AnalysisSettings()
+    s = resolve_example_sets(settings or AnalysisSettings(), p.baseline)
     say = progress or (lambda label: None)
     rep = _compute(p, s, say)
     tables = pair_tables(rep, s)
@@ -402,7 +409,8 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                                 (fig("gradients", "gradient_ratios", steps=rep["gradient_steps"]),)))
     if rep["lengths"] is not None:
         sections.append(Section("lengths", "Lengths (Tables 11 and 12A)",
-                                (tables["lengths"], tables["length_association"], tables["length_bins"]),
+                                (tables["lengths"], tables["length_association"], tables["length_adjusted"],
+                                 tables["length_bins"]),
                                 (fig("lengths", "lengths", examples=rep["length_examples"]),)))
     wm = rep["word_map"]
     if wm is not None:
@@ -426,7 +434,8 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
         sections=tuple(sections),
         findings=tuple(pair_findings(rep, s)),
         headline=tuple(pair_headline(rep["effects"], rep["n_examples"], rep["profile_shape"], rep["layer_contrasts"],
-                                     rep["init_vs_final"], rep["length_association"], within_study=within_study)),
+                                     rep["init_vs_final"], rep["length_association"], within_study=within_study,
+                                     length_adjusted=rep["length_adjusted"])),
         methods=pair_methods(rep, s),
         provenance=_provenance(p, s, rep["step"]),
         data={k: rep[k] for k in ("curves", "gradient_steps", "length_examples") if rep[k] is not None},
