@@ -18,6 +18,7 @@ from typing import Optional
 
 import typer
 
+from routestats.table_names import table_help
 from routestats.settings import AnalysisSettings
 
 D = AnalysisSettings()  # the one set of defaults; options left out take these
@@ -215,8 +216,8 @@ def report(
 
 @command
 def table(
-    name: str = typer.Argument(..., help="A table name: any CSV file name a report writes (effects, layers, adjusted, "
-                                         "lengths, seeds, across_seeds, ranking, summary, ...)."),
+    name: str = typer.Argument(..., help="A table name: any CSV file name a report writes. A study report also holds "
+                                         "its pairs' tables when it shows them. " + table_help() + "."),
     path: Path = typer.Argument(..., help="What `routestats report` takes: a pair folder, a tree, a regime run."),
     format: str = typer.Option("latex", "--format", help="latex, csv or markdown."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write to this file instead of standard output."),

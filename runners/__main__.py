@@ -468,6 +468,42 @@ def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write th
         typer.echo(f"run complete: {path}")
 
 
+@app.command("demo-study")
+def demo_study(out: Path = typer.Option(Path("data/demo_study"), help="Where to write the demo study tree."),
+               seeds: str = typer.Option("42,99,1001", help="Comma list of seeds."),
+               threads: int = typer.Option(2, help="torch CPU threads.")) -> None:
+    """Regenerate the recorded demo study: tiny preset, baseline + SAAB for three seeds, bundled DBpedia-format data.
+
+    32 primary examples; per-query reductions only, at steps 1 and 500; no checkpoint files, so the
+    tree stays small enough to commit (the README's Python example runs the study API on it).
+    """
+    import shutil
+    from dataclasses import replace
+
+    import torch
+
+    from routestats.errors import RoutestatsError
+
+    from .data import resolve
+    from .presets import get_preset, parse_condition
+    from .sweep import run_sweep
+
+    torch.set_num_threads(threads)
+    p = get_preset("tiny")
+    p = replace(p, train=replace(p.train, eval_examples=32, final_forms=("reductions",), checkpoint_steps=(1, 500)))
+    if out.exists():
+        shutil.rmtree(out)
+    with progress_bars() as (_, progress):
+        res = run_sweep(out, seeds=[int(x) for x in seeds.split(",")],
+                        conditions=[parse_condition(c, 4) for c in ("baseline", "saab")], preset=p,
+                        data=resolve("bundled-dbpedia"), study="demo", device="cpu", keep_checkpoints="none",
+                        progress=progress)
+    if res.failed:
+        raise RoutestatsError(f"seeds {sorted(res.failed)} failed; logs: {', '.join(res.failed.values())}")
+    for path in res.complete:
+        typer.echo(f"run complete: {path}")
+
+
 @app.command()
 def overhead(
     out: Path = typer.Option(..., help="Folder for overhead_raw.parquet, overhead_summary.parquet, overhead.json."),

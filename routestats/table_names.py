@@ -1,0 +1,24 @@
+"""The names of the tables each kind of report writes (``OUT/tables/<name>.csv``), for
+``routestats table --help`` and ``Report.table``'s error message. Import-free, so the CLI's help
+stays fast; ``tests/test_table_names.py`` checks that every table a built report holds is listed.
+Which of them a given report holds depends on its input (e.g. ``sweep`` needs several w_f values).
+"""
+
+REPORT_TABLES = {
+    "pair": ("performance", "layers", "effects", "entropy_effects", "adjusted", "field_to_field", "masses",
+             "profile_shape", "layer_contrasts", "profile_distance", "init_vs_final", "head_sfm", "trajectory",
+             "gradients", "lengths", "length_association", "length_adjusted", "length_bins", "word_map"),
+    "study": ("deltas", "seeds", "sweep", "placement", "shuffled", "depth", "datasets", "across_seeds",
+              "hierarchical", "variance_components", "forest", "decomposition", "trajectories", "gradients",
+              "standardisation", "standardisation_sensitivity", "corpus_lengths", "init_probe"),
+    "run": ("layers", "masses", "head_sfm", "field_to_field", "word_map"),
+    "mofa": ("ppl", "ranking", "per_ratio", "worst_best", "in_domain", "pca", "consecutive", "entropy_type",
+             "entropy_layer"),
+    "regime": ("summary", "spectrum", "geometry", "agreement", "probes", "routing", "cost", "search", "sweep",
+               "regimes", "adjacency", "mechanisms", "counterfactual"),
+}
+
+
+def table_help() -> str:
+    """One line per report kind listing its table names."""
+    return "; ".join(f"{kind}: {', '.join(names)}" for kind, names in REPORT_TABLES.items())

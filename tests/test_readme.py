@@ -1,0 +1,93 @@
+"""Every command block of README.md runs, in order, so the README cannot rot.
+
+The bash blocks run as one script in a fresh folder (with ``data`` linked to the bundled data),
+exactly as written except for what this test must leave out or shorten, listed in ``SHORTER``:
+installs (the test environment has them; the set-up line's venv and pip parts) and training
+lengths (``--max-steps`` / ``--steps`` appended so each training takes seconds, not minutes).
+Every option, path and the order of the commands are the README's. The Python block runs as
+written, against the bundled demo run and demo study.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+# (pattern, replacement) applied to each bash line, in order
+SHORTER = [
+    (r"^python3 -m venv .*&& (routestats .*)$", r"\1"),  # the set-up line: keep its routestats command
+    (r"^pip install .*$", ""),  # installs
+    (r"^(python -m runners (?:saab|sweep) .*?)(\s+#.*)?$", r"\1 --max-steps 4\2"),
+    (r"^(python -m runners mofa .*?)(\s+#.*)?$", r"\1 --steps 4\2"),
+]
+
+
+def blocks(language: str) -> list[str]:
+    """The README's fenced blocks of one language, in order, without the test-command block."""
+    out = []
+    for m in re.finditer(r"(<!-- test-command[^\n]*\n)?```" + language + r"\n(.*?)```", README, re.S):
+        if not m.group(1):
+            out.append(m.group(2))
+    return out
+
+
+def shortened(script: str) -> str:
+    lines = script.replace("\\\n", " ").splitlines()
+    out = []
+    for line in lines:
+        line = line.strip()
+        for pat, rep in SHORTER:
+            line = re.sub(pat, rep, line)
+        out.append(line)
+    return "\n".join(out)
+
+
+def test_the_readme_has_the_blocks_this_test_runs():
+    bash = blocks("bash")
+    assert len(bash) >= 6 and len(blocks("python")) == 1
+    assert "routestats report data/demo_run -o report" in bash[0]
+    # the test command itself is not among them (CI runs it)
+    assert not any("python -m pytest" in b for b in bash)
+    assert "--max-steps 4" in shortened("python -m runners saab --preset tiny --out r  # c")
+
+
+@pytest.fixture(scope="module")
+def walk(tmp_path_factory):
+    """Run every bash block in order in one folder; return the folder."""
+    here = tmp_path_factory.mktemp("readme")
+    (here / "data").symlink_to(ROOT / "data")
+    script = "set -euo pipefail\n" + "\n".join(shortened(b) for b in blocks("bash"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "100",
+           "OMP_NUM_THREADS": "2"}
+    res = subprocess.run(["bash", "-c", script], cwd=here, capture_output=True, text=True, env=env, timeout=1500)
+    assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    return here
+
+
+def test_every_readme_bash_block_runs_in_order(walk):
+    for path in ("report/report.html", "report/seed1001/report.html", "report/seed1001-decomposed/report.html",
+                 "report/study/report.html", "report/test/report.html", "report/mofa/report.html",
+                 "report/regime/report.html", "runs/study/seed42/saab-bias-off/run.json"):
+        assert (walk / path).is_file(), path
+    # the decomposed report splits total = direct + learned
+    assert (walk / "report/seed1001-decomposed/tables/decomposition.csv").is_file()
+
+
+def test_the_readme_python_block_runs_on_bundled_data_alone(tmp_path):
+    # a fresh folder holding only the bundled data: the block needs nothing the user has not got
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    code = blocks("python")[0]
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (tmp_path / "report/demo/report.html").is_file()
