@@ -15,6 +15,11 @@ from typing import Optional
 
 import typer
 
+from .threads import set_threads
+
+THREADS_HELP = ("torch CPU threads (default: the cores the 1-minute load leaves free; a count that oversubscribes a "
+                "busy machine gets a hint).")
+
 @contextlib.contextmanager
 def progress_bars():
     """One progress bar per run on a terminal; plain lines (every 5 % or 30 s, with rate and ETA) on
@@ -71,7 +76,7 @@ def saab(
     max_steps: Optional[int] = typer.Option(None, help="Override the preset's optimizer steps."),
     device: str = typer.Option("auto", help="auto (CUDA if present), cpu or cuda[:N]."),
     attention: str = typer.Option("explicit", help="Training attention path: explicit or fused (SDPA)."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's)."),
+    threads: Optional[int] = typer.Option(None, help=THREADS_HELP),
     keep_checkpoints: str = typer.Option("last", help="Checkpoint files kept when a run completes: all, last, none."),
     study: str = typer.Option("saab", help="Study name recorded in each manifest."),
     examples: Optional[int] = typer.Option(None, help="Primary evaluation examples: the first N validation records."),
@@ -80,7 +85,6 @@ def saab(
     checkpoint_steps: Optional[str] = typer.Option(None, help="Comma list of dump/checkpoint steps (the final step is always added)."),
 ) -> None:
     """Train a paired condition set (baseline, SAAB variants) from one seed into a run tree."""
-    import torch
 
     from routestats.errors import RoutestatsError
 
@@ -88,8 +92,7 @@ def saab(
     from .presets import get_preset, parse_condition
     from .train import train_study
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     try:
         from dataclasses import replace
 
@@ -126,7 +129,7 @@ def sweep(
     depth: Optional[int] = typer.Option(None, help="Number of encoder layers (6, 8, 12, ...; default: the preset's)."),
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimiser steps (default: the preset's)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice; use 1 on a busy machine)."),
+    threads: Optional[int] = typer.Option(None, help=THREADS_HELP),
     keep_checkpoints: str = typer.Option("last", help="Checkpoints kept in each run: last, all or none."),
     study: str = typer.Option("saab", help="Study name recorded in every manifest (trees are grouped by it)."),
     launcher: str = typer.Option("sequential", help="sequential (this process), or submitit on a cluster: "
@@ -136,14 +139,12 @@ def sweep(
     gpus_per_node: int = typer.Option(0, help="GPUs per job (launcher slurm)."),
 ) -> None:
     """Train seeds x conditions (one job per seed); rerun to resume (complete runs are skipped)."""
-    import torch
 
     from .data import resolve
     from .presets import get_preset, parse_condition
     from .sweep import run_sweep
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     try:
         p = get_preset(preset, depth=depth, max_steps=max_steps)
         conds = [parse_condition(c, p.model["num_layers"]) for c in conditions.split(",") if c.strip()]
@@ -189,17 +190,15 @@ def evaluate(
     sample_seed: int = typer.Option(1001, help="Seed of the reservoir sample."),
     batch_size: int = typer.Option(16, help="Examples per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    threads: Optional[int] = typer.Option(None, help=THREADS_HELP),
 ) -> None:
     """Untouched-test confirmation (test sample of the held-out split), or a bias-off evaluation (--bias off)."""
-    import torch
 
     from routestats.errors import RoutestatsError
 
     from .evaluate import evaluate_bias_off, evaluate_split
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     if bias not in ("on", "off"):
         typer.echo(f"error: --bias must be on or off, got {bias!r}", err=True)
         raise typer.Exit(2)
@@ -230,17 +229,15 @@ def init_probe(
     data: str = typer.Option("bundled-dbpedia", help="Data set: bundled-dbpedia, bundled-pubmed, or dbpedia:DIR / pubmed:DIR with local files."),
     depth: Optional[int] = typer.Option(None, help="Number of encoder layers (6, 8, 12, ...; default: the preset's)."),
     skip_one_update: bool = typer.Option(False, help="Skip the one-update probe."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice; use 1 on a busy machine)."),
+    threads: Optional[int] = typer.Option(None, help=THREADS_HELP),
 ) -> None:
     """Initialisation probes: initial-state summaries, dropout-free initial losses, one-update probe."""
-    import torch
 
     from .data import resolve
     from .initprobe import run_init_probe
     from .presets import get_preset
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     frames = run_init_probe(out, data=resolve(data), preset=get_preset(preset, depth=depth),
                             seeds=[int(s) for s in seeds.split(",")], mask_seeds=[int(s) for s in mask_seeds.split(",")],
                             examples=examples, blocks=blocks, one_update=not skip_one_update)
@@ -291,16 +288,14 @@ def mofa(
     concat_scope: str = typer.Option("global", help="Block chunking scope: global or per_batch:N."),
     separator: str = typer.Option("none", help="Between documents: none or newline."),
     sigmoid_bias: str = typer.Option("neg_log_t", help="neg_log_t, neg_log_n, none or a number."),
-    device: str = typer.Option("cpu", help="cpu or cuda."), threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice; use 1 on a busy machine)."),
+    device: str = typer.Option("cpu", help="cpu or cuda."), threads: Optional[int] = typer.Option(None, help=THREADS_HELP),
 ) -> None:
     """Train tiny MoFA GPTs (ratios x seeds), score every domain, dump head entropies."""
-    import torch
 
     from .domains import docstrings_domain, read_domain
     from .mofa import GPTConfig, MoFATrain, train_mofa_run
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     files = sorted(p for p in domains_dir.iterdir() if p.suffix in (".jsonl", ".parquet", ".txt"))
     if not files:
         typer.echo(f"error: no domain files in {domains_dir} (run: python -m runners domains)", err=True)
@@ -354,11 +349,10 @@ def regime(
     Validated against autograd of the pathway-split forward and finite forwards; resumable.
     Analyse with `routestats regime RUN`.
     """
-    import torch
 
     from .regime import write_operators
 
-    torch.set_num_threads(threads)
+    set_threads(threads)
     ls = [int(x) for x in layers.split(",") if x.strip()]
     es = [int(x) for x in examples.split(",") if x.strip()]
     total = len(ls) * len(es)
@@ -405,11 +399,10 @@ def capture(
     import sys
     import time
 
-    import torch
 
     from .capture import Condition, capture_runs, load_model, read_records
 
-    torch.set_num_threads(threads)
+    set_threads(threads)
     names = [f.strip() for f in fields.split(",") if f.strip()]
     recs = read_records(records, format, names, limit)
     conds = [Condition("baseline")]
@@ -450,13 +443,12 @@ def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write th
     import shutil
     from dataclasses import replace
 
-    import torch
 
     from .data import resolve
     from .presets import get_preset, parse_condition
     from .train import train_study
 
-    torch.set_num_threads(threads)
+    set_threads(threads)
     p = get_preset("tiny")
     p = replace(p, train=replace(p.train, eval_examples=32, final_forms=("matrices",)))
     if out.exists():
@@ -480,7 +472,6 @@ def demo_study(out: Path = typer.Option(Path("data/demo_study"), help="Where to 
     import shutil
     from dataclasses import replace
 
-    import torch
 
     from routestats.errors import RoutestatsError
 
@@ -488,7 +479,7 @@ def demo_study(out: Path = typer.Option(Path("data/demo_study"), help="Where to 
     from .presets import get_preset, parse_condition
     from .sweep import run_sweep
 
-    torch.set_num_threads(threads)
+    set_threads(threads)
     p = get_preset("tiny")
     p = replace(p, train=replace(p.train, eval_examples=32, final_forms=("reductions",), checkpoint_steps=(1, 500)))
     if out.exists():
@@ -516,16 +507,14 @@ def overhead(
     inference_iterations: int = typer.Option(20, help="Forward passes per inference timing."),
     training_iterations: int = typer.Option(5, help="Optimiser steps per training timing."),
     attention: str = typer.Option("explicit", help="explicit or fused attention path."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice; use 1 on a busy machine)."),
+    threads: Optional[int] = typer.Option(None, help=THREADS_HELP),
 ) -> None:
     """Compute overhead of SAAB vs baseline (paper Table 13): parameters, FLOPs, latency, memory."""
-    import torch
 
     from .overhead import run_overhead
     from .presets import get_preset
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     p = get_preset(preset)
     s = run_overhead(out, model=p.model, lengths=[int(x) for x in lengths.split(",")], batch_size=batch_size,
                      vocab_size=p.vocab_size, device=device, allow_tf32=allow_tf32, repeats=repeats,

@@ -55,10 +55,9 @@ def plan(out: Path, seeds: Sequence[int], conditions: Sequence[Condition], prese
 def train_seed(out: str, seed: int, conditions, preset: Preset, data: DataSpec, study: str, device: str,
                keep_checkpoints: str, threads: int | None = None) -> list[str]:
     """One sweep job: train every condition of one seed (resuming what a killed job left)."""
-    if threads:
-        import torch
+    from .threads import set_threads
 
-        torch.set_num_threads(threads)
+    set_threads(threads)
     from .train import train_study
 
     paths = train_study(Path(out) / f"seed{seed}", data=data, preset=preset, conditions=conditions, seed=seed,

@@ -487,3 +487,21 @@ def test_decomposition_total_is_direct_plus_learned(smoke_study, tmp_path):
     # the tree's report shows it
     rep = rs.analyse(tree, resamples=100, permutations=100)
     assert "decomposition" in rep.tables()
+
+
+def test_thread_default_and_hint_on_a_busy_machine(monkeypatch, capsys):
+    from runners import threads
+
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (1.6, 1.0, 1.0))  # one core busy
+    before = torch.get_num_threads()
+    try:
+        assert threads.set_threads(None) == 1 and torch.get_num_threads() == 1  # default: the free core
+        assert capsys.readouterr().err == ""
+        assert threads.set_threads(2) == 2  # the user's count, with one line saying what it costs
+        assert capsys.readouterr().err == ("hint: the machine is busy (1-min load 1.6 on 2 cores); 2 threads will "
+                                           "compete with it and can run many times slower: try --threads 1\n")
+        monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+        assert threads.set_threads(2) == 2 and capsys.readouterr().err == ""
+    finally:
+        torch.set_num_threads(before)
