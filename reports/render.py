@@ -94,10 +94,15 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
 
     figures = figures or {}
     parts = []
+    number = 0  # shown tables are numbered in the order tables.tex inputs them, so HTML and PDF agree
     for rep, s, _ in _parts(report):
         blocks = []
         for sec in rep.sections:
-            shown = [table_context(t) for t in sec.tables if t.shown]
+            shown = []
+            for t in sec.tables:
+                if t.shown:
+                    number += 1
+                    shown.append({**table_context(t), "number": number})
             figs = [{"title": f.name, "png": embedded(figures.get((s, f.name)))} for f in sec.figures]
             figs = [f for f in figs if f["png"]]
             if not (shown or figs or sec.text or sec.skipped):
@@ -137,6 +142,7 @@ def table_text(table: Table, fmt: str) -> str:
 def markdown(report: Report) -> str:
     """The report as Markdown for a terminal or a notebook: title, findings, every shown table."""
     out = []
+    number = 0  # the numbering of the HTML and the PDF
     for rep, _, _ in _parts(report):
         out += [f"# {rep.title}", "", rep.subtitle, ""]
         if rep.headline:
@@ -150,7 +156,8 @@ def markdown(report: Report) -> str:
             if sec.skipped:
                 out += [sec.skipped, ""]
             for t in shown:
-                out += [table_text(t, "markdown"), t.caption, ""]
+                number += 1
+                out += [table_text(t, "markdown"), f"Table {number}. {t.caption}", ""]
     return "\n".join(out)
 
 

@@ -188,6 +188,33 @@ def test_every_exported_table_compiles_standalone(tmp_path):
     compile_tex(pdflatex, tmp_path / "tables", "tables.tex")
 
 
+def test_html_and_pdf_number_the_tables_alike(tmp_path):
+    # one numbering: the compiled PDF's "Table N:" captions (pdftotext) are the HTML's "Table N." in the same order
+    import re
+    import shutil
+    import subprocess
+
+    pdflatex = need("pdflatex")
+    pdftotext = shutil.which("pdftotext") or pytest.skip("pdftotext (poppler-utils) is not installed")
+    rep = build_pair_report(rs.load_runs(demo_run_dir()).pairs()[0], QUICK)
+    render(rep, tmp_path / "o", formats=("html", "latex", "markdown"))
+    compile_tex(pdflatex, tmp_path / "o" / "tables", "tables.tex")
+    pdf = subprocess.run([pdftotext, str(tmp_path / "o" / "tables" / "tables.pdf"), "-"], capture_output=True,
+                         text=True).stdout
+    in_pdf = [(int(n), " ".join(c.split())[:30]) for n, c in re.findall(r"Table (\d+): (.{40})", pdf, re.S)]
+    html = (tmp_path / "o" / "report.html").read_text()
+    in_html = [(int(n), " ".join(c.split())[:30]) for n, c in
+               re.findall(r"<strong>Table (\d+)\.</strong> (.{40})", html, re.S)]
+    shown = [t for s in rep.sections for t in s.tables if t.shown]
+    assert [n for n, _ in in_html] == list(range(1, len(shown) + 1)) and len(shown) >= 10
+    assert [n for n, _ in in_pdf] == [n for n, _ in in_html]
+    # the same caption under each number (letters only: pdftotext drops the fi/ff ligatures)
+    letters = lambda c: re.sub(r"[^a-z]", "", re.sub(r"f[fil]", "", c.lower()))[:12]  # noqa: E731
+    assert [letters(c) for _, c in in_pdf] == [letters(c) for _, c in in_html]
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert re.findall(r"^Table (\d+)\. ", md, re.M) == [str(n) for n, _ in in_html]
+
+
 def test_report_opens_in_chromium_without_console_errors(tmp_path):
     chromium = need("chromium")
     p = rs.load_runs(demo_run_dir()).pairs()[0]

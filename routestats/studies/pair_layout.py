@@ -90,14 +90,14 @@ def pair_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
          Column("SFM named", "sfm_named"), Column("Examples", "n_examples", "int")))
     if rep["lengths"] is not None:
         out["lengths"] = T(
-            "lengths", "Evaluated token lengths (Table 11 layout): mean, population SD, linear-interpolation "
+            "lengths", "Evaluated token lengths (paper Table 11 layout): mean, population SD, linear-interpolation "
                        "quantiles and saturation at the evaluation cap.",
             (Column("Split", "split", "text"), Column("n", "n", "int"), Column("Mean", "mean", "num", 1),
              Column("SD", "sd_population", "num", 1), Column("Median", "median", "num", 1), Column("IQR", "iqr", "num", 1),
              Column("P90", "p90", "num", 1), Column("P95", "p95", "num", 1), Column("Cap", "cap", "int"),
              Column("Saturated", "saturation_count", "int"), Column("Rate", "saturation_rate", "num", 3)))
         out["length_association"] = T(
-            "length_association", f"Length association (Table 12A): Spearman ρ between evaluated length and the "
+            "length_association", f"Length association (paper Table 12A): Spearman ρ between evaluated length and the "
                                   f"per-example Δ SFM, percentile bootstrap CI ({s.length_resamples:,} "
                                   "resamples), Holm over layers.",
             (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("ρ", "rho"),

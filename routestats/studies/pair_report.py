@@ -377,14 +377,14 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                                "over the named keys are the same.")
     sections = [
         perf,
-        Section("profile", "Layer profile (Table 1)", (tables["layers"],),
+        Section("profile", "Layer profile (paper Table 1)", (tables["layers"],),
                 (fig("profile", "profile", layers=rep["layers"], effects=rep["effects"]),)),
-        Section("effects", "Paired SFM effects (Table 2)", (tables["effects"],),
+        Section("effects", "Paired SFM effects (paper Table 2)", (tables["effects"],),
                 (fig("paired_examples", "paired_dots", pairs=rep["example_pairs"]),),
                 text="Each line is one example: its SFM in the baseline (left) and the variant (right); black: the "
                      "layer means."),
         Section("entropy", "Paired entropy effects", (tables["entropy_effects"],)),
-        Section("adjusted", "Opportunity-adjusted SFM (Table 10)",
+        Section("adjusted", "Opportunity-adjusted SFM (paper Table 10)",
                 (tables["adjusted"],) if rep["adjusted"] is not None else (), skipped=rep["adjusted_skipped"]),
         Section("fields", "Field-to-field attention", (data("field_to_field"),),
                 (fig("field_to_field", "field_heatmaps", field_to_field=rep["field_to_field"]),),
@@ -408,7 +408,7 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                                 (tables["gradients"],) if rep["gradients"] is not None else (),
                                 (fig("gradients", "gradient_ratios", steps=rep["gradient_steps"]),)))
     if rep["lengths"] is not None:
-        sections.append(Section("lengths", "Lengths (Tables 11 and 12A)",
+        sections.append(Section("lengths", "Lengths (paper Tables 11 and 12A)",
                                 (tables["lengths"], tables["length_association"], tables["length_adjusted"],
                                  tables["length_bins"]),
                                 (fig("lengths", "lengths", examples=rep["length_examples"]),)))

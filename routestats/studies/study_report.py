@@ -172,7 +172,7 @@ def _tables(t: dict, deltas: pd.DataFrame, s: AnalysisSettings) -> dict[str, Tab
     if t.get("standardisation") is not None:
         a, b = [c.replace("standardised_delta_", "") for c in t["standardisation"].columns
                 if c.startswith("standardised_delta_")]
-        add("standardisation", f"Exact-length standardisation (Table 12B): per-layer Δ standardised over the shared "
+        add("standardisation", f"Exact-length standardisation (paper Table 12B): per-layer Δ standardised over the shared "
                                f"exact lengths (weights min of the two counts), contrast {b} − {a} with a stratified "
                                f"bootstrap {conf} CI ({s.resamples:,} resamples, weights fixed).",
             (Column("Seed", "seed", "int"), Column("Layer", "layer", "int"), Column(f"Std. Δ {a}", f"standardised_delta_{a}"),
@@ -182,7 +182,7 @@ def _tables(t: dict, deltas: pd.DataFrame, s: AnalysisSettings) -> dict[str, Tab
         add("standardisation_sensitivity", "Band-width sensitivity of the standardised contrast (point estimates).",
             (Column("Band", "band_width", "int"), Column("Layer", "layer", "int"), Column("Strata", "shared_strata", "int"),
              Column("Contrast", "contrast")))
-    add("corpus_lengths", "Data-set token lengths per split (Table 11): mean, population SD, linear-interpolation "
+    add("corpus_lengths", "Data-set token lengths per split (paper Table 11): mean, population SD, linear-interpolation "
                           "quantiles, and saturation at the cap.",
         (Column("Data set", "dataset", "text"), Column("Split", "split", "text"), Column("n", "n", "int"),
          Column("Mean", "mean", "num", 1), Column("SD", "sd_population", "num", 1), Column("Median", "median", "num", 1),
@@ -380,11 +380,11 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
     deltas_out.insert(0, "study", ", ".join(runs.studies))  # one study per report (studies.discover.load)
     tables = _tables(t, deltas, s)
     figs = _figures(t, deltas)
-    order = [("seeds", "Seeds (Table 3)"), ("across_seeds", "Across-seed inference"),
+    order = [("seeds", "Seeds (paper Table 3)"), ("across_seeds", "Across-seed inference"),
              ("hierarchical", "Example vs initialisation variance: two-stage bootstrap"),
              ("variance_components", "Example vs initialisation variance: mixed model"),
              ("sweep", "Bias strength"), ("placement", "Layer placement"), ("shuffled", "Shuffled control"),
-             ("depth", "Depth"), ("datasets", "Data sets"), ("corpus_lengths", "Data-set lengths (Table 11)"),
+             ("depth", "Depth"), ("datasets", "Data sets"), ("corpus_lengths", "Data-set lengths (paper Table 11)"),
              ("standardisation", "Length-standardised data-set contrast"),
              ("standardisation_sensitivity", "Band-width sensitivity"), ("init_probe", "Initialisation probes"),
              ("decomposition", "Learned vs mechanical: the bias on and off on the same weights"),
