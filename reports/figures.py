@@ -23,6 +23,22 @@ PALETTE = {"baseline": "#4C72B0", "variant": "#DD8452"}
 SHORT = {"baseline": "baseline", "variant": "variant", "difference": "variant − baseline", "run": "run"}
 sns.set_theme(style="whitegrid", context="notebook")
 
+
+def layer_colors(n: int) -> list:
+    """Colours of n layers: distinct colour-blind-safe hues up to 8 layers (viridis would give two
+    near-identical greens at 4), a sequential map beyond."""
+    if n > 8:
+        return sns.color_palette("viridis", n)
+    cb = sns.color_palette("colorblind", 10)
+    return [cb[i] for i in (0, 1, 2, 4, 3, 8, 5, 9)[:n]]  # blue, orange, green, purple first: no two alike
+
+
+def integer_ticks(axis) -> None:
+    """Count axes show whole numbers only."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
 REGISTRY: dict = {}
 
 
@@ -131,10 +147,11 @@ def profile(layers: pd.DataFrame, effects: pd.DataFrame, labels: dict):
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     for role in ("baseline", "variant"):
         t = layers[layers["role"] == role]
-        a.plot(t["layer"], t["sfm"], marker="o", color=PALETTE[role], label=plain(labels[role]))
+        a.plot(t["layer"], t["sfm"], marker="o", color=PALETTE[role], label=SHORT[role])
     a.set(xlabel="layer", ylabel="same-field mass", title="Layer profile")
     a.set_xticks(sorted(layers["layer"].unique()))
-    a.legend(fontsize=8)
+    # short labels outside the axes (the run ids are in the report's subtitle): no line is covered
+    a.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     e = effects.sort_values("layer")
     err = np.vstack([e["mean_diff"] - e["ci_low"], e["ci_high"] - e["mean_diff"]])
     b.errorbar(e["layer"], e["mean_diff"], yerr=err, fmt="o", color="#55A868", capsize=4)
@@ -304,7 +321,7 @@ def trajectories(traj: pd.DataFrame, labels: dict):
 
     fig, ax = plt.subplots(figsize=(8.5, 3.8))
     layers = sorted(traj["layer"].unique())
-    colors = sns.color_palette("viridis", len(layers))
+    colors = layer_colors(len(layers))
     for c, layer in zip(colors, layers):
         for role, ls in (("baseline", "--"), ("variant", "-")):
             t = traj[(traj["role"] == role) & (traj["layer"] == layer)].sort_values("step")
@@ -397,8 +414,9 @@ def lengths(ex: pd.DataFrame):
     one = ex.drop_duplicates("example_id")
     a.hist(one["length"], bins=min(30, max(5, one["length"].nunique())), color="#4C72B0")
     a.set(xlabel="evaluated tokens", ylabel="examples", title="Length distribution")
+    integer_ticks(a.yaxis)
     layers = sorted(ex["layer"].unique())
-    colors = sns.color_palette("viridis", len(layers))
+    colors = layer_colors(len(layers))
     window = int(ex["window"].iloc[0])
     for c, layer in zip(colors, layers):
         t = ex[ex["layer"] == layer]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 
 from reports import figures as F
 
@@ -30,7 +29,7 @@ def sweep(frames, params):
     points, mean = frames["points"], frames["mean"]
     fig, ax = plt.subplots(figsize=(7, 3.6))
     layers = sorted(points["layer"].unique())
-    for c, layer in zip(sns.color_palette("viridis", len(layers)), layers):
+    for c, layer in zip(F.layer_colors(len(layers)), layers):
         g = points[points["layer"] == layer]
         ax.scatter(g["w_f"], g["delta"], color=c, s=12, alpha=0.6)
         m = mean[mean["layer"] == layer]
@@ -63,7 +62,7 @@ def trajectories(frames, params):
     lines, mean = frames["lines"], frames["mean"]
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     layers = sorted(lines["layer"].unique())
-    for c, layer in zip(sns.color_palette("viridis", len(layers)), layers):
+    for c, layer in zip(F.layer_colors(len(layers)), layers):
         g = lines[lines["layer"] == layer]
         for _, gs in g.groupby("seed"):
             ax.plot(gs["step"], gs["delta"], color=c, lw=0.8, alpha=0.35)
