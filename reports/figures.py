@@ -162,6 +162,27 @@ def profile(layers: pd.DataFrame, effects: pd.DataFrame, labels: dict):
     return fig
 
 
+@drawer("flow_measures")
+def flow_measures(frames, params):
+    """Δ SFM per layer with its CI under each routing measure (weights, norm-weighted, rollout)."""
+    e = frames["effects"]
+    measures = list(dict.fromkeys(e["measure"]))
+    colors = dict(zip(measures, ("#4C72B0", "#C44E52", "#8172B3")))
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    width = 0.8 / len(measures)
+    for k, m in enumerate(measures):
+        t = e[e["measure"] == m].sort_values("layer")
+        x = t["layer"].to_numpy(float) + (k - (len(measures) - 1) / 2) * width
+        err = np.vstack([t["mean_diff"] - t["ci_low"], t["ci_high"] - t["mean_diff"]])
+        ax.errorbar(x, t["mean_diff"], yerr=err, fmt="o", capsize=3, color=colors[m], label=m)
+    ax.axhline(0, color="0.3", lw=1, ls="--")
+    ax.set_xticks(sorted(e["layer"].unique()))
+    ax.set(xlabel="layer", ylabel="Δ SFM (variant − baseline)", title="Three routing measures, paired CIs")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 @drawer("field_heatmaps")
 def _field_heatmaps(frames, params):
     return field_heatmaps(frames["field_to_field"], params.get("labels", {}))

@@ -33,11 +33,15 @@ def progress_bars():
 
         def plain(name, step, total):
             now = time.monotonic()
-            first, last_step, last_t = state.get(name, (now, -1, 0.0))
+            if name not in state:  # the rate counts from the first report of this name
+                state[name] = (now, step, step, now)
+                typer.echo(f"[{now - t0:7.1f} s] {name}: {step}/{total}", err=True)
+                return
+            first_t, first_step, last_step, last_t = state[name]
             if step != total and step - last_step < max(1, total // 20) and now - last_t < 30:
                 return
-            state[name] = (first, step, now)
-            rate = step / max(now - first, 1e-9)
+            state[name] = (first_t, first_step, step, now)
+            rate = (step - first_step) / (now - first_t) if now > first_t else float("nan")
             eta = (total - step) / rate if rate > 0 else float("nan")
             typer.echo(f"[{now - t0:7.1f} s] {name}: {step}/{total} ({rate:.2f}/s, ETA {eta:.0f} s)", err=True)
 

@@ -191,8 +191,35 @@ def _output_projection(model, layer: int):
     raise RoutestatsError(f"head ablation does not know where the output projection of {type(model).__name__} is")
 
 
-def _attentions(loaded: Loaded, ids, fidx, cond: Condition, layers) -> np.ndarray:
-    """(layers, heads, n, n) float32 attention of one record under ``cond``."""
+def _value_projection(model, layer: int):
+    """The module whose output is the value vectors x W_V + b_V of ``layer`` (BERT- or Llama-style)."""
+    base = getattr(model, "model", model)
+    if hasattr(base, "layers"):
+        return base.layers[layer].self_attn.v_proj
+    if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
+        return base.encoder.layer[layer].attention.self.value
+    raise RoutestatsError(f"value norms: do not know where the value projection of {type(model).__name__} is")
+
+
+def transported_norms(values: torch.Tensor, w_out: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """||v_hj W_O^h|| per head and key from one layer's value vectors (n, n_kv * dh) and output
+    projection weight (D, n_heads * dh); grouped-query heads share their key/value head.
+
+    >>> v = torch.eye(2, dtype=torch.float64); w = 2 * torch.eye(2, dtype=torch.float64)
+    >>> transported_norms(v, w, 2).tolist()   # head h reads value column h, scaled by 2
+    [[2.0, 0.0], [0.0, 2.0]]
+    """
+    dh = w_out.shape[1] // n_heads
+    n_kv = values.shape[-1] // dh
+    v = values.reshape(values.shape[0], n_kv, dh)
+    kv = torch.arange(n_heads) // (n_heads // n_kv)
+    w = w_out.reshape(w_out.shape[0], n_heads, dh)  # [D, H, dh]
+    return torch.einsum("nhd,ehd->hne", v[:, kv, :], w).norm(dim=-1)
+
+
+def _attentions(loaded: Loaded, ids, fidx, cond: Condition, layers) -> tuple[np.ndarray, np.ndarray]:
+    """(layers, heads, n, n) float32 attention of one record under ``cond``, and the (layers, heads, n)
+    norms of what each head transports from each key (METHODS III 3.5)."""
     model = loaded.model
     x = torch.tensor([ids])
     kw = {"output_attentions": True}
@@ -200,6 +227,13 @@ def _attentions(loaded: Loaded, ids, fidx, cond: Condition, layers) -> np.ndarra
         kw["attention_mask"] = _bias_mask(np.asarray(fidx), loaded.causal, cond.bias, torch.float32)
     hooks = []
     n_heads = model.config.num_attention_heads
+    values: dict[int, torch.Tensor] = {}
+    n_layers = model.config.num_hidden_layers
+    for li in range(n_layers):
+        def keep(_m, _args, out, li=li):
+            values[li] = out[0].detach()
+
+        hooks.append(_value_projection(model, li).register_forward_hook(keep))
     for li, h in cond.ablate:
         mod = _output_projection(model, li)
         dh = mod.in_features // n_heads
@@ -220,9 +254,11 @@ def _attentions(loaded: Loaded, ids, fidx, cond: Condition, layers) -> np.ndarra
     if not att or any(a is None for a in att):
         raise RoutestatsError(f"{type(model).__name__} returned no attention: eager attention could not be forced")
     a = torch.stack([t[0] for t in att]).float().numpy()
+    norms = torch.stack([transported_norms(values[li], _output_projection(model, li).weight.detach(), n_heads)
+                         for li in range(n_layers)]).float().numpy()
     if layers is not None:
-        a = a[list(layers)]
-    return a
+        a, norms = a[list(layers)], norms[list(layers)]
+    return a, norms
 
 
 def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: Sequence[str] | None = None,
@@ -277,12 +313,12 @@ def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: 
         w.write_examples(ex)
         t0 = time.perf_counter()
         heads = None
-        with w.attention(0, dtype=dtype, forms=list(forms)) as sink:
+        with w.attention(0, dtype=dtype, forms=list(forms), value_norms=True) as sink:
             for i, (ids, fidx, *_rest) in enumerate(encoded):
-                a = _attentions(loaded, ids, fidx, cond, layers)
+                a, norms = _attentions(loaded, ids, fidx, cond, layers)
                 _check(a, loaded.causal, i)
                 heads = a.shape[1]
-                sink.add(i, a)
+                sink.add(i, a, value_norms=norms if sink.value_norms else None)
                 if progress:
                     progress(cond.name, i + 1, len(encoded))
         w.finalize(pretrained=True, model={"name": model_name, "class": type(loaded.model).__name__,

@@ -103,7 +103,7 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
                       fields=run.manifest["fields"], overwrite=True)
         w.write_examples(examples)
         with w.attention(step, dtype=(run.manifest["attention"].get("dtype") or "float16"),
-                         forms=(S.FORM_MATRICES, S.FORM_REDUCTIONS)) as sink:
+                         forms=(S.FORM_MATRICES, S.FORM_REDUCTIONS), value_norms=True) as sink:
             dump_attention(model, recs, sink, batch_size, dev, idx)
         paths.append(w.finalize(
             parent_run_id=run.run_id, model=run.manifest["model"], dataset=ds,
@@ -161,7 +161,7 @@ def evaluate_bias_off(run_dir: Path, out: Path | None = None, *, batch_size: int
     keep = [c for c in ex.columns if c not in ("length", "content_sha256")]
     w.write_examples(ex[keep])
     with w.attention(step, dtype=run.manifest["attention"].get("dtype") or "float16",
-                     forms=run.attention_forms(step)) as sink:
+                     forms=run.attention_forms(step), value_norms=True) as sink:
         dump_attention(model, recs, sink, batch_size, dev, ex["example_id"].tolist())
     return w.finalize(source_run=run.run_id, model={**cfg, "saab_field_weight": 0.0}, dataset=ds,
                       evaluation={"kind": "bias-off", "source_run": run.run_id, "step": step},

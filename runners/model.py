@@ -80,6 +80,7 @@ class Attention(nn.Module):
         self.v = nn.Linear(d_model, d_model)
         self.o = nn.Linear(d_model, d_model)
         self.drop = nn.Dropout(dropout)
+        self.value_norms: torch.Tensor | None = None  # [B, H, S], set by a forward that returns probabilities
 
     def forward(self, x, key_mask, bias, impl: str, need_probs: bool):
         B, S, D = x.shape
@@ -104,7 +105,17 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         out = out.transpose(1, 2).reshape(B, S, D)
         out = self.o(out) * key_mask[..., None].to(out.dtype)
+        self.value_norms = self.transported_norms(v) if need_probs else None
         return out, probs
+
+    def transported_norms(self, v: torch.Tensor) -> torch.Tensor:
+        """||f_h(x_j)|| = ||(x_j W_V^h + b_V^h) W_O^h|| per head and key (Kobayashi et al. 2020), [B, H, S].
+
+        W_O^h is the head's slice of the output projection (its columns h*dh:(h+1)*dh); the output
+        bias is shared by all heads and left out."""
+        w = self.o.weight.view(self.o.weight.shape[0], self.h, self.dh)  # [D_out, H, dh]
+        f = torch.einsum("bhsd,ehd->bhse", v, w)
+        return f.norm(dim=-1)
 
 
 class EncoderLayer(nn.Module):

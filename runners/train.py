@@ -167,9 +167,13 @@ def dump_attention(model: SAABEncoder, records: Sequence, sink, batch_size: int,
         b = {k: v.to(device) for k, v in collate(chunk).items()}
         _, probs = model(b["input_ids"], b["field_ids"], b["attention_mask"], need_probs=True, impl="explicit")
         stacked = torch.stack(probs, dim=1).float().cpu().numpy()  # [B, L, H, S, S]
+        norms = None
+        if getattr(sink, "value_norms", False):  # [B, L, H, S]: what each head transports from each key
+            norms = torch.stack([layer.attn.value_norms for layer in model.layers], dim=1).float().cpu().numpy()
         for i, e in enumerate(chunk):
             n = len(e.input_ids)
-            sink.add(s + i if example_ids is None else example_ids[s + i], stacked[i, :, :, :n, :n])
+            sink.add(s + i if example_ids is None else example_ids[s + i], stacked[i, :, :, :n, :n],
+                     value_norms=None if norms is None else norms[i, :, :, :n])
 
 
 @torch.inference_mode()
@@ -307,7 +311,7 @@ def train_run(
                                  "elapsed_seconds": time.perf_counter() - t0})
         if step in tc.checkpoint_steps:
             forms = list(tc.final_forms if step == final else tc.trajectory_forms)
-            with writer.attention(step, dtype=tc.dump_dtype, forms=forms) as sink:
+            with writer.attention(step, dtype=tc.dump_dtype, forms=forms, value_norms=True) as sink:
                 dump_attention(model, eval_records, sink, tc.eval_batch_size, dev, eval_ids)
             dumped[step] = forms
             ck = {

@@ -79,15 +79,67 @@ def _choose_form(run: Run, step: int, form: str | None) -> str:
 
 
 CACHE_VERSION = "2"  # bump when the reduction or summary definitions change
+WEIGHTINGS = ("attention", "norm", "rollout")
 
 
-def _cache_key(run: Run, step: int, form: str, trivial: str = "include") -> str:
+def _cache_key(run: Run, step: int, form: str, trivial: str = "include", weighting: str = "attention") -> str:
     """Key of a derived table: the verified SHA-256 of its input files (never the manifest's claim
     alone: :meth:`Run.verify` hashes what is on disk), plus versions."""
     parts = [CACHE_VERSION, run.run_id, str(step), form, run.verify(S.EXAMPLES),
              run.verify(S.attention_file(step, form)), json.dumps(run.manifest["fields"], sort_keys=True),
              f"causal={run.causal}", f"trivial={trivial}"]
+    if weighting != "attention":
+        parts.append(f"weighting={weighting}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+def norm_weighted(weights: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """Norm-weighted attention (METHODS III 3.5): A_ij nu_j / sum_k A_ik nu_k per row, for weights
+    (rows, n, n) and transported-vector norms (rows, n); a row with no weighted mass stays 0.
+
+    >>> norm_weighted(np.array([[[0.5, 0.5], [1.0, 0.0]]]), np.array([[1.0, 3.0]])).tolist()
+    [[[0.25, 0.75], [1.0, 0.0]]]
+    """
+    num = np.asarray(weights, dtype=np.float64) * np.asarray(norms, dtype=np.float64)[:, None, :]
+    den = num.sum(axis=-1, keepdims=True)
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
+def rollout(weights: np.ndarray, n_layers: int) -> np.ndarray:
+    """Attention rollout (Abnar & Zuidema 2020; METHODS III 3.6) of one example's weights
+    (layers * heads, n, n), rows sorted by layer then head: R_l = (mean over heads + I) / 2 with rows
+    renormalised, P_0 = R_0, P_l = R_l P_(l-1). Returns (layers, n, n).
+
+    >>> P = rollout(np.tile(np.eye(3), (2, 1, 1)), 2)   # identity attention rolls out to the identity
+    >>> bool(np.allclose(P, np.eye(3)))
+    True
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    n = w.shape[-1]
+    mean = w.reshape(n_layers, -1, n, n).mean(axis=1)
+    r = 0.5 * mean + 0.5 * np.eye(n)
+    r = r / r.sum(axis=-1, keepdims=True)
+    out = np.empty_like(r)
+    for layer in range(n_layers):
+        out[layer] = r[layer] if layer == 0 else r[layer] @ out[layer - 1]
+    return out
+
+
+def _weighted_blocks(run: Run, step: int, weighting: str):
+    """Matrices blocks with the attention replaced by its norm-weighted form or its rollout."""
+    from routestats.rundir.blocks import ExampleAttention
+
+    for blk in run.iter_attention(step):
+        if weighting == "norm":
+            if blk.value_norms is None:
+                raise RoutestatsError(f"{run.run_id}: no value norms stored at step {step} (norm-weighted attention "
+                                      "needs matrices written with value_norms, run schema 1.1)")
+            yield ExampleAttention(blk.example_id, blk.layer, blk.head, blk.head_type,
+                                   norm_weighted(blk.weights, blk.value_norms))
+        else:
+            layers = np.unique(blk.layer)
+            yield ExampleAttention(blk.example_id, layers, np.zeros(len(layers), dtype=np.int64),
+                                   np.full(len(layers), "softmax", dtype=object), rollout(blk.weights, len(layers)))
 
 
 def _cache_load(path: Path) -> _Pass | None:
@@ -123,18 +175,29 @@ def trivial_default(run: Run, trivial: str | None = None) -> str:
     return trivial
 
 
-def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: str | None = None) -> _Pass:
+def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: str | None = None,
+          weighting: str = "attention") -> _Pass:
     """Reduce a run's attention at one step once; cached on the run object and on disk
-    (keyed by the input files' SHA-256, see :func:`cache_dir`)."""
+    (keyed by the input files' SHA-256, see :func:`cache_dir`).
+
+    ``weighting``: ``attention`` (the weights), ``norm`` (norm-weighted attention) or ``rollout``
+    (one "head" per layer: the rolled-out attention); the last two need full matrices."""
+    if weighting not in WEIGHTINGS:
+        raise RoutestatsError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
     step = run.final_step if step is None else int(step)
+    if weighting != "attention":
+        if S.FORM_MATRICES not in run.attention_forms(step):
+            raise RoutestatsError(f"{run.run_id}: {weighting} attention needs full matrices, and step {step} stores "
+                                  f"{', '.join(run.attention_forms(step)) or 'none'}")
+        form = S.FORM_MATRICES
     form = _choose_form(run, step, form)
     trivial = trivial_default(run, trivial)
     cache = run.__dict__.setdefault("_metric_cache", {})
-    key = (step, form, trivial)
+    key = (step, form, trivial, weighting)
     if key in cache:
         return cache[key]
     folder = cache_dir()
-    disk = folder / f"{_cache_key(run, step, form, trivial)}.npz" if folder is not None else None
+    disk = (folder / f"{_cache_key(run, step, form, trivial, weighting)}.npz") if folder is not None else None
     if disk is not None and disk.is_file():
         hit = _cache_load(disk)
         if hit is not None:
@@ -146,7 +209,10 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
     summaries = ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass", "sfm_named")
     cols = {k: [] for k in ("example_id", "layer", "head", "head_type", *summaries, "n_valid", "n_trivial")}
     f2f, has = [], []
-    blocks = run.iter_reductions(step) if form == S.FORM_REDUCTIONS else run.iter_attention(step)
+    if weighting != "attention":
+        blocks = _weighted_blocks(run, step, weighting)
+    else:
+        blocks = run.iter_reductions(step) if form == S.FORM_REDUCTIONS else run.iter_attention(step)
     for blk in blocks:
         g = np.asarray(fields_by_ex[blk.example_id])
         if form == S.FORM_REDUCTIONS:
@@ -228,8 +294,8 @@ def select_examples(run: Run, examples=None) -> np.ndarray | None:
     return ids
 
 
-def _selected(run: Run, step, examples, trivial=None) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    p = _pass(run, step, trivial=trivial)
+def _selected(run: Run, step, examples, trivial=None, weighting="attention") -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    p = _pass(run, step, trivial=trivial, weighting=weighting)
     ids = select_examples(run, examples)
     if ids is None:
         return p.heads, p.f2f, p.has_source
@@ -254,10 +320,10 @@ def _runs(obj) -> list[tuple[str | None, Run]]:
     raise TypeError(f"expected a Run or RunPair, got {type(obj).__name__}")
 
 
-def _per_example(obj, metric: str, step=None, examples=None, trivial=None) -> pd.DataFrame:
+def _per_example(obj, metric: str, step=None, examples=None, trivial=None, weighting="attention") -> pd.DataFrame:
     frames = []
     for role, run in _runs(obj):
-        h = _selected(run, step, examples, trivial)[0]
+        h = _selected(run, step, examples, trivial, weighting)[0]
         g = h.groupby(["run_id", "step", "example_id", "layer"], sort=False)[metric].mean().reset_index()
         if role is not None:
             g.insert(1, "role", role)
@@ -265,7 +331,8 @@ def _per_example(obj, metric: str, step=None, examples=None, trivial=None) -> pd
     return pd.concat(frames, ignore_index=True)
 
 
-def sfm(obj, step: int | None = None, examples=None, trivial: str | None = None, keys: str = "all") -> pd.DataFrame:
+def sfm(obj, step: int | None = None, examples=None, trivial: str | None = None, keys: str = "all",
+        weighting: str = "attention") -> pd.DataFrame:
     """Per-example, per-layer same-field mass (mean over heads; METHODS 2.1, 3.1-3.2).
 
     For a :class:`~routestats.rundir.collection.RunPair` both runs are stacked with a ``role`` column
@@ -273,10 +340,12 @@ def sfm(obj, step: int | None = None, examples=None, trivial: str | None = None,
     ``trivial`` (include / exclude; default: exclude for causal runs) says whether queries whose
     every visible key lies in their own field count; ``keys="named"`` renormalises each query's
     SFM over the named keys (SFM / (1 - unnamed mass)); the column is ``sfm`` either way.
+    ``weighting="norm"`` is the SFM of norm-weighted attention and ``"rollout"`` that of the
+    rolled-out attention (METHODS III 3.5-3.6; full matrices needed).
     """
     if keys not in ("all", "named"):
         raise RoutestatsError(f"keys must be all or named, got {keys!r}")
-    out = _per_example(obj, "sfm" if keys == "all" else "sfm_named", step, examples, trivial)
+    out = _per_example(obj, "sfm" if keys == "all" else "sfm_named", step, examples, trivial, weighting)
     return out.rename(columns={"sfm_named": "sfm"})
 
 
@@ -349,7 +418,7 @@ def head_sfm(run: Run, step: int | None = None, examples=None, trivial: str | No
 
 
 def field_to_field(run: Run, step: int | None = None, missing: str = "zero", examples=None,
-                   trivial: str | None = None) -> pd.DataFrame:
+                   trivial: str | None = None, weighting: str = "attention") -> pd.DataFrame:
     """Field-to-field attention mass per layer (METHODS 2.3); row = source, column = destination.
 
     Parameters
@@ -368,7 +437,7 @@ def field_to_field(run: Run, step: int | None = None, missing: str = "zero", exa
     """
     if missing not in ("zero", "exclude"):
         raise RoutestatsError("missing must be 'zero' or 'exclude'")
-    heads, f2f, has_source = _selected(run, step, examples, trivial)
+    heads, f2f, has_source = _selected(run, step, examples, trivial, weighting)
     names = run.named_fields
     ids = list(names)
     layers = heads["layer"].to_numpy()

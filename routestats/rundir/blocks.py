@@ -58,7 +58,8 @@ def read_table(path) -> pa.Table:
 class ExampleAttention:
     """All stored attention matrices of one example (form ``matrices``).
 
-    ``weights`` has shape (rows, n, n), one row per (layer, head) sorted by layer then head.
+    ``weights`` has shape (rows, n, n), one row per (layer, head) sorted by layer then head;
+    ``value_norms`` (rows, n) the norm of what each head transports from each key, when stored.
     """
 
     example_id: int
@@ -66,6 +67,7 @@ class ExampleAttention:
     head: np.ndarray
     head_type: np.ndarray
     weights: np.ndarray
+    value_norms: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,17 @@ def matrices_block(fname, ex, rows, lengths, dtype, causal: bool = False) -> Exa
             r = int(np.argmax(upper.max(axis=1)))
             raise RunFormatError(f"{fname}: example_id {ex}, layer {layer[r]}, head {head[r]} attends to a later "
                                  "position, but the run is causal (attention.causal)")
-    return ExampleAttention(ex, layer, head, head_type, w)
+    norms = None
+    if "value_norms" in rows.cols.table.column_names:
+        values, offsets = rows.list_values("value_norms")
+        if np.any(np.diff(offsets) != n):
+            raise RunFormatError(f"{fname}: column 'value_norms' of example_id {ex} has the wrong number of values "
+                                 f"(expected n = {n} per row)")
+        norms = values[offsets[0] : offsets[-1]].reshape(len(ns), n)[order]
+        if not np.isfinite(norms).all() or (norms < 0).any():
+            raise RunFormatError(f"{fname}: column 'value_norms' of example_id {ex} holds a non-finite or negative "
+                                 "value (norms are >= 0)")
+    return ExampleAttention(ex, layer, head, head_type, w, norms)
 
 
 def check_probabilities(fname, ex, layer, head, head_type, w, dtype) -> None:

@@ -32,8 +32,8 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
-SCHEMA_VERSION = "1.0"
-SUPPORTED_SCHEMA_VERSIONS = ("1.0",)
+SCHEMA_VERSION = "1.1"  # 1.1: the optional value_norms column of matrices.parquet (1.0 runs are read as before)
+SUPPORTED_SCHEMA_VERSIONS = ("1.0", "1.1")
 
 # ---------------------------------------------------------------- file names
 MANIFEST = "run.json"
@@ -104,11 +104,14 @@ positions only (the first ``length`` = min(prepared_length, cap) non-padding pos
 -1 where unknown. ``content_sha256`` is :func:`content_hash` of tokens and field ids."""
 
 
-def attention_matrices_schema(dtype: str = "float16") -> pa.Schema:
+def attention_matrices_schema(dtype: str = "float16", value_norms: bool = True) -> pa.Schema:
     """Schema of ``matrices.parquet``: one row per example x layer x head.
 
     ``weights`` is the ``n x n`` matrix over the example's evaluated positions, row-major
-    (row = query, column = key), stored as ``dtype``.
+    (row = query, column = key), stored as ``dtype``. The optional ``value_norms`` (schema 1.1)
+    holds, per key j, the norm of the vector the head transports from it, ||f_h(x_j)|| =
+    ||(x_j W_V^h + b_V^h) W_O^h|| (Kobayashi et al. 2020; METHODS III 3.5), as float32;
+    ``value_norms=False`` gives the schema without it.
     """
     if dtype not in ATTENTION_DTYPES:
         raise ValueError(f"unknown attention dtype {dtype!r}; expected one of {ATTENTION_DTYPES}")
@@ -121,8 +124,12 @@ def attention_matrices_schema(dtype: str = "float16") -> pa.Schema:
             pa.field("head_type", pa.string(), nullable=False),
             pa.field("n", pa.int32(), nullable=False),
             pa.field("weights", pa.list_(value), nullable=False),
+            *([pa.field("value_norms", pa.list_(pa.float32()), nullable=False)] if value_norms else []),
         ]
     )
+
+
+MATRICES_REQUIRED = ["example_id", "layer", "head", "head_type", "n", "weights"]
 
 
 REDUCTIONS_SCHEMA = pa.schema(

@@ -59,8 +59,10 @@ def software_versions(extra: Iterable[str] = ()) -> dict:
 class AttentionSink:
     """Streams one step's attention into Parquet, one row group per ``group_size`` examples."""
 
-    def __init__(self, writer: "RunWriter", step: int, dtype: str, forms: Sequence[str], group_size: int):
+    def __init__(self, writer: "RunWriter", step: int, dtype: str, forms: Sequence[str], group_size: int,
+                 value_norms: bool = False):
         self._w = writer
+        self.value_norms = bool(value_norms)
         self.step = int(step)
         self.dtype = dtype
         self.forms = tuple(forms)
@@ -73,16 +75,20 @@ class AttentionSink:
         self._seen: set[int] = set()
         self._grid: tuple[int, int] | None = None
         for form in self.forms:
-            schema = S.attention_matrices_schema(dtype) if form == S.FORM_MATRICES else S.REDUCTIONS_SCHEMA
+            schema = (S.attention_matrices_schema(dtype, self.value_norms) if form == S.FORM_MATRICES
+                      else S.REDUCTIONS_SCHEMA)
             tmp = self._stack.enter_context(atomic_path(writer.path / S.attention_file(step, form)))
             self._writers[form] = self._stack.enter_context(
                 pq.ParquetWriter(tmp, schema, **S.PARQUET_OPTIONS, use_byte_stream_split=S.float_list_columns(schema))
             )
 
-    def add(self, example_id: int, weights: np.ndarray, head_types: Sequence[str] | None = None) -> None:
+    def add(self, example_id: int, weights: np.ndarray, head_types: Sequence[str] | None = None,
+            value_norms: np.ndarray | None = None) -> None:
         """Add one example's attention, shape (layers, heads, n, n) over its evaluated positions.
 
         ``head_types`` gives each head's type (length ``heads``; default all ``softmax``).
+        ``value_norms`` (layers, heads, n): per key the norm of the vector each head transports,
+        required when the sink was opened with ``value_norms=True`` (and refused otherwise).
         Values are cast to the storage dtype before anything is derived from them.
         """
         ex = int(example_id)
@@ -120,8 +126,23 @@ class AttentionSink:
             "head_type": htype,
             "n": np.full(len(layer), n, dtype=np.int32),
         }
+        if (value_norms is not None) != self.value_norms:
+            raise RoutestatsError(f"example_id {ex}: value_norms {'missing' if self.value_norms else 'given'}, but the "
+                                  f"sink was opened with value_norms={self.value_norms}")
+        norms = None
+        if value_norms is not None:
+            norms = np.asarray(value_norms, dtype=np.float32)
+            if norms.shape != (n_layers, n_heads, n):
+                raise RoutestatsError(f"value_norms of example_id {ex} has shape {norms.shape}, expected "
+                                      f"({n_layers}, {n_heads}, {n})")
+            if not np.isfinite(norms).all() or (norms < 0).any():
+                raise RoutestatsError(f"value_norms of example_id {ex} holds a non-finite or negative value")
+            norms = norms.reshape(len(layer), n)
         if S.FORM_MATRICES in self.forms:
-            self._buf[S.FORM_MATRICES].append({**base, "weights": stored.reshape(len(layer), n * n)})
+            row = {**base, "weights": stored.reshape(len(layer), n * n)}
+            if norms is not None:
+                row["value_norms"] = norms
+            self._buf[S.FORM_MATRICES].append(row)
         if S.FORM_REDUCTIONS in self.forms:
             red = reduce_queries(stored, g, self._w._named)
             red["field_mass"] = red["field_mass"].reshape(len(layer), -1)
@@ -278,8 +299,10 @@ class RunWriter:
         self._field_ids = {int(e): np.asarray(f, dtype=np.int64) for e, f in zip(df["example_id"], df["field_ids"])}
         self._register(S.EXAMPLES)
 
-    def attention(self, step: int, dtype: str = "float16", forms=(S.FORM_MATRICES,), group_size: int = 8) -> AttentionSink:
-        """Open a streaming sink for one step's attention (use as a context manager)."""
+    def attention(self, step: int, dtype: str = "float16", forms=(S.FORM_MATRICES,), group_size: int = 8,
+                  value_norms: bool = False) -> AttentionSink:
+        """Open a streaming sink for one step's attention (use as a context manager); ``value_norms``
+        adds the per-key transported-vector norms to the matrices (schema 1.1)."""
         if not self._field_ids:
             raise RoutestatsError("write the examples before the attention")
         if self._dtype is not None and dtype != self._dtype:
@@ -288,7 +311,7 @@ class RunWriter:
             raise RoutestatsError(f"attention dtype must be one of {S.ATTENTION_DTYPES}")
         for f in forms:
             self._register(S.attention_file(step, f))
-        return AttentionSink(self, step, dtype, forms, group_size)
+        return AttentionSink(self, step, dtype, forms, group_size, value_norms and S.FORM_MATRICES in forms)
 
     def adopt_attention(self, step: int, forms: Sequence[str], dtype: str) -> None:
         """List attention files already on disk (written before a resume) in the manifest."""

@@ -40,13 +40,15 @@ METRICS = ("sfm", "entropy")
 
 
 def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, step: int | None = None,
-                       examples=None, trivial: str | None = None, keys: str = "all") -> pd.DataFrame:
+                       examples=None, trivial: str | None = None, keys: str = "all",
+                       weighting: str = "attention") -> pd.DataFrame:
     """Per example x layer values of both runs and their difference (variant - baseline).
 
     Columns: example_id, layer, baseline, variant, diff, and for ``adjusted=True`` also
     opportunity. With ``adjusted=True`` examples whose adjusted value is undefined
     (O_e = 1, one visible field) are dropped from every layer; ``attrs["excluded"]``
-    holds their count. ``trivial`` and ``keys``: see :func:`routestats.metrics.routing.sfm`.
+    holds their count. ``trivial``, ``keys`` and ``weighting`` (attention, norm, rollout): see
+    :func:`routestats.metrics.routing.sfm`.
     """
     if not isinstance(p, RunPair):
         raise TypeError("paired_differences needs a RunPair (use routestats.pair(baseline, variant))")
@@ -54,11 +56,13 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
         raise RoutestatsError(f"metric must be one of {METRICS}, got {metric!r}")
     if adjusted and metric != "sfm":
         raise RoutestatsError("opportunity adjustment applies to SFM only")
+    if weighting != "attention" and (metric != "sfm" or adjusted):
+        raise RoutestatsError("norm-weighted and rollout attention are analysed as raw SFM only")
     if adjusted:
         long = adjusted_sfm(p, step, examples, trivial, keys)
         value = "sfm_adj"
     elif metric == "sfm":
-        long, value = sfm(p, step, examples, trivial, keys), metric
+        long, value = sfm(p, step, examples, trivial, keys, weighting), metric
     else:
         long, value = entropy(p, step, examples, trivial), metric
     wide = long.pivot_table(index=["example_id", "layer"], columns="role", values=value, dropna=False, sort=False)
@@ -90,6 +94,7 @@ def paired_effects(
     examples=None,
     trivial: str | None = None,
     keys: str = "all",
+    weighting: str = "attention",
 ) -> pd.DataFrame:
     """Per-layer paired effects with bootstrap CI, sign-flip p, Holm over layers and d_z.
 
@@ -106,8 +111,11 @@ def paired_effects(
         Passed to :func:`routestats.stats.paired_inference`.
     examples : None, "all", "primary", "length_sample", "test_sample" or a list of ids
         The examples analysed (see :func:`routestats.metrics.select_examples`).
+    weighting : {"attention", "norm", "rollout"}
+        SFM of the attention weights, of norm-weighted attention (``norm_effects``) or of the
+        rolled-out attention (``rollout_effects``; METHODS III 3.5-3.6); the last two need matrices.
     """
-    diffs = paired_differences(p, metric, adjusted, step, examples, trivial, keys)
+    diffs = paired_differences(p, metric, adjusted, step, examples, trivial, keys, weighting)
     if diffs.empty:
         if adjusted:
             raise RoutestatsError(f"every one of the {diffs.attrs.get('excluded', 0)} examples has a single visible "
@@ -122,7 +130,7 @@ def paired_effects(
                            confidence=confidence, labels=layers)
     out = res.to_frame().rename(columns={"label": "layer", "p_adj": "p_holm"})
     means = diffs.groupby("layer")[["baseline", "variant"]].mean()
-    out.insert(0, "metric", metric + ("_adj" if adjusted else ""))
+    out.insert(0, "metric", metric + ("_adj" if adjusted else "") + ("" if weighting == "attention" else f"_{weighting}"))
     out.insert(3, "excluded", diffs.attrs["excluded"])
     out.insert(4, "baseline_mean", means.loc[layers, "baseline"].to_numpy())
     out.insert(5, "variant_mean", means.loc[layers, "variant"].to_numpy())

@@ -51,6 +51,19 @@ def pair_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
              Column(f"Adj. {v}", "variant_mean"), Column("Δ adj.", "mean_diff"),
              Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p"))),
     }
+    flow_cols = (Column("Layer", "layer", "int"), Column(f"SFM {b}", "baseline_mean"),
+                 Column(f"SFM {v}", "variant_mean"), Column("Δ", "mean_diff"),
+                 Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
+                 Column("p (Holm)", "p_holm", "p", floor="holm"), Column("n", "n", "int"))
+    if rep.get("norm_effects") is not None:
+        out["norm_effects"] = T(
+            "norm_effects", "Norm-weighted SFM (attention weighted by the norm of each key's transported vector, "
+                            "rows renormalised): paired effects with the procedures of the SFM table.", flow_cols)
+    if rep.get("rollout_effects") is not None:
+        out["rollout_effects"] = T(
+            "rollout_effects", "Rollout SFM (head-mean attention mixed with the identity, rows renormalised, "
+                               "multiplied up to each layer): paired effects with the procedures of the SFM table. "
+                               "Descriptive: equal residual and attention contributions are assumed.", flow_cols)
     if rep["profile_shape"] is not None:
         out["profile_shape"] = T(
             "profile_shape", f"Does the change differ between layers? H0: the same shift in every layer. Sign-flip test on "

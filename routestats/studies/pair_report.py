@@ -288,6 +288,21 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
                                     seed=s.seed, mode=s.mode, confidence=s.confidence)
         distance = profile_distance_ci(D.to_numpy(), resamples=s.resamples, seed=s.seed, confidence=s.confidence)
     init_final = _init_vs_final(p, s, step, D) if len(common) > 1 else None
+    norm_eff = rollout_eff = None
+    flow_skipped = []
+    if all(S.FORM_MATRICES in r.attention_forms(step) for r in (p.baseline, p.variant)):
+        say("rollout and norm-weighted attention")
+        rollout_eff = paired_effects(p, weighting="rollout", **kw)
+        try:
+            norm_eff = paired_effects(p, weighting="norm", **kw)
+        except RoutestatsError as exc:
+            if "value norms" not in str(exc):
+                raise
+            flow_skipped.append("Norm-weighted attention needs the transported-vector norms, which these runs "
+                                "do not store (runs written before schema 1.1 or by a writer without value_norms).")
+    else:
+        flow_skipped.append(f"Rollout and norm-weighted attention need full attention matrices; step {step} stores "
+                            "per-query reductions only.")
     return {
         "baseline_id": p.baseline.run_id, "variant_id": p.variant.run_id, "step": step, "n_examples": n_examples,
         "n_layers": n_layers, "n_heads": int(hs["head"].nunique()), "field_names": p.baseline.named_fields,
@@ -303,7 +318,8 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
         "masses": masses, "causal": p.baseline.causal, "pretrained": p.baseline.pretrained and p.variant.pretrained,
         "trivial": trivial_default(p.baseline, s.trivial_queries),
         "profile_shape": shape, "layer_contrasts": contrasts, "profile_distance_ci": distance,
-        "init_vs_final": init_final, "example_pairs": diffs[["example_id", "layer", "baseline", "variant", "diff"]],
+        "init_vs_final": init_final, "norm_effects": norm_eff, "rollout_effects": rollout_eff,
+        "flow_skipped": " ".join(flow_skipped), "example_pairs": diffs[["example_id", "layer", "baseline", "variant", "diff"]],
     }
 
 
@@ -341,6 +357,24 @@ def _running_mean(ex: pd.DataFrame) -> pd.DataFrame:
         t["window"] = window
         parts.append(t)
     return pd.concat(parts, ignore_index=True)
+
+
+def _flow_section(rep: dict, tables: dict, fig) -> Section:
+    """Weight, norm-weighted and rollout SFM side by side, each with the paired inference."""
+    shown = tuple(tables[k] for k in ("norm_effects", "rollout_effects") if k in tables)
+    if not shown:
+        return Section("flow", "Routing beyond the weights: norm-weighted and rollout SFM",
+                       skipped=rep["flow_skipped"] or "Not computed.")
+    measures = {"weights": rep["effects"], "norm-weighted": rep["norm_effects"], "rollout": rep["rollout_effects"]}
+    frame = pd.concat([f.assign(measure=m) for m, f in measures.items() if f is not None], ignore_index=True)
+    text = ("Norm-weighted attention weighs each key by the norm of what the head transports from it, "
+            "‖α_ij f(x_j)‖ (Kobayashi et al., 2020); rollout multiplies head-averaged attention, mixed half-and-half "
+            "with the residual identity, across layers (Abnar & Zuidema, 2020). Rollout is a descriptive flow "
+            "measure: it assumes the residual and attention paths contribute equally and ignores the MLPs.")
+    if rep["flow_skipped"]:
+        text += " " + rep["flow_skipped"]
+    return Section("flow", "Routing beyond the weights: norm-weighted and rollout SFM", shown,
+                   (fig("flow", "flow_measures", effects=frame),), text=text)
 
 
 def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
@@ -394,6 +428,7 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
         *([Section("shape", "Does the change differ across layers?",
                    (tables["profile_shape"], tables["layer_contrasts"], tables["profile_distance"]))]
           if "profile_shape" in tables else []),
+        _flow_section(rep, tables, fig),
         *([Section("init_vs_final", "Learned vs mechanical: the difference at the start of training",
                    (tables["init_vs_final"],))] if "init_vs_final" in tables else []),
         Section("heads", "Head-level SFM", (data("head_sfm"),), (fig("head_sfm", "head_heatmaps", head_sfm=rep["head_sfm"]),),
