@@ -66,18 +66,21 @@ def plain(text) -> str:
     return str(text).replace("$", r"\$")
 
 
-def save(fig, folder: Path, name: str, pdf: bool = True) -> bytes:
-    """Write ``name.png`` (and ``name.pdf``) under ``folder`` (a report's temporary folder, renamed
-    into place as a whole); return the PNG bytes."""
+VECTOR_FORMATS = ("pdf", "svg")
+
+
+def save(fig, folder: Path, name: str, vector: tuple = ()) -> bytes:
+    """Write ``name.png`` and a copy per vector format (``pdf``, ``svg``) under ``folder`` (a report's
+    temporary folder, renamed into place as a whole); return the PNG bytes."""
     folder.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=130)  # layouts are set by tight_layout; no second "tight" draw
     png = buf.getvalue()
     (folder / f"{name}.png").write_bytes(png)
-    if pdf:
+    for fmt in vector:
         buf = io.BytesIO()
-        fig.savefig(buf, format="pdf")
-        (folder / f"{name}.pdf").write_bytes(buf.getvalue())
+        fig.savefig(buf, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
+        (folder / f"{name}.{fmt}").write_bytes(buf.getvalue())
     plt.close(fig)
     return png
 
@@ -86,15 +89,15 @@ _JOBS: list = []
 
 
 def _draw_job(i: int) -> bytes:
-    figure, folder, name, pdf = _JOBS[i]
-    return save(draw(figure), folder, name, pdf)
+    figure, folder, name, vector = _JOBS[i]
+    return save(draw(figure), folder, name, vector)
 
 
-def draw_all(jobs: dict, folder: Path, workers: int | None = None, pdf: bool = True) -> dict:
+def draw_all(jobs: dict, folder: Path, workers: int | None = None, vector: tuple = ()) -> dict:
     """Draw and save figures (file stem -> :class:`routestats.report.Figure`); stem -> PNG bytes.
 
     With two or more CPUs and figures, forked worker processes draw them in parallel (the
-    figures are independent; each worker writes its own PNG and PDF atomically). Without
+    figures are independent; each worker writes its own PNG and vector copies). Without
     ``fork`` (or with ``ROUTESTATS_FIGURE_WORKERS=1``) they are drawn one after another.
     """
     import multiprocessing as mp
@@ -106,8 +109,8 @@ def draw_all(jobs: dict, folder: Path, workers: int | None = None, pdf: bool = T
         workers = int(os.environ.get("ROUTESTATS_FIGURE_WORKERS", "0")) or min(len(os.sched_getaffinity(0)), 4)
     workers = min(workers, len(names))
     if workers < 2 or "fork" not in mp.get_all_start_methods():
-        return {n: save(draw(jobs[n]), folder, n, pdf) for n in names}
-    _JOBS = [(jobs[n], folder, n, pdf) for n in names]
+        return {n: save(draw(jobs[n]), folder, n, vector) for n in names}
+    _JOBS = [(jobs[n], folder, n, vector) for n in names]
     try:
         with mp.get_context("fork").Pool(workers) as pool:
             pngs = pool.map(_draw_job, range(len(names)), chunksize=1)

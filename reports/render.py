@@ -7,7 +7,7 @@ registered for its kind (:data:`reports.figures.REGISTRY`) and writes
 * ``OUT/report.html`` — one self-contained file: figures embedded, sortable tables, provenance;
 * ``OUT/tables/*.tex`` (booktabs fragments), ``OUT/tables/tables.tex`` (a standalone document
   that inputs them all) and ``OUT/tables/*.csv`` (every table, shown or not);
-* ``OUT/figures/*.png`` (and ``*.pdf`` when LaTeX is written or ``pdf=True``);
+* ``OUT/figures/*.png`` (and ``*.pdf`` / ``*.svg`` copies: ``figures``, default PDF when LaTeX is written);
 * ``OUT/report.md`` with the ``markdown`` format.
 
 The folder is written atomically: everything goes into a hidden sibling
@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from reports import figures as F
+from reports.explorer import WIDGETS
 from reports.formatting import embedded, format_cells, table_context
 from reports.latex import latex_table
 from routestats.errors import RoutestatsError
@@ -103,8 +104,13 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
                 if t.shown:
                     number += 1
                     shown.append({**table_context(t), "number": number})
-            figs = [{"title": f.name, "png": embedded(figures.get((s, f.name)))} for f in sec.figures]
-            figs = [f for f in figs if f["png"]]
+            figs = []
+            for f in sec.figures:
+                got = figures.get((s, f.name))
+                if isinstance(got, str):  # an interactive widget's HTML
+                    figs.append({"title": f.name, "html": got})
+                elif got:
+                    figs.append({"title": f.name, "png": embedded(got)})
             if not (shown or figs or sec.text or sec.skipped):
                 continue
             blocks.append({"id": sec.id, "title": sec.title, "tables": shown, "figures": figs,
@@ -227,17 +233,21 @@ def _put(path: Path, data: str | bytes) -> None:
 
 
 def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FORMATS,
-           progress: Callable[[str], None] | None = None, pdf: bool | None = None, force: bool = False,
+           progress: Callable[[str], None] | None = None, figures: Sequence[str] | None = None, force: bool = False,
            inputs: Sequence = ()) -> dict[str, Path]:
     """Write the report folder atomically; returns name -> path of what was written.
 
-    Figures are PNG (embedded in the HTML); PDF copies are written when ``pdf`` is true
-    (default: when LaTeX is among ``formats``). See :func:`check_output` for ``force`` and
-    ``inputs``.
+    Figures are PNG (embedded in the HTML); ``figures`` adds vector copies of every figure
+    (``pdf``, ``svg``; default: PDF when LaTeX is among ``formats``, else none). See
+    :func:`check_output` for ``force`` and ``inputs``.
     """
     bad = set(formats) - set(FORMATS)
     if bad:
         raise ValueError(f"unknown format(s) {sorted(bad)}; choose from {FORMATS}")
+    vector = tuple(f for f in (figures if figures is not None else (("pdf",) if "latex" in formats else ()))
+                   if f != "png")
+    if set(vector) - set(F.VECTOR_FORMATS):
+        raise ValueError(f"figure formats are png, {', '.join(F.VECTOR_FORMATS)}; got {sorted(set(vector))}")
     out = check_output(out, force, inputs)
     _clean_stale(out)
     try:
@@ -245,7 +255,7 @@ def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FOR
     except OSError as exc:
         raise RoutestatsError(f"{out.parent}: cannot create the report folder ({exc.strerror})") from None
     try:
-        written = _render_into(report, tmp, formats, progress, "latex" in formats if pdf is None else pdf)
+        written = _render_into(report, tmp, formats, progress, vector)
         _put(tmp / MARKER, "written by routestats\n")
         os.sync()  # the files are on disk before the folder appears under its name
         if out.exists():
@@ -264,19 +274,25 @@ def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FOR
     return {name: out / p.relative_to(tmp) for name, p in written.items()}
 
 
-def _render_into(report: Report, out: Path, formats: Sequence[str], progress, pdf: bool) -> dict[str, Path]:
+def _render_into(report: Report, out: Path, formats: Sequence[str], progress, vector: tuple) -> dict[str, Path]:
     say = progress or (lambda label: None)
     written: dict[str, Path] = {}
     parts = _parts(report)
     say("figures")
     jobs, where = {}, {}
+    widgets = {}
     for rep, s, prefix in parts:
         for sec in rep.sections:
             for f in sec.figures:
+                if f.kind in WIDGETS:  # interactive, HTML only: written into the page, not drawn
+                    element = "attention-explorer" if not widgets else f"attention-explorer-{s}-{f.name}"
+                    widgets[(s, f.name)] = WIDGETS[f.kind](f, element)
+                    continue
                 jobs[prefix + f.name] = f
                 where[prefix + f.name] = (s, f.name)
-    pngs = F.draw_all(jobs, out / "figures", pdf=pdf)
+    pngs = F.draw_all(jobs, out / "figures", vector=vector)
     figs = {where[stem]: png for stem, png in pngs.items()}
+    figs.update(widgets)
     tex_files = []
     for rep, _, prefix in parts:
         say(f"tables: {rep.title}")

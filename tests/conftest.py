@@ -158,6 +158,18 @@ def chromium_console(chromium: str, html: Path, shot: Path) -> str:
     return res.stderr
 
 
+def chromium_dom(chromium: str, html: Path) -> tuple[str, str]:
+    """(DOM after the page's scripts ran, Chromium's log) of ``html``, headless."""
+    with tempfile.TemporaryDirectory() as profile:
+        res = subprocess.run(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
+             "--dump-dom", html.resolve().as_uri()],
+            capture_output=True, text=True, timeout=120)
+    return res.stdout, res.stderr
+
+
 def console_errors(log: str) -> list[str]:
     return [ln for ln in log.splitlines() if "CONSOLE" in ln and re.search(r"Uncaught|Error", ln)]
 

@@ -56,6 +56,23 @@ class WordMap:
     layers: tuple[int, ...]
     matrices: dict = field(repr=False)  # (role, layer) -> ndarray (U, U); role in baseline/variant/difference
     selection_rule: str = ""
+    head_matrices: dict = field(default_factory=dict, repr=False)  # (role, layer, head) -> (U, U), every layer
+
+    def explorer_frames(self) -> dict[str, pd.DataFrame]:
+        """The interactive explorer's data: ``words`` (index, word, field) and ``attention`` (role,
+        layer, head, query_index, key_index, weight) for baseline and variant, every layer and head."""
+        words = pd.DataFrame({"index": range(len(self.words)), "word": self.words, "field": self.word_fields})
+        keys = sorted(self.head_matrices)
+        U = len(self.words)
+        q, k = np.meshgrid(np.arange(U), np.arange(U), indexing="ij")
+        att = pd.DataFrame({
+            "role": np.repeat([r for r, _, _ in keys], U * U),
+            "layer": np.repeat([layer for _, layer, _ in keys], U * U).astype(np.int64),
+            "head": np.repeat([h for _, _, h in keys], U * U).astype(np.int64),
+            "query_index": np.tile(q.ravel(), len(keys)), "key_index": np.tile(k.ravel(), len(keys)),
+            "weight": np.concatenate([self.head_matrices[key].ravel() for key in keys]) if keys else [],
+        })
+        return {"words": words, "attention": att}
 
     def to_frame(self) -> pd.DataFrame:
         rows = []
@@ -118,7 +135,7 @@ def _word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) 
     g = np.asarray(row["field_ids"])
     names = p.baseline.named_fields
     layers = settings.token_map_layers or tuple(range(max(0, n_layers - 2), n_layers))
-    mats = {}
+    mats, per_head = {}, {}
     groups = None
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):
         (blk,) = list(run.iter_attention(step, examples=[ex_id]))
@@ -127,6 +144,9 @@ def _word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) 
             A = blk.weights[sel].astype(np.float64).mean(axis=0)  # plain mean over heads
             W, groups = word_attention(A, word_ids)
             mats[(role, layer)] = W
+        for r in range(len(blk.layer)):  # every layer and head, for the interactive explorer
+            per_head[(role, int(blk.layer[r]), int(blk.head[r]))] = word_attention(
+                blk.weights[r].astype(np.float64), word_ids)[0]
     for layer in layers:
         mats[("difference", layer)] = mats[("variant", layer)] - mats[("baseline", layer)]
     words, wfields = [], []
@@ -136,7 +156,7 @@ def _word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) 
         fname = names.get(int(g[pos[0]]), "unnamed")
         words.append(f"[{fname}]" if pieces == ["[FIELD_START]"] else word_label(pieces))
         wfields.append(fname)
-    return WordMap(ex_id, words, wfields, tuple(layers), mats, rule)
+    return WordMap(ex_id, words, wfields, tuple(layers), mats, rule, per_head)
 
 
 def _curves(p: RunPair) -> pd.DataFrame | None:
@@ -450,9 +470,15 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
     wm = rep["word_map"]
     if wm is not None:
         sections.append(Section("words", f"Word-level attention, example {wm.example_id}",
-                                (Table("word_map", wm.to_frame()),), (fig("word_map", "word_map", word_map=wm),),
-                                text="Head-averaged attention grouped into words (average over query pieces, sum over "
-                                     f"key pieces); white/black lines mark field boundaries. Example selection: "
+                                (Table("word_map", wm.to_frame()),),
+                                (Figure("explorer", "attention_explorer", wm.explorer_frames(),
+                                        {"example_id": wm.example_id, "labels": labels}),
+                                 fig("word_map", "word_map", word_map=wm)),
+                                text="Attention grouped into words (average over query pieces, sum over key pieces). "
+                                     "Explorer (HTML only): click a word to see where it attends, per layer and head "
+                                     "or their mean, in the baseline, the variant or their difference; fields are "
+                                     "underlined in colour. The static map below shows the head mean of the last "
+                                     "layers; white/black lines mark field boundaries. Example selection: "
                                      f"{wm.selection_rule}."))
     else:
         sections.append(Section("words", "Word-level attention",
