@@ -7,7 +7,7 @@ registered for its kind (:data:`reports.figures.REGISTRY`) and writes
 * ``OUT/report.html`` — one self-contained file: figures embedded, sortable tables, provenance;
 * ``OUT/tables/*.tex`` (booktabs fragments), ``OUT/tables/tables.tex`` (a standalone document
   that inputs them all) and ``OUT/tables/*.csv`` (every table, shown or not);
-* ``OUT/figures/*.png`` (and ``*.pdf`` / ``*.svg`` copies: ``figures``, default PDF when LaTeX is written);
+* ``OUT/figures/*.png`` (and ``*.pdf`` / ``*.svg`` copies when ``figures`` asks);
 * ``OUT/report.md`` with the ``markdown`` format.
 
 The folder is written atomically: everything goes into a hidden sibling
@@ -238,14 +238,13 @@ def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FOR
     """Write the report folder atomically; returns name -> path of what was written.
 
     Figures are PNG (embedded in the HTML); ``figures`` adds vector copies of every figure
-    (``pdf``, ``svg``; default: PDF when LaTeX is among ``formats``, else none). See
+    (``pdf``, ``svg``; default none: drawing them is most of a report's cost). See
     :func:`check_output` for ``force`` and ``inputs``.
     """
     bad = set(formats) - set(FORMATS)
     if bad:
         raise ValueError(f"unknown format(s) {sorted(bad)}; choose from {FORMATS}")
-    vector = tuple(f for f in (figures if figures is not None else (("pdf",) if "latex" in formats else ()))
-                   if f != "png")
+    vector = tuple(f for f in (figures or ()) if f != "png")
     if set(vector) - set(F.VECTOR_FORMATS):
         raise ValueError(f"figure formats are png, {', '.join(F.VECTOR_FORMATS)}; got {sorted(set(vector))}")
     out = check_output(out, force, inputs)

@@ -193,8 +193,10 @@ def report(
                                                              "single pair), reference (standard SAAB pairs), all, none "
                                                              f"[default: {D.pairs}]."),
     skip_incomplete: bool = SKIP, study: Optional[str] = STUDY, force: bool = FORCE,
+    figures: Optional[str] = typer.Option(None, "--figures", help="Comma list of vector copies of every figure "
+                                                                  "besides the PNG: pdf, svg [default: none]."),
 ) -> None:
-    """Write OUT/report.html (self-contained), OUT/tables/*.tex|csv and OUT/figures/*.png|pdf.
+    """Write OUT/report.html (self-contained), OUT/tables/*.tex|csv and OUT/figures/*.png|pdf|svg.
 
     A tree with several pairs gets a study report (seeds, sweeps, placement, shuffled control, depth, data sets,
     across-seed inference) before any per-pair parts."""
@@ -203,13 +205,18 @@ def report(
     from reports.render import check_output
 
     formats = _formats(format)
+    vector = None
+    if figures is not None:
+        vector = [f.strip() for f in figures.split(",") if f.strip()]
+        if set(vector) - {"png", "pdf", "svg"}:
+            _fail(f"--figures takes png, pdf and/or svg, got {figures!r}")
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
                   length_examples=length_examples, step=step, factor=factor, baseline=baseline, pairs=pairs,
                   skip_incomplete=skip_incomplete, study=study)
     check_output(out, force, [path])  # before the analysis, not after it
     with _progress() as say:
         rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)
-        written = rep.write(out, formats, progress=say, force=force, inputs=[path])
+        written = rep.write(out, formats, progress=say, force=force, inputs=[path], figures=vector)
     for name, p in written.items():
         typer.echo(f"{name}: {p}")
 

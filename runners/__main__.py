@@ -457,9 +457,10 @@ def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write th
     p = replace(p, train=replace(p.train, eval_examples=32, final_forms=("matrices",)))
     if out.exists():
         shutil.rmtree(out)
-    paths = train_study(out, data=resolve("bundled-dbpedia"), preset=p,
-                        conditions=[parse_condition(c, 4) for c in ("baseline", "saab")], seed=1001, study="demo",
-                        device="cpu", keep_checkpoints="none")
+    with progress_bars() as (_, progress):
+        paths = train_study(out, data=resolve("bundled-dbpedia"), preset=p,
+                            conditions=[parse_condition(c, 4) for c in ("baseline", "saab")], seed=1001, study="demo",
+                            device="cpu", keep_checkpoints="none", progress=progress)
     for path in paths:
         typer.echo(f"run complete: {path}")
 

@@ -33,7 +33,7 @@ def set_threads(requested: int | None) -> int:
     cores, free, load = free_cores()
     n = requested or min(free, torch.get_num_threads())
     if requested and requested > free:
-        print(f"hint: the machine is busy (1-min load {load:.1f} on {cores} cores); {requested} threads will compete "
-              f"with it and can run many times slower: try --threads {free}", file=sys.stderr, flush=True)
+        print(f"hint: 1-min load {load:.1f} on {cores} cores; if another job is still running, {requested} threads "
+              f"compete with it and can run many times slower: --threads {free}", file=sys.stderr, flush=True)
     torch.set_num_threads(n)
     return n

@@ -499,8 +499,8 @@ def test_thread_default_and_hint_on_a_busy_machine(monkeypatch, capsys):
         assert threads.set_threads(None) == 1 and torch.get_num_threads() == 1  # default: the free core
         assert capsys.readouterr().err == ""
         assert threads.set_threads(2) == 2  # the user's count, with one line saying what it costs
-        assert capsys.readouterr().err == ("hint: the machine is busy (1-min load 1.6 on 2 cores); 2 threads will "
-                                           "compete with it and can run many times slower: try --threads 1\n")
+        assert capsys.readouterr().err == ("hint: 1-min load 1.6 on 2 cores; if another job is still running, 2 "
+                                           "threads compete with it and can run many times slower: --threads 1\n")
         monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
         assert threads.set_threads(2) == 2 and capsys.readouterr().err == ""
     finally:
