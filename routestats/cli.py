@@ -193,6 +193,9 @@ def report(
                                                              "single pair), reference (standard SAAB pairs), all, none "
                                                              f"[default: {D.pairs}]."),
     skip_incomplete: bool = SKIP, study: Optional[str] = STUDY, force: bool = FORCE,
+    flow: Optional[str] = typer.Option(None, "--flow", help="Norm-weighted and rollout SFM from the full matrices: on, "
+                                                            f"off or auto (when they total at most "
+                                                            f"{D.flow_max_mb} MB) [default: {D.flow}]."),
     figures: Optional[str] = typer.Option(None, "--figures", help="Comma list of vector copies of every figure "
                                                                   "besides the PNG: pdf, svg [default: none]."),
 ) -> None:
@@ -212,7 +215,7 @@ def report(
             _fail(f"--figures takes png, pdf and/or svg, got {figures!r}")
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
                   length_examples=length_examples, step=step, factor=factor, baseline=baseline, pairs=pairs,
-                  skip_incomplete=skip_incomplete, study=study)
+                  skip_incomplete=skip_incomplete, study=study, flow=flow)
     check_output(out, force, [path])  # before the analysis, not after it
     with _progress() as say:
         rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)

@@ -69,7 +69,9 @@ class AnalysisSettings:
     tree must hold one), ``skip_incomplete`` (leave out runs still being written),
     ``trivial_queries`` (include / exclude queries whose visible keys all lie in their own field;
     None: exclude for causal runs, include otherwise; METHODS 3.1) and ``keys`` (all / named:
-    SFM over all keys or renormalised over the named keys; METHODS 3.2). MoFA: ``in_domain``, ``test`` (t or signflip), ``holm_family``.
+    SFM over all keys or renormalised over the named keys; METHODS 3.2), ``flow`` (norm-weighted and
+    rollout SFM from full matrices: on, off, or auto = when the two runs' matrices files at the step
+    total at most ``flow_max_mb`` MB, since they are read whole). MoFA: ``in_domain``, ``test`` (t or signflip), ``holm_family``.
     Regime: ``probes`` (random directions per point) and ``layer``/``example``/``token``
     (None: every stored point).
     """
@@ -97,6 +99,8 @@ class AnalysisSettings:
     skip_incomplete: bool = False
     trivial_queries: str | None = None
     keys: str = "all"
+    flow: str = "auto"
+    flow_max_mb: int = 256
     in_domain: str | None = "docstrings"
     test: str = "t"
     holm_family: bool = False
@@ -121,6 +125,8 @@ class AnalysisSettings:
             raise RoutestatsError(f"missing_fields must be zero or exclude, got {self.missing_fields!r}")
         if self.trivial_queries not in (None, "include", "exclude"):
             raise RoutestatsError(f"trivial_queries must be include or exclude, got {self.trivial_queries!r}")
+        if self.flow not in ("auto", "on", "off"):
+            raise RoutestatsError(f"flow must be auto, on or off, got {self.flow!r}")
         if self.keys not in ("all", "named"):
             raise RoutestatsError(f"keys must be all or named, got {self.keys!r}")
         if self.test not in ("t", "wilcoxon", "signflip"):

@@ -98,6 +98,30 @@ def test_minilm_encoder_capture_and_report(tmp_path):
     masses = mass_split(pair)
     assert masses["unnamed_mass"].max() > 0.2  # [CLS]/[SEP] attract a large share in middle layers
     np.testing.assert_allclose(masses["sfm"] + masses["cross_mass"] + masses["unnamed_mass"], 1.0, atol=1e-6)
+    # value norms against the model's own modules: push head h's value of key j alone through the output dense
+    base = runs.select(variant="baseline").runs[0]
+    blk = next(iter(base.iter_attention()))
+    texts = [[dict(r.fields)["title"], dict(r.fields)["content"]] for r in recs]
+    ids = field_positions(loaded.tokenizer, texts[blk.example_id], False, 48)[0]
+    layer = loaded.model.encoder.layer[2].attention
+    seen = {}
+    hook = layer.self.value.register_forward_hook(lambda _m, _a, o: seen.setdefault("v", o[0].detach()))
+    with torch.no_grad():
+        loaded.model(torch.tensor([ids]))
+    hook.remove()
+    H = loaded.model.config.num_attention_heads
+    dh = seen["v"].shape[-1] // H
+    for h in (0, H - 1):
+        for j in (0, 3, len(ids) - 1):
+            z = torch.zeros(seen["v"].shape[-1])
+            z[h * dh:(h + 1) * dh] = seen["v"][j, h * dh:(h + 1) * dh]
+            with torch.no_grad():
+                want = float((layer.output.dense(z) - layer.output.dense.bias).norm())
+            got = float(blk.value_norms[(blk.layer == 2) & (blk.head == h)][0, j])
+            assert got == pytest.approx(want, rel=1e-5)
+    rep = rs.analyse(out, resamples=100, permutations=100, pairs="all")
+    flows = [r for r in rep.all_reports() if "norm_effects" in r.tables()]
+    assert flows and all("rollout_effects" in r.tables() for r in flows)
     # head ablation: a zeroed head changes the attention of later layers only
     abl = tmp_path / "abl"
     capture_runs(loaded, recs[:4], abl, conditions=[Condition("baseline"), Condition("ablate", ablate=((0, 3),))],

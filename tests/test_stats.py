@@ -271,3 +271,26 @@ def test_resampled_spearman_equals_scipy_per_resample():
     # a constant resample has no rho (NaN, skipped by spearman_ci), as in scipy
     const = np.zeros((1, n), dtype=np.int64)
     assert np.isnan(_spearman_resamples(x, y, const)).all()
+
+
+def test_shared_draws_are_reused_bitwise_and_bounded(monkeypatch):
+    # a report's tables reuse one set of bootstrap counts and sign bits per (n, resamples, permutations, seed):
+    # the numbers are bitwise those of drawing afresh, and draws over the budget are streamed, not kept
+    from routestats.stats import inference as I
+
+    rng = np.random.default_rng(5)
+    d = rng.standard_normal((300, 3))
+    I._DRAWS.clear()
+    fresh = I._shared_streamed(d, 2000, 3000, np.random.default_rng(1001), 0.95)
+    first = I._shared(d, 2000, 3000, 1001, 0.95)
+    assert (300, 2000, 3000, 1001) in I._DRAWS
+    again = I._shared(d[:, ::-1].copy(), 2000, 3000, 1001, 0.95)  # other columns, same examples: reused draws
+    for a, b in zip(fresh, first):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(again[0], first[0][::-1], rtol=1e-12)
+    monkeypatch.setattr(I, "_DRAW_BUDGET", 1000)
+    I._DRAWS.clear()
+    big = I._shared(d, 2000, 3000, 1001, 0.95)
+    assert not I._DRAWS  # too large to keep
+    for a, b in zip(fresh, big):
+        np.testing.assert_array_equal(a, b)

@@ -175,7 +175,48 @@ def bootstrap_means(d: np.ndarray, resamples: int, rng: np.random.Generator) -> 
     return means
 
 
-def _shared(d, resamples, permutations, rng, confidence):
+_DRAWS: dict = {}  # (n, resamples, permutations, seed) -> (count chunks, sign-bit chunks); see _shared_draws
+_DRAW_BUDGET = 160 * 2**20  # bytes of draws kept for reuse (one example set at untouched-test scale)
+
+
+def _shared_draws(n: int, resamples: int, permutations: int, seed: int):
+    """The ``shared`` mode's random draws for ``n`` examples: bootstrap resample counts (chunks of
+    (c, n)) and sign bits (chunks of (c, n)), made once per (n, resamples, permutations, seed) and
+    reused by every table of a report that analyses the same examples with the same seed (the
+    numbers are bitwise those of drawing afresh: same generator, same order, same shapes).
+    Draws larger than the budget are made afresh each time and not kept."""
+    key = (n, resamples, permutations, seed)
+    if key in _DRAWS:
+        return _DRAWS[key]
+    if resamples * n * (1 if n < 256 else 2) + permutations * n > _DRAW_BUDGET:
+        return None  # too large to keep: the caller streams them
+    rng = np.random.default_rng(seed)
+    counts = []
+    rows = max(1, _CHUNK * 512 // n)  # bounded memory: about 1M indices per chunk
+    for s in range(0, resamples, rows):
+        c = min(rows, resamples - s)
+        idx = np.minimum((rng.random((c, n)) * n).astype(np.int64), n - 1)
+        idx += (np.arange(c, dtype=np.int64) * n)[:, None]
+        cnt = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n)
+        top = int(cnt.max()) if cnt.size else 0
+        counts.append(cnt.astype(np.uint8 if top < 256 else np.uint16 if top < 65536 else np.uint32))
+    words = -(-n // 64)
+    bits = []
+    for s in range(0, permutations, _CHUNK):
+        c = min(_CHUNK, permutations - s)
+        raw = rng.bit_generator.random_raw(c * words).astype("<u8")
+        bits.append(np.unpackbits(raw.view(np.uint8).reshape(c, words * 8), axis=1, bitorder="little")[:, :n])
+    draws = (counts, bits)
+    size = sum(a.nbytes for a in counts) + sum(b.nbytes for b in bits)
+    while _DRAWS and sum(sum(a.nbytes for a in c) + sum(b.nbytes for b in bb) for c, bb in _DRAWS.values()) \
+            + size > _DRAW_BUDGET:
+        _DRAWS.pop(next(iter(_DRAWS)))  # oldest first
+    _DRAWS[key] = draws
+    return draws
+
+
+def _shared_streamed(d, resamples, permutations, rng, confidence):
+    """The ``shared`` mode drawing as it goes (draws too large to keep)."""
     n, k = d.shape
     means = bootstrap_means(d, resamples, rng)
     lo, hi = percentile_ci(means, confidence)
@@ -186,6 +227,24 @@ def _shared(d, resamples, permutations, rng, confidence):
         raw = rng.bit_generator.random_raw(c * words).astype("<u8")
         bits = np.unpackbits(raw.view(np.uint8).reshape(c, words * 8), axis=1, bitorder="little")[:, :n]
         count += signflip_count(d, bits)
+    return lo, hi, count
+
+
+def _shared(d, resamples, permutations, seed, confidence):
+    n, k = d.shape
+    draws = _shared_draws(n, resamples, permutations, seed)
+    if draws is None:
+        return _shared_streamed(d, resamples, permutations, np.random.default_rng(seed), confidence)
+    counts, bits = draws
+    means = np.empty((resamples, k))
+    s = 0
+    for cnt in counts:  # uint counts are exact: as float64 they are what bootstrap_means multiplies
+        means[s : s + len(cnt)] = (cnt.astype(np.float64) @ d) / n
+        s += len(cnt)
+    lo, hi = percentile_ci(means, confidence)
+    count = np.zeros(k, dtype=np.int64)
+    for b in bits:
+        count += signflip_count(d, b)
     return lo, hi, count
 
 
@@ -305,7 +364,7 @@ def paired_inference(
     if len(labels) != k:
         raise RoutestatsError(f"{len(labels)} labels for {k} columns")
     if mode == "shared":
-        lo, hi, count = _shared(a, resamples, permutations, np.random.default_rng(seed), confidence)
+        lo, hi, count = _shared(a, resamples, permutations, int(seed), confidence)
     elif mode == "numpy":
         lo, hi, count = _numpy_mode(a, resamples, permutations, np.random.default_rng(seed), confidence)
     else:

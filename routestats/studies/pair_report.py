@@ -310,7 +310,14 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
     init_final = _init_vs_final(p, s, step, D) if len(common) > 1 else None
     norm_eff = rollout_eff = None
     flow_skipped = []
-    if all(S.FORM_MATRICES in r.attention_forms(step) for r in (p.baseline, p.variant)):
+    have = all(S.FORM_MATRICES in r.attention_forms(step) for r in (p.baseline, p.variant))
+    mb = sum(r.attention_path(step).stat().st_size for r in (p.baseline, p.variant)) / 1e6 if have else 0.0
+    if s.flow == "off":
+        flow_skipped.append("Not computed (flow = off).")
+    elif have and s.flow == "auto" and mb > s.flow_max_mb:
+        flow_skipped.append(f"Not computed: the two runs' attention matrices at step {step} are {mb:,.0f} MB, read "
+                            f"whole for these measures (more than flow_max_mb = {s.flow_max_mb}); pass --flow on.")
+    elif have:
         say("rollout and norm-weighted attention")
         rollout_eff = paired_effects(p, weighting="rollout", **kw)
         try:
