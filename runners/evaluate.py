@@ -62,7 +62,17 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
         raise RoutestatsError(f"{tok_path}: tokenizer differs from the one the runs were trained with")
     records = spec.load_test()
     idx = reservoir_indices(len(records), sample_size, sample_seed)
-    ckpts = {r.run_id: _final_checkpoint(r) for r in runs}
+    by_id = {r.run_id: r for r in runs}
+
+    def weights_of(r):  # a bias-off evaluation has no checkpoint of its own: its source run's weights
+        src = r.manifest.get("source_run") if r.factors.get("eval_bias") == "off" else None
+        if src is None:
+            return r
+        if src not in by_id:
+            raise RoutestatsError(f"{r.run_id}: its source run {src} is not under {pair_dir}")
+        return by_id[src]
+
+    ckpts = {r.run_id: _final_checkpoint(weights_of(r)) for r in runs}
     cap = cap or (first.manifest.get("evaluation") or {}).get("cap") or spec.max_length
     manifest = {
         "split": "test",
