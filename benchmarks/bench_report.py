@@ -43,6 +43,13 @@ def child_cpu(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
+def peak_rss_mb(cmd: list[str], env: dict | None = None) -> float:
+    """Peak resident memory (MB) of one run of a command, in a fresh process (GNU time)."""
+    res = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, text=True,
+                         env={**os.environ, **(env or {})})
+    return int(res.stderr.strip().splitlines()[-1]) / 1024
+
+
 HASH = """
 import hashlib, sys
 for f in sys.argv[1:]:  # the same chunked SHA-256 as routestats.rundir.atomic.sha256_file, nothing imported
@@ -66,6 +73,7 @@ def main(argv=None) -> None:
     ap.add_argument("--examples", type=int, default=2336)
     ap.add_argument("--data", type=Path, default=None, help="folder of the pair (made when missing)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--small", type=int, default=64, help="examples of the small pair (the fixed cost)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
     from bench_storage import write_runs
@@ -105,7 +113,39 @@ def main(argv=None) -> None:
     hashing = best["hash"][0] - best["start"][0]  # the hash work itself, without the interpreter start
     print(f"verification (hash floor minus python start) = {hashing:.2f} s CPU = {100 * hashing / rep:.1f} % "
           "of the report's CPU")
-
+    # the other targets of the speed issue, each against its floor
+    small = Path(str(data) + f"-small{args.small}")
+    if not (small / "saab" / "run.json").is_file():
+        write_runs(small, args.small, forms=("matrices", "reductions"))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r"
+        fixed = min(child_cpu([exe, "report", str(small), "-o", str(out), "--force"], env)[0] for _ in range(args.repeats))
+        small_files = [str(p) for p in small.rglob("reductions.parquet")] + [str(p) for p in small.rglob("examples.parquet")]
+        small_scan = min(child_cpu([sys.executable, "-c", SCAN, *small_files])[0] for _ in range(args.repeats))
+        cache = Path(tmp) / "cache"
+        warm_env = {"ROUTESTATS_CACHE": str(cache)}
+        child_cpu([exe, "report", str(data), "-o", str(out), "--force"], warm_env)  # fills the cache
+        warm = min(child_cpu([exe, "report", str(data), "-o", str(out), "--force"], warm_env)[0]
+                   for _ in range(args.repeats))
+        rss = peak_rss_mb([exe, "report", str(data), "-o", str(out), "--force"], env)
+    helpcpu = min(child_cpu([exe, "--help"])[0] for _ in range(5))
+    n = args.examples
+    marginal = (rep - fixed) / (n - args.small) * 1e3
+    read_each = (best["scan"][0] - small_scan) / (n - args.small) * 1e3
+    print()
+    print(f"{'target':58s} {'measured':>10s} {'floor':>10s} {'ratio':>7s} {'goal':>8s}")
+    for label, got, floor, goal in (
+            (f"2 x {n} report CPU (s) vs reading its files", rep, best["scan"][0], 4.0),
+            (f"2 x {n} report CPU (s), absolute", rep, None, 3.5),
+            (f"fixed cost: 2 x {args.small} report CPU (s)", fixed, None, 2.0),
+            ("marginal CPU per example (ms) vs reading its inputs", marginal, read_each, 2.0),
+            (f"warm re-report (cache hit), 2 x {n} (s)", warm, None, 1.5),
+            ("routestats --help CPU (s)", helpcpu, None, 0.15)):
+        ratio = got / floor if floor else None
+        ok = (ratio if floor else got) <= goal
+        print(f"{label:58s} {got:10.3f} {('' if floor is None else f'{floor:.3f}'):>10s} "
+              f"{('' if ratio is None else f'{ratio:.1f}x'):>7s} {('<= ' + str(goal)):>8s} {'met' if ok else 'NOT met'}")
+    print(f"{'peak RSS of the 2 x ' + str(n) + ' report (MB)':58s} {rss:10.0f}")
 
 if __name__ == "__main__":
     main()

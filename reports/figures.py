@@ -369,7 +369,7 @@ def gradient_ratios(steps: pd.DataFrame, labels: dict):
     fig, ax = plt.subplots(figsize=(7.5, 3.4))
     for role in ("baseline", "variant"):
         t = steps[steps["role"] == role]
-        ax.plot(t["step"], t["trailing_mean"], color=PALETTE[role], label=plain(labels[role]))
+        ax.plot(t["step"], t["trailing_mean"], color=PALETTE[role], label=SHORT[role])
     ax.axhline(1.0, color="0.3", ls="--", lw=1)
     lo, up = int(steps["lower_layer"].iloc[0]), int(steps["upper_layer"].iloc[0])
     ax.set(xlabel="training step", ylabel=f"‖∇QKV L{up}‖ / ‖∇QKV L{lo}‖", title="Gradient-norm ratio (trailing mean)")
@@ -388,7 +388,7 @@ def training_curves(metrics: dict, labels: dict):
     fig, ax = plt.subplots(figsize=(7.5, 3.2))
     for role, m in metrics.items():
         t = m[m["phase"] == "train"]
-        ax.plot(t["step"], t["loss"], color=PALETTE[role], lw=1, label=plain(labels[role]))
+        ax.plot(t["step"], t["loss"], color=PALETTE[role], lw=1, label=SHORT[role])
     ax.set(yscale="log", xlabel="training step", ylabel="MSM loss", title="Training loss")
     ax.legend(fontsize=8)
     fig.tight_layout()

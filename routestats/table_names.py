@@ -6,7 +6,8 @@ Which of them a given report holds depends on its input (e.g. ``sweep`` needs se
 
 REPORT_TABLES = {
     "pair": ("performance", "layers", "effects", "entropy_effects", "adjusted", "field_to_field", "masses",
-             "profile_shape", "layer_contrasts", "profile_distance", "init_vs_final", "head_sfm", "trajectory",
+             "norm_effects", "rollout_effects", "profile_shape", "layer_contrasts", "profile_distance", "init_vs_final",
+             "head_sfm", "trajectory",
              "gradients", "lengths", "length_association", "length_adjusted", "length_bins", "word_map"),
     "study": ("deltas", "seeds", "sweep", "placement", "shuffled", "depth", "datasets", "across_seeds",
               "hierarchical", "variance_components", "forest", "decomposition", "trajectories", "gradients",

@@ -138,7 +138,7 @@ def parse_condition(text: str, num_layers: int) -> Condition:
     or ``bias-off`` (no training: the ``saab`` run of the same seed evaluated with its bias removed).
 
     >>> parse_condition("wf=0.5", 4)
-    Condition(name='saab-wf0.5', variant='saab', field_weight=0.5, layer_mask=None, shuffled=False)
+    Condition(name='saab-wf0.5', variant='saab', field_weight=0.5, layer_mask=None, shuffled=False, bias_off=False)
     >>> parse_condition("last-only", 4).layer_mask
     (0.0, 0.0, 0.0, 1.0)
     >>> parse_condition("bias-off", 4).name

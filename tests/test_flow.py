@@ -127,9 +127,25 @@ def test_saab_model_norms_are_what_the_output_projection_makes_of_one_value(tmp_
             assert float(got[h, j]) == pytest.approx(float(want), rel=1e-5)
 
 
-def test_old_schema_runs_still_read_and_say_why_norms_are_missing():
-    rep = rs.analyse("data/demo_run", resamples=100, permutations=100)  # schema 1.0, no value norms
+def test_runs_without_norms_and_schema_1_0_runs_still_read(tmp_path):
+    import json
+
+    from tests.conftest import reseal, write_run
+
+    rng = np.random.default_rng(4)
+    fields = FIELD_LISTS * 3
+    for name, variant in (("b", "baseline"), ("v", "saab")):
+        att = [random_attention(rng, 2, 2, len(g)) for g in fields]
+        path = write_run(tmp_path / name, att, fields, run_id=name, variant=variant)  # no value_norms column
+        m = json.loads((path / "run.json").read_text())
+        m["schema_version"] = "1.0"  # as written before the column existed
+        (path / "run.json").write_text(json.dumps(m))
+        reseal(path)
+    rep = rs.analyse(tmp_path, resamples=100, permutations=100)
     assert "rollout_effects" in rep.tables() and "norm_effects" not in rep.tables()
     assert "do not store" in rep.section("flow").text
     assert list(rep.frame("rollout_effects").columns) == list(rep.frame("effects").columns)
     assert isinstance(rep.frame("rollout_effects"), pd.DataFrame)
+    # the demo run (schema 1.1) has all three measures
+    demo = rs.analyse("data/demo_run", resamples=100, permutations=100)
+    assert {"effects", "norm_effects", "rollout_effects"} <= set(demo.tables())

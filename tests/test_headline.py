@@ -50,7 +50,7 @@ def test_shape_mechanics_and_confound_sentences():
                         "slope_per_10": [-0.012, 0.5]})
     h = pair_headline(eff([0.1, 0.02], [0.001, 0.01]), 30, assoc=assoc, length_adjusted=adj)
     assert h[-1] == ("Length is a confound: the per-example Δ correlates with evaluated length (Spearman ρ −0.70 in "
-                     "layer 0, CI excluding 0); at the median length (48 tokens) Δ is +0.050 there, and it changes by "
+                     "layer 0, CI excluding 0); at the median length (48 tokens) Δ is +0.050, and it changes by "
                      "−0.012 per 10 tokens; see the length tables.")
     uniform = pd.DataFrame({"test": ["sign-flip (centred profile)"], "p": [0.31]})
     assert pair_headline(eff([0.1], [0.001]), 30, uniform)[1] == \

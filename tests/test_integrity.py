@@ -245,7 +245,7 @@ def test_numeric_schema_version_message(tmp_path, rng):
     m["schema_version"] = 1.0
     (path / "run.json").write_text(json.dumps(m))
     code, out = cli("info", path)
-    one_line_error(code, out, 'schema_version must be a string such as "1.0", got 1.0 (float)')
+    one_line_error(code, out, 'schema_version must be a string such as "1.1", got 1.0 (float)')
 
 
 def test_incomplete_run_suggests_the_cli_option(tmp_path):

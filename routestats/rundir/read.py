@@ -325,7 +325,8 @@ class Run:
         path = self.attention_path(step, S.FORM_MATRICES)
         dtype = self.manifest["attention"]["dtype"]
         pf = parquet_file(path)
-        _check_schema(str(path), pf.schema_arrow, S.attention_matrices_schema(dtype), S.MATRICES_REQUIRED)
+        _check_schema(str(path), pf.schema_arrow, S.attention_matrices_schema(dtype, value_norms=True),
+                      S.MATRICES_REQUIRED)
         lengths = self._lengths()
         yield from _stream(path, iter_blocks(pf, examples, layers, str(path)),
                            lambda ex, rows: matrices_block(str(path), ex, rows, lengths, dtype, self.causal))

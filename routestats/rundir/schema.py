@@ -104,14 +104,14 @@ positions only (the first ``length`` = min(prepared_length, cap) non-padding pos
 -1 where unknown. ``content_sha256`` is :func:`content_hash` of tokens and field ids."""
 
 
-def attention_matrices_schema(dtype: str = "float16", value_norms: bool = True) -> pa.Schema:
+def attention_matrices_schema(dtype: str = "float16", value_norms: bool = False) -> pa.Schema:
     """Schema of ``matrices.parquet``: one row per example x layer x head.
 
     ``weights`` is the ``n x n`` matrix over the example's evaluated positions, row-major
     (row = query, column = key), stored as ``dtype``. The optional ``value_norms`` (schema 1.1)
     holds, per key j, the norm of the vector the head transports from it, ||f_h(x_j)|| =
     ||(x_j W_V^h + b_V^h) W_O^h|| (Kobayashi et al. 2020; METHODS III 3.5), as float32;
-    ``value_norms=False`` gives the schema without it.
+    ``value_norms=True`` gives the schema with it (readers check the column when present).
     """
     if dtype not in ATTENTION_DTYPES:
         raise ValueError(f"unknown attention dtype {dtype!r}; expected one of {ATTENTION_DTYPES}")

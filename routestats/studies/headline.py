@@ -125,7 +125,7 @@ def _confounds(assoc: pd.DataFrame | None, adjusted: pd.DataFrame | None = None)
         a = adjusted[adjusted["layer"].isin(bad["layer"])]
         slope = a["slope_per_10"]
         text += (f"; at the median length ({a['reference_length'].iloc[0]:g} tokens) Δ is "
-                 f"{_signed_span(a['delta_at_reference'])} there, and it changes by {_signed_span(slope)} per 10 tokens")
+                 f"{_signed_span(a['delta_at_reference'])}, and it changes by {_signed_span(slope)} per 10 tokens")
     return text + "; see the length tables."
 
 
