@@ -392,7 +392,7 @@ def capture(
     bias: Optional[float] = typer.Option(None, help="Add a variant run with this same-field bias w_f in every layer."),
     ablate: Optional[str] = typer.Option(None, help="Add a variant run with these heads zeroed, e.g. 0.3,2.5."),
     layers: Optional[str] = typer.Option(None, help="Store only these layers, e.g. 0,1,5 (default: all)."),
-    forms: str = typer.Option("reductions", help="Attention forms: reductions and/or matrices (matrices are large)."),
+    forms: str = typer.Option("reductions", help="Attention forms: reductions and/or matrices (matrices are large; they add the word-level explorer, rollout and norm-weighted SFM)."),
     dtype: str = typer.Option("float32", help="Storage dtype: float16 or float32."),
     threads: int = typer.Option(2, help="torch CPU threads."),
 ) -> None:
