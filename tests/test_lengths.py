@@ -155,12 +155,15 @@ def test_linear_length_fit_against_statsmodels_and_a_resample_loop():
         assert f["delta_at_reference"][layer] == pytest.approx(fit.params[0], abs=1e-12)
         assert f["slope_per_10"][layer] == pytest.approx(10 * fit.params[1], abs=1e-12)
         assert f["delta"][layer] == pytest.approx(D[:, layer].mean(), abs=1e-15)
-    # bootstrap: one resample at a time from the same generator, np.polyfit on each
-    g = np.random.default_rng(11)
+    # bootstrap: the shared mode's resamples (counts per example), each expanded into its drawn examples
+    # and refitted with np.polyfit
+    from routestats.stats.inference import bootstrap_count_chunks
+
     boot = []
-    for _ in range(300):
-        i = g.integers(0, 40, size=40)
-        boot.append([np.polyfit(x[i] - ref, D[i, k], 1) for k in range(2)])
+    for cnt in bootstrap_count_chunks(40, 300, 11):
+        for row in cnt:
+            i = np.repeat(np.arange(40), row)
+            boot.append([np.polyfit(x[i] - ref, D[i, k], 1) for k in range(2)])
     boot = np.array(boot)  # (B, layer, [slope, intercept])
     np.testing.assert_allclose(f[["ci_low", "ci_high"]].to_numpy().T, np.quantile(boot[:, :, 1], [0.025, 0.975], axis=0),
                                atol=1e-10)

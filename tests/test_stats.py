@@ -294,3 +294,13 @@ def test_shared_draws_are_reused_bitwise_and_bounded(monkeypatch):
     assert not I._DRAWS  # too large to keep
     for a, b in zip(fresh, big):
         np.testing.assert_array_equal(a, b)
+
+
+def test_bootstrap_count_chunks_are_the_bootstrap_means_draws():
+    from routestats.stats.inference import bootstrap_count_chunks, bootstrap_means
+
+    d = np.random.default_rng(2).standard_normal((50, 2))
+    means = bootstrap_means(d, 700, np.random.default_rng(9))
+    counts = np.concatenate(list(bootstrap_count_chunks(50, 700, 9))).astype(float)
+    assert (counts.sum(axis=1) == 50).all()
+    np.testing.assert_array_equal((counts @ d) / 50, means)

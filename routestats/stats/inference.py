@@ -175,6 +175,34 @@ def bootstrap_means(d: np.ndarray, resamples: int, rng: np.random.Generator) -> 
     return means
 
 
+def _count_chunks(rng: np.random.Generator, n: int, resamples: int):
+    """Bootstrap resample counts, chunk by chunk ((c, n) unsigned ints; row r counts how often each
+    example is drawn in resample r): the draws of :func:`bootstrap_means` and the shared mode."""
+    rows = max(1, _CHUNK * 512 // n)  # bounded memory: about 1M indices per chunk
+    for s in range(0, resamples, rows):
+        c = min(rows, resamples - s)
+        idx = np.minimum((rng.random((c, n)) * n).astype(np.int64), n - 1)
+        idx += (np.arange(c, dtype=np.int64) * n)[:, None]
+        cnt = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n)
+        top = int(cnt.max()) if cnt.size else 0
+        yield cnt.astype(np.uint8 if top < 256 else np.uint16 if top < 65536 else np.uint32)
+
+
+def bootstrap_count_chunks(n: int, resamples: int, seed: int):
+    """The shared mode's bootstrap counts for ``n`` examples and ``seed`` (reused when a paired table of
+    the same examples drew them already), chunk by chunk; any statistic that is a function of
+    weighted sums over examples (means, least-squares lines) can use them.
+
+    >>> sum(int(c.sum()) for c in bootstrap_count_chunks(5, 100, 1))   # every resample draws n examples
+    500
+    """
+    for (kn, kr, _kp, ks), (counts, _bits) in _DRAWS.items():
+        if (kn, kr, ks) == (n, resamples, seed):
+            yield from counts
+            return
+    yield from _count_chunks(np.random.default_rng(seed), n, resamples)
+
+
 _DRAWS: dict = {}  # (n, resamples, permutations, seed) -> (count chunks, sign-bit chunks); see _shared_draws
 _DRAW_BUDGET = 160 * 2**20  # bytes of draws kept for reuse (one example set at untouched-test scale)
 
@@ -191,15 +219,7 @@ def _shared_draws(n: int, resamples: int, permutations: int, seed: int):
     if resamples * n * (1 if n < 256 else 2) + permutations * n > _DRAW_BUDGET:
         return None  # too large to keep: the caller streams them
     rng = np.random.default_rng(seed)
-    counts = []
-    rows = max(1, _CHUNK * 512 // n)  # bounded memory: about 1M indices per chunk
-    for s in range(0, resamples, rows):
-        c = min(rows, resamples - s)
-        idx = np.minimum((rng.random((c, n)) * n).astype(np.int64), n - 1)
-        idx += (np.arange(c, dtype=np.int64) * n)[:, None]
-        cnt = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n)
-        top = int(cnt.max()) if cnt.size else 0
-        counts.append(cnt.astype(np.uint8 if top < 256 else np.uint16 if top < 65536 else np.uint32))
+    counts = list(_count_chunks(rng, n, resamples))
     words = -(-n // 64)
     bits = []
     for s in range(0, permutations, _CHUNK):

@@ -22,7 +22,7 @@ import pandas as pd
 from routestats.studies.effects import paired_differences
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunPair
-from routestats.stats.inference import percentile_ci, spearman_ci
+from routestats.stats.inference import bootstrap_count_chunks, percentile_ci, spearman_ci
 
 __all__ = [
     "length_table",
@@ -117,10 +117,11 @@ def length_bins(p: RunPair, n_bins: int = 4, step=None, examples=None) -> pd.Dat
 
 
 def linear_length_fit(x, D, reference: float, resamples: int = 10_000, seed: int = 1001,
-                      confidence: float = 0.95, chunk: int = 500) -> pd.DataFrame:
+                      confidence: float = 0.95) -> pd.DataFrame:
     """Per column of ``D`` (examples x layers) the least-squares line d = a + b (x - reference),
-    with percentile bootstrap intervals (resampling examples, ``default_rng(seed)``, the same
-    indices for every column). Returns one row per column: ``delta`` (the raw mean),
+    with percentile bootstrap intervals (resampling examples with the shared mode's draws,
+    :func:`routestats.stats.inference.bootstrap_count_chunks`: the same resamples as the paired
+    tables of these examples, for every column). Returns one row per column: ``delta`` (the raw mean),
     ``delta_at_reference`` (a), ``ci_low``/``ci_high``, ``slope_per_10`` (10 b) and its interval;
     resamples whose lengths are all equal (no slope) are dropped and counted in ``resamples_kept``.
 
@@ -134,22 +135,22 @@ def linear_length_fit(x, D, reference: float, resamples: int = 10_000, seed: int
     if n < 3 or np.ptp(x) == 0:
         raise RoutestatsError("a length fit needs at least 3 examples of different lengths")
 
-    def fit(xs, ds):  # xs: (..., n), ds: (..., n, L) -> intercept at reference, slope: (..., L)
-        xc = xs - xs.mean(axis=-1, keepdims=True)
-        sxx = (xc * xc).sum(axis=-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            b = np.einsum("...n,...nl->...l", xc, ds) / sxx[..., None]
-        a = ds.mean(axis=-2) + b * (reference - xs.mean(axis=-1))[..., None]
-        return a, b
-
-    a, b = fit(x, D)
-    rng = np.random.default_rng(seed)
+    xc = x - x.mean()  # centred once: the weighted sums below stay well conditioned
+    sxx = (xc * xc).sum()
+    b = (xc @ D) / sxx
+    a = D.mean(axis=0) + b * (reference - x.mean())
+    xd = xc[:, None] * D
     boot_a, boot_b = [], []
-    for start in range(0, resamples, chunk):
-        idx = rng.integers(0, n, size=(min(chunk, resamples - start), n))
-        ba, bb = fit(x[idx], D[idx])
-        boot_a.append(ba)
+    for cnt in bootstrap_count_chunks(n, resamples, seed):  # resample r weights example i by its count
+        w = cnt.astype(np.float64)
+        mx = (w @ xc) / n
+        md = (w @ D) / n
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vb = (w @ (xc * xc)) / n - mx * mx
+            bb = ((w @ xd) / n - mx[:, None] * md) / vb[:, None]
+        bb[vb <= 1e-12 * max(sxx / n, 1e-300)] = np.nan  # every drawn example of one length: no slope
         boot_b.append(bb)
+        boot_a.append(md + bb * (reference - x.mean() - mx)[:, None])
     boot_a, boot_b = np.concatenate(boot_a), np.concatenate(boot_b)
     keep = np.isfinite(boot_b).all(axis=1)
     a_lo, a_hi = percentile_ci(boot_a[keep], confidence)

@@ -311,7 +311,9 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
     norm_eff = rollout_eff = None
     flow_skipped = []
     have = all(S.FORM_MATRICES in r.attention_forms(step) for r in (p.baseline, p.variant))
-    mb = sum(r.attention_path(step).stat().st_size for r in (p.baseline, p.variant)) / 1e6 if have else 0.0
+    # sizes as the manifests list them: deciding whether to read the matrices must not hash them first
+    mb = sum(e.get("bytes", 0) for r in (p.baseline, p.variant) for e in r.manifest["files"]
+             if e["path"] == S.attention_file(step, S.FORM_MATRICES)) / 1e6 if have else 0.0
     if s.flow == "off":
         flow_skipped.append("Not computed (flow = off).")
     elif have and s.flow == "auto" and mb > s.flow_max_mb:
