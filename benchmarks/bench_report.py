@@ -50,6 +50,10 @@ def peak_rss_mb(cmd: list[str], env: dict | None = None) -> float:
     return int(res.stderr.strip().splitlines()[-1]) / 1024
 
 
+# the same sections at every size: rollout / norm-weighted SFM read the full matrices, which the default
+# report does only when they are small (flow auto), so the small and the large pair would differ
+SAME = ["--flow", "off"]
+
 HASH = """
 import hashlib, sys
 for f in sys.argv[1:]:  # the same chunked SHA-256 as routestats.rundir.atomic.sha256_file, nothing imported
@@ -90,7 +94,7 @@ def main(argv=None) -> None:
         rows = {"report": [], "hash": [], "scan": [], "start": []}
         files: list[str] = []
         for i in range(args.repeats):
-            rows["report"].append(child_cpu([exe, "report", str(data), "-o", str(out), "--force"], env))
+            rows["report"].append(child_cpu([exe, "report", str(data), "-o", str(out), "--force", *SAME], env))
             if not files:
                 page = (out / "report.html").read_text()
                 # the provenance JSON the report embeds lists exactly the files it verified (= read)
@@ -119,15 +123,16 @@ def main(argv=None) -> None:
         write_runs(small, args.small, forms=("matrices", "reductions"))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r"
-        fixed = min(child_cpu([exe, "report", str(small), "-o", str(out), "--force"], env)[0] for _ in range(args.repeats))
+        fixed = min(child_cpu([exe, "report", str(small), "-o", str(out), "--force", *SAME], env)[0]
+                    for _ in range(args.repeats))
         small_files = [str(p) for p in small.rglob("reductions.parquet")] + [str(p) for p in small.rglob("examples.parquet")]
         small_scan = min(child_cpu([sys.executable, "-c", SCAN, *small_files])[0] for _ in range(args.repeats))
         cache = Path(tmp) / "cache"
         warm_env = {"ROUTESTATS_CACHE": str(cache)}
-        child_cpu([exe, "report", str(data), "-o", str(out), "--force"], warm_env)  # fills the cache
-        warm = min(child_cpu([exe, "report", str(data), "-o", str(out), "--force"], warm_env)[0]
+        child_cpu([exe, "report", str(data), "-o", str(out), "--force", *SAME], warm_env)  # fills the cache
+        warm = min(child_cpu([exe, "report", str(data), "-o", str(out), "--force", *SAME], warm_env)[0]
                    for _ in range(args.repeats))
-        rss = peak_rss_mb([exe, "report", str(data), "-o", str(out), "--force"], env)
+        rss = peak_rss_mb([exe, "report", str(data), "-o", str(out), "--force", *SAME], env)
     helpcpu = min(child_cpu([exe, "--help"])[0] for _ in range(5))
     n = args.examples
     marginal = (rep - fixed) / (n - args.small) * 1e3

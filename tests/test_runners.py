@@ -438,19 +438,24 @@ def test_bias_off_evaluation_of_a_wf0_run_equals_the_baseline(smoke_study, tmp_p
     assert not np.array_equal(a, b)
 
 
+def _baseline_and_saab(study: Path, tree: Path) -> Path:
+    """A copy of the smoke study's baseline and SAAB runs (with the tokenizer) to add evaluations to."""
+    import shutil
+
+    for name in ("baseline", "saab"):
+        shutil.copytree(study / name, tree / name)
+    shutil.copy(study / "tokenizer.json", tree / "tokenizer.json")
+    torch.set_num_threads(1)
+    return tree
+
+
 def test_bias_off_is_a_sweep_condition(smoke_study, tmp_path):
     # `--conditions ...,bias-off`: trained runs are skipped (complete), the saab run is evaluated without its
     # bias into saab-bias-off, bitwise what `runners evaluate --bias off` writes
-    import shutil
-
     from runners.evaluate import evaluate_bias_off
 
     out, _ = smoke_study
-    tree = tmp_path / "seed3"
-    for name in ("baseline", "saab"):
-        shutil.copytree(out / name, tree / name)
-    shutil.copy(out / "tokenizer.json", tree / "tokenizer.json")
-    torch.set_num_threads(1)
+    tree = _baseline_and_saab(out, tmp_path / "seed3")
     p = get_preset("smoke")
     conds = [parse_condition(c, p.model["num_layers"]) for c in ("baseline", "saab", "bias-off")]
     paths = train_study(tree, data=resolve("bundled-dbpedia"), preset=p, conditions=conds, seed=3, device="cpu")
@@ -468,17 +473,11 @@ def test_bias_off_is_a_sweep_condition(smoke_study, tmp_path):
 
 
 def test_decomposition_total_is_direct_plus_learned(smoke_study, tmp_path):
-    import shutil
-
     from routestats.studies.decomposition import decomposition
     from runners.evaluate import evaluate_bias_off
 
     out, _ = smoke_study
-    tree = tmp_path / "tree"
-    for name in ("baseline", "saab"):
-        shutil.copytree(out / name, tree / name)
-    shutil.copy(out / "tokenizer.json", tree / "tokenizer.json")
-    torch.set_num_threads(1)
+    tree = _baseline_and_saab(out, tmp_path / "tree")
     evaluate_bias_off(tree / "saab")
     runs = rs.load_runs(tree)
     d = decomposition(runs, rs.AnalysisSettings(resamples=200, permutations=200))
