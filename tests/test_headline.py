@@ -43,14 +43,16 @@ def test_shape_mechanics_and_confound_sentences():
                     "L1 − L0 = −0.080 [−0.090, −0.070].")
     assert h[2].startswith("Already at step 1 the difference was 90–120% of its final size")
     assert h[2].endswith("training reduced it in layer 1.")
-    assert h[-1] == ("Length is a confound: the per-example Δ correlates with evaluated length (Spearman ρ −0.70 in "
-                     "layer 0, CI excluding 0); see the length tables.")
+    assert h[-1] == ("The effect depends on length: the per-example Δ correlates with evaluated length (Spearman ρ "
+                     "−0.70 in layer 0, where |ρ| ≥ 0.5 and the CI excludes 0), so the mean Δ depends on this "
+                     "sample's lengths; see the length tables.")
     # with the length-adjusted fit, the confounded layers' change at the median length and per 10 tokens
     adj = pd.DataFrame({"layer": [0, 1], "reference_length": [48.0, 48.0], "delta_at_reference": [0.05, 0.3],
                         "slope_per_10": [-0.012, 0.5]})
     h = pair_headline(eff([0.1, 0.02], [0.001, 0.01]), 30, assoc=assoc, length_adjusted=adj)
-    assert h[-1] == ("Length is a confound: the per-example Δ correlates with evaluated length (Spearman ρ −0.70 in "
-                     "layer 0, CI excluding 0); at the median length (48 tokens) Δ is +0.050, and it changes by "
+    assert h[-1] == ("The effect depends on length: the per-example Δ correlates with evaluated length (Spearman ρ "
+                     "−0.70 in layer 0, where |ρ| ≥ 0.5 and the CI excludes 0), so the mean Δ depends on this "
+                     "sample's lengths; at the median length (48 tokens) Δ is +0.050, and it changes by "
                      "−0.012 per 10 tokens; see the length tables.")
     uniform = pd.DataFrame({"test": ["sign-flip (centred profile)"], "p": [0.31]})
     assert pair_headline(eff([0.1], [0.001]), 30, uniform)[1] == \
@@ -63,9 +65,17 @@ def test_study_leads_with_the_across_seed_result():
     h = study_headline(across, n_pairs=15, seeds=[42, 99, 1001])
     assert h[0] == ("Across 3 seeds (seed as the unit; paired t, Holm over layers), SFM rose in layer 0 (Δ +0.120, "
                     "p_Holm 0.010); no detectable change in layers 1 and 2.")
-    assert "smallest attainable p = 0.250" in h[1]
-    assert "within one seed each" in h[2]
+    # every layer positive, one significant: the headline says "no detectable change" is not "no change"
+    assert h[1] == ("Every layer's mean Δ has the same sign (+0.010 to +0.120); with 3 seeds, 1 of 3 layers stay "
+                    "significant after Holm.")
+    assert "smallest attainable p = 0.250" in h[2]
+    assert "within one seed each" in h[3]
+    mixed = study_headline(across.assign(mean_delta=[0.12, -0.05, 0.01]), n_pairs=15, seeds=[42, 99, 1001])
+    assert not any("same sign" in x for x in mixed)
     single = study_headline(None, n_pairs=4, seeds=[1])
     assert "no across-seed inference is possible" in single[0]
+    pre = pair_headline(eff([0.1], [0.001]), 30, pretrained=True)
+    assert pre[0].startswith("On this pretrained checkpoint (30 examples, the intervention applied at inference only)")
+    assert "for this one checkpoint and data set" in pre[1] and "initialisations" not in " ".join(pre)
     within = pair_headline(eff([0.1], [0.001]), 30, within_study=True)
     assert within[-1].endswith("the study's across-seed results above are that evidence.")

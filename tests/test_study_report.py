@@ -102,6 +102,8 @@ def test_evidence_levels_forest_and_disagreement(tree):  # noqa: F811
                            "ci_low": lo, "ci_high": hi} for n, lo, hi in
                           (("paired t (seeds)", -0.005, 0.246), ("two-stage bootstrap", 0.068, 0.165),
                            ("mixed model", 0.063, 0.177))])
-    (why,) = disagreement(built, 3)
-    assert why.startswith("Layer 2: the paired t (seeds) [-0.005, 0.246] includes 0 while the two-stage bootstrap")
-    assert "t with 2 df" in why
+    (layer, why) = disagreement(built, 3)  # one sentence per layer, then the reasons once
+    assert layer.startswith("Layer 2: the paired t (seeds) [-0.005, 0.246] includes 0 while the two-stage bootstrap")
+    assert why.startswith("Why: ") and "t with 2 df" in why
+    two = disagreement(pd.concat([built, built.assign(layer=3)]), 3)
+    assert len(two) == 3 and sum(x.startswith("Why") for x in two) == 1

@@ -13,7 +13,8 @@ constructed inputs:
 * mechanics: with an init-vs-final table, the share of the final Delta already present at the
   earliest stored step;
 * scope: a pair's p-values measure precision within one model, not the architecture;
-* confounds: any layer with |Spearman rho(length, Delta)| >= 0.5 and a CI excluding 0.
+* length: any layer with |Spearman rho(length, Delta)| >= 0.5 and a CI excluding 0 (the effect's
+  size depends on length: with paired examples it is effect modification, not confounding).
 
 Examples
 --------
@@ -119,8 +120,11 @@ def _confounds(assoc: pd.DataFrame | None, adjusted: pd.DataFrame | None = None)
     r = bad.loc[bad["rho"].abs().idxmax()]
     rho = lambda x: fmt_num(x, 2).replace("-", "−")  # noqa: E731
     span = rho(r["rho"]) if len(bad) == 1 else f"{rho(bad['rho'].min())} to {rho(bad['rho'].max())}"
-    text = (f"Length is a confound: the per-example Δ correlates with evaluated length (Spearman ρ {span} in "
-            f"{_layers(bad['layer'])}, CI excluding 0)")
+    # both models see the same examples, so length does not confound the paired Δ: it modifies its size,
+    # and the mean Δ depends on the sample's lengths
+    text = (f"The effect depends on length: the per-example Δ correlates with evaluated length (Spearman ρ {span} "
+            f"in {_layers(bad['layer'])}, where |ρ| ≥ {RHO_CONFOUND:g} and the CI excludes 0), so the mean Δ "
+            "depends on this sample's lengths")
     if adjusted is not None and len(adjusted):
         a = adjusted[adjusted["layer"].isin(bad["layer"])]
         slope = a["slope_per_10"]
@@ -130,16 +134,24 @@ def _confounds(assoc: pd.DataFrame | None, adjusted: pd.DataFrame | None = None)
 
 
 def pair_headline(effects: pd.DataFrame, n_examples: int, shape=None, contrasts=None, init_final=None, assoc=None,
-                  alpha: float = ALPHA, within_study: bool = False, length_adjusted=None) -> list[str]:
-    """The headline of a one-pair report (a part of a study says it is within one seed)."""
-    lead = f"Within one initialisation ({n_examples} examples)"
+                  alpha: float = ALPHA, within_study: bool = False, length_adjusted=None,
+                  pretrained: bool = False) -> list[str]:
+    """The headline of a one-pair report (a part of a study says it is within one seed; a pretrained
+    pair, an intervention at inference on one checkpoint, says so)."""
+    lead = (f"On this pretrained checkpoint ({n_examples} examples, the intervention applied at inference only)"
+            if pretrained else f"Within one initialisation ({n_examples} examples)")
     out = [f"{lead}, {direction_sentence(effects.reset_index(drop=True), 'mean_diff', 'p_holm', alpha)}."]
     for s in (_shape(shape, contrasts, alpha), _mechanics(init_final)):
         if s:
             out.append(s)
-    out.append("These p-values measure precision within one model (examples as the unit), not the effect of the "
-               "architecture across initialisations" + (": the study's across-seed results above are that evidence."
-                                                         if within_study else "; that needs several seeds."))
+    if pretrained:
+        out.append("These p-values measure precision over these examples (examples as the unit) for this one "
+                   "checkpoint and data set; other checkpoints or data need their own runs.")
+    else:
+        out.append("These p-values measure precision within one model (examples as the unit), not the effect of the "
+                   "architecture across initialisations" + (": the study's across-seed results above are that "
+                                                             "evidence." if within_study else
+                                                             "; that needs several seeds."))
     c = _confounds(assoc, length_adjusted)
     if c:
         out.append(c)
@@ -169,6 +181,11 @@ def study_headline(across: pd.DataFrame | None, n_pairs: int, seeds: list, alpha
     t = across.copy()
     text = direction_sentence(t, "mean_delta", "p_t_holm", alpha)
     out = [f"Across {k} seeds (seed as the unit; paired t, Holm over layers), {text}."]
+    sig = t["p_t_holm"] < alpha
+    d = t["mean_delta"]
+    if (~sig).any() and ((d > 0).all() or (d < 0).all()):  # "no detectable change" is not "no change"
+        out.append(f"Every layer's mean Δ has the same sign ({_signed_span(d)}); with {k} seeds, {int(sig.sum())} "
+                   f"of {len(t)} layers stay significant after Holm.")
     floor = float(across["min_attainable_p"].min())
     if floor > alpha:
         out.append(f"With {k} seeds the exact sign-flip test cannot reach p < {alpha:g} (smallest attainable p = "

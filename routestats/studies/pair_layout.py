@@ -9,6 +9,12 @@ from routestats.settings import AnalysisSettings
 __all__ = ["pair_tables", "pair_findings", "pair_methods"]
 
 
+def _outside(rep: dict) -> float:
+    """The largest mean share of a layer's attention on keys outside the named fields."""
+    m = rep.get("masses")
+    return float(m["unnamed_mass"].max()) if m is not None and len(m) else 0.0
+
+
 def pair_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
     """The shown tables of a pair report (frames in ``rep``)."""
     conf = pct(s.confidence)
@@ -24,7 +30,8 @@ def pair_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
              Column("Final train loss", "final_train_loss", "num", 4), Column("Eval loss", "eval_loss", "num", 4),
              Column("Eval accuracy", "eval_accuracy", "num", 4))),
         "layers": T(
-            "layers", f"Same-field attention mass (SFM) and entropy (nats) per layer at step {rep['step']}, "
+            "layers", "Same-field attention mass (SFM) and entropy (nats) per layer "
+                      f"{'of the pretrained model as evaluated' if rep['pretrained'] else 'at step ' + str(rep['step'])}, "
                       f"mean over {rep['n_examples']} examples; the highest SFM of each model in bold.",
             (Column("Model", "role", "text"), Column("Layer", "layer", "int"), Column("SFM", "sfm"),
              Column("Entropy", "entropy"), Column("Examples", "n_examples", "int")),
@@ -45,7 +52,10 @@ def pair_tables(rep: dict, s: AnalysisSettings) -> dict[str, Table]:
              Column("p (Holm)", "p_holm", "p"))),
         "adjusted": None if rep["adjusted"] is None else T(
             "adjusted", "Opportunity-adjusted SFM, (SFM − O_e)/(1 − O_e): 0 = uniform over valid keys, 1 = only "
-                        "same-field keys. Examples with one visible field (O_e = 1) are excluded from every layer.",
+                        "same-field keys. Examples with one visible field (O_e = 1) are excluded from every layer."
+                        + (" Attention on keys outside the named fields counts in neither SFM nor O_e, so values "
+                           "below 0 (even below −1) mean much of it sits there; keys=named renormalises SFM over "
+                           "the named keys." if _outside(rep) > 0.01 else ""),
             (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("Excluded", "excluded", "int"),
              Column("Mean O_e", "mean_opportunity"), Column(f"Adj. {b}", "baseline_mean"),
              Column(f"Adj. {v}", "variant_mean"), Column("Δ adj.", "mean_diff"),
@@ -193,8 +203,8 @@ def pair_methods(rep: dict, s: AnalysisSettings) -> str:
     mode = {"shared": "one generator whose bootstrap indices and sign patterns are shared across layers",
             "numpy": "the reference implementation's per-layer NumPy procedure",
             "python-random": "the reference implementation's per-layer Python random procedure"}[s.mode]
-    when = ("of the pretrained models as they are (no training; interventions at inference time)" if rep["pretrained"]
-            else f"at training step {rep['step']}")
+    when = ("from the pretrained model as it is and under the intervention (no training; the intervention acts at "
+            "inference time)" if rep["pretrained"] else f"at training step {rep['step']}")
     causal = (f" The models attend causally: a query sees only earlier keys, the opportunity O_i counts visible keys, "
               f"and queries whose visible named keys all lie in their own field (SFM 1 whatever the model does) "
               f"are {'excluded' if rep['trivial'] == 'exclude' else 'included'}." if rep["causal"] else
@@ -202,7 +212,7 @@ def pair_methods(rep: dict, s: AnalysisSettings) -> str:
                else ""))
     keys = " SFM is renormalised over the named keys, S / (1 − U)." if s.keys == "named" else ""
     return (
-        f"Attention was recorded {when} in both models ({rep['n_layers']} layers, {rep['n_heads']} heads each). "
+        f"Attention was recorded {when}, {rep['n_layers']} layers × {rep['n_heads']} heads. "
         f"{_protocol_sentence(rep, s)} "
         f"Same-field attention mass (SFM) is the attention a valid query places on valid keys of its own field "
         f"(named fields: {names}), averaged over valid queries, then heads, then examples, without renormalisation; "
@@ -213,6 +223,7 @@ def pair_methods(rep: dict, s: AnalysisSettings) -> str:
         f"Holm-adjusted across the {rep['n_layers']} layers, and d_z = mean/SD (ddof 1). Random procedures use seed "
         f"{s.seed} ({mode}). Opportunity-adjusted SFM is (SFM − O_e)/(1 − O_e) with O_e = Σ_f n_f²/N², "
         f"excluding examples with a single visible field. Field-to-field means count examples lacking the source "
-        f"field as {'zero' if s.missing_fields == 'zero' else 'missing'}. Gradient ratios are means of per-step "
-        f"ratios over up to {s.gradient_window} steps ending at each checkpoint.{causal}{keys}"
+        f"field as {'zero' if s.missing_fields == 'zero' else 'missing'}."
+        + (f" Gradient ratios are means of per-step ratios over up to {s.gradient_window} steps ending at each "
+           "checkpoint." if rep.get("gradients") is not None else "") + f"{causal}{keys}"
     )

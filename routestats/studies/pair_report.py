@@ -486,8 +486,9 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                                 text="Attention grouped into words (average over query pieces, sum over key pieces). "
                                      "Explorer (HTML only): click a word to see where it attends, per layer and head "
                                      "or their mean, in the baseline, the variant or their difference; fields are "
-                                     "underlined in colour. The static map below shows the head mean of the last "
-                                     "layers; white/black lines mark field boundaries. Example selection: "
+                                     "underlined in colour. The static map below shows the head mean of layers "
+                                     f"{', '.join(map(str, wm.layers))}; white/black lines mark field boundaries. "
+                                     "Example selection: "
                                      f"{wm.selection_rule}."))
     else:
         sections.append(Section("words", "Word-level attention",
@@ -505,7 +506,7 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
         findings=tuple(pair_findings(rep, s)),
         headline=tuple(pair_headline(rep["effects"], rep["n_examples"], rep["profile_shape"], rep["layer_contrasts"],
                                      rep["init_vs_final"], rep["length_association"], within_study=within_study,
-                                     length_adjusted=rep["length_adjusted"])),
+                                     length_adjusted=rep["length_adjusted"], pretrained=rep["pretrained"])),
         methods=pair_methods(rep, s),
         provenance=_provenance(p, s, rep["step"]),
         data={k: rep[k] for k in ("curves", "gradient_steps", "length_examples") if rep[k] is not None},

@@ -281,11 +281,12 @@ def disagreement(forest: pd.DataFrame | None, n_seeds: int) -> list[str]:
         yes = [k for k, v in excl.items() if v]
         no = [k for k, v in excl.items() if not v]
         out.append(f"Layer {layer}: {say(no)} include{'s' if len(no) == 1 else ''} 0 while {say(yes)} exclude"
-                   f"{'s' if len(yes) == 1 else ''} it. With {n_seeds} seeds the paired t interval rests on "
-                   f"{n_seeds} per-seed means (t with {n_seeds - 1} df, so it is wide); the two-stage bootstrap "
-                   f"resamples only the {n_seeds} observed seeds and understates between-seed variation; the mixed "
-                   f"model assumes normal seed effects and estimates their variance from {n_seeds} seeds. Trust "
-                   "the widest interval until more seeds are run.")
+                   f"{'s' if len(yes) == 1 else ''} it.")
+    if out:  # the reasons once, after the layers they explain
+        out.append(f"Why: with {n_seeds} seeds the paired t interval rests on {n_seeds} per-seed means (t with "
+                   f"{n_seeds - 1} df, so it is wide); the two-stage bootstrap resamples only the {n_seeds} observed "
+                   f"seeds and understates between-seed variation; the mixed model assumes normal seed effects and "
+                   f"estimates their variance from {n_seeds} seeds. Trust the widest interval until more seeds are run.")
     return out
 
 
@@ -428,7 +429,9 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
         headline=tuple(study_headline(t.get("across_seeds"), int(n_pairs), seeds,
                                       decomposition=t.get("decomposition"))),
         methods=methods,
-        provenance={"runs": runs.index.astype(str).to_dict(orient="records"),
+        provenance={"runs": [{k: (None if pd.isna(v) else v.item() if hasattr(v, "item") else v)
+                              for k, v in rec.items()}  # a factor a run lacks is null, not NaN (valid JSON)
+                             for rec in runs.index.astype(object).to_dict(orient="records")],
                     "verified_files": runs.verified_files(),
                     "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                                  "settings": asdict(s)}},
