@@ -102,6 +102,7 @@ STYLE = """
   border-radius: 2px; white-space: nowrap; }
 .attention-explorer .explorer-word.query { outline: 2px solid #E3A900; }
 .attention-explorer .explorer-status { font-size: 13px; color: var(--muted, #555); min-height: 1.3em; }
+.attention-explorer .explorer-key { font-size: 12px; color: var(--muted, #555); margin: 0; }
 .attention-explorer .explorer-legend span { margin-right: 12px; font-size: 12px; }
 """
 
@@ -151,6 +152,8 @@ def attention_explorer(figure, element_id: str) -> str:
         f'<span class="explorer-legend">fields: {legend}</span></div>'
         f'<div class="explorer-words">{words}</div>'
         '<p class="explorer-status">Click a word to see where it attends.</p>'
+        '<p class="explorer-key">Shading: darker = more attention from the clicked word (scaled to its largest '
+        'value); in the difference view red = more in the variant, blue = less.</p>'
         f'<script type="application/json" class="explorer-data">{payload}</script>'
         f'<script>{SCRIPT}</script></div>'
     )

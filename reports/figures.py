@@ -33,6 +33,15 @@ def layer_colors(n: int) -> list:
     return [cb[i] for i in (0, 1, 2, 4, 3, 8, 5, 9)[:n]]  # blue, orange, green, purple first: no two alike
 
 
+def step_axis(ax, steps) -> None:
+    """Training steps on a log axis (checkpoints crowd the start); symlog from 0 only when a step 0 is stored."""
+    if len(steps) and float(np.min(steps)) >= 1:
+        ax.set_xscale("log")
+    else:
+        ax.set_xscale("symlog")
+        ax.set_xlim(left=0)  # steps are never negative
+
+
 def integer_ticks(axis) -> None:
     """Count axes show whole numbers only."""
     from matplotlib.ticker import MaxNLocator
@@ -350,8 +359,8 @@ def trajectories(traj: pd.DataFrame, labels: dict):
         for role, ls in (("baseline", "--"), ("variant", "-")):
             t = traj[(traj["role"] == role) & (traj["layer"] == layer)].sort_values("step")
             ax.plot(t["step"], t["sfm"], ls=ls, marker="o", ms=3, color=c)
-    ax.set(xscale="symlog", xlabel="training step", ylabel="same-field mass", title="SFM trajectories")
-    ax.set_xlim(left=0)
+    step_axis(ax, traj["step"])
+    ax.set(xlabel="training step", ylabel="same-field mass", title="SFM trajectories")
     handles = [Line2D([], [], color=c, marker="o", label=f"layer {layer}") for c, layer in zip(colors, layers)]
     handles += [Line2D([], [], color="0.3", ls="--", label="baseline"), Line2D([], [], color="0.3", ls="-", label="variant")]
     ax.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)

@@ -69,9 +69,8 @@ def trajectories(frames, params):
         m = mean[mean["layer"] == layer]
         ax.plot(m["step"], m["delta"], color=c, lw=2, marker="o", ms=3, label=f"layer {layer}")
     ax.axhline(0, color="0.4", ls="--", lw=1)
-    ax.set(xscale="symlog", xlabel="training step", ylabel="Δ SFM (SAAB − baseline)",
-           title="Trajectories (thin: seeds, thick: mean)")
-    ax.set_xlim(left=0)  # steps are never negative (symlog would show a negative range)
+    F.step_axis(ax, lines["step"])
+    ax.set(xlabel="training step", ylabel="Δ SFM (SAAB − baseline)", title="Trajectories (thin: seeds, thick: mean)")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     return fig
