@@ -311,9 +311,8 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
     norm_eff = rollout_eff = None
     flow_skipped = []
     have = all(S.FORM_MATRICES in r.attention_forms(step) for r in (p.baseline, p.variant))
-    # sizes as the manifests list them: deciding whether to read the matrices must not hash them first
-    mb = sum(e.get("bytes", 0) for r in (p.baseline, p.variant) for e in r.manifest["files"]
-             if e["path"] == S.attention_file(step, S.FORM_MATRICES)) / 1e6 if have else 0.0
+    mb = sum(_size(r.path / S.attention_file(step, S.FORM_MATRICES)) for r in (p.baseline, p.variant)) / 1e6 \
+        if have else 0.0
     if s.flow == "off":
         flow_skipped.append("Not computed (flow = off).")
     elif have and s.flow == "auto" and mb > s.flow_max_mb:
@@ -386,6 +385,16 @@ def _running_mean(ex: pd.DataFrame) -> pd.DataFrame:
         t["window"] = window
         parts.append(t)
     return pd.concat(parts, ignore_index=True)
+
+
+def _size(path) -> int:
+    """A file's size on disk, without hashing it (deciding whether to read the matrices must not cost a
+    pass over them; the manifest's ``bytes`` is not validated, so it is not used). The file is verified
+    when it is read."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _flow_section(rep: dict, tables: dict, fig) -> Section:
