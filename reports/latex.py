@@ -39,6 +39,20 @@ _UNICODE = {
     "≤": r"$\leq$",
     "…": r"\ldots{}",
     "ρ": r"$\rho$",
+    # the other symbols our own captions use (each was printed as "?" in the compiled PDF)
+    "Σ": r"$\Sigma$",
+    "‖": r"$\|$",
+    "τ": r"$\tau$",
+    "λ": r"$\lambda$",
+    "α": r"$\alpha$",
+    "ε": r"$\varepsilon$",
+    "Π": r"$\Pi$",
+    "ᵀ": r"$^{\top}$",
+    "₂": r"$_2$",
+    "→": r"$\rightarrow$",
+    "⊆": r"$\subseteq$",
+    "“": "``",
+    "”": "''",
 }
 _RE = re.compile("|".join(re.escape(k) for k in _SPECIAL))
 

@@ -306,3 +306,16 @@ def test_every_figure_exports_as_svg(tmp_path):
         assert root.tag.endswith("svg")
     bad = CliRunner().invoke(app, ["report", str(demo_run_dir()), "-o", str(tmp_path / "x"), "--figures", "gif"])
     assert bad.exit_code == 2 and "--figures takes png, pdf and/or svg" in bad.output
+
+
+def test_our_caption_symbols_typeset_in_latex():
+    # every non-Latin-1 symbol the core's captions use has a LaTeX form (none falls back to "?")
+    from pathlib import Path as _P
+
+    src = "".join(p.read_text() for d in ("routestats/studies", "routestats/regime") for p in _P(d).glob("*.py"))
+    src += _P("routestats/report.py").read_text()
+    wordpiece = set("ĠĊ▁⏎")  # tokenizer markers, stripped from words before they reach a table
+    used = {ch for ch in src if ord(ch) > 255} - wordpiece
+    out = latex_escape("".join(sorted(used)))
+    assert "?" not in out, sorted(used)
+    assert latex_escape("T = Σ_l ‖x‖") == r"T = $\Sigma$\_l $\|$x$\|$"
