@@ -41,7 +41,7 @@ from routestats.errors import RoutestatsError
 from routestats.rundir.read import Run
 from routestats.rundir.verify import cache_dir
 from routestats.rundir.collection import RunPair
-from routestats.rundir.reductions import reduce_queries, summarise_queries
+from routestats.rundir.reductions import reduce_queries, summarise_batch, summarise_queries
 
 __all__ = [
     "head_metrics",
@@ -206,8 +206,60 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
     named = run.field_ids
     ex = run.examples(["example_id", "field_ids"])
     fields_by_ex = dict(zip(ex["example_id"].tolist(), ex["field_ids"]))
-    summaries = ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass", "sfm_named")
-    cols = {k: [] for k in ("example_id", "layer", "head", "head_type", *summaries, "n_valid", "n_trivial")}
+    if weighting == "attention" and form == S.FORM_REDUCTIONS:
+        cols, f2f, has = _summaries_batched(run, step, fields_by_ex, named, trivial)
+    else:
+        cols, f2f, has = _summaries_per_example(run, step, form, weighting, fields_by_ex, named, trivial)
+    heads = pd.DataFrame(cols)
+    heads["layer"] = heads["layer"].astype(np.int64)
+    heads["head"] = heads["head"].astype(np.int64)
+    heads.insert(0, "step", step)
+    heads.insert(0, "run_id", run.run_id)
+    out = _Pass(heads, f2f, has)
+    cache[key] = out
+    if disk is not None:
+        _cache_save(disk, out)
+    return out
+
+
+_SUMMARIES = ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass", "sfm_named")
+
+
+def _summaries_batched(run: Run, step: int, fields_by_ex, named, trivial):
+    """Summaries of every example from stored reductions, one vectorised pass per batch of examples
+    of equal length; rows come back in the file's example order (bitwise what the per-example pass gives)."""
+    parts = []
+    for b in run.iter_reduction_batches(step):
+        g = np.stack([np.asarray(fields_by_ex[e]) for e in b.example_id.tolist()])
+        parts.append((b, summarise_batch(b.reductions, g, named, run.causal, trivial)))
+    if not parts:
+        raise RoutestatsError(f"{run.run_id}: no attention rows at step {step}")
+    order = np.argsort(np.concatenate([b.position for b, _ in parts]), kind="stable")
+    rows = len(parts[0][0].layer)
+
+    def stacked(get):  # (examples, rows, ...) in file order, flattened to one row per (example, layer, head)
+        a = np.concatenate([get(b, sm) for b, sm in parts])[order]
+        return a.reshape((-1,) + a.shape[2:])
+
+    n_ex = len(order)
+    cols = {
+        "example_id": stacked(lambda b, sm: np.repeat(b.example_id[:, None], rows, axis=1)),
+        "layer": np.tile(parts[0][0].layer, n_ex),
+        "head": np.tile(parts[0][0].head, n_ex),
+        "head_type": stacked(lambda b, sm: b.head_type),
+    }
+    for k in _SUMMARIES:
+        cols[k] = stacked(lambda b, sm: sm[k])
+    for k in ("n_valid", "n_trivial"):
+        cols[k] = stacked(lambda b, sm: np.repeat(sm[k].astype(np.int64)[:, None], rows, axis=1))
+    f2f = stacked(lambda b, sm: sm["f2f"])
+    has = stacked(lambda b, sm: np.repeat(sm["has_source"][:, None, :], rows, axis=1))
+    return cols, f2f, has
+
+
+def _summaries_per_example(run: Run, step: int, form: str, weighting: str, fields_by_ex, named, trivial):
+    """Summaries of every example, one example at a time (matrices, or weighted attention)."""
+    cols = {k: [] for k in ("example_id", "layer", "head", "head_type", *_SUMMARIES, "n_valid", "n_trivial")}
     f2f, has = [], []
     if weighting != "attention":
         blocks = _weighted_blocks(run, step, weighting)
@@ -225,7 +277,7 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
         cols["layer"].append(blk.layer)
         cols["head"].append(blk.head)
         cols["head_type"].append(blk.head_type)
-        for k in summaries:
+        for k in _SUMMARIES:
             cols[k].append(summ[k])
         cols["n_valid"].append(np.full(r, summ["n_valid"], dtype=np.int64))
         cols["n_trivial"].append(np.full(r, summ["n_trivial"], dtype=np.int64))
@@ -233,16 +285,7 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
         has.append(np.broadcast_to(summ["has_source"], (r, len(named))))
     if not f2f:
         raise RoutestatsError(f"{run.run_id}: no attention rows at step {step}")
-    heads = pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()})
-    heads["layer"] = heads["layer"].astype(np.int64)
-    heads["head"] = heads["head"].astype(np.int64)
-    heads.insert(0, "step", step)
-    heads.insert(0, "run_id", run.run_id)
-    out = _Pass(heads, np.concatenate(f2f), np.concatenate(has))
-    cache[key] = out
-    if disk is not None:
-        _cache_save(disk, out)
-    return out
+    return ({k: np.concatenate(v) for k, v in cols.items()}, np.concatenate(f2f), np.concatenate(has))
 
 
 EXAMPLE_SETS = {"primary": "is_primary", "length_sample": "in_length_sample", "test_sample": "in_test_sample"}

@@ -125,17 +125,39 @@ class _Rows:
         return values, offsets[self.s : self.e + 1]
 
 
-def iter_blocks(pf: pq.ParquetFile, examples, layers, fname: str = "attention file"):
-    """Yield (example_id, :class:`_Rows` of its rows), streaming row group by row group.
+CHUNK_BYTES = 8 << 20  # read consecutive row groups together up to about this much decoded data
 
-    Every example's rows must be contiguous (an example id that reappears later is an error)."""
+
+def _row_group_chunks(pf: pq.ParquetFile) -> list[list[int]]:
+    """Consecutive row groups, batched so that each read decodes about :data:`CHUNK_BYTES` (a file
+    written in small row groups is then not read in thousands of small pieces)."""
+    chunks, cur, size = [], [], 0
+    for rg in range(pf.num_row_groups):
+        cur.append(rg)
+        size += max(0, pf.metadata.row_group(rg).total_byte_size)
+        if size >= CHUNK_BYTES:
+            chunks.append(cur)
+            cur, size = [], 0
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+def iter_block_groups(pf: pq.ParquetFile, examples, layers, fname: str = "attention file"):
+    """Yield (:class:`_Columns`, [(example_id, start, end), ...]) per chunk of row groups (see
+    :func:`_row_group_chunks`): the examples whose rows the chunk completes, as consecutive row ranges of its columns (an example that continues into the
+    next group is carried over and yielded with it).
+
+    Every example's rows must be contiguous (an example id that reappears later is an error, raised
+    after the examples before it have been yielded)."""
     want_ex = None if examples is None else set(int(e) for e in examples)
     want_layers = None if layers is None else np.asarray(sorted(set(int(x) for x in layers)))
     carry: pa.Table | None = None
     done: set[int] = set()
-    for rg in range(pf.num_row_groups):
+    chunks = _row_group_chunks(pf)
+    for i, groups in enumerate(chunks):
         try:
-            t = pf.read_row_group(rg)
+            t = pf.read_row_groups(groups)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise _unreadable(fname, exc) from None
         if want_ex is not None:
@@ -152,23 +174,37 @@ def iter_blocks(pf: pq.ParquetFile, examples, layers, fname: str = "attention fi
         ex = t["example_id"].to_numpy()
         # example ids in first-appearance order; the last one may continue in the next group
         change = np.flatnonzero(np.diff(ex)) + 1
-        starts = np.concatenate([[0], change])
-        ends = np.concatenate([change, [len(ex)]])
-        last = rg == pf.num_row_groups - 1
+        starts = np.concatenate([[0], change]).tolist()
+        ends = np.concatenate([change, [len(ex)]]).tolist()
+        last = i == len(chunks) - 1
         cols = _Columns(t)
+        segs = []
         for s, e in zip(starts, ends):
             if e == len(ex) and not last:
                 carry = t.slice(s, e - s)
                 break
-            if int(ex[s]) in done:
-                raise RunFormatError(f"{fname}: the rows of example_id {int(ex[s])} are not contiguous")
-            done.add(int(ex[s]))
-            yield int(ex[s]), _Rows(cols, int(s), int(e))
+            eid = int(ex[s])
+            if eid in done:
+                if segs:
+                    yield cols, segs
+                raise RunFormatError(f"{fname}: the rows of example_id {eid} are not contiguous")
+            done.add(eid)
+            segs.append((eid, s, e))
+        if segs:
+            yield cols, segs
     if carry is not None and carry.num_rows:
         e0 = int(carry["example_id"][0].as_py())
         if e0 in done:
             raise RunFormatError(f"{fname}: the rows of example_id {e0} are not contiguous")
-        yield e0, _Rows(_Columns(carry), 0, carry.num_rows)
+        yield _Columns(carry), [(e0, 0, carry.num_rows)]
+
+
+def iter_blocks(pf: pq.ParquetFile, examples, layers, fname: str = "attention file"):
+    """Yield (example_id, :class:`_Rows` of its rows), streaming row group by row group (see
+    :func:`iter_block_groups`)."""
+    for cols, segs in iter_block_groups(pf, examples, layers, fname):
+        for ex, s, e in segs:
+            yield ex, _Rows(cols, s, e)
 
 
 def check_grid(fname: str, blk, grid):
@@ -347,3 +383,157 @@ def _check_reductions(fname, ex, layer, head, head_type, red, n, dtype) -> None:
             fail(f"{col} (must lie in [0, ln n = {cap:.4g}])", i, q, e[i, q])
 
 
+
+
+_RED_COLUMNS = ("row_mass", "entropy", "entropy_rownorm", "field_mass", "first_mass")
+
+
+def reductions_group(fname, cols: _Columns, segs, lengths, n_fields, dtype, grid) -> list[ExampleReductions] | None:
+    """The examples of one row group (``segs`` from :func:`iter_block_groups`) as validated
+    :class:`ExampleReductions`, every check of :func:`reductions_block` and :func:`check_grid` done
+    at once over the group's flat columns; ``None`` when any check fails or the rows are not stored
+    in grid order, so that the caller takes the per-example path (which names the first problem
+    exactly as it always has, or reorders the rows).
+
+    ``grid`` is the (layers, heads) grid the file's earlier examples hold (``None``: not known yet,
+    so take the per-example path). Arrays of the returned blocks are views into ``cols``."""
+    if grid is None or any(ex not in lengths for ex, _, _ in segs):
+        return None
+    n_rows = len(grid[0]) * len(grid[1])
+    r0, r1 = segs[0][1], segs[-1][2]
+    if any(e - s != n_rows for _, s, e in segs) or r1 - r0 != n_rows * len(segs):
+        return None
+    E = len(segs)
+    layer = cols.plain("layer")[r0:r1].astype(np.int64).reshape(E, n_rows)
+    head = cols.plain("head")[r0:r1].astype(np.int64).reshape(E, n_rows)
+    want_layer = np.repeat(grid[0], len(grid[1]))
+    want_head = np.tile(grid[1], len(grid[0]))
+    if not ((layer == want_layer).all() and (head == want_head).all()):
+        return None  # another grid, repeated or unsorted rows: the per-example path says which
+    n_ex = np.array([lengths[ex] for ex, _, _ in segs], dtype=np.int64)
+    if not n_ex.min() > 0:
+        return None
+    n_row = np.repeat(n_ex, n_rows)
+    if not np.array_equal(cols.plain("n")[r0:r1], n_row):
+        return None
+    head_type = cols.plain("head_type")[r0:r1]
+    if not np.isin(head_type, S.HEAD_TYPES).all():
+        return None
+    present = [c for c in _RED_COLUMNS if c != "first_mass" or c in cols.table.column_names]
+    flat = {}
+    for col in present:
+        width = n_fields if col == "field_mass" else 1
+        values, offsets = cols.lists(col)
+        off = offsets[r0 : r1 + 1]
+        if not np.array_equal(np.diff(off), n_row * width):
+            return None
+        v = values[off[0] : off[-1]]
+        if v.size:
+            lo, hi = v.min(), v.max()  # NaN propagates into both, so each test below also fails on NaN
+            if not (np.isfinite(lo) and np.isfinite(hi)) or (col not in ("entropy", "entropy_rownorm") and not lo >= 0):
+                return None
+        flat[col] = v
+    # the value checks of _check_reductions, as whole-chunk reductions with the same outcome
+    tol = S.ROW_SUM_ATOL.get(dtype, 1e-9)
+    soft = head_type == "softmax"
+    mass = flat["row_mass"]
+    starts = np.concatenate([[0], np.cumsum(n_row)[:-1]])  # first query of each row
+    if mass.size:
+        row_max = np.maximum.reduceat(mass, starts)
+        row_min = np.minimum.reduceat(mass, starts)
+        # max |m - 1| > tol, exactly: fl(m - 1) is monotone in m
+        if soft.any() and max((row_max[soft] - 1.0).max(), (1.0 - row_min[soft]).max()) > tol:
+            return None
+        if (row_max - n_row * (1 + tol)).max() > 0:
+            return None
+    if (flat["field_mass"].reshape(-1, n_fields).sum(axis=-1) - mass * (1 + tol) - tol).max(initial=-1.0) > 0:
+        return None
+    caps = {n: np.log(max(n, 1)) * (1 + tol) + 1e-6 for n in set(n_ex.tolist())}  # as _check_reductions has it
+    cap_row = np.repeat(np.array([caps[n] for n in n_ex.tolist()]), n_rows)
+    for col in ("entropy", "entropy_rownorm"):
+        e = flat[col]
+        if not e.size:
+            continue
+        if e.min() < -1e-6:
+            return None
+        high = np.maximum.reduceat(e, starts) - cap_row  # > 0 exactly when some query's e - cap > 0
+        if col == "entropy":
+            high = high[soft]
+        if high.max(initial=-1.0) > 0:
+            return None
+    out, q = [], 0
+    layer0, head0 = want_layer.astype(layer.dtype), want_head.astype(head.dtype)
+    for i, (ex, s, e) in enumerate(segs):
+        n = int(n_ex[i])
+        size = n_rows * n
+        arrays = {}
+        for col in present:
+            width = n_fields if col == "field_mass" else 1
+            a = flat[col][q * width : (q + size) * width]
+            arrays[col] = a.reshape((n_rows, n, n_fields) if col == "field_mass" else (n_rows, n))
+        q += size
+        out.append(ExampleReductions(ex, layer0, head0, head_type[i * n_rows : (i + 1) * n_rows], **arrays))
+    return out
+
+
+@dataclass(frozen=True)
+class ReductionBatch:
+    """Examples of one length, stacked: ``position`` (E,) is each example's place in the file's order,
+    ``head_type`` (E, rows) and the reductions (E, rows, n[, F]) as in :class:`ExampleReductions`."""
+
+    position: np.ndarray
+    example_id: np.ndarray
+    layer: np.ndarray
+    head: np.ndarray
+    head_type: np.ndarray
+    reductions: dict
+
+    @property
+    def n(self) -> int:
+        return int(self.reductions["row_mass"].shape[-1])
+
+
+def batch_by_length(blocks, budget_bytes: int = 64 << 20, most: int = 1024):
+    """Group a stream of :class:`ExampleReductions` (one layer x head grid) into
+    :class:`ReductionBatch` es of equal length, holding at most about ``budget_bytes`` of pending
+    examples (the largest group is emitted first when it is exceeded) and ``most`` examples per batch.
+
+    >>> import numpy as np
+    >>> blk = lambda ex, n: ExampleReductions(ex, np.zeros(1), np.zeros(1), np.array(["softmax"]),
+    ...     np.ones((1, n)), np.zeros((1, n)), np.zeros((1, n)), np.zeros((1, n, 2)))
+    >>> [(b.n, b.position.tolist()) for b in batch_by_length([blk(7, 3), blk(8, 5), blk(9, 3)])]
+    [(3, [0, 2]), (5, [1])]
+    """
+    pending: dict[int, list] = {}
+    size: dict[int, int] = {}
+    total = 0
+
+    def emit(n):
+        nonlocal total
+        items = pending.pop(n)
+        total -= size.pop(n)
+        first = items[0][1]
+        cols = [c for c in _RED_COLUMNS if getattr(first, c) is not None]
+        return ReductionBatch(
+            np.array([p for p, _ in items], dtype=np.int64),
+            np.array([b.example_id for _, b in items], dtype=np.int64),
+            first.layer, first.head,
+            np.stack([b.head_type for _, b in items]),
+            {c: np.stack([getattr(b, c) for _, b in items]) for c in cols},
+        )
+
+    for pos, blk in enumerate(blocks):
+        n = blk.row_mass.shape[-1]
+        nbytes = sum(getattr(blk, c).nbytes for c in _RED_COLUMNS if getattr(blk, c) is not None)
+        # a copy: a view would keep its whole row group alive while it waits
+        kept = ExampleReductions(blk.example_id, blk.layer, blk.head, blk.head_type,
+                                 **{c: (None if getattr(blk, c) is None else getattr(blk, c).copy()) for c in _RED_COLUMNS})
+        pending.setdefault(n, []).append((pos, kept))
+        size[n] = size.get(n, 0) + nbytes
+        total += nbytes
+        if len(pending[n]) >= most:
+            yield emit(n)
+        while total > budget_bytes and pending:
+            yield emit(max(size, key=size.get))
+    for n in sorted(pending):
+        yield emit(n)

@@ -29,7 +29,8 @@ import pyarrow as pa
 
 from routestats.rundir import schema as S
 from routestats.rundir.blocks import (
-    ExampleAttention, ExampleReductions, check_grid, decoding, iter_blocks, matrices_block, parquet_file, read_table, reductions_block,
+    ExampleAttention, ExampleReductions, ReductionBatch, _Rows, batch_by_length, check_grid, decoding, iter_block_groups,
+    iter_blocks, matrices_block, parquet_file, read_table, reductions_block, reductions_group,
 )
 from routestats.rundir.verify import run_file, verified_sha256
 from routestats.errors import IncompleteRunError, RunFormatError, SchemaVersionError
@@ -344,8 +345,41 @@ class Run:
         lengths = self._lengths()
         n_fields = len(self.field_ids)
         dtype = self.manifest["attention"].get("dtype", "float64")
-        yield from _stream(path, iter_blocks(pf, examples, layers, str(path)),
-                           lambda ex, rows: reductions_block(str(path), ex, rows, lengths, n_fields, dtype))
+        fname = str(path)
+        groups = iter_block_groups(pf, examples, layers, fname)
+        grid = None
+        while True:
+            with decoding(path):
+                try:
+                    cols, segs = next(groups)
+                except StopIteration:
+                    return
+                if grid is None:  # the file's first example sets the grid every later one must hold
+                    ex, s, e = segs[0]
+                    first = reductions_block(fname, ex, _Rows(cols, s, e), lengths, n_fields, dtype)
+                    grid = check_grid(fname, first, grid)
+                    segs = segs[1:]
+                else:
+                    first = None
+                # one vectorised check of the whole chunk; the per-example path when it finds anything
+                blocks = reductions_group(fname, cols, segs, lengths, n_fields, dtype, grid) if segs else []
+            if first is not None:
+                yield first
+            if blocks is not None:
+                yield from blocks
+                continue
+            for ex, s, e in segs:
+                with decoding(path):
+                    blk = reductions_block(fname, ex, _Rows(cols, s, e), lengths, n_fields, dtype)
+                    grid = check_grid(fname, blk, grid)
+                yield blk
+
+    def iter_reduction_batches(self, step: int | None = None, examples: Sequence[int] | None = None,
+                               budget_mb: float = 64) -> Iterator[ReductionBatch]:
+        """The validated reductions of :meth:`iter_reductions`, stacked into batches of examples of
+        one length (:class:`~routestats.rundir.blocks.ReductionBatch`; ``position`` gives each
+        example's place in the file), holding at most about ``budget_mb`` of examples at a time."""
+        yield from batch_by_length(self.iter_reductions(step, examples), int(budget_mb * (1 << 20)))
 
     def _lengths(self) -> dict[int, int]:
         df = self._examples

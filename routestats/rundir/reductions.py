@@ -71,7 +71,8 @@ def query_opportunity(field_ids: np.ndarray, named: np.ndarray, causal: bool = F
 
     The keys visible to query i are the valid keys (bidirectional) or the valid keys j <= i
     (causal); O_i is the share of them in i's own field. For a bidirectional example the mean of
-    O_i over valid queries is sum_f n_f^2 / N^2 (METHODS 2.5).
+    O_i over valid queries is sum_f n_f^2 / N^2 (METHODS 2.5). ``field_ids`` may carry leading
+    batch axes (examples of one length): shape (..., n).
 
     >>> v, o, t = query_opportunity(np.array([4, 4, 3, 3]), np.array([3, 4]), causal=True)
     >>> o.tolist(), t.tolist()  # query 2 sees keys {4, 4, 3}: 1/3 of them in its field
@@ -81,15 +82,91 @@ def query_opportunity(field_ids: np.ndarray, named: np.ndarray, causal: bool = F
     """
     g = np.asarray(field_ids)
     named = np.asarray(named)
-    src = g[:, None] == named[None, :]  # (n, F)
-    valid = src.any(axis=1)
-    counts = np.cumsum(src, axis=0) if causal else np.broadcast_to(src.sum(axis=0), src.shape)
-    total = counts.sum(axis=1)
-    own = (counts * src).sum(axis=1)
+    src = g[..., :, None] == named  # (..., n, F)
+    valid = src.any(axis=-1)
+    counts = np.cumsum(src, axis=-2) if causal else np.broadcast_to(src.sum(axis=-2, keepdims=True), src.shape)
+    total = counts.sum(axis=-1)
+    own = (counts * src).sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         o = np.where(valid & (total > 0), own / np.maximum(total, 1), np.nan)
     trivial = valid & (o == 1.0)
     return valid, o, trivial
+
+
+SUMMARIES = ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass", "sfm_named")
+
+
+def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal: bool = False,
+                    trivial: str = "include") -> dict:
+    """:func:`summarise_queries` for a batch of E examples of one length n, in one vectorised pass.
+
+    ``red`` holds arrays of shape (E, rows, n[, F]) and ``field_ids`` has shape (E, n). Every sum
+    runs over the same axis with the same length as for one example, so each example's summaries
+    are bitwise those of :func:`summarise_queries` on it alone.
+
+    Returns
+    -------
+    dict
+        The summaries of :data:`SUMMARIES`, each (E, rows); ``n_valid`` and ``n_trivial`` (E,);
+        ``f2f`` (E, rows, F, F); ``has_source`` (E, F).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> A = rng.dirichlet(np.ones(5), size=(3, 2, 5))  # 3 examples x 2 heads x 5 queries
+    >>> g = np.array([[1, 1, 2, 2, 0], [2, 1, 1, 0, 0], [1, 2, 1, 2, 1]])
+    >>> named = np.array([1, 2])
+    >>> batch = summarise_batch({k: np.stack([reduce_queries(a, gi, named)[k] for a, gi in zip(A, g)])
+    ...                          for k in ("row_mass", "entropy", "entropy_rownorm", "field_mass", "first_mass")},
+    ...                         g, named)
+    >>> alone = summarise_queries(reduce_queries(A[1], g[1], named), g[1], named)
+    >>> bool(np.array_equal(batch["sfm"][1], alone["sfm"])), bool(np.array_equal(batch["f2f"][1], alone["f2f"]))
+    (True, True)
+    """
+    if trivial not in ("include", "exclude"):
+        raise ValueError(f"trivial must be include or exclude, got {trivial!r}")
+    g = np.asarray(field_ids)
+    named = np.asarray(named)
+    src = g[..., :, None] == named  # (E, n, F): query position i belongs to named field f
+    valid, _, is_trivial = query_opportunity(g, named, causal)
+    n_trivial = is_trivial.sum(axis=-1)
+    if trivial == "exclude":
+        valid = valid & ~is_trivial
+        src = src & valid[..., None]
+    n_valid = valid.sum(axis=-1)
+    nq = np.maximum(1, n_valid)[:, None]
+    fm = red["field_mass"]
+    idx = np.where(valid, src.argmax(axis=-1), 0)  # (E, n)
+    # mass of each query on its own field, laid out (E, n, rows) in memory as the per-example fancy index
+    # fm[:, arange(n), idx] lays it out: the sums over queries below then accumulate in query order
+    own = np.take_along_axis(fm.transpose(0, 2, 1, 3), idx[:, :, None, None], axis=-1)[..., 0].transpose(0, 2, 1)
+    vf = valid.astype(np.float64)[:, None, :]
+    counts = src.sum(axis=-2)  # (E, F)
+    f2f = np.einsum("ernd,ens->ersd", fm, src.astype(np.float64)) / np.maximum(counts, 1)[:, None, :, None]
+    unnamed = red["row_mass"] - fm.sum(axis=-1)
+    first = red.get("first_mass")
+    named_ok = valid[:, None, :] & (unnamed < 1.0 - 1e-12)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own_named = np.where(named_ok, own / np.where(named_ok, 1.0 - unnamed, 1.0), 0.0)
+        sfm_named = own_named.sum(axis=-1) / named_ok.sum(axis=-1)
+    out = {
+        "sfm": (own * vf).sum(axis=-1) / nq,
+        "entropy": (red["entropy"] * vf).sum(axis=-1) / nq,
+        "entropy_rownorm": (red["entropy_rownorm"] * vf).sum(axis=-1) / nq,
+        "row_mass": (red["row_mass"] * vf).sum(axis=-1) / nq,
+        "unnamed_mass": (unnamed * vf).sum(axis=-1) / nq,
+        "first_mass": (first * vf).sum(axis=-1) / nq if first is not None else np.full(unnamed.shape[:2], np.nan),
+        "sfm_named": sfm_named,
+        "n_valid": n_valid,
+        "n_trivial": n_trivial,
+        "f2f": f2f,
+        "has_source": counts > 0,
+    }
+    if trivial == "exclude":  # an example with nothing left to average: undefined, not 0
+        empty = (n_valid == 0)[:, None]
+        for k in ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass"):
+            out[k] = np.where(empty, np.nan, out[k])
+    return out
 
 
 def summarise_queries(red: dict, field_ids: np.ndarray, named: np.ndarray, causal: bool = False,
@@ -100,7 +177,8 @@ def summarise_queries(red: dict, field_ids: np.ndarray, named: np.ndarray, causa
     to 1 as in METHODS 2.1 (an example without valid queries scores 0, not NaN). With
     ``trivial="exclude"`` (METHODS 3.1) the queries whose every visible valid key lies in their
     own field are left out (``causal`` says which keys are visible); an example without any
-    other query then has ``n_valid`` 0 and NaN summaries.
+    other query then has ``n_valid`` 0 and NaN summaries. This is :func:`summarise_batch` on a
+    batch of one.
 
     Returns
     -------
@@ -112,44 +190,8 @@ def summarise_queries(red: dict, field_ids: np.ndarray, named: np.ndarray, causa
         source-field queries of the mass on each destination field, 0 where the source is
         absent, and ``has_source`` (F,).
     """
-    if trivial not in ("include", "exclude"):
-        raise ValueError(f"trivial must be include or exclude, got {trivial!r}")
-    g = np.asarray(field_ids)
-    named = np.asarray(named)
-    src = g[:, None] == named[None, :]  # (n, F): query position i belongs to named field f
-    valid, _, is_trivial = query_opportunity(g, named, causal)
-    n_trivial = int(is_trivial.sum())
-    if trivial == "exclude":
-        valid = valid & ~is_trivial
-        src = src & valid[:, None]
-    n_valid = int(valid.sum())
-    nq = max(1, n_valid)
-    fm = red["field_mass"]
-    idx = np.where(valid, src.argmax(axis=1), 0)
-    own = fm[:, np.arange(len(g)), idx]  # mass of each query on its own field
-    vf = valid.astype(np.float64)
-    counts = src.sum(axis=0)
-    f2f = np.einsum("rnd,ns->rsd", fm, src.astype(np.float64)) / np.maximum(counts, 1)[None, :, None]
-    unnamed = red["row_mass"] - fm.sum(axis=-1)
-    first = red.get("first_mass")
-    named_ok = valid[None, :] & (unnamed < 1.0 - 1e-12)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        own_named = np.where(named_ok, own / np.where(named_ok, 1.0 - unnamed, 1.0), 0.0)
-        sfm_named = own_named.sum(axis=-1) / named_ok.sum(axis=-1)
-    out = {
-        "sfm": (own * vf).sum(axis=-1) / nq,
-        "entropy": (red["entropy"] * vf).sum(axis=-1) / nq,
-        "entropy_rownorm": (red["entropy_rownorm"] * vf).sum(axis=-1) / nq,
-        "row_mass": (red["row_mass"] * vf).sum(axis=-1) / nq,
-        "unnamed_mass": (unnamed * vf).sum(axis=-1) / nq,
-        "first_mass": (first * vf).sum(axis=-1) / nq if first is not None else np.full(len(unnamed), np.nan),
-        "sfm_named": sfm_named,
-        "n_valid": n_valid,
-        "n_trivial": n_trivial,
-        "f2f": f2f,
-        "has_source": counts > 0,
-    }
-    if n_valid == 0 and trivial == "exclude":  # nothing left to average: undefined, not 0
-        for k in ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass"):
-            out[k] = np.full(len(unnamed), np.nan)
+    one = summarise_batch({k: v[None] for k, v in red.items() if v is not None},
+                          np.asarray(field_ids)[None], named, causal, trivial)
+    out = {k: v[0] for k, v in one.items()}
+    out["n_valid"], out["n_trivial"] = int(out["n_valid"]), int(out["n_trivial"])
     return out
