@@ -1,4 +1,4 @@
-"""Figures drawn from a report's finished frames (seaborn on matplotlib Agg); they draw, never aggregate.
+"""Figures drawn from a report's finished frames (matplotlib Agg, seaborn's look: :mod:`reports.theme`); they draw, never aggregate.
 
 :data:`REGISTRY` maps a :class:`routestats.report.Figure` kind to ``draw(frames, params)``, which
 returns a matplotlib Figure; :func:`save` writes PNG (+ PDF) and returns the PNG bytes for
@@ -17,19 +17,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
+
+from reports.theme import RC, palette  # noqa: E402
 
 PALETTE = {"baseline": "#4C72B0", "variant": "#DD8452"}
 SHORT = {"baseline": "baseline", "variant": "variant", "difference": "variant − baseline", "run": "run"}
-sns.set_theme(style="whitegrid", context="notebook")
+matplotlib.rcParams.update(RC)
 
 
 def layer_colors(n: int) -> list:
     """Colours of n layers: distinct colour-blind-safe hues up to 8 layers (viridis would give two
     near-identical greens at 4), a sequential map beyond."""
     if n > 8:
-        return sns.color_palette("viridis", n)
-    cb = sns.color_palette("colorblind", 10)
+        return palette("viridis", n)
+    cb = palette("colorblind", 10)
     return [cb[i] for i in (0, 1, 2, 4, 3, 8, 5, 9)[:n]]  # blue, orange, green, purple first: no two alike
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 
 from reports import figures as F
 
@@ -37,7 +36,7 @@ def entropy(frames, params):
     ent = frames["entropy_layer"]
     ratios = params["ratios"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
-    colors = dict(zip(ratios, sns.color_palette("viridis", len(ratios))))
+    colors = dict(zip(ratios, F.palette("viridis", len(ratios))))
     for ax, htype in zip(axes, ("softmax", "sigmoid")):
         t = ent[ent["head_type"] == htype]
         for r, g in t.groupby("ratio"):

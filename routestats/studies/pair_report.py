@@ -208,7 +208,7 @@ def _provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
             "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "step": step,
             "settings": asdict(settings),
-            "software": software_versions(("statsmodels", "jinja2", "matplotlib", "seaborn")),
+            "software": software_versions(("statsmodels", "jinja2", "matplotlib")),
         },
     }
 

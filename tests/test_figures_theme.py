@@ -1,0 +1,56 @@
+"""reports.theme against seaborn itself: the same matplotlib settings and palettes, so the figures
+look as they did when drawn through ``seaborn.set_theme`` (the report no longer imports seaborn)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from reports import theme
+
+SEABORN_RC = """
+import json, matplotlib
+matplotlib.use("Agg")
+before = {k: str(v) for k, v in matplotlib.rcParams.items()}
+import seaborn as sns
+sns.set_theme(style="whitegrid", context="notebook")
+after = {k: str(v) for k, v in matplotlib.rcParams.items()}
+print(json.dumps({k: v for k, v in after.items() if before.get(k) != v}))
+"""
+OURS_RC = """
+import json, matplotlib
+matplotlib.use("Agg")
+before = {k: str(v) for k, v in matplotlib.rcParams.items()}
+import reports.figures
+after = {k: str(v) for k, v in matplotlib.rcParams.items()}
+print(json.dumps({k: v for k, v in after.items() if before.get(k) != v}))
+"""
+
+
+def _changed(code: str) -> dict:
+    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+
+def test_importing_the_figures_sets_what_seaborn_set_theme_sets():
+    want = _changed(SEABORN_RC)
+    want.pop("image.cmap")  # seaborn's own "rocket" map; every drawer names its colormap
+    assert len(want) >= 30  # seaborn really changed the settings (the comparison is not vacuous)
+    assert _changed(OURS_RC) == want
+
+
+@pytest.mark.parametrize("name", ["viridis", "colorblind", "deep", "tab10"])
+@pytest.mark.parametrize("n", [1, 2, 4, 9, 12])
+def test_palettes_are_seaborns(name, n):
+    import seaborn as sns
+
+    np.testing.assert_array_equal(np.array(theme.palette(name, n)), np.array(sns.color_palette(name, n)))
+
+
+def test_the_report_does_not_import_seaborn_or_scipy_stats_for_figures():
+    code = "import sys, reports.render; print(sorted(m for m in ('seaborn', 'scipy.stats') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
