@@ -21,10 +21,7 @@ only when it is empty or an earlier routestats report (it holds the marker file
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -33,13 +30,12 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from reports import figures as F
 from reports.explorer import WIDGETS
 from reports.formatting import embedded, format_cells, table_context
+from reports.folder import _put, write_folder
 from reports.latex import latex_table
-from routestats.errors import RoutestatsError
 from routestats.report import Report, Table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 FORMATS = ("html", "latex", "markdown")
-MARKER = ".routestats-report"
 DEFAULT_FORMATS = ("html", "latex")
 
 
@@ -167,71 +163,6 @@ def markdown(report: Report) -> str:
     return "\n".join(out)
 
 
-def _is_report_folder(p: Path) -> bool:
-    return (p / MARKER).is_file() or not any(p.iterdir())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
-    """Refuse an output folder that cannot or must not be written, before any work is done.
-
-    ``out`` must not be a file, must not exist unless ``force`` (and then be an earlier report or
-    empty), must not lie inside (or contain) an input run or tree unless ``force``, and its parent
-    must be a writable folder.
-    """
-    out = Path(out).absolute()
-    if out.is_file():
-        raise RoutestatsError(f"{out}: is a file; -o names the report folder")
-    if out.exists():
-        if not force:
-            raise RoutestatsError(f"{out}: exists; pass --force to replace it (the old folder is kept until the new "
-                                  "report is complete)")
-        if not out.is_dir() or not _is_report_folder(out):
-            raise RoutestatsError(f"{out}: exists and is not an earlier routestats report; choose another folder")
-    for src in inputs:
-        src = Path(src).absolute()
-        if src.exists() and (out == src or out.is_relative_to(src) or src.is_relative_to(out)) and not force:
-            raise RoutestatsError(f"{out}: lies inside (or contains) the input {src}; write the report elsewhere or "
-                                  "pass --force")
-    parent = out.parent
-    if not parent.is_dir():
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RoutestatsError(f"{parent}: cannot create the report's parent folder ({exc.strerror})") from None
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise RoutestatsError(f"{parent}: not writable, so the report folder cannot be created there")
-    return out
-
-
-def _clean_stale(out: Path) -> None:
-    for p in out.parent.glob(f".{out.name}.partial-*"):
-        try:
-            pid = int(p.name.split(".partial-")[1].split("-")[0])
-        except (IndexError, ValueError):
-            continue
-        if not _alive(pid):
-            shutil.rmtree(p, ignore_errors=True)
-
-
-def _put(path: Path, data: str | bytes) -> None:
-    """Plain write inside the temporary report folder (the folder as a whole is renamed into place)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, str):
-        path.write_text(data, encoding="utf-8")
-    else:
-        path.write_bytes(data)
-
-
 def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FORMATS,
            progress: Callable[[str], None] | None = None, figures: Sequence[str] | None = None, force: bool = False,
            inputs: Sequence = ()) -> dict[str, Path]:
@@ -247,30 +178,7 @@ def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FOR
     vector = tuple(f for f in (figures or ()) if f != "png")
     if set(vector) - set(F.VECTOR_FORMATS):
         raise ValueError(f"figure formats are png, {', '.join(F.VECTOR_FORMATS)}; got {sorted(set(vector))}")
-    out = check_output(out, force, inputs)
-    _clean_stale(out)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
-    except OSError as exc:
-        raise RoutestatsError(f"{out.parent}: cannot create the report folder ({exc.strerror})") from None
-    try:
-        written = _render_into(report, tmp, formats, progress, vector)
-        _put(tmp / MARKER, "written by routestats\n")
-        os.sync()  # the files are on disk before the folder appears under its name
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise RoutestatsError(f"{out}: could not write the report ({exc.strerror or exc}); nothing was changed") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return {name: out / p.relative_to(tmp) for name, p in written.items()}
+    return write_folder(out, lambda tmp: _render_into(report, tmp, formats, progress, vector), force, inputs)
 
 
 def _render_into(report: Report, out: Path, formats: Sequence[str], progress, vector: tuple) -> dict[str, Path]:

@@ -205,7 +205,8 @@ def report(
     across-seed inference) before any per-pair parts."""
     from routestats.analysis import analyse
 
-    from reports.render import check_output
+    from reports import cache
+    from reports.folder import check_output, copy_report
 
     formats = _formats(format)
     vector = None
@@ -217,9 +218,17 @@ def report(
                   length_examples=length_examples, step=step, factor=factor, baseline=baseline, pairs=pairs,
                   skip_incomplete=skip_incomplete, study=study, flow=flow)
     check_output(out, force, [path])  # before the analysis, not after it
+    inputs = [path] + ([init_probe] if init_probe is not None else [])
+    key = cache.report_key(inputs, s.to_dict(), formats, vector)
     with _progress() as say:
-        rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)
-        written = rep.write(out, formats, progress=say, force=force, inputs=[path], figures=vector)
+        hit = cache.lookup(key)
+        if hit is not None:  # every file under the inputs unchanged since that report verified them
+            say("inputs, settings and code unchanged: the report from the cache")
+            written = copy_report(*hit, out, force=force, inputs=[path])
+        else:
+            rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)
+            written = rep.write(out, formats, progress=say, force=force, inputs=[path], figures=vector)
+            cache.store(key, out, written)
     for name, p in written.items():
         typer.echo(f"{name}: {p}")
 

@@ -1,0 +1,111 @@
+"""A re-run of the same report on unchanged inputs is served from the report cache (reports/cache.py);
+any change to a file under the inputs, to the settings or to the formats computes it afresh."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import routestats.analysis
+from reports import cache
+from routestats.cli import app
+from routestats.rundir import schema as S
+from routestats.rundir.synthetic import synthetic_pair
+
+QUICK = ["--resamples", "40", "--permutations", "40", "--format", "html"]
+runner = CliRunner()
+
+
+def cli(*args):
+    r = runner.invoke(app, [str(a) for a in args])
+    return r.exit_code, r.output
+
+
+@pytest.fixture
+def pair(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROUTESTATS_CACHE", str(tmp_path / "cache"))
+    synthetic_pair(tmp_path / "pair", seed=3, n_examples=6, n_layers=2, n_heads=2, same_field_bias=(0.5, 1.0),
+                   effect=(0.2, 0.4), forms=("reductions",))
+    return tmp_path / "pair"
+
+
+@pytest.fixture
+def analyses(monkeypatch):
+    """Counts the analyses the CLI runs."""
+    calls = []
+    real = routestats.analysis.analyse
+    monkeypatch.setattr(routestats.analysis, "analyse", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def _files(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_an_unchanged_rerun_is_a_copy_of_the_cached_report(pair, tmp_path, analyses):
+    code, out = cli("report", pair, "-o", tmp_path / "a", *QUICK)
+    assert code == 0, out
+    code, out = cli("report", pair, "-o", tmp_path / "b", *QUICK)
+    assert code == 0, out
+    assert "from the cache" in out and len(analyses) == 1
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")  # every byte, the provenance's time included
+    assert (tmp_path / "b" / "report.html").is_file() and f"html: {tmp_path / 'b' / 'report.html'}" in out
+
+
+def test_a_touched_added_or_changed_file_misses(pair, tmp_path, analyses):
+    assert cli("report", pair, "-o", tmp_path / "a", *QUICK)[0] == 0
+    f = pair / "saab" / S.attention_file(100, "reductions")
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # same bytes, touched
+    code, out = cli("report", pair, "-o", tmp_path / "b", *QUICK)
+    assert code == 0 and "from the cache" not in out and len(analyses) == 2
+    (pair / "notes.txt").write_text("a new file in the tree")
+    code, out = cli("report", pair, "-o", tmp_path / "c", *QUICK)
+    assert code == 0 and "from the cache" not in out and len(analyses) == 3
+    # rewritten with other bytes: the manifest no longer describes it, so the report is refused, not served
+    t = pq.read_table(f).to_pandas()
+    pq.write_table(pa.Table.from_pandas(t, schema=S.REDUCTIONS_SCHEMA, preserve_index=False), f, compression="gzip")
+    code, out = cli("report", pair, "-o", tmp_path / "d", *QUICK)
+    assert code == 2 and "differs from run.json" in out and not (tmp_path / "d").exists()
+
+
+def test_other_settings_or_formats_miss(pair, tmp_path, analyses):
+    assert cli("report", pair, "-o", tmp_path / "a", *QUICK)[0] == 0
+    assert cli("report", pair, "-o", tmp_path / "b", *QUICK[:-2], "--format", "html,latex")[0] == 0
+    assert cli("report", pair, "-o", tmp_path / "c", *QUICK, "--seed", "7")[0] == 0
+    assert len(analyses) == 3
+    assert (tmp_path / "b" / "tables" / "tables.tex").is_file() and not (tmp_path / "a" / "tables" / "tables.tex").exists()
+
+
+def test_the_cache_keeps_the_latest_reports_and_ignores_a_damaged_entry(pair, tmp_path, analyses, monkeypatch):
+    monkeypatch.setattr(cache, "KEEP", 2)
+    for seed in (1, 2, 3):
+        assert cli("report", pair, "-o", tmp_path / f"r{seed}", *QUICK, "--seed", seed)[0] == 0
+    entries = [p for p in (tmp_path / "cache" / "reports").iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 2
+    for e in entries:
+        (e / "written.json").write_text("not json")
+    code, out = cli("report", pair, "-o", tmp_path / "again", *QUICK, "--seed", 3)
+    assert code == 0 and "from the cache" not in out and len(analyses) == 4
+
+
+def test_cache_off_stores_nothing(pair, tmp_path, monkeypatch, analyses):
+    monkeypatch.setenv("ROUTESTATS_CACHE", "off")
+    for name in ("a", "b"):
+        assert cli("report", pair, "-o", tmp_path / name, *QUICK)[0] == 0
+    assert len(analyses) == 2 and not (tmp_path / "cache").exists()
+
+
+def test_key_changes_with_the_code(tmp_path, monkeypatch):
+    (tmp_path / "run.json").write_text("{}")
+    a = cache.report_key([tmp_path], {}, ("html",), ())
+    monkeypatch.setattr(cache, "_CODE", "another version of the code")
+    assert cache.report_key([tmp_path], {}, ("html",), ()) != a
+    shutil.rmtree(tmp_path)
+    np.testing.assert_equal(len(a), 64)
