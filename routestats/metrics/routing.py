@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -231,7 +231,8 @@ def _summaries_batched(run: Run, step: int, fields_by_ex, named, trivial):
     parts = []
     for b in run.iter_reduction_batches(step):
         g = np.stack([np.asarray(fields_by_ex[e]) for e in b.example_id.tolist()])
-        parts.append((b, summarise_batch(b.reductions, g, named, run.causal, trivial)))
+        sm = summarise_batch(b.reductions, g, named, run.causal, trivial)
+        parts.append((replace(b, reductions={}), sm))  # the batch's reductions are not kept
     if not parts:
         raise RoutestatsError(f"{run.run_id}: no attention rows at step {step}")
     order = np.argsort(np.concatenate([b.position for b, _ in parts]), kind="stable")

@@ -493,7 +493,7 @@ class ReductionBatch:
         return int(self.reductions["row_mass"].shape[-1])
 
 
-def batch_by_length(blocks, budget_bytes: int = 64 << 20, most: int = 1024):
+def batch_by_length(blocks, budget_bytes: int = 32 << 20, most: int = 256):
     """Group a stream of :class:`ExampleReductions` (one layer x head grid) into
     :class:`ReductionBatch` es of equal length, holding at most about ``budget_bytes`` of pending
     examples (the largest group is emitted first when it is exceeded) and ``most`` examples per batch.

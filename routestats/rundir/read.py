@@ -375,7 +375,7 @@ class Run:
                 yield blk
 
     def iter_reduction_batches(self, step: int | None = None, examples: Sequence[int] | None = None,
-                               budget_mb: float = 64) -> Iterator[ReductionBatch]:
+                               budget_mb: float = 32) -> Iterator[ReductionBatch]:
         """The validated reductions of :meth:`iter_reductions`, stacked into batches of examples of
         one length (:class:`~routestats.rundir.blocks.ReductionBatch`; ``position`` gives each
         example's place in the file), holding at most about ``budget_mb`` of examples at a time."""
