@@ -71,6 +71,22 @@ __all__ = [
 
 _REL_TIE = 1e-12
 _CHUNK = 2048
+_BLOCK_VALUES = 1 << 24  # the most float64 values (128 MB) one sign-pattern product holds
+
+
+def row_blocks(rows: int, n: int):
+    """Row ranges [s, e) for evaluating a (rows x n) sign-pattern product: one block when it holds at
+    most :data:`_BLOCK_VALUES` values (every shape of the reference procedures up to n = 4,096
+    examples, so their numbers stay bitwise what one product gives), else blocks of that size
+    (bounded memory at the scale of whole splits; a count can then differ from one product's only
+    where a permuted statistic lies within rounding of the observed one).
+
+    >>> list(row_blocks(2048, 2336)), len(list(row_blocks(2048, 70_000)))
+    ([(0, 2048)], 9)
+    """
+    step = rows if rows * n <= _BLOCK_VALUES else max(1, _BLOCK_VALUES // n)
+    for s in range(0, rows, step):
+        yield s, min(rows, s + step)
 
 
 def _as_matrix(d) -> np.ndarray:
@@ -154,9 +170,12 @@ def signflip_count(d: np.ndarray, bits: np.ndarray) -> np.ndarray:
     n = d.shape[0]
     total = d.sum(axis=0)
     obs = np.abs(total) / n
-    stat = np.abs(2.0 * (bits.astype(np.float64) @ d) - total) / n
     tol = _REL_TIE * np.abs(d).max(axis=0)
-    return (stat >= obs - tol).sum(axis=0)
+    count = np.zeros(d.shape[1], dtype=np.int64)
+    for s, e in row_blocks(len(bits), n):
+        stat = np.abs(2.0 * (bits[s:e].astype(np.float64) @ d) - total) / n
+        count += (stat >= obs - tol).sum(axis=0)
+    return count
 
 
 def bootstrap_means(d: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:

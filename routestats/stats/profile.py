@@ -29,7 +29,7 @@ import pandas as pd
 from scipy import stats as _st
 
 from routestats.errors import RoutestatsError
-from routestats.stats.inference import bootstrap_means, paired_inference, percentile_ci
+from routestats.stats.inference import bootstrap_means, paired_inference, percentile_ci, row_blocks
 
 __all__ = ["profile_shape", "layer_contrasts", "profile_distance_ci"]
 
@@ -72,8 +72,11 @@ def profile_shape(D, permutations: int = 20_000, seed: int = 1001) -> pd.DataFra
         count, done = 0, 0
         while done < permutations:
             m = min(4096, permutations - done)
-            signs = rng.integers(0, 2, size=(m, n)) * 2.0 - 1.0
-            count += int((_signflip_T(c, signs) >= T - tol).sum())
+            # integers(0, 2) gives the same stream drawn in one call or row by row, so large n is drawn
+            # (and evaluated) in blocks of bounded size (see row_blocks)
+            for s, e in row_blocks(m, n):
+                signs = rng.integers(0, 2, size=(e - s, n)) * 2.0 - 1.0
+                count += int((_signflip_T(c, signs) >= T - tol).sum())
             done += m
         p_sf, exact, draws = (count + 1) / (permutations + 1), False, permutations
     z = np.diff(D, axis=1)
