@@ -173,7 +173,9 @@ def signflip_count(d: np.ndarray, bits: np.ndarray) -> np.ndarray:
     tol = _REL_TIE * np.abs(d).max(axis=0)
     count = np.zeros(d.shape[1], dtype=np.int64)
     for s, e in row_blocks(len(bits), n):
-        stat = np.abs(2.0 * (bits[s:e].astype(np.float64) @ d) - total) / n
+        block = bits[s:e].astype(np.float64)
+        stat = np.abs(2.0 * (block @ d) - total) / n
+        del block  # before the next one is made
         count += (stat >= obs - tol).sum(axis=0)
     return count
 

@@ -75,8 +75,13 @@ def profile_shape(D, permutations: int = 20_000, seed: int = 1001) -> pd.DataFra
             # integers(0, 2) gives the same stream drawn in one call or row by row, so large n is drawn
             # (and evaluated) in blocks of bounded size (see row_blocks)
             for s, e in row_blocks(m, n):
-                signs = rng.integers(0, 2, size=(e - s, n)) * 2.0 - 1.0
+                signs = np.empty((e - s, n))
+                for a in range(0, e - s, 64):  # drawn 64 rows at a time into the block: no int64 copy of it
+                    signs[a : a + 64] = rng.integers(0, 2, size=(min(64, e - s - a), n))
+                signs *= 2.0  # in place: the values of ``* 2.0 - 1.0``
+                signs -= 1.0
                 count += int((_signflip_T(c, signs) >= T - tol).sum())
+                del signs  # before the next block is allocated
             done += m
         p_sf, exact, draws = (count + 1) / (permutations + 1), False, permutations
     z = np.diff(D, axis=1)
