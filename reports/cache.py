@@ -133,7 +133,8 @@ def store(key: str, out: Path, written: dict) -> None:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(out, tmp / "report")
-        rel = {name: str(Path(p).relative_to(out)) for name, p in written.items()}
+        top = Path(out).resolve()
+        rel = {name: str(Path(p).resolve().relative_to(top)) for name, p in written.items()}
         (tmp / "written.json").write_text(json.dumps(rel))
         shutil.rmtree(entry, ignore_errors=True)
         os.rename(tmp, entry)
@@ -141,5 +142,5 @@ def store(key: str, out: Path, written: dict) -> None:
                          key=lambda p: p.stat().st_mtime, reverse=True)
         for old in entries[KEEP:]:
             shutil.rmtree(old, ignore_errors=True)
-    except OSError:
+    except (OSError, ValueError):
         shutil.rmtree(tmp, ignore_errors=True)

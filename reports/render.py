@@ -170,7 +170,7 @@ def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FOR
 
     Figures are PNG (embedded in the HTML); ``figures`` adds vector copies of every figure
     (``pdf``, ``svg``; default none: drawing them is most of a report's cost). See
-    :func:`check_output` for ``force`` and ``inputs``.
+    :func:`reports.folder.check_output` for ``force`` and ``inputs``.
     """
     bad = set(formats) - set(FORMATS)
     if bad:

@@ -275,7 +275,7 @@ def regime(
     force: bool = FORCE,
 ) -> None:
     """Spectral certification of gating-induced regime switching at one operating point or over a grid."""
-    from reports.render import check_output
+    from reports.folder import check_output
     from routestats.regime.report import build_regime_report, terminal_tables
 
     if not source.exists():

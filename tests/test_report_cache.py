@@ -58,6 +58,14 @@ def test_an_unchanged_rerun_is_a_copy_of_the_cached_report(pair, tmp_path, analy
     assert (tmp_path / "b" / "report.html").is_file() and f"html: {tmp_path / 'b' / 'report.html'}" in out
 
 
+def test_a_relative_output_folder_is_cached_too(pair, tmp_path, analyses, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli("report", pair, "-o", "a", *QUICK)[0] == 0
+    code, out = cli("report", pair, "-o", "b", *QUICK)
+    assert code == 0 and "from the cache" in out and len(analyses) == 1, out
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
+
+
 def test_a_touched_added_or_changed_file_misses(pair, tmp_path, analyses):
     assert cli("report", pair, "-o", tmp_path / "a", *QUICK)[0] == 0
     f = pair / "saab" / S.attention_file(100, "reductions")
