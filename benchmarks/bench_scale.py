@@ -43,7 +43,7 @@ def main(argv=None) -> None:
             print(f"writing 2 x {n} examples (reductions) to {data} ...", flush=True)
             _, secs, _ = write_runs(data, n, forms=("reductions",), pool=3)
             print(f"  written in {secs:.0f} s", flush=True)
-        files = [str(p) for p in sorted(data.rglob("*.parquet"))]
+        files = [str(p) for p in sorted(data.rglob("*.parquet")) if p.name in ("examples.parquet", "reductions.parquet")]
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "r"
             cpu, wall = child_cpu([exe, "report", str(data), "-o", str(out), *SAME], env)

@@ -210,7 +210,8 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
         cols, f2f, has = _summaries_batched(run, step, fields_by_ex, named, trivial)
     else:
         cols, f2f, has = _summaries_per_example(run, step, form, weighting, fields_by_ex, named, trivial)
-    heads = pd.DataFrame(cols)
+    heads = pd.DataFrame(cols, copy=False)  # the columns are fresh arrays: no second copy of them
+    del cols
     heads["layer"] = heads["layer"].astype(np.int64)
     heads["head"] = heads["head"].astype(np.int64)
     heads.insert(0, "step", step)
