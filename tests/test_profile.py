@@ -103,4 +103,8 @@ def test_blocked_sign_products_draw_the_same_signs(monkeypatch):
     got = paired_inference(D, resamples=200, permutations=3000, seed=5).to_frame()
     assert got_profile["p"].tolist() == want_profile["p"].tolist()
     assert got["p_raw"].tolist() == want["p_raw"].tolist()
+    monkeypatch.setattr(inf, "_DRAW_BUDGET", 0)  # too large to keep: drawn as they are used, block by block
+    inf._DRAWS.clear()
+    streamed = paired_inference(D, resamples=200, permutations=3000, seed=5).to_frame()
+    assert streamed[["ci_low", "ci_high", "p_raw"]].equals(want[["ci_low", "ci_high", "p_raw"]])
     assert 0 < want_profile["p"].iloc[0] < 1  # a p-value the draws decide (not a floor or 1)

@@ -243,6 +243,9 @@ def _summaries_batched(run: Run, step: int, fields_by_ex, named, trivial):
         a = np.concatenate([get(b, sm) for b, sm in parts])[order]
         return a.reshape((-1,) + a.shape[2:])
 
+    def taken(key):  # a summary column, each batch's piece released as soon as it is copied
+        return stacked(lambda b, sm: sm.pop(key))
+
     n_ex = len(order)
     cols = {
         "example_id": stacked(lambda b, sm: np.repeat(b.example_id[:, None], rows, axis=1)),
@@ -251,11 +254,11 @@ def _summaries_batched(run: Run, step: int, fields_by_ex, named, trivial):
         "head_type": stacked(lambda b, sm: b.head_type),
     }
     for k in _SUMMARIES:
-        cols[k] = stacked(lambda b, sm: sm[k])
+        cols[k] = taken(k)
     for k in ("n_valid", "n_trivial"):
-        cols[k] = stacked(lambda b, sm: np.repeat(sm[k].astype(np.int64)[:, None], rows, axis=1))
-    f2f = stacked(lambda b, sm: sm["f2f"])
-    has = stacked(lambda b, sm: np.repeat(sm["has_source"][:, None, :], rows, axis=1))
+        cols[k] = stacked(lambda b, sm: np.repeat(sm.pop(k).astype(np.int64)[:, None], rows, axis=1))
+    f2f = taken("f2f")
+    has = stacked(lambda b, sm: np.repeat(sm.pop("has_source")[:, None, :], rows, axis=1))
     return cols, f2f, has
 
 

@@ -265,9 +265,10 @@ def _shared_streamed(d, resamples, permutations, rng, confidence):
     count = np.zeros(k, dtype=np.int64)
     for s in range(0, permutations, _CHUNK):
         c = min(_CHUNK, permutations - s)
-        raw = rng.bit_generator.random_raw(c * words).astype("<u8")
-        bits = np.unpackbits(raw.view(np.uint8).reshape(c, words * 8), axis=1, bitorder="little")[:, :n]
-        count += signflip_count(d, bits)
+        for a, b in row_blocks(c, n):  # raw words are one stream however they are taken: same signs
+            raw = rng.bit_generator.random_raw((b - a) * words).astype("<u8")
+            bits = np.unpackbits(raw.view(np.uint8).reshape(b - a, words * 8), axis=1, bitorder="little")[:, :n]
+            count += signflip_count(d, bits)
     return lo, hi, count
 
 
