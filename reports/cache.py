@@ -121,9 +121,21 @@ def lookup(key: str) -> tuple[Path, dict] | None:
         return None
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
 def store(key: str, out: Path, written: dict) -> None:
-    """Keep a copy of the finished report folder ``out`` under ``key`` (a full or read-only cache
-    never fails a report); drop all but the :data:`KEEP` most recently used entries."""
+    """Keep a copy of the finished report folder ``out`` (the writer's temporary folder, before it is
+    published: exactly what this run wrote) under ``key`` (a full or read-only cache never fails a
+    report); drop all but the :data:`KEEP` most recently used entries and the copies that processes
+    which no longer run left half-written."""
     root = _root()
     if root is None:
         return
@@ -131,6 +143,13 @@ def store(key: str, out: Path, written: dict) -> None:
     tmp = root / f".{key}.{os.getpid()}.tmp"
     try:
         root.mkdir(parents=True, exist_ok=True)
+        for old in root.glob(".*.tmp"):
+            try:
+                pid = int(old.name.rsplit(".", 2)[-2])
+            except (IndexError, ValueError):
+                continue
+            if not _alive(pid):
+                shutil.rmtree(old, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(out, tmp / "report")
         top = Path(out).resolve()

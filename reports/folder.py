@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["MARKER", "check_output", "write_folder", "copy_report"]
+__all__ = ["MARKER", "check_output", "write_folder", "copy_report", "SourceUnreadable"]
 
 MARKER = ".routestats-report"
 
@@ -84,10 +84,12 @@ def _put(path: Path, data: str | bytes) -> None:
         path.write_bytes(data)
 
 
-def write_folder(out: str | Path, fill: Callable[[Path], dict], force: bool = False, inputs: Sequence = ()) -> dict[str, Path]:
+def write_folder(out: str | Path, fill: Callable[[Path], dict], force: bool = False, inputs: Sequence = (),
+                 keep: Callable[[Path, dict], None] | None = None) -> dict[str, Path]:
     """Create the report folder ``out`` atomically: ``fill(tmp)`` writes everything into a temporary
     sibling folder and returns name -> path of what it wrote there; the folder is then renamed into
-    place as a whole (an earlier report is replaced only then). See :func:`check_output`."""
+    place as a whole (an earlier report is replaced only then). ``keep(tmp, written)`` runs on the
+    complete temporary folder just before the rename. See :func:`check_output`."""
     out = check_output(out, force, inputs)
     _clean_stale(out)
     try:
@@ -97,6 +99,8 @@ def write_folder(out: str | Path, fill: Callable[[Path], dict], force: bool = Fa
     try:
         written = fill(tmp)
         _put(tmp / MARKER, "written by routestats\n")
+        if keep is not None:
+            keep(tmp, written)
         os.sync()  # the files are on disk before the folder appears under its name
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
@@ -114,11 +118,22 @@ def write_folder(out: str | Path, fill: Callable[[Path], dict], force: bool = Fa
     return {name: out / p.relative_to(tmp) for name, p in written.items()}
 
 
+class SourceUnreadable(Exception):
+    """The folder :func:`copy_report` copies from could not be read (nothing was published)."""
+
+
 def copy_report(folder: Path, written: dict, out: str | Path, force: bool = False, inputs: Sequence = ()) -> dict[str, Path]:
     """Write a copy of the finished report ``folder`` (``written``: name -> path relative to it) as
-    the report folder ``out``, atomically as :func:`write_folder` writes one."""
+    the report folder ``out``, atomically as :func:`write_folder` writes one. Raises
+    :class:`SourceUnreadable` (and publishes nothing) when ``folder`` cannot be read whole."""
     def fill(tmp: Path) -> dict:
-        shutil.copytree(folder, tmp, dirs_exist_ok=True)
-        return {name: tmp / rel for name, rel in written.items()}
+        try:
+            shutil.copytree(folder, tmp, dirs_exist_ok=True)
+        except (OSError, shutil.Error) as exc:
+            raise SourceUnreadable(str(exc)) from None
+        out = {name: tmp / rel for name, rel in written.items()}
+        if not all(p.exists() for p in out.values()):
+            raise SourceUnreadable(f"{folder}: incomplete")
+        return out
 
     return write_folder(out, fill, force, inputs)

@@ -165,8 +165,11 @@ def markdown(report: Report) -> str:
 
 def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FORMATS,
            progress: Callable[[str], None] | None = None, figures: Sequence[str] | None = None, force: bool = False,
-           inputs: Sequence = ()) -> dict[str, Path]:
+           inputs: Sequence = (), keep: Callable[[Path, dict], None] | None = None) -> dict[str, Path]:
     """Write the report folder atomically; returns name -> path of what was written.
+
+    ``keep(folder, written)``, when given, is called with the finished temporary folder just before
+    it is renamed into place (the report cache files a copy of exactly what this call wrote).
 
     Figures are PNG (embedded in the HTML); ``figures`` adds vector copies of every figure
     (``pdf``, ``svg``; default none: drawing them is most of a report's cost). See
@@ -178,7 +181,7 @@ def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FOR
     vector = tuple(f for f in (figures or ()) if f != "png")
     if set(vector) - set(F.VECTOR_FORMATS):
         raise ValueError(f"figure formats are png, {', '.join(F.VECTOR_FORMATS)}; got {sorted(set(vector))}")
-    return write_folder(out, lambda tmp: _render_into(report, tmp, formats, progress, vector), force, inputs)
+    return write_folder(out, lambda tmp: _render_into(report, tmp, formats, progress, vector), force, inputs, keep)
 
 
 def _render_into(report: Report, out: Path, formats: Sequence[str], progress, vector: tuple) -> dict[str, Path]:

@@ -206,7 +206,7 @@ def report(
     from routestats.analysis import analyse
 
     from reports import cache
-    from reports.folder import check_output, copy_report
+    from reports.folder import SourceUnreadable, check_output, copy_report
 
     formats = _formats(format)
     vector = None
@@ -217,18 +217,26 @@ def report(
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
                   length_examples=length_examples, step=step, factor=factor, baseline=baseline, pairs=pairs,
                   skip_incomplete=skip_incomplete, study=study, flow=flow)
-    check_output(out, force, [path])  # before the analysis, not after it
     inputs = [path] + ([init_probe] if init_probe is not None else [])
+    check_output(out, force, inputs)  # before the analysis, not after it
     key = cache.report_key(inputs, s.to_dict(), formats, vector)
     with _progress() as say:
+        written = None
         hit = cache.lookup(key)
         if hit is not None:  # every file under the inputs unchanged since that report verified them
-            say("inputs, settings and code unchanged: the report from the cache")
-            written = copy_report(*hit, out, force=force, inputs=[path])
-        else:
+            try:
+                written = copy_report(*hit, out, force=force, inputs=inputs)
+                say("inputs, settings and code unchanged: the report from the cache")
+            except SourceUnreadable:  # evicted or damaged meanwhile: computed afresh
+                written = None
+        if written is None:
             rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)
-            written = rep.write(out, formats, progress=say, force=force, inputs=[path], figures=vector)
-            cache.store(key, out, written)
+
+            def keep(folder, files):  # only if nothing under the inputs changed while the report was made
+                if cache.report_key(inputs, s.to_dict(), formats, vector) == key:
+                    cache.store(key, folder, files)
+
+            written = rep.write(out, formats, progress=say, force=force, inputs=inputs, figures=vector, keep=keep)
     for name, p in written.items():
         typer.echo(f"{name}: {p}")
 

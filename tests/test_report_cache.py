@@ -117,3 +117,36 @@ def test_key_changes_with_the_code(tmp_path, monkeypatch):
     assert cache.report_key([tmp_path], {}, ("html",), ()) != a
     shutil.rmtree(tmp_path)
     np.testing.assert_equal(len(a), 64)
+
+
+def test_a_file_that_appears_during_the_analysis_is_not_filed_under_the_old_key(pair, tmp_path, monkeypatch):
+    real = routestats.analysis.analyse
+    calls = []
+
+    def analyse_while_a_file_appears(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            (pair / "lengths.txt").write_text("appears while the first report is computed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(routestats.analysis, "analyse", analyse_while_a_file_appears)
+    assert cli("report", pair, "-o", tmp_path / "a", *QUICK)[0] == 0
+    (pair / "lengths.txt").unlink()  # the tree is as it was when the first key was taken
+    code, out = cli("report", pair, "-o", tmp_path / "b", *QUICK)
+    assert code == 0 and "from the cache" not in out and len(calls) == 2
+
+
+def test_an_entry_that_cannot_be_read_is_computed_afresh(pair, tmp_path, analyses, monkeypatch):
+    assert cli("report", pair, "-o", tmp_path / "a", *QUICK)[0] == 0
+    monkeypatch.setattr(cache, "lookup", lambda key: (tmp_path / "evicted meanwhile", {"html": "report.html"}))
+    code, out = cli("report", pair, "-o", tmp_path / "b", *QUICK)
+    assert code == 0 and "from the cache" not in out and len(analyses) == 2, out
+    assert (tmp_path / "b" / "report.html").is_file()
+
+
+def test_half_written_entries_of_dead_processes_are_removed(pair, tmp_path):
+    stale = tmp_path / "cache" / "reports" / f".{'0' * 64}.999999999.tmp"
+    (stale / "report").mkdir(parents=True)
+    assert cli("report", pair, "-o", tmp_path / "a", *QUICK)[0] == 0
+    assert not stale.exists()
+    assert len([p for p in (tmp_path / "cache" / "reports").iterdir()]) == 1
