@@ -33,6 +33,7 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
+from reports.folder import _alive
 from routestats.rundir.verify import cache_dir
 
 __all__ = ["KEEP", "report_key", "lookup", "store"]
@@ -119,16 +120,6 @@ def lookup(key: str) -> tuple[Path, dict] | None:
         return folder, written
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
 
 
 def store(key: str, out: Path, written: dict) -> None:

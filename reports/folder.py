@@ -26,7 +26,7 @@ def _is_report_folder(p: Path) -> bool:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such process (or no such pid at all)
         return False
     except PermissionError:
         return True

@@ -147,6 +147,8 @@ def test_an_entry_that_cannot_be_read_is_computed_afresh(pair, tmp_path, analyse
 def test_half_written_entries_of_dead_processes_are_removed(pair, tmp_path):
     stale = tmp_path / "cache" / "reports" / f".{'0' * 64}.999999999.tmp"
     (stale / "report").mkdir(parents=True)
+    odd = stale.with_name(f".{'1' * 64}.{10 ** 30}.tmp")  # no pid can be that large
+    odd.mkdir()
     assert cli("report", pair, "-o", tmp_path / "a", *QUICK)[0] == 0
-    assert not stale.exists()
+    assert not stale.exists() and not odd.exists()
     assert len([p for p in (tmp_path / "cache" / "reports").iterdir()]) == 1
