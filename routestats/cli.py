@@ -203,8 +203,6 @@ def report(
 
     A tree with several pairs gets a study report (seeds, sweeps, placement, shuffled control, depth, data sets,
     across-seed inference) before any per-pair parts."""
-    from routestats.analysis import analyse
-
     from reports import cache
     from reports.folder import SourceUnreadable, check_output, copy_report
 
@@ -230,6 +228,8 @@ def report(
             except SourceUnreadable:  # evicted or damaged meanwhile: computed afresh
                 written = None
         if written is None:
+            from routestats.analysis import analyse  # (pandas, scipy): not needed for a report from the cache
+
             rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)
 
             def keep(folder, files):  # only if nothing under the inputs changed while the report was made
