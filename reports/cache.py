@@ -34,7 +34,7 @@ from importlib import metadata
 from pathlib import Path
 
 from reports.folder import _alive
-from routestats.rundir.verify import cache_dir
+from routestats.rundir.verify import cache_dir, file_stamp
 
 __all__ = ["KEEP", "report_key", "lookup", "store"]
 
@@ -68,22 +68,18 @@ def _versions() -> dict:
 
 
 def _listing(path: Path) -> list:
-    """(relative path, size, mtime ns, ctime ns, inode) of every file under ``path`` (links followed)."""
+    """The :func:`~routestats.rundir.verify.file_stamp` (without the resolved path: relative path
+    instead) of every file under ``path``, links followed."""
     path = Path(path).resolve()
-    if path.is_file():
-        st = path.stat()
-        return [[path.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]]
+    files = [path] if path.is_file() else [Path(folder) / name for folder, dirs, names in
+                                            sorted(os.walk(path, followlinks=True)) for name in sorted(names)]
     rows = []
-    for folder, dirs, files in os.walk(path, followlinks=True):
-        dirs.sort()
-        for name in sorted(files):
-            p = Path(folder) / name
-            try:
-                st = p.stat()
-            except OSError:
-                rows.append([str(p.relative_to(path)), None])
-                continue
-            rows.append([str(p.relative_to(path)), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino])
+    for p in files:
+        rel = p.name if p == path else str(p.relative_to(path))
+        try:
+            rows.append([rel, *file_stamp(p)[1:]])
+        except OSError:
+            rows.append([rel, None])
     return rows
 
 
@@ -114,7 +110,9 @@ def lookup(key: str) -> tuple[Path, dict] | None:
     try:
         written = json.loads((entry / "written.json").read_text())
         folder = entry / "report"
-        if not folder.is_dir() or not all(isinstance(v, str) and (folder / v).exists() for v in written.values()):
+        inside = all(isinstance(v, str) and v and not v.startswith("/") and ".." not in Path(v).parts
+                     for v in written.values())  # names of the entry's own files, nothing outside it
+        if not folder.is_dir() or not inside or not all((folder / v).exists() for v in written.values()):
             return None
         os.utime(entry)  # recently used
         return folder, written

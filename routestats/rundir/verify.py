@@ -32,7 +32,7 @@ from pathlib import Path
 from routestats.errors import RunFormatError
 from routestats.rundir.atomic import sha256_file
 
-__all__ = ["cache_dir", "run_file", "verified_sha256"]
+__all__ = ["cache_dir", "file_stamp", "run_file", "verified_sha256"]
 
 _STAMPS: dict[tuple, str] = {}
 
@@ -69,14 +69,16 @@ def run_file(run_path: Path, rel: object) -> Path:
     return p
 
 
-def _key(path: Path) -> tuple:
+def file_stamp(path: Path) -> tuple:
+    """(resolved path, size, mtime ns, ctime ns, inode): what must stay the same for an earlier hash
+    (or a report cached from the file, :mod:`reports.cache`) to stand for the file."""
     st = path.stat()
     return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 def verified_sha256(path: Path) -> str:
     """SHA-256 of ``path``, from a stamp when the file is unchanged since it was last hashed."""
-    key = _key(path)
+    key = file_stamp(path)
     if key in _STAMPS:
         return _STAMPS[key]
     folder = cache_dir()
@@ -85,13 +87,13 @@ def verified_sha256(path: Path) -> str:
         stamp = folder / "stamps" / hashlib.sha256(repr(key).encode()).hexdigest()
         try:
             digest = stamp.read_text().strip()
-            if len(digest) == 64 and _key(path) == key:
+            if len(digest) == 64 and file_stamp(path) == key:
                 _STAMPS[key] = digest
                 return digest
         except OSError:
             pass
     digest = sha256_file(path)
-    if _key(path) != key:  # changed while being hashed: refuse to remember it
+    if file_stamp(path) != key:  # changed while being hashed: refuse to remember it
         raise RunFormatError(f"{path}: the file changed while it was being read")
     _STAMPS[key] = digest
     if stamp is not None:

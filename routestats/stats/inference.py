@@ -81,7 +81,7 @@ def row_blocks(rows: int, n: int):
     (bounded memory at the scale of whole splits; a count can then differ from one product's only
     where a permuted statistic lies within rounding of the observed one).
 
-    >>> list(row_blocks(2048, 2336)), len(list(row_blocks(2048, 70_000)))
+    >>> list(row_blocks(2048, 2336)), len(list(row_blocks(2048, 70_000)))  # 2^24 // 70,000 = 239 rows a block
     ([(0, 2048)], 9)
     """
     step = rows if rows * n <= _BLOCK_VALUES else max(1, _BLOCK_VALUES // n)
