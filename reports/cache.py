@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shutil
 from importlib import metadata
 from pathlib import Path
@@ -58,7 +59,7 @@ def _code_digest() -> str:
 
 
 def _versions() -> dict:
-    out = {}
+    out = {"python": platform.python_version()}
     for name in _LIBRARIES:
         try:
             out[name] = metadata.version(name)
