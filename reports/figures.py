@@ -110,6 +110,7 @@ def draw_all(jobs: dict, folder: Path, workers: int | None = None, vector: tuple
     figures are independent; each worker writes its own PNG and vector copies). Without
     ``fork`` (or with ``ROUTESTATS_FIGURE_WORKERS=1``) they are drawn one after another.
     """
+    import gc
     import multiprocessing as mp
     import os
 
@@ -121,10 +122,14 @@ def draw_all(jobs: dict, folder: Path, workers: int | None = None, vector: tuple
     if workers < 2 or "fork" not in mp.get_all_start_methods():
         return {n: save(draw(jobs[n]), folder, n, vector) for n in names}
     _JOBS = [(jobs[n], folder, n, vector) for n in names]
+    # frozen objects are skipped by the workers' garbage collector, which would otherwise write to (and so
+    # copy) every page of the parent's heap it visits: 2 x 2,336 pair, 2 workers, 2.8 -> 2.0-2.7 s CPU
+    gc.freeze()
     try:
         with mp.get_context("fork").Pool(workers) as pool:
             pngs = pool.map(_draw_job, range(len(names)), chunksize=1)
     finally:
+        gc.unfreeze()
         _JOBS = []
     return dict(zip(names, pngs))
 

@@ -173,6 +173,9 @@ def summary(
 ) -> None:
     """Print per-layer SFM/entropy per run and paired effects for every pair."""
     from routestats.analysis import summary_tables
+    from routestats.rundir.blocks import returning_memory_pool
+
+    returning_memory_pool()
 
     _print(summary_tables(path, _settings(resamples=resamples, permutations=permutations, seed=seed, factor=factor,
                                           baseline=baseline, skip_incomplete=skip_incomplete, study=study)))
@@ -229,6 +232,9 @@ def report(
                 written = None
         if written is None:
             from routestats.analysis import analyse  # (pandas, scipy): not needed for a report from the cache
+            from routestats.rundir.blocks import returning_memory_pool
+
+            returning_memory_pool()
 
             rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)
 
@@ -254,6 +260,9 @@ def table(
 ) -> None:
     """Print (or write) one table of the report of PATH."""
     from routestats.analysis import analyse
+    from routestats.rundir.blocks import returning_memory_pool
+
+    returning_memory_pool()
 
     if format not in ("latex", "csv", "markdown"):
         _fail(f"--format must be latex, csv or markdown, got {format!r}")

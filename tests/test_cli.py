@@ -124,3 +124,20 @@ def test_every_option_has_help_text():
             options += len(opts)
             missing += [f"{name} --{p.name}" for p in opts if not p.help]
     assert options > 100 and missing == []
+
+
+def test_commands_use_a_memory_pool_that_returns_pages():
+    # expected: pyarrow's own report of its default pool in a fresh process (jemalloc; mimalloc is
+    # pyarrow's default, the one that keeps freed row groups resident), and the user's choice kept
+    import os
+    import subprocess
+    import sys
+
+    code = ("from routestats.rundir.blocks import returning_memory_pool; import pyarrow as pa; "
+            "print(returning_memory_pool(), pa.default_memory_pool().backend_name)")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["jemalloc", "jemalloc"]
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "ARROW_DEFAULT_MEMORY_POOL": "system"},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["system", "system"]

@@ -28,6 +28,17 @@ def test_hotelling_matches_a_direct_computation_and_any_contrast():
     assert got["p"] == pytest.approx(stats.f.sf(F, q, n - q), rel=1e-9)
 
 
+def test_f_sf_is_scipy_f_sf_bitwise():
+    # expected: scipy.stats.f.sf itself, compared with ==: the report prints the p scipy would
+    from routestats.stats.profile import f_sf
+
+    rng = np.random.default_rng(4)
+    for F in (*rng.exponential(2.0, 40), 0.0, -1.0, 1e-300, 1e6, np.inf):
+        for dfn, dfd in ((1, 1), (1, 30), (3, 21), (11, 2325), (2, 10)):
+            assert f_sf(F, dfn, dfd) == float(stats.f.sf(F, dfn, dfd)), (F, dfn, dfd)
+    assert np.isnan(f_sf(np.nan, 3, 10)) and np.isnan(stats.f.sf(np.nan, 3, 10))
+
+
 def test_signflip_exact_equals_brute_force_enumeration():
     D = _D(n=9, shift=(0, 0.02, 0, 0.04))
     c = D - D.mean(axis=1, keepdims=True)

@@ -250,8 +250,46 @@ def test_spearman_reference_values():
     # METHODS 3.4 test values of the hand-written Spearman: +1 and -1 on monotone data
     assert rs.spearman_ci([1, 2, 3, 4], [10, 20, 30, 40], resamples=5).rho[0] == pytest.approx(1.0)
     assert rs.spearman_ci([1, 2, 3, 4], [40, 30, 20, 10], resamples=5).rho[0] == pytest.approx(-1.0)
-    # ties: average ranks ranks([1, 1, 3]) = [1.5, 1.5, 3]
-    assert stats.rankdata([1, 1, 3]).tolist() == [1.5, 1.5, 3.0]
+    # ties: average ranks ranks([1, 1, 3]) = [1.5, 1.5, 3] (METHODS 3.4)
+    from routestats.stats.inference import average_ranks
+
+    assert average_ranks([1, 1, 3]).tolist() == [1.5, 1.5, 3.0]
+
+
+def test_spearman_and_ranks_bitwise_scipy():
+    # expected: scipy.stats.spearmanr / rankdata themselves; equality is exact (==), not approximate:
+    # the report's rho and p must be the numbers scipy would print
+    from routestats.stats.inference import average_ranks, spearman
+
+    rng = np.random.default_rng(12)
+    cases = 0
+    for n in (2, 3, 4, 5, 7, 16, 33, 100, 257, 2336, 5001):
+        for kind in ("continuous", "ties", "lengths", "monotone", "reversed"):
+            if kind == "continuous":
+                x, y = rng.standard_normal(n), rng.standard_normal(n)
+            elif kind == "ties":
+                x, y = np.round(rng.standard_normal(n), 1), rng.integers(0, 4, n).astype(float)
+            elif kind == "lengths":
+                x = rng.integers(20, 60, n).astype(float)
+                y = 0.01 * x + rng.normal(0, 0.2, n)
+            else:
+                x = np.arange(n, dtype=float)
+                y = x * 2 + 1 if kind == "monotone" else -x
+            np.testing.assert_array_equal(average_ranks(x), stats.rankdata(x))
+            with np.errstate(all="ignore"):
+                want = stats.spearmanr(x, y)
+            got = spearman(x, y)
+            assert np.array_equal(got, [want.statistic, want.pvalue], equal_nan=True), (n, kind, got, want)  # n = 2: p NaN
+            cases += 1
+    assert cases == 55
+    # undefined cases: NaN in both, as scipy (which also warns)
+    import warnings
+
+    for x, y in (([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]), ([1.0, np.nan, 2.0], [1.0, 2.0, 3.0]), ([1.0], [2.0])):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = stats.spearmanr(x, y)
+        assert all(np.isnan(v) for v in spearman(x, y)) and np.isnan(want.statistic) and np.isnan(want.pvalue)
 
 
 def test_resampled_spearman_equals_scipy_per_resample():

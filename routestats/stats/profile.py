@@ -26,7 +26,8 @@ import itertools
 
 import numpy as np
 import pandas as pd
-from scipy import stats as _st
+from scipy import special
+
 
 from routestats.errors import RoutestatsError
 from routestats.stats.inference import bootstrap_means, paired_inference, percentile_ci, row_blocks
@@ -91,7 +92,7 @@ def profile_shape(D, permutations: int = 20_000, seed: int = 1001) -> pd.DataFra
         S = np.cov(z, rowvar=False, ddof=1).reshape(q, q)
         t2 = float(n * m @ np.linalg.pinv(S) @ m)
         F = (n - q) * t2 / (q * (n - 1))
-        p_h = float(_st.f.sf(F, q, n - q))
+        p_h = f_sf(F, q, n - q)
     else:
         t2, F, p_h = np.nan, np.nan, np.nan
     return pd.DataFrame([
@@ -100,6 +101,18 @@ def profile_shape(D, permutations: int = 20_000, seed: int = 1001) -> pd.DataFra
         {"test": "Hotelling T2", "statistic": t2, "df1": float(q), "df2": float(n - q), "p": p_h, "n": n,
          "layers": L, "permutations": 0, "exact": False, "F": F},
     ])
+
+
+def f_sf(F: float, dfn: int, dfd: int) -> float:
+    """Upper tail P(F(dfn, dfd) > F): the value ``scipy.stats.f.sf`` gives (its ``_sf`` is this
+    ``fdtrc``; 1 at F <= 0, NaN for NaN), without importing scipy.stats (0.5 s CPU per report).
+
+    >>> f_sf(0.0, 2, 10), round(f_sf(4.10, 2, 10), 4)
+    (1.0, 0.0501)
+    """
+    if np.isnan(F):
+        return float("nan")
+    return 1.0 if F <= 0 else float(special.fdtrc(float(dfn), float(dfd), float(F)))
 
 
 def _sign_blocks(n: int, block: int = 4096):

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from routestats.errors import RoutestatsError
-from routestats.stats.inference import _pearson_rows, _rank_rows
+from routestats.stats.inference import spearman
 
 __all__ = ["spearman_rho", "load_probe", "initial_loss_summary", "probe_correlations"]
 
@@ -29,12 +29,13 @@ SUMMARIES = ("field_embedding_distance", "mask_embedding_offset", "qkv_norm_rati
 
 
 def spearman_rho(x, y) -> float:
-    """Spearman rho as Pearson on average ranks; NaN when either rank vector is constant."""
+    """Spearman rho (Pearson on average ranks, :func:`routestats.stats.inference.spearman`); NaN when
+    either input is constant."""
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1:
         raise RoutestatsError("spearman_rho needs two 1-D arrays of equal length")
-    return float(_pearson_rows(_rank_rows(x), _rank_rows(y)))
+    return spearman(x, y)[0]
 
 
 def load_probe(folder) -> dict[str, pd.DataFrame]:
