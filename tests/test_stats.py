@@ -342,3 +342,21 @@ def test_bootstrap_count_chunks_are_the_bootstrap_means_draws():
     counts = np.concatenate(list(bootstrap_count_chunks(50, 700, 9))).astype(float)
     assert (counts.sum(axis=1) == 50).all()
     np.testing.assert_array_equal((counts @ d) / 50, means)
+
+
+def test_seeded_bootstrap_means_is_bootstrap_means_bitwise_kept_or_fresh():
+    # expected: bootstrap_means with a fresh default_rng(seed) -- the reference the profile distance and
+    # the forest plot used before; equal with == whether the counts are drawn afresh or were kept
+    from routestats.stats import inference as inf
+
+    rng = np.random.default_rng(5)
+    for n in (7, 300, 2336):
+        d = rng.normal(0.01, 0.05, (n, 3))
+        want = inf.bootstrap_means(d, 1000, np.random.default_rng(77))
+        inf._DRAWS.clear()
+        assert np.array_equal(inf.seeded_bootstrap_means(d, 1000, 77), want)  # drawn afresh
+        inf.paired_inference(d[:, :1], resamples=1000, permutations=50, seed=77)  # keeps the draws of (n, seed)
+        assert any(key[0] == n and key[3] == 77 for key in inf._DRAWS)
+        assert np.array_equal(inf.seeded_bootstrap_means(d, 1000, 77), want)  # from the kept counts
+        assert not np.array_equal(inf.seeded_bootstrap_means(d, 1000, 78), want)  # another seed, other resamples
+    inf._DRAWS.clear()

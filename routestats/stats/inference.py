@@ -58,6 +58,7 @@ from routestats.settings import MODES
 
 __all__ = [
     "bootstrap_means",
+    "seeded_bootstrap_means",
     "holm",
     "cohen_dz",
     "paired_inference",
@@ -227,6 +228,30 @@ def bootstrap_count_chunks(n: int, resamples: int, seed: int):
     yield from _count_chunks(np.random.default_rng(seed), n, resamples)
 
 
+def _means_from_counts(d: np.ndarray, chunks, resamples: int) -> np.ndarray:
+    n, k = d.shape
+    means = np.empty((resamples, k))
+    s = 0
+    for cnt in chunks:  # uint counts are exact: as float64 they are what bootstrap_means multiplies
+        means[s : s + len(cnt)] = (cnt.astype(np.float64) @ d) / n
+        s += len(cnt)
+    return means
+
+
+def seeded_bootstrap_means(d, resamples: int, seed: int) -> np.ndarray:
+    """``bootstrap_means(d, resamples, numpy.random.default_rng(seed))``, bitwise, without drawing
+    again when a paired table of the same number of examples and seed kept its draws (the same
+    counts, chunk shapes and products).
+
+    >>> d = np.arange(12.0).reshape(6, 2)
+    >>> bool(np.array_equal(seeded_bootstrap_means(d, 50, 3), bootstrap_means(d, 50, np.random.default_rng(3))))
+    True
+    """
+    d = np.asarray(d, dtype=np.float64)
+    d = d[:, None] if d.ndim == 1 else d
+    return _means_from_counts(d, bootstrap_count_chunks(len(d), resamples, seed), resamples)
+
+
 _DRAWS: dict = {}  # (n, resamples, permutations, seed) -> (count chunks, sign-bit chunks); see _shared_draws
 _DRAW_BUDGET = 160 * 2**20  # bytes of draws kept for reuse (one example set at untouched-test scale)
 
@@ -281,12 +306,7 @@ def _shared(d, resamples, permutations, seed, confidence):
     if draws is None:
         return _shared_streamed(d, resamples, permutations, np.random.default_rng(seed), confidence)
     counts, bits = draws
-    means = np.empty((resamples, k))
-    s = 0
-    for cnt in counts:  # uint counts are exact: as float64 they are what bootstrap_means multiplies
-        means[s : s + len(cnt)] = (cnt.astype(np.float64) @ d) / n
-        s += len(cnt)
-    lo, hi = percentile_ci(means, confidence)
+    lo, hi = percentile_ci(_means_from_counts(d, counts, resamples), confidence)
     count = np.zeros(k, dtype=np.int64)
     for b in bits:
         count += signflip_count(d, b)

@@ -30,7 +30,7 @@ from scipy import special
 
 
 from routestats.errors import RoutestatsError
-from routestats.stats.inference import bootstrap_means, paired_inference, percentile_ci, row_blocks
+from routestats.stats.inference import paired_inference, percentile_ci, row_blocks, seeded_bootstrap_means
 
 __all__ = ["profile_shape", "layer_contrasts", "profile_distance_ci"]
 
@@ -149,7 +149,7 @@ def profile_distance_ci(D, resamples: int = 10_000, seed: int = 1001, confidence
     """||(Delta_1, ..., Delta_L)||_2 with a percentile bootstrap over examples (one row)."""
     D = _matrix(D)
     est = float(np.linalg.norm(D.mean(axis=0)))
-    norms = np.linalg.norm(bootstrap_means(D, resamples, np.random.default_rng(seed)), axis=1)
+    norms = np.linalg.norm(seeded_bootstrap_means(D, resamples, seed), axis=1)  # the paired tables' resamples
     lo, hi = percentile_ci(norms[:, None], confidence)
     return pd.DataFrame([{"profile_distance": est, "ci_low": float(lo[0]), "ci_high": float(hi[0]),
                           "n": D.shape[0], "layers": D.shape[1], "resamples": resamples, "seed": seed}])

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import asdict
 
-import numpy as np
 import pandas as pd
 
 from routestats.rundir import schema as S
@@ -242,13 +241,13 @@ def _forest(ex: pd.DataFrame, t: dict, s: AnalysisSettings) -> pd.DataFrame | No
     estimates with their intervals (paired t, two-stage bootstrap, mixed model) -- the evidence hierarchy."""
     if t.get("across_seeds") is None:
         return None
-    from routestats.stats.inference import bootstrap_means, percentile_ci
+    from routestats.stats.inference import percentile_ci, seeded_bootstrap_means
 
     ref = ex[reference_rows(ex)]
     rows = []
     for (ds, seed), g in ref.groupby(["dataset", "seed"], sort=True):
         D = g.pivot_table(index="example_id", columns="layer", values="diff").sort_index(axis=1)
-        lo, hi = percentile_ci(bootstrap_means(D.to_numpy(), s.resamples, np.random.default_rng(s.seed)), s.confidence)
+        lo, hi = percentile_ci(seeded_bootstrap_means(D.to_numpy(), s.resamples, s.seed), s.confidence)
         for j, layer in enumerate(D.columns):
             rows.append({"dataset": ds, "layer": int(layer), "level": "seed", "label": f"seed {seed}",
                          "estimate": float(D[layer].mean()), "ci_low": float(lo[j]), "ci_high": float(hi[j])})
