@@ -82,7 +82,13 @@ VECTOR_FORMATS = ("pdf", "svg")
 def save(fig, folder: Path, name: str, vector: tuple = ()) -> bytes:
     """Write ``name.png`` and a copy per vector format (``pdf``, ``svg``) under ``folder`` (a report's
     temporary folder, renamed into place as a whole); return the PNG bytes."""
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
     folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
+        # fig.tight_layout() leaves this placeholder behind, and savefig then draws the whole figure once
+        # more (rendering off) before drawing it: a fifth of the figures' CPU, for the same pixels
+        fig.set_layout_engine(None)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=130)  # layouts are set by tight_layout; no second "tight" draw
     png = buf.getvalue()
