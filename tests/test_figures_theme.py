@@ -54,3 +54,31 @@ def test_the_report_does_not_import_seaborn_or_scipy_stats_for_figures():
     code = "import sys, reports.render; print(sorted(m for m in ('seaborn', 'scipy.stats') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_saved_figure_is_drawn_once(tmp_path):
+    # expected: one Figure.draw per PNG. matplotlib's savefig draws an extra time (rendering off) when the
+    # figure still holds a layout engine, which fig.tight_layout() leaves behind as a placeholder
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from reports.figures import save
+
+    calls = []
+    real = Figure.draw
+
+    def counting(self, renderer):
+        calls.append(1)
+        return real(self, renderer)
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    ax.set(title="t", xlabel="x")
+    fig.tight_layout()
+    Figure.draw = counting
+    try:
+        png = save(fig, tmp_path, "f")
+    finally:
+        Figure.draw = real
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / "f.png").read_bytes() == png
+    assert len(calls) == 1
