@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ import pandas as pd
 
 from routestats.rundir import schema as S
 from routestats.errors import RoutestatsError
+from routestats.rundir.blocks import release_unused_memory
 from routestats.rundir.read import Run
 from routestats.rundir.verify import cache_dir
 from routestats.rundir.collection import RunPair
@@ -216,6 +217,7 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
     heads["head"] = heads["head"].astype(np.int64)
     heads.insert(0, "step", step)
     heads.insert(0, "run_id", run.run_id)
+    release_unused_memory()  # the pass's freed batches, before the tables allocate their own
     out = _Pass(heads, f2f, has)
     cache[key] = out
     if disk is not None:
@@ -224,41 +226,59 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
 
 
 _SUMMARIES = ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass", "sfm_named")
+_HEAD_TYPE_ORDER = tuple(sorted(S.HEAD_TYPES))  # sorted: head types as codes by searchsorted
 
 
 def _summaries_batched(run: Run, step: int, fields_by_ex, named, trivial):
     """Summaries of every example from stored reductions, one vectorised pass per batch of examples
-    of equal length; rows come back in the file's example order (bitwise what the per-example pass gives)."""
-    parts = []
+    of equal length; rows come back in the file's example order (bitwise what the per-example pass gives).
+
+    Each batch's summaries are written straight to their places (``position``: the example's place in
+    the file) in arrays made once for every example ``examples.parquet`` lists, so no second copy of a
+    run's summaries is ever alive (a 2 x 70,000 pair's pass peaked with both)."""
+    n_max = len(fields_by_ex)  # the reader refuses examples the table does not list
+    out: dict | None = None
+    seen = 0
     for b in run.iter_reduction_batches(step):
         g = np.stack([np.asarray(fields_by_ex[e]) for e in b.example_id.tolist()])
         sm = summarise_batch(b.reductions, g, named, run.causal, trivial)
-        parts.append((replace(b, reductions={}), sm))  # the batch's reductions are not kept
-    if not parts:
+        pos = b.position
+        if out is None:
+            rows, F = len(b.layer), sm["has_source"].shape[-1]
+            layer, head = b.layer, b.head
+            out = {k: np.empty((n_max, rows)) for k in _SUMMARIES}
+            out["f2f"] = np.empty((n_max, rows, F, F))
+            out["has_source"] = np.empty((n_max, F), dtype=bool)
+            out["example_id"] = np.empty(n_max, dtype=np.int64)
+            out["n_valid"] = np.empty(n_max, dtype=np.int64)
+            out["n_trivial"] = np.empty(n_max, dtype=np.int64)
+            out["head_type"] = np.empty((n_max, rows), dtype=np.int8)  # index into HEAD_TYPES (the reader checked)
+        if pos.size and int(pos.max()) >= n_max:
+            raise RoutestatsError(f"{run.run_id}: the attention file at step {step} holds more examples than "
+                                  f"{S.EXAMPLES} lists ({n_max})")
+        for k in (*_SUMMARIES, "f2f", "has_source", "n_valid", "n_trivial"):
+            out[k][pos] = sm.pop(k)
+        out["example_id"][pos] = b.example_id
+        out["head_type"][pos] = np.searchsorted(_HEAD_TYPE_ORDER, b.head_type)
+        seen += len(pos)
+        del sm, b, g  # the batch's reductions and summaries, before the next batch is read
+    if out is None:
         raise RoutestatsError(f"{run.run_id}: no attention rows at step {step}")
-    order = np.argsort(np.concatenate([b.position for b, _ in parts]), kind="stable")
-    rows = len(parts[0][0].layer)
-
-    def stacked(get):  # (examples, rows, ...) in file order, flattened to one row per (example, layer, head)
-        a = np.concatenate([get(b, sm) for b, sm in parts])[order]
-        return a.reshape((-1,) + a.shape[2:])
-
-    def taken(key):  # a summary column, each batch's piece released as soon as it is copied
-        return stacked(lambda b, sm: sm.pop(key))
-
-    n_ex = len(order)
+    n_ex = seen  # positions 0 .. seen - 1, each written once
+    rows = len(layer)
     cols = {
-        "example_id": stacked(lambda b, sm: np.repeat(b.example_id[:, None], rows, axis=1)),
-        "layer": np.tile(parts[0][0].layer, n_ex),
-        "head": np.tile(parts[0][0].head, n_ex),
-        "head_type": stacked(lambda b, sm: b.head_type),
+        "example_id": np.repeat(out.pop("example_id")[:n_ex], rows),
+        "layer": np.tile(layer, n_ex),
+        "head": np.tile(head, n_ex),
+        "head_type": np.asarray(_HEAD_TYPE_ORDER, dtype=object)[out.pop("head_type")[:n_ex].reshape(-1)],
     }
     for k in _SUMMARIES:
-        cols[k] = taken(k)
+        cols[k] = out.pop(k)[:n_ex].reshape(-1)
     for k in ("n_valid", "n_trivial"):
-        cols[k] = stacked(lambda b, sm: np.repeat(sm.pop(k).astype(np.int64)[:, None], rows, axis=1))
-    f2f = taken("f2f")
-    has = stacked(lambda b, sm: np.repeat(sm.pop("has_source")[:, None, :], rows, axis=1))
+        cols[k] = np.repeat(out.pop(k)[:n_ex], rows)
+    f2f = out.pop("f2f")[:n_ex]
+    f2f = f2f.reshape((n_ex * rows,) + f2f.shape[2:])
+    has = np.repeat(out.pop("has_source")[:n_ex], rows, axis=0)
     return cols, f2f, has
 
 
