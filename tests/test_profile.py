@@ -109,6 +109,7 @@ def test_blocked_sign_products_draw_the_same_signs(monkeypatch):
     import routestats.stats.inference as inf
 
     monkeypatch.setattr(inf, "_BLOCK_VALUES", 1000)
+    monkeypatch.setattr(inf, "_SPLIT_VALUES", 1000)
     assert len(list(inf.row_blocks(4096, 40))) == 164  # really blocked: 1000 // 40 = 25 rows, ceil(4096 / 25)
     got_profile = profile_shape(D, permutations=3000, seed=5)
     got = paired_inference(D, resamples=200, permutations=3000, seed=5).to_frame()

@@ -75,20 +75,26 @@ __all__ = [
 
 _REL_TIE = 1e-12
 _CHUNK = 2048
-_BLOCK_VALUES = 1 << 24  # the most float64 values (128 MB) one sign-pattern product holds
+_BLOCK_VALUES = 1 << 24  # the most values (128 MB of float64) one unsplit sign-pattern product holds
+_SPLIT_VALUES = 1 << 22  # the most values (32 MB) of each block once a product is split
+_ONE_BLOCK_N = 4096  # beyond this many examples products are always split
 
 
 def row_blocks(rows: int, n: int):
-    """Row ranges [s, e) for evaluating a (rows x n) sign-pattern product: one block when it holds at
-    most :data:`_BLOCK_VALUES` values (every shape of the reference procedures up to n = 4,096
-    examples, so their numbers stay bitwise what one product gives), else blocks of that size
-    (bounded memory at the scale of whole splits; a count can then differ from one product's only
-    where a permuted statistic lies within rounding of the observed one).
+    """Row ranges [s, e) for evaluating a (rows x n) sign-pattern product: for n <= 4,096 examples one
+    block when it holds at most :data:`_BLOCK_VALUES` values (every shape of the reference procedures,
+    so their numbers stay bitwise what one product gives), else -- and always beyond n = 4,096, the
+    short last chunk of a stream included -- blocks of at most :data:`_SPLIT_VALUES` values (bounded
+    memory at the scale of whole splits: 32 MB per block; a count can then differ from one product's
+    only where a permuted statistic lies within rounding of the observed one).
 
-    >>> list(row_blocks(2048, 2336)), len(list(row_blocks(2048, 70_000)))  # 2^24 // 70,000 = 239 rows a block
-    ([(0, 2048)], 9)
+    >>> list(row_blocks(2048, 2336)), len(list(row_blocks(2048, 70_000)))  # 2^22 // 70,000 = 59 rows a block
+    ([(0, 2048)], 35)
+    >>> list(row_blocks(1568, 10_000))[:2]  # the last chunk of 20,000 draws, split too: 2^22 // 10,000 = 419 rows
+    [(0, 419), (419, 838)]
     """
-    step = rows if rows * n <= _BLOCK_VALUES else max(1, _BLOCK_VALUES // n)
+    one = n <= _ONE_BLOCK_N and rows * n <= _BLOCK_VALUES
+    step = rows if one else max(1, _SPLIT_VALUES // n)
     for s in range(0, rows, step):
         yield s, min(rows, s + step)
 
