@@ -6,7 +6,7 @@ split) it builds, or reuses, a synthetic pair under ``--root`` with
 that 2 x 70,000 examples are written in minutes; the pair is never committed), then measures in
 fresh processes, in CPU seconds (user + sys, children included):
 
-* ``routestats report PAIR --flow off`` with the caches off, and its peak RSS (GNU time);
+* ``routestats report PAIR --flow off`` with the caches off, its CPU and peak RSS in one run (GNU time);
 * the read floor: a bare pyarrow scan, row group by row group, of the files that report reads
   (both runs' ``examples.parquet`` and ``reductions.parquet``).
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_report import SAME, SCAN, child_cpu, peak_rss_mb  # noqa: E402
+from bench_report import SAME, SCAN, child_cpu, child_cpu_rss  # noqa: E402
 from bench_storage import write_runs  # noqa: E402
 
 
@@ -46,8 +46,7 @@ def main(argv=None) -> None:
         files = [str(p) for p in sorted(data.rglob("*.parquet")) if p.name in ("examples.parquet", "reductions.parquet")]
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "r"
-            cpu, wall = child_cpu([exe, "report", str(data), "-o", str(out), *SAME], env)
-            rss = peak_rss_mb([exe, "report", str(data), "-o", str(out), "--force", *SAME], env)
+            cpu, wall, rss = child_cpu_rss([exe, "report", str(data), "-o", str(out), *SAME], env)
         scan = child_cpu([sys.executable, "-c", SCAN, *files])[0]
         size = sum(os.path.getsize(f) for f in files) / 1e6
         rows.append((n, cpu, wall, rss, scan, size))
