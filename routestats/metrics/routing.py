@@ -392,7 +392,11 @@ def _per_example(obj, metric: str, step=None, examples=None, trivial=None, weigh
     frames = []
     for role, run in _runs(obj):
         h = _selected(run, step, examples, trivial, weighting)[0]
-        g = h.groupby(["run_id", "step", "example_id", "layer"], sort=False)[metric].mean().reset_index()
+        # run_id and step are constant within a pass: grouped by the two keys that vary (the same groups
+        # in the same order, so the same means), then put back -- no factorising of a string column
+        g = h.groupby(["example_id", "layer"], sort=False)[metric].mean().reset_index()
+        g.insert(0, "step", h["step"].iloc[0])
+        g.insert(0, "run_id", h["run_id"].iloc[0])
         if role is not None:
             g.insert(1, "role", role)
         frames.append(g)
