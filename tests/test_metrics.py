@@ -187,6 +187,25 @@ def test_disk_cache_round_trip_and_key(tmp_path, rng, monkeypatch):
     assert len(list((tmp_path / "cache").glob("*.npz"))) == 2
 
 
+def test_cache_entries_with_the_old_constant_columns_read_the_same(tmp_path, rng, monkeypatch):
+    # expected: head_metrics computed afresh. Entries written before the pass stopped storing run_id and
+    # step on every row hold them as h_run_id / h_step; read back, the frame is the same
+    fields = [[4, 4, 3, 3], [4, 3, 3, 3, 3]]
+    path = write_run(tmp_path / "r", [random_attention(rng, 2, 2, len(g)) for g in fields], fields)
+    want = rs.head_metrics(rs.load_run(path))  # the test default: cache off, computed
+    monkeypatch.setenv("ROUTESTATS_CACHE", str(tmp_path / "cache"))
+    rs.head_metrics(rs.load_run(path))
+    (entry,) = (tmp_path / "cache").glob("*.npz")
+    with np.load(entry) as z:
+        arrays = {k: z[k] for k in z.files}
+    assert "h_run_id" not in arrays and "h_step" not in arrays
+    arrays["h_run_id"] = np.array(["someone-else"] * len(arrays["h_sfm"]))  # as an old entry stored them
+    arrays["h_step"] = np.full(len(arrays["h_sfm"]), 999)
+    np.savez(entry, **arrays)
+    got = rs.head_metrics(rs.load_run(path))
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
 def test_warm_cache_in_a_process_pool(tmp_path, monkeypatch):
     from routestats.rundir.synthetic import synthetic_pair
     from routestats.metrics.routing import warm_cache

@@ -146,7 +146,7 @@ def _weighted_blocks(run: Run, step: int, weighting: str):
 def _cache_load(path: Path) -> _Pass | None:
     try:
         with np.load(path, allow_pickle=False) as z:
-            heads = pd.DataFrame({k[2:]: z[k] for k in z.files if k.startswith("h_")})
+            heads = pd.DataFrame({k[2:]: z[k] for k in z.files if k.startswith("h_") and k not in ("h_run_id", "h_step")})
             return _Pass(heads, z["f2f"], z["has_source"])
     except (OSError, KeyError, ValueError):
         return None
@@ -176,6 +176,17 @@ def trivial_default(run: Run, trivial: str | None = None) -> str:
     return trivial
 
 
+def _step(run: Run, step: int | None) -> int:
+    return run.final_step if step is None else int(step)
+
+
+def _with_ids(frame: pd.DataFrame, run: Run, step: int | None) -> pd.DataFrame:
+    """``frame`` with the run_id and step columns first (the pass's frame does not store them)."""
+    frame.insert(0, "step", _step(run, step))
+    frame.insert(0, "run_id", run.run_id)
+    return frame
+
+
 def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: str | None = None,
           weighting: str = "attention") -> _Pass:
     """Reduce a run's attention at one step once; cached on the run object and on disk
@@ -185,7 +196,7 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
     (one "head" per layer: the rolled-out attention); the last two need full matrices."""
     if weighting not in WEIGHTINGS:
         raise RoutestatsError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
-    step = run.final_step if step is None else int(step)
+    step = _step(run, step)
     if weighting != "attention":
         if S.FORM_MATRICES not in run.attention_forms(step):
             raise RoutestatsError(f"{run.run_id}: {weighting} attention needs full matrices, and step {step} stores "
@@ -215,8 +226,8 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
     del cols
     heads["layer"] = heads["layer"].astype(np.int64)
     heads["head"] = heads["head"].astype(np.int64)
-    heads.insert(0, "step", step)
-    heads.insert(0, "run_id", run.run_id)
+    # run_id and step are the same on every row: kept out of the frame (37 MB a run at 70,000 examples)
+    # and put back by _with_ids where a caller is given rows
     release_unused_memory()  # the pass's freed batches, before the tables allocate their own
     out = _Pass(heads, f2f, has)
     cache[key] = out
@@ -377,7 +388,7 @@ def head_metrics(run: Run, step: int | None = None, form: str | None = None) -> 
     ``form`` picks the storage form to read (default: reductions when stored, else
     matrices); both give identical numbers.
     """
-    return _pass(run, step, form).heads.copy()
+    return _with_ids(_pass(run, step, form).heads.copy(), run, step)
 
 
 def _runs(obj) -> list[tuple[str | None, Run]]:
@@ -392,11 +403,8 @@ def _per_example(obj, metric: str, step=None, examples=None, trivial=None, weigh
     frames = []
     for role, run in _runs(obj):
         h = _selected(run, step, examples, trivial, weighting)[0]
-        # run_id and step are constant within a pass: grouped by the two keys that vary (the same groups
-        # in the same order, so the same means), then put back -- no factorising of a string column
-        g = h.groupby(["example_id", "layer"], sort=False)[metric].mean().reset_index()
-        g.insert(0, "step", h["step"].iloc[0])
-        g.insert(0, "run_id", h["run_id"].iloc[0])
+        # grouped by the two keys that vary (run_id and step are constant within a pass)
+        g = _with_ids(h.groupby(["example_id", "layer"], sort=False)[metric].mean().reset_index(), run, step)
         if role is not None:
             g.insert(1, "role", role)
         frames.append(g)
@@ -468,7 +476,7 @@ def layer_summary(obj, step: int | None = None, examples=None, trivial: str | No
         t = per_ex.groupby("layer").agg(sfm=("sfm", "mean"), entropy=("entropy", "mean"), n_examples=("sfm", "size"))
         t = t.reset_index()
         t["is_max_sfm"] = t["sfm"] == t["sfm"].max()
-        t.insert(0, "step", int(h["step"].iloc[0]))
+        t.insert(0, "step", _step(run, step))
         if role is not None:
             t.insert(0, "role", role)
         t.insert(0, "run_id", run.run_id)
@@ -483,10 +491,8 @@ def head_sfm(run: Run, step: int | None = None, examples=None, trivial: str | No
     mean of its heads' values.
     """
     h = _selected(run, step, examples, trivial)[0]
-    t = h.groupby(["run_id", "step", "layer", "head", "head_type"]).agg(
-        sfm=("sfm", "mean"), n_examples=("sfm", "size")
-    )
-    return t.reset_index()
+    t = h.groupby(["layer", "head", "head_type"]).agg(sfm=("sfm", "mean"), n_examples=("sfm", "size"))
+    return _with_ids(t.reset_index(), run, step)
 
 
 def field_to_field(run: Run, step: int | None = None, missing: str = "zero", examples=None,
@@ -514,7 +520,7 @@ def field_to_field(run: Run, step: int | None = None, missing: str = "zero", exa
     ids = list(names)
     layers = heads["layer"].to_numpy()
     ex = heads["example_id"].to_numpy()
-    step_value = int(heads["step"].iloc[0])
+    step_value = _step(run, step)
     rows = []
     for layer in np.unique(layers):
         sel = layers == layer
