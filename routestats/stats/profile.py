@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-
 from routestats.errors import RoutestatsError
 from routestats.stats.inference import paired_inference, percentile_ci, row_blocks, seeded_bootstrap_means
 
