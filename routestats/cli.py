@@ -173,9 +173,9 @@ def summary(
 ) -> None:
     """Print per-layer SFM/entropy per run and paired effects for every pair."""
     from routestats.analysis import summary_tables
-    from routestats.rundir.blocks import returning_memory_pool
+    from routestats.rundir.blocks import tune_process_memory
 
-    returning_memory_pool()
+    tune_process_memory()
 
     _print(summary_tables(path, _settings(resamples=resamples, permutations=permutations, seed=seed, factor=factor,
                                           baseline=baseline, skip_incomplete=skip_incomplete, study=study)))
@@ -232,9 +232,9 @@ def report(
                 written = None
         if written is None:
             from routestats.analysis import analyse  # (pandas, scipy): not needed for a report from the cache
-            from routestats.rundir.blocks import returning_memory_pool
+            from routestats.rundir.blocks import tune_process_memory
 
-            returning_memory_pool()
+            tune_process_memory()
 
             rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)
 
@@ -260,9 +260,9 @@ def table(
 ) -> None:
     """Print (or write) one table of the report of PATH."""
     from routestats.analysis import analyse
-    from routestats.rundir.blocks import returning_memory_pool
+    from routestats.rundir.blocks import tune_process_memory
 
-    returning_memory_pool()
+    tune_process_memory()
 
     if format not in ("latex", "csv", "markdown"):
         _fail(f"--format must be latex, csv or markdown, got {format!r}")

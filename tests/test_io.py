@@ -364,3 +364,40 @@ def test_release_unused_memory_returns_freed_heap_pages():
         pytest.skip("no C library to trim")
     dropped = int(subprocess.run([sys.executable, "-c", RELEASE], capture_output=True, text=True, check=True).stdout)
     assert dropped >= 100, dropped
+
+
+HEAP_REUSE = """
+import sys
+import numpy as np
+from routestats.rundir.blocks import release_unused_memory, tune_process_memory
+
+def rss():
+    return int(dict(l.split(":", 1) for l in open("/proc/self/status"))["VmRSS"].split()[0]) // 1024
+
+tuned = tune_process_memory()["heap_reuse"] if sys.argv[1] == "tuned" else False
+a = np.ones(2**23)          # 64 MB, above glibc's largest automatic mmap threshold (32 MB)
+before = rss()
+del a                       # untuned: unmapped at once; tuned: kept on the heap for the next array
+kept = rss()
+b = np.ones(2**23)          # tuned: the same pages again, no new faults
+del b
+release_unused_memory()     # the trim after a metric pass still hands them back
+print(tuned, before - kept, before - rss())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status; mallopt is glibc's")
+def test_tuned_process_keeps_freed_large_arrays_until_the_trim():
+    # expected (glibc's mallopt(3)): with M_MMAP_THRESHOLD and M_TRIM_THRESHOLD at 256 MB a freed 64 MB
+    # array stays resident for reuse, and malloc_trim returns it; by default free() unmaps it at once
+    import ctypes.util
+
+    if not ctypes.util.find_library("c"):
+        pytest.skip("no C library")
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")}
+    run = lambda how: subprocess.run([sys.executable, "-c", HEAP_REUSE, how], env=env, capture_output=True,  # noqa: E731
+                                     text=True, check=True).stdout.split()
+    tuned, dropped_on_free, dropped_after_trim = run("tuned")
+    assert tuned == "True" and int(dropped_on_free) < 8 and int(dropped_after_trim) >= 56, (dropped_on_free, dropped_after_trim)
+    _, dropped_on_free, _ = run("default")
+    assert int(dropped_on_free) >= 56, dropped_on_free
