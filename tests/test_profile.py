@@ -120,3 +120,27 @@ def test_blocked_sign_products_draw_the_same_signs(monkeypatch):
     streamed = paired_inference(D, resamples=200, permutations=3000, seed=5).to_frame()
     assert streamed[["ci_low", "ci_high", "p_raw"]].equals(want[["ci_low", "ci_high", "p_raw"]])
     assert 0 < want_profile["p"].iloc[0] < 1  # a p-value the draws decide (not a floor or 1)
+
+
+def test_profile_signs_are_the_integers_stream_of_the_reference(monkeypatch):
+    # expected: the sign-flip p of the centred-profile test computed directly from
+    # numpy's rng.integers(0, 2, size=(P, n)) in one call (what profile_shape drew until session 7),
+    # here with an odd n and odd row blocks, so that half-used 64-bit words carry over between blocks
+    from routestats.stats.profile import _CoinStream
+    import routestats.stats.inference as inf
+
+    rng = np.random.default_rng(8)
+    D = rng.standard_normal((41, 3)) * 0.1 + np.array([0.0, 0.03, -0.01])
+    c = D - D.mean(axis=1, keepdims=True)
+    T = float((c.mean(axis=0) ** 2).sum())
+    signs = np.random.default_rng(9).integers(0, 2, size=(3001, 41)) * 2.0 - 1.0
+    count = int(((((signs @ c) / 41) ** 2).sum(axis=1) >= T - 1e-12 * T).sum())
+    want = (count + 1) / 3002
+    assert profile_shape(D, permutations=3001, seed=9)["p"].iloc[0] == want
+    monkeypatch.setattr(inf, "_BLOCK_VALUES", 41 * 7)  # blocks of 7 rows: 287 values, odd
+    monkeypatch.setattr(inf, "_SPLIT_VALUES", 41 * 7)
+    assert len(list(inf.row_blocks(3001, 41))) == 429
+    assert profile_shape(D, permutations=3001, seed=9)["p"].iloc[0] == want
+    stream = _CoinStream(np.random.default_rng(1))
+    got = np.concatenate([stream.take(k) for k in (0, 1, 3, 0, 64, 5, 2)])
+    assert got.tolist() == np.random.default_rng(1).integers(0, 2, size=75).tolist()
