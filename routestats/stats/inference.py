@@ -665,9 +665,9 @@ def spearman_ci(x, y, *, resamples: int = 2000, seed: int = 1001, confidence: fl
     for j in range(k):
         rho[j], p[j] = spearman(xv, Y[:, j])
         ties = (x_ties, _tie_groups(Y[:, j]))
+        # one integers call per chunk draws what its rows' calls of size n would (the same stream)
         r = np.concatenate([
-            _spearman_resamples(xv, Y[:, j], np.stack([rng.integers(0, n, size=n) for _ in range(min(chunk, resamples - s))]),
-                                ties)
+            _spearman_resamples(xv, Y[:, j], rng.integers(0, n, size=(min(chunk, resamples - s), n)), ties)
             for s in range(0, resamples, chunk)])
         r = r[np.isfinite(r)]
         kept[j] = r.size
