@@ -78,6 +78,30 @@ def test_summarise_batch_is_summarise_queries_per_example(rng):
                     assert np.array_equal(np.asarray(v), b[k][e], equal_nan=True), (n, k)
 
 
+def test_field_to_field_sums_run_in_query_order():
+    # expected: a plain Python loop over the queries of each source field in order, one float64
+    # addition at a time (the order einsum summed in when the golden hashes were made; the matrix
+    # product that replaced it must give the same bits), divided by the source field's query count
+    rng = np.random.default_rng(12)
+    named = np.array([1, 2, 5])
+    for n in (1, 9, 64, 129, 256, 300):
+        g = rng.integers(0, 6, size=(3, n))
+        w = rng.dirichlet(np.ones(n), size=(3, 4, n)) * rng.random((3, 4, n, 1)) ** 6  # masses over many octaves
+        reds = [reduce_queries(w[e], g[e], named) for e in range(3)]
+        b = summarise_batch({k: np.stack([r[k] for r in reds]) for k in reds[0]}, g, named)
+        for e in range(3):
+            fm = reds[e]["field_mass"]
+            for r in range(4):
+                for si, s in enumerate(named):
+                    for di in range(len(named)):
+                        total, count = 0.0, 0
+                        for q in range(n):
+                            if g[e, q] == s:
+                                total += float(fm[r, q, di])
+                                count += 1
+                        assert b["f2f"][e, r, si, di] == total / max(1, count), (n, e, r, s, di)
+
+
 def test_batches_hold_one_length_and_every_example_once(tmp_path, rng):
     lengths = rng.choice([3, 4, 11], size=25)
     run = _write(tmp_path / "r", rng, lengths)
