@@ -119,6 +119,11 @@ def test_report_cli_writes_everything(synth_pair, tmp_path):
         assert (out / "tables" / f"{name}.tex").is_file() and (out / "tables" / f"{name}.csv").is_file()
     assert (out / "tables" / "tables.tex").is_file()
     assert (out / "figures" / "profile.png").is_file() and not (out / "figures" / "profile.pdf").exists()
+    # progress with stderr not a terminal: time-stamped stage lines, each run's reading of its attention
+    # (most of a large report's time) named before the first table
+    stages = [line.split("] ", 1)[1] for line in r.stderr.splitlines() if line.startswith("[")]
+    assert stages[0].startswith("reading the baseline's attention (") and stages[0].endswith(" examples)")
+    assert stages[1].startswith("reading the variant's attention (") and stages[2] == "layer summary", stages
     r = runner.invoke(app, ["report", str(d), "-o", str(tmp_path / "pdf"), "--resamples", "200", "--permutations",
                             "200", "--figures", "pdf"])
     assert r.exit_code == 0 and (tmp_path / "pdf" / "figures" / "profile.pdf").is_file()  # for papers, on request

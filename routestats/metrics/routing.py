@@ -55,6 +55,7 @@ __all__ = [
     "unnamed_mass",
     "mass_split",
     "trivial_default",
+    "reduce_attention",
     "profile_distance",
     "layer_gap",
     "word_attention",
@@ -661,6 +662,22 @@ def word_attention(matrix, word_ids) -> tuple[np.ndarray, np.ndarray]:
     onehot = (w[:, None] == groups[None, :]).astype(np.float64)  # (n, U)
     sums = onehot.T @ A @ onehot  # sum over query pieces and key pieces
     return sums / onehot.sum(axis=0)[:, None], groups
+
+
+def reduce_attention(run: Run, step: int | None = None, trivial: str | None = None) -> None:
+    """Reduce a run's attention at one step -- the one pass over its attention file that every metric
+    of that step reads -- unless it is cached already. Calling it first is optional; it lets a caller
+    show progress run by run before a table that needs several runs (the pass is most of the time
+    of a large report).
+
+    >>> from routestats.rundir.synthetic import demo_run_dir
+    >>> from routestats.rundir.read import load_run
+    >>> run = load_run(demo_run_dir() / "baseline")
+    >>> reduce_attention(run)
+    >>> len(run.__dict__["_metric_cache"])   # what the metrics of that step read from now on
+    1
+    """
+    _pass(run, step, trivial=trivial)
 
 
 def _warm_one(args) -> int:

@@ -31,8 +31,8 @@ from routestats.errors import RoutestatsError
 from routestats.rundir.read import Run
 from routestats.rundir.collection import RunPair
 from routestats.metrics.routing import (
-    field_to_field, head_sfm, layer_summary, mass_split, profile_distance, resolve_example_sets, select_examples,
-    trivial_default, word_attention,
+    field_to_field, head_sfm, layer_summary, mass_split, profile_distance, reduce_attention, resolve_example_sets,
+    select_examples, trivial_default, word_attention,
 )
 from routestats.studies.lengths import length_adjusted_effects, length_association, length_bins, length_table
 from routestats.studies.training import gradient_checkpoint_summary, gradient_ratios, trajectory
@@ -221,6 +221,9 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
             raise RoutestatsError(f"no attention at step {step} in {run.run_id}; stored steps: {run.attention_steps}")
     kw = dict(resamples=s.resamples, permutations=s.permutations, seed=s.seed,
               mode=s.mode, confidence=s.confidence, examples=s.examples, step=step, trivial=s.trivial_queries)
+    for role, run in (("baseline", p.baseline), ("variant", p.variant)):  # most of a large report's time
+        say(f"reading the {role}'s attention ({run.run_id}, step {step}, {len(run.examples(['example_id'])):,} examples)")
+        reduce_attention(run, step, s.trivial_queries)
     say("layer summary")
     layers = layer_summary(p, step, s.examples, s.trivial_queries)
     n_layers = int(layers["layer"].nunique())
