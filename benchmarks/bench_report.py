@@ -10,6 +10,13 @@ a fresh process, in CPU seconds (user + sys of the process and its children):
   them), in one process that imports nothing but hashlib -- the cost of verification on its own
   (its share of the report is taken after subtracting the interpreter start);
 * the **read floor**: a bare pyarrow scan, row group by row group, of exactly those files;
+* the **statistics floor**: the random work METHODS fixes for the report's statistics (10,000
+  bootstrap resamples, 20,000 sign patterns, 2,000 Spearman resamples per column), done at its floor
+  in a process that imports only numpy: the shapes are recorded from the report's own calls (one
+  in-process report with recording wrappers), each example set's draws are made once (raw generator
+  words, unpacked bits, resample counts, converted once to float64) and every table pays only its
+  matrix product; Spearman pays only its draws and counts (no ranks). A lower bound on any
+  implementation of the canonical procedures;
 * ``python -c pass`` (the interpreter start every command pays).
 
 Ratios are printed against the floors, with the machine's load. Run:
@@ -61,6 +68,10 @@ def peak_rss_mb(cmd: list[str], env: dict | None = None) -> float:
 # the same sections at every size: rollout / norm-weighted SFM read the full matrices, which the default
 # report does only when they are small (flow auto), so the small and the large pair would differ
 SAME = ["--flow", "off"]
+# every floor runs with the memory settings the CLI makes for itself (routestats.rundir.blocks.tune_process_memory),
+# so that no floor is slower for want of them
+FLOOR_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc", "MALLOC_MMAP_THRESHOLD_": str(256 << 20),
+             "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 HASH = """
 import hashlib, sys
@@ -70,6 +81,64 @@ for f in sys.argv[1:]:  # the same chunked SHA-256 as routestats.rundir.atomic.s
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
 """
+RECORD = """
+import json, sys
+sys.argv = ["routestats", "report", sys.argv[1], "-o", sys.argv[2], "--force", "--flow", "off"]
+import routestats.stats.inference as inf, routestats.stats.profile as prof
+from routestats.cli import main
+calls = {"signs": [], "boot_draws": [], "boot_tables": [], "spearman": [], "profile": []}
+def wrap(mod, name, note):
+    real = getattr(mod, name)
+    def f(*a, **k):
+        note(*a, **k)
+        return real(*a, **k)
+    setattr(mod, name, f)
+wrap(inf, "_shared", lambda d, resamples, permutations, seed, confidence: calls["signs"].append([d.shape[0], d.shape[1], permutations, seed]))
+wrap(inf, "_count_chunks", lambda rng, n, resamples: calls["boot_draws"].append([n, resamples]))
+wrap(inf, "_means_from_counts", lambda d, chunks, resamples: calls["boot_tables"].append([d.shape[0], d.shape[1], resamples]))
+wrap(inf, "_spearman_resamples", lambda x, y, idx, ties=None: calls["spearman"].append(list(idx.shape)))
+wrap(prof, "_signflip_T", lambda c, signs: calls["profile"].append([signs.shape[0], c.shape[0], c.shape[1]]))
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps(calls))
+"""
+STATS_FLOOR = """
+import json, sys
+import numpy as np
+calls = json.loads(sys.argv[1])
+rng = np.random.default_rng(0)
+sets = {}
+for n, k, P, seed in calls["signs"]:  # tables sharing an example set and seed share its sign draws
+    sets.setdefault((n, P, seed), []).append(k)
+for (n, P, _seed), ks in sets.items():
+    words = -(-n // 64)
+    D = [rng.random((n, k)) for k in ks]
+    for s in range(0, P, 2048):
+        c = min(2048, P - s)
+        raw = rng.bit_generator.random_raw(c * words).astype("<u8")
+        f = np.unpackbits(raw.view(np.uint8).reshape(c, words * 8), axis=1, bitorder="little")[:, :n].astype(np.float64)
+        for d in D:
+            f @ d
+tables = {}
+for n, k, B in calls["boot_tables"]:
+    tables.setdefault((n, B), []).append(k)
+for n, B in {tuple(x) for x in calls["boot_draws"]} | set(tables):
+    D = [rng.random((n, k)) for k in tables.get((n, B), [])]
+    for s in range(0, B, 512):
+        c = min(512, B - s)
+        idx = (rng.random((c, n)) * n).astype(np.int64) + (np.arange(c) * n)[:, None]
+        cnt = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(np.float64)
+        for d in D:
+            cnt @ d
+for b, n in calls["spearman"]:
+    idx = rng.integers(0, n, size=(b, n)) + (np.arange(b) * n)[:, None]
+    np.bincount(idx.ravel(), minlength=b * n)
+for rows, n, L in calls["profile"]:
+    bits = (rng.bit_generator.random_raw(-(-rows * n // 2)).astype("<u8").view("<u4")[: rows * n] >> 31)
+    (bits.reshape(rows, n).astype(np.float64) @ rng.random((n, L)))
+"""
 SCAN = """
 import sys
 import pyarrow.parquet as pq
@@ -78,6 +147,13 @@ for f in sys.argv[1:]:
     for i in range(pf.num_row_groups):
         pf.read_row_group(i)
 """
+
+
+def record_statistics(data: Path, out: Path, env: dict) -> str:
+    """JSON of the shapes of the statistics one report of ``data`` computes (see :data:`RECORD`)."""
+    res = subprocess.run([sys.executable, "-c", RECORD, str(data), str(out)], check=True, capture_output=True,
+                         text=True, env={**os.environ, **env})
+    return res.stdout.strip().splitlines()[-1]
 
 
 def main(argv=None) -> None:
@@ -99,8 +175,9 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r"
         env = {"ROUTESTATS_CACHE": "off"}
-        rows = {"report": [], "hash": [], "scan": [], "start": []}
+        rows = {"report": [], "hash": [], "scan": [], "stats": [], "start": []}
         files: list[str] = []
+        rec = record_statistics(data, out, env)
         for i in range(args.repeats):
             rows["report"].append(child_cpu([exe, "report", str(data), "-o", str(out), "--force", *SAME], env))
             if not files:
@@ -111,7 +188,9 @@ def main(argv=None) -> None:
                     r = prov["runs"][role]
                     files += [str(Path(r["path"]) / p) for p in r["files"]]
             rows["hash"].append(child_cpu([sys.executable, "-c", HASH, *files]))
-            rows["scan"].append(child_cpu([sys.executable, "-c", SCAN, *[f for f in files if f.endswith(".parquet")]]))
+            rows["scan"].append(child_cpu([sys.executable, "-c", SCAN, *[f for f in files if f.endswith(".parquet")]],
+                                          FLOOR_ENV))
+            rows["stats"].append(child_cpu([sys.executable, "-c", STATS_FLOOR, rec], FLOOR_ENV))
             rows["start"].append(child_cpu([sys.executable, "-c", "pass"]))
     best = {k: min(v) for k, v in rows.items()}
     size = sum(os.path.getsize(f) for f in files) / 1e6
@@ -119,12 +198,16 @@ def main(argv=None) -> None:
           f"the report read {len(files)} files, {size:.0f} MB: {', '.join(sorted({Path(f).name for f in files}))}")
     rep = best["report"][0]
     for name, label in (("report", "routestats report, cache off"), ("hash", "hash floor: SHA-256 of those files"),
-                        ("scan", "read floor: bare scan of those Parquet files"), ("start", "python -c pass")):
+                        ("scan", "read floor: bare scan of those Parquet files"),
+                        ("stats", "statistics floor: the canonical draws + products"), ("start", "python -c pass")):
         cpu, wall = best[name]
         print(f"{label:48s} {cpu:7.2f} s CPU {wall:7.2f} s wall   report / this = {rep / cpu:5.1f}x")
     hashing = best["hash"][0] - best["start"][0]  # the hash work itself, without the interpreter start
     print(f"verification (hash floor minus python start) = {hashing:.2f} s CPU = {100 * hashing / rep:.1f} % "
           "of the report's CPU")
+    calls = json.loads(rec)
+    print("statistics the report computed: " + ", ".join(f"{len(v)} {k} calls" for k, v in calls.items()))
+    work_floor = best["scan"][0] + best["stats"][0] - best["start"][0]  # one interpreter start, not two
     # the other targets of the speed issue, each against its floor
     small = Path(str(data) + f"-small{args.small}")
     if not (small / "saab" / "run.json").is_file():
@@ -134,7 +217,10 @@ def main(argv=None) -> None:
         fixed = min(child_cpu([exe, "report", str(small), "-o", str(out), "--force", *SAME], env)[0]
                     for _ in range(args.repeats))
         small_files = [str(p) for p in small.rglob("reductions.parquet")] + [str(p) for p in small.rglob("examples.parquet")]
-        small_scan = min(child_cpu([sys.executable, "-c", SCAN, *small_files])[0] for _ in range(args.repeats))
+        small_scan = min(child_cpu([sys.executable, "-c", SCAN, *small_files], FLOOR_ENV)[0] for _ in range(args.repeats))
+        small_rec = record_statistics(small, out, env)
+        small_stats = min(child_cpu([sys.executable, "-c", STATS_FLOOR, small_rec], FLOOR_ENV)[0]
+                          for _ in range(args.repeats))
         cache = Path(tmp) / "cache"
         warm_env = {"ROUTESTATS_CACHE": str(cache)}
         child_cpu([exe, "report", str(data), "-o", str(out), "--force", *SAME], warm_env)  # fills the caches
@@ -149,13 +235,16 @@ def main(argv=None) -> None:
     n = args.examples
     marginal = (rep - fixed) / (n - args.small) * 1e3
     read_each = (best["scan"][0] - small_scan) / (n - args.small) * 1e3
+    stats_each = (best["stats"][0] - small_stats) / (n - args.small) * 1e3
     print()
     print(f"{'target':58s} {'measured':>10s} {'floor':>10s} {'ratio':>7s} {'goal':>8s}")
     for label, got, floor, goal in (
             (f"2 x {n} report CPU (s) vs reading its files", rep, best["scan"][0], 4.0),
+            (f"2 x {n} report CPU (s) vs reading + its statistics' floor", rep, work_floor, None),
             (f"2 x {n} report CPU (s), absolute", rep, None, 3.5),
             (f"fixed cost: 2 x {args.small} report CPU (s)", fixed, None, 2.0),
             ("marginal CPU per example (ms) vs reading its inputs", marginal, read_each, 2.0),
+            ("marginal CPU per example (ms) vs reading + statistics' floor", marginal, read_each + stats_each, None),
             (f"warm re-report (cache hit), 2 x {n} (s)", warm, None, 1.5),
             (f"another --seed (metrics cache; floor: the cold report), 2 x {n} (s)", warm_changed, rep, None),
             ("routestats --help CPU (s)", helpcpu, None, 0.15)):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_report import SAME, SCAN, child_cpu, child_cpu_rss  # noqa: E402
+from bench_report import FLOOR_ENV, SAME, SCAN, child_cpu, child_cpu_rss  # noqa: E402
 from bench_storage import write_runs  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def main(argv=None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "r"
             cpu, wall, rss = child_cpu_rss([exe, "report", str(data), "-o", str(out), *SAME], env)
-        scan = child_cpu([sys.executable, "-c", SCAN, *files])[0]
+        scan = child_cpu([sys.executable, "-c", SCAN, *files], FLOOR_ENV)[0]
         size = sum(os.path.getsize(f) for f in files) / 1e6
         rows.append((n, cpu, wall, rss, scan, size))
         print(f"2 x {n:6d}: report {cpu:7.1f} s CPU ({wall:6.1f} s wall), {1e3 * cpu / n:6.2f} ms CPU per example pair, "
