@@ -232,17 +232,23 @@ def report(
                 written = None
         if written is None:
             from routestats.analysis import analyse  # (pandas, scipy): not needed for a report from the cache
-            from routestats.rundir.blocks import tune_process_memory
+            from routestats.rundir.blocks import release_unused_memory, tune_process_memory
 
             tune_process_memory()
 
-            rep = analyse(path, s, progress=say, init_probe=init_probe, workers=workers)
+            def stage(label):
+                """Hand back what the last stage freed before the next begins: the heap keeps freed blocks for
+                reuse within a stage (tune_process_memory), and the runs' metric frames are free by the figures."""
+                release_unused_memory()
+                say(label)
+
+            rep = analyse(path, s, progress=stage, init_probe=init_probe, workers=workers)
 
             def keep(folder, files):  # only if nothing under the inputs changed while the report was made
                 if cache.report_key(inputs, s.to_dict(), formats, vector) == key:
                     cache.store(key, folder, files)
 
-            written = rep.write(out, formats, progress=say, force=force, inputs=inputs, figures=vector, keep=keep)
+            written = rep.write(out, formats, progress=stage, force=force, inputs=inputs, figures=vector, keep=keep)
     for name, p in written.items():
         typer.echo(f"{name}: {p}")
 

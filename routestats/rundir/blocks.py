@@ -52,7 +52,7 @@ def tune_process_memory() -> dict:
       a chunk of 2,048 sign patterns over 2,336 examples is 38 MB -- is a fresh ``mmap`` whose pages
       fault in one by one and are unmapped on free. 2 x 2,336 report: 7-12 % less CPU (system time
       halved), the same peak RSS; :func:`release_unused_memory` still hands freed pages back after
-      each metric pass.
+      each metric pass, and the CLI calls it at the start of each report stage.
 
     The CLI calls this; the library leaves a caller's process alone. Returns
     ``{"arrow_pool": backend name, "heap_reuse": bool}``.
