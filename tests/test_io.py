@@ -155,6 +155,30 @@ def test_field_id_out_of_range(tmp_path, rng):
         rs.load_run(path).examples()
 
 
+@pytest.mark.parametrize("edit, message", [
+    # expected: the row each rule names, worked out by hand from the three examples below (ids 0, 1, 2;
+    # lengths 2, 3, 2; field vocabulary [0, 6))
+    (lambda t: t.__setitem__("example_id", [0, 1, 1]), r"column 'example_id' repeats value 1$"),
+    (lambda t: t.__setitem__("cap", [256, 2, 256]),
+     r"column 'length' of example_id 1 is 3, expected min\(prepared_length, cap\) = 2$"),
+    (lambda t: t.at.__setitem__((2, "field_ids"), np.array([4, 3, 3], dtype=np.int16)),
+     r"column 'field_ids' of example_id 2 has 3 entries, expected length = 2$"),
+    (lambda t: t.at.__setitem__((1, "word_ids"), np.array([0, 1], dtype=np.int32)),
+     r"column 'word_ids' of example_id 1 has 2 entries, expected length = 3$"),
+    # the first offending value in row order names its row, also when a later row holds a larger one
+    (lambda t: (t.at.__setitem__((1, "field_ids"), np.array([4, 7, 3], dtype=np.int16)),
+                t.at.__setitem__((2, "field_ids"), np.array([-1, 3], dtype=np.int16))),
+     r"column 'field_ids' of example_id 1 holds 7, outside the field vocabulary \[0, 6\)$"),
+])
+def test_examples_rules_name_the_first_offending_row(tmp_path, rng, edit, message):
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, n) for n in (2, 3, 2)], [[4, 3], [4, 4, 3], [3, 3]])
+    t = pq.read_table(path / S.EXAMPLES).to_pandas()
+    edit(t)
+    pq.write_table(pa.Table.from_pandas(t, schema=S.EXAMPLES_SCHEMA, preserve_index=False), path / S.EXAMPLES)
+    reseal(path)
+    with pytest.raises(rs.RunFormatError, match=message):
+        rs.load_run(path).examples()
+
 def test_wrong_matrix_size(tmp_path, rng):
     path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 3)], [[4, 3, 3]])
     t = pq.read_table(path / S.EXAMPLES).to_pandas()

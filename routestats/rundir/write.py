@@ -294,7 +294,7 @@ class RunWriter:
         # validate through the reader's rules before anything lands on disk
         from routestats.rundir.read import _validate_examples
 
-        _validate_examples(table.to_pandas(), S.EXAMPLES, self.fields["vocab_size"])
+        _validate_examples(table.combine_chunks(), S.EXAMPLES, self.fields["vocab_size"])
         write_table_atomic(self.path / S.EXAMPLES, table)
         self._field_ids = {int(e): np.asarray(f, dtype=np.int64) for e, f in zip(df["example_id"], df["field_ids"])}
         self._register(S.EXAMPLES)
