@@ -129,7 +129,8 @@ def _word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) 
         return None
     if S.FORM_MATRICES not in p.baseline.attention_forms(step) or S.FORM_MATRICES not in p.variant.attention_forms(step):
         return None
-    row = p.baseline.examples().set_index("example_id").loc[ex_id]
+    cols = ["example_id", "length", "tokens", "word_ids", "field_ids"]  # converted from Arrow: only what is used
+    row = p.baseline.examples(cols).set_index("example_id").loc[ex_id]
     word_ids = np.asarray(row["word_ids"]) if row["word_ids"] is not None else np.arange(row["length"])
     tokens = list(row["tokens"]) if row["tokens"] is not None else [str(i) for i in range(row["length"])]
     g = np.asarray(row["field_ids"])
