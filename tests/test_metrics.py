@@ -221,3 +221,19 @@ def test_warm_cache_in_a_process_pool(tmp_path, monkeypatch):
     monkeypatch.setenv("ROUTESTATS_CACHE", "off")
     computed = rs.head_metrics(rs.load_runs(tmp_path / "t").runs[0], step=10)
     pd.testing.assert_frame_equal(cached, computed, check_dtype=False)
+
+
+def test_pass_frame_is_narrow_and_callers_get_int64(tmp_path, rng):
+    # expected: the dtypes the public frames always had (int64), while the frame every metric of a step
+    # reads keeps head as int16 and the query counts as int32 (its memory at whole-split scale)
+    from routestats.metrics import routing
+
+    fields = [[4, 4, 3, 3, 3], [4, 3, 3]]
+    run = rs.load_run(write_run(tmp_path / "r", [random_attention(rng, 2, 3, len(g)) for g in fields], fields))
+    inner = routing._pass(run).heads
+    assert (inner["head"].dtype, inner["n_valid"].dtype, inner["n_trivial"].dtype) == (np.int16, np.int32, np.int32)
+    h = rs.head_metrics(run)
+    assert {c: str(h[c].dtype) for c in ("layer", "head", "n_valid", "n_trivial")} == dict.fromkeys(
+        ("layer", "head", "n_valid", "n_trivial"), "int64")
+    assert h["n_valid"].tolist() == [5] * 6 + [3] * 6 and h["head"].tolist() == [0, 1, 2] * 4
+    assert str(rs.head_sfm(run)["head"].dtype) == "int64"
