@@ -235,5 +235,7 @@ def test_pass_frame_is_narrow_and_callers_get_int64(tmp_path, rng):
     h = rs.head_metrics(run)
     assert {c: str(h[c].dtype) for c in ("layer", "head", "n_valid", "n_trivial")} == dict.fromkeys(
         ("layer", "head", "n_valid", "n_trivial"), "int64")
+    # every position of both examples is in a named field (3 or 4): 5 and 3 valid queries, on each of the
+    # 2 layers x 3 heads, heads numbered 0-2 within each layer
     assert h["n_valid"].tolist() == [5] * 6 + [3] * 6 and h["head"].tolist() == [0, 1, 2] * 4
     assert str(rs.head_sfm(run)["head"].dtype) == "int64"
