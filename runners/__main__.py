@@ -386,54 +386,39 @@ def capture(
     format: str = typer.Option("dbpedia", "--format", help="Records format: dbpedia, pubmed or jsonl."),
     fields: str = typer.Option("title,content", help="Field order (first field first); an encoder takes two."),
     limit: int = typer.Option(64, help="Evaluate the first N records."),
-    cap: int = typer.Option(64, help="Evaluation cap in tokens (encoders truncate the second field)."),
+    cap: int = typer.Option(64, help="Evaluation cap in tokens, special tokens included."),
+    truncation: str = typer.Option("only-last", help="When the fields exceed the cap: only-last (cut the last field; "
+                                                     "longest-first when the others alone fill the cap) or longest-first."),
     special_tokens: str = typer.Option("unnamed", help="Special tokens and separators: unnamed (field 0, the "
                                                        "default) or attach (to the neighbouring field)."),
     bias: Optional[float] = typer.Option(None, help="Add a variant run with this same-field bias w_f in every layer."),
     ablate: Optional[str] = typer.Option(None, help="Add a variant run with these heads zeroed, e.g. 0.3,2.5."),
+    compare: Optional[Path] = typer.Option(None, help="A second checkpoint of the same architecture and tokenizer: "
+                                                      "the pair is --model (baseline) vs this one (compare)."),
+    reason: Optional[str] = typer.Option(None, help="With --compare: what differs between the checkpoints (recorded)."),
     layers: Optional[str] = typer.Option(None, help="Store only these layers, e.g. 0,1,5 (default: all)."),
     forms: str = typer.Option("reductions", help="Attention forms: reductions and/or matrices (matrices are large; they add the word-level explorer, rollout and norm-weighted SFM)."),
     dtype: str = typer.Option("float32", help="Storage dtype: float16 or float32."),
+    batch_size: int = typer.Option(8, help="Records per forward pass."),
+    padding: str = typer.Option("none", help="none (batch records of one length: bitwise as one at a time) or "
+                                             "longest (pad to the batch's longest, padding sliced off)."),
+    device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
+    force: bool = typer.Option(False, help="Replace earlier capture runs under --out (never other folders)."),
     threads: int = typer.Option(2, help="torch CPU threads."),
 ) -> None:
     """Capture attention of a pretrained model on fielded records as paired run directories.
 
     Conditions on the same weights and inputs pair automatically: baseline, --bias W (same-field
-    bias), --ablate L.H,... (heads zeroed). Report with `routestats report OUT`."""
-    import sys
-    import time
-
-
-    from .capture import Condition, capture_runs, load_model, read_records
+    bias), --ablate L.H,... (heads zeroed); or two checkpoints with --compare. Report with
+    `routestats report OUT`."""
+    from .capture import run_capture_command
 
     set_threads(threads)
-    names = [f.strip() for f in fields.split(",") if f.strip()]
-    recs = read_records(records, format, names, limit)
-    conds = [Condition("baseline")]
-    if bias is not None:
-        conds.append(Condition("bias", bias=bias))
-    if ablate:
-        conds.append(Condition("ablate", ablate=tuple(tuple(int(x) for x in h.split(".")) for h in ablate.split(","))))
-    t0 = time.monotonic()
-    typer.echo(f"loading {model} ...", err=True)
-    loaded = load_model(model)
-    typer.echo(f"[{time.monotonic() - t0:6.1f} s] loaded {type(loaded.model).__name__}", err=True)
-    last, started = [0.0], {}
-
-    def progress(name, done, total):
-        now = time.monotonic()
-        first = started.setdefault(name, now)  # rates count this condition's forwards, not the load
-        if done == total or now - last[0] > (0.5 if sys.stderr.isatty() else 10):
-            last[0] = now
-            rate = done / max(now - first, 1e-9)
-            typer.echo(f"[{now - t0:6.1f} s] {name}: {done}/{total} records ({rate:.1f}/s)", err=True)
-
-    paths = capture_runs(loaded, recs, out, fields=names, conditions=conds, cap=cap, special_tokens=special_tokens,
-                         layers=[int(x) for x in layers.split(",")] if layers else None,
-                         forms=[f.strip() for f in forms.split(",") if f.strip()], dtype=dtype, progress=progress)
-    for p in paths:
-        typer.echo(f"wrote {p}")
-    typer.echo(f"{len(paths)} runs in {time.monotonic() - t0:.1f} s; next: routestats report {out}")
+    run_capture_command(model=model, records=records, out=out, format=format, fields=fields, limit=limit, cap=cap,
+                        truncation=truncation, special_tokens=special_tokens, bias=bias, ablate=ablate,
+                        compare=compare, reason=reason, layers=layers, forms=forms, dtype=dtype,
+                        batch_size=batch_size, padding=padding, device=device, force=force,
+                        echo=lambda msg, err=False: typer.echo(msg, err=err))
 
 
 @app.command()
@@ -538,7 +523,11 @@ def bundled(out: Path = typer.Option(Path("data"), help="Output folder."),
 
 
 def main() -> None:
-    """Run the CLI; a user error or a missing optional dependency ends in one line and exit code 2."""
+    """Run the CLI; a user error, a missing optional dependency or a failed file operation ends in
+    one line and exit code 2; anything else (a bug) in one line and exit code 1
+    (``ROUTESTATS_DEBUG=1`` shows the traceback)."""
+    import os
+
     from routestats.errors import RoutestatsError
 
     try:
@@ -552,6 +541,20 @@ def main() -> None:
         hint = f"pip install -e '.[{extra}]'" if extra else f"pip install {exc.name}"
         typer.echo(f"error: this command needs {exc.name}, which is not installed: {hint}", err=True)
         raise SystemExit(2)
+    except OSError as exc:  # permissions, a full disk, a vanished file
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        typer.echo(f"error: {where}{exc.strerror or exc}", err=True)
+        raise SystemExit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise SystemExit(130)
+    except Exception as exc:  # a bug: still one line
+        if os.environ.get("ROUTESTATS_DEBUG"):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        typer.echo(f"internal error: {type(exc).__name__}: {first} (a routestats bug; rerun with "
+                   "ROUTESTATS_DEBUG=1 for the traceback)", err=True)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

