@@ -425,3 +425,31 @@ def test_tuned_process_keeps_freed_large_arrays_until_the_trim():
     assert tuned == "True" and int(dropped_on_free) < 8 and int(dropped_after_trim) >= 56, (dropped_on_free, dropped_after_trim)
     _, dropped_on_free, _ = run("default")
     assert int(dropped_on_free) >= 56, dropped_on_free
+
+
+def test_add_reduced_checks_what_it_stores(tmp_path):
+    """Reductions computed elsewhere (a GPU capture) pass the reader's checks before they are stored."""
+    from routestats.errors import RoutestatsError
+    from routestats.rundir.read import load_run
+    from routestats.rundir.write import RunWriter
+
+    w = RunWriter(tmp_path / "r", run_id="r", study="t", factors={"variant": "baseline"}, seed=0, init_id="i",
+                  data_order_id="d", fields=FIELDS)
+    w.write_examples(make_examples([[4, 4, 3]]))
+    ok = {"row_mass": np.ones((1, 1, 3)), "entropy": np.zeros((1, 1, 3)), "entropy_rownorm": np.zeros((1, 1, 3)),
+          "first_mass": np.zeros((1, 1, 3)), "field_mass": np.full((1, 1, 3, 2), 0.5)}
+    for bad, says in ((dict(ok, field_mass=np.full((1, 1, 3, 2), 0.9)), "summed field_mass"),
+                      (dict(ok, row_mass=np.full((1, 1, 3), 1.01)), "row_mass of a softmax row"),
+                      (dict(ok, entropy=np.full((1, 1, 3), 5.0)), "entropy"),
+                      (dict(ok, field_mass=np.full((1, 1, 4, 2), 0.5)), "expected \\(layers, heads, 3, 2\\)")):
+        with pytest.raises(RoutestatsError, match=says):
+            with w.attention(1, dtype="float32", forms=("reductions",)) as sink:
+                sink.add_reduced(0, bad)
+    with w.attention(1, dtype="float32", forms=("reductions",)) as sink:
+        sink.add_reduced(0, ok)
+    run = load_run(w.finalize())
+    blk = next(run.iter_reductions())
+    assert blk.field_mass.shape == (1, 3, 2) and float(blk.field_mass.sum()) == 3.0
+    with pytest.raises(RoutestatsError, match="reductions only"):
+        with w.attention(2, dtype="float32", forms=("matrices",)) as sink:
+            sink.add_reduced(0, ok)

@@ -196,6 +196,37 @@ class Run:
         return bool(self.manifest.get("pretrained", False))
 
     @property
+    def capture(self) -> dict | None:
+        """How a pretrained model's attention was captured (``python -m runners capture``), read
+        defensively from the manifest (entries of the wrong type are left out): model class, family,
+        model type, dtype, quantisation, capture path, tokenizer inputs, special-token policy, cap,
+        truncation policy and counts, and for a checkpoint pair its reason. None for other runs."""
+        m, ev = self.manifest, self.manifest.get("evaluation")
+        if not self.pretrained or not isinstance(ev, dict):
+            return None
+        model = m.get("model") if isinstance(m.get("model"), dict) else {}
+        cap = ev.get("capture") if isinstance(ev.get("capture"), dict) else {}
+        trunc = ev.get("truncation") if isinstance(ev.get("truncation"), dict) else {}
+        quant = model.get("quantisation") if isinstance(model.get("quantisation"), dict) else None
+        pairing = m.get("pairing") if isinstance(m.get("pairing"), dict) else {}
+        text = lambda v: v if isinstance(v, str) else None  # noqa: E731
+        count = lambda v: v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None  # noqa: E731
+        cut = trunc.get("tokens_cut") if isinstance(trunc.get("tokens_cut"), dict) else {}
+        return {
+            "class": text(model.get("class")), "family": text(model.get("family")),
+            "model_type": text(model.get("model_type")), "dtype": text(model.get("dtype")),
+            "quantisation": None if quant is None else {k: text(quant.get(k)) for k in ("format", "file_type",
+                                                                                         "dequantised_to")},
+            "path": text(cap.get("path")), "inputs": [x for x in cap.get("inputs", []) if isinstance(x, str)]
+            if isinstance(cap.get("inputs"), list) else [],
+            "special_tokens": text(ev.get("special_tokens")), "cap": count(ev.get("cap")),
+            "truncation": text(trunc.get("policy")), "examples_truncated": count(trunc.get("examples_truncated")),
+            "fallbacks": count(trunc.get("fallback_longest_first")),
+            "tokens_cut": {str(k): v for k, v in cut.items() if count(v) is not None},
+            "pairing_reason": text(pairing.get("reason")) if pairing.get("kind") == "checkpoints" else None,
+        }
+
+    @property
     def attention_steps(self) -> list[int]:
         return sorted(int(s) for s in self.manifest["attention"].get("steps", {}))
 

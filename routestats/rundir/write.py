@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from routestats.rundir import schema as S
 from routestats.rundir.atomic import atomic_path, sha256_file, write_json_atomic, write_table_atomic
 from routestats.errors import RoutestatsError, RunFormatError
-from routestats.rundir.blocks import check_probabilities
+from routestats.rundir.blocks import _check_reductions, check_probabilities
 from routestats.rundir.reductions import reduce_queries
 
 __all__ = ["RunWriter", "software_versions"]
@@ -147,10 +147,57 @@ class AttentionSink:
             red = reduce_queries(stored, g, self._w._named)
             red["field_mass"] = red["field_mass"].reshape(len(layer), -1)
             self._buf[S.FORM_REDUCTIONS].append({**base, **red})
+        self._added(ex)
+
+    def _added(self, ex: int) -> None:
         self._seen.add(ex)
         self._pending += 1
         if self._pending >= self.group_size:
             self.flush()
+
+    def add_reduced(self, example_id: int, reductions: dict, head_types: Sequence[str] | None = None) -> None:
+        """Add one example's per-query reductions computed elsewhere (e.g. on a GPU, from the values
+        cast to the storage dtype): ``row_mass``, ``entropy``, ``entropy_rownorm``, ``first_mass``
+        of shape (layers, heads, n) and ``field_mass`` (layers, heads, n, F), float64. Only for a sink
+        that stores reductions alone; the values are checked as the reader checks stored ones."""
+        ex = int(example_id)
+        if self.forms != (S.FORM_REDUCTIONS,):
+            raise RoutestatsError("add_reduced is for a sink that stores reductions only")
+        if ex not in self._w._field_ids:
+            raise RoutestatsError(f"example_id {ex} was not written to {S.EXAMPLES} first")
+        if ex in self._seen:
+            raise RoutestatsError(f"example_id {ex} added twice at step {self.step}")
+        n, F = len(self._w._field_ids[ex]), len(self._w._named)
+        fm = np.asarray(reductions["field_mass"], dtype=np.float64)
+        if fm.ndim != 4 or fm.shape[2:] != (n, F):
+            raise RoutestatsError(f"field_mass of example_id {ex} has shape {fm.shape}, expected (layers, heads, {n}, {F})")
+        n_layers, n_heads = fm.shape[:2]
+        if self._grid is not None and self._grid != (n_layers, n_heads):
+            raise RoutestatsError(f"reductions of example_id {ex} have {n_layers} layers x {n_heads} heads, but earlier "
+                                  f"examples have {self._grid[0]} x {self._grid[1]}")
+        self._grid = (n_layers, n_heads)
+        types = ["softmax"] * n_heads if head_types is None else list(head_types)
+        if len(types) != n_heads or any(t not in S.HEAD_TYPES for t in types):
+            raise RoutestatsError(f"head_types must list {n_heads} entries from {S.HEAD_TYPES}, got {types}")
+        rows = n_layers * n_heads
+        red = {"field_mass": fm.reshape(rows, n * F)}
+        for k in ("row_mass", "entropy", "entropy_rownorm", "first_mass"):
+            v = np.asarray(reductions[k], dtype=np.float64)
+            if v.shape != (n_layers, n_heads, n):
+                raise RoutestatsError(f"{k} of example_id {ex} has shape {v.shape}, expected ({n_layers}, {n_heads}, {n})")
+            red[k] = v.reshape(rows, n)
+        layer = np.repeat(np.arange(n_layers, dtype=np.int16), n_heads)
+        head = np.tile(np.arange(n_heads, dtype=np.int16), n_layers)
+        htype = np.tile(np.asarray(types, dtype=object), n_layers)
+        try:  # the reader's checks of stored reductions, applied to exactly what will be stored
+            _check_reductions(f"reductions of example_id {ex}", ex, layer, head, htype.astype(str),
+                              {**red, "field_mass": fm.reshape(rows, n, F)}, n, self.dtype)
+        except RunFormatError as exc:
+            raise RoutestatsError(str(exc)) from None
+        base = {"example_id": np.full(rows, ex, dtype=np.int64), "layer": layer, "head": head, "head_type": htype,
+                "n": np.full(rows, n, dtype=np.int32)}
+        self._buf[S.FORM_REDUCTIONS].append({**base, **red})
+        self._added(ex)
 
     def flush(self) -> None:
         """Write buffered examples as one row group per form."""

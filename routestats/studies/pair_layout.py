@@ -197,6 +197,47 @@ def _protocol_sentence(rep: dict, s: AnalysisSettings) -> str:
     return paired + f"; the length analyses use {_SETS[s.length_examples]} ({rep['n_length_examples']})."
 
 
+def capture_sentences(base: dict | None, variant: dict | None, n_examples: int) -> str:
+    """What a reader of a paper needs to know about how a pretrained model's attention was captured."""
+    if not base:
+        return ""
+    out = []
+    model = base["class"] or "the model"
+    fam = f" ({base['family']} family, model type {base['model_type']})" if base["family"] and base["model_type"] else ""
+    if base["path"] == "attention-interface":
+        out.append(f"Attention was captured from {model}{fam} through transformers' AttentionInterface: each "
+                   "layer's own eager attention computed the weights, with the masks the model builds itself "
+                   "(causal, sliding-window and padding, where it has them), and the intervention was added to "
+                   "that mask.")
+    elif base["path"]:
+        out.append(f"Attention was captured from {model}{fam} ({base['path']}).")
+    if base["inputs"]:
+        out.append(f"The model received everything its tokenizer returns ({', '.join(base['inputs'])}).")
+    if base["special_tokens"]:
+        out.append("Special tokens and separators " + ("belong to no field (field 0): they are no field's keys, so "
+                                                       "their attention counts as unnamed mass."
+                                                       if base["special_tokens"] == "unnamed" else
+                                                       "were attached to their neighbouring field."))
+    if base["truncation"] and base["cap"] is not None and base["examples_truncated"] is not None:
+        cut = ", ".join(f"{k} {v:,}" for k, v in base["tokens_cut"].items())
+        rule = ("the last field is cut first" if base["truncation"] == "only-last" else
+                "tokens are removed from the longest field first")
+        fb = (f"; {base['fallbacks']} fell back to longest-first because the first field alone filled the cap"
+              if base["fallbacks"] else "")
+        out.append(f"Records were cut to the {base['cap']}-token cap ({rule}): {base['examples_truncated']} of "
+                   f"{n_examples} examples were truncated (tokens cut: {cut}){fb}.")
+    q = base["quantisation"]
+    if q and q.get("file_type"):
+        out.append(f"The weights are {q.get('format', '').upper()} {q['file_type']} (quantised), dequantised to "
+                   f"{q.get('dequantised_to') or 'float32'} for the forward passes.")
+    elif base["dtype"]:
+        out.append(f"The forward passes ran in {base['dtype']}.")
+    if variant and variant.get("pairing_reason"):
+        out.append(f"The variant is a second checkpoint of the same architecture and tokenizer, on the same "
+                   f"records ({variant['pairing_reason']}).")
+    return " " + " ".join(out)
+
+
 def pair_methods(rep: dict, s: AnalysisSettings) -> str:
     """A methods paragraph generated from the report's actual settings."""
     names = ", ".join(rep["field_names"].values())
@@ -226,4 +267,5 @@ def pair_methods(rep: dict, s: AnalysisSettings) -> str:
         f"field as {'zero' if s.missing_fields == 'zero' else 'missing'}."
         + (f" Gradient ratios are means of per-step ratios over up to {s.gradient_window} steps ending at each "
            "checkpoint." if rep.get("gradients") is not None else "") + f"{causal}{keys}"
+        + capture_sentences(rep.get("capture"), rep.get("capture_variant"), rep["n_examples"])
     )

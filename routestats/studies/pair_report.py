@@ -203,6 +203,8 @@ def _provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
             "created": m.get("created"), "git_commit": m.get("git_commit"), "software": m.get("software", {}),
             "dataset": (m.get("dataset") or {}).get("name"), "files": files, "notes": m.get("notes"),
         }
+        if run.capture is not None:
+            runs[role]["capture"] = run.capture
     return {
         "runs": runs,
         "analysis": {
@@ -349,6 +351,7 @@ def _compute(p: RunPair, s: AnalysisSettings, say) -> dict:
         "length_adjusted": length_adj, "n_length_examples": n_length,
         "masses": masses, "causal": p.baseline.causal, "pretrained": p.baseline.pretrained and p.variant.pretrained,
         "trivial": trivial_default(p.baseline, s.trivial_queries),
+        "capture": p.baseline.capture, "capture_variant": p.variant.capture,
         "profile_shape": shape, "layer_contrasts": contrasts, "profile_distance_ci": distance,
         "init_vs_final": init_final, "norm_effects": norm_eff, "rollout_effects": rollout_eff,
         "flow_skipped": " ".join(flow_skipped), "example_pairs": diffs[["example_id", "layer", "baseline", "variant", "diff"]],
