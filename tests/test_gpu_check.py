@@ -33,7 +33,7 @@ def gpu_check():
 
 @pytest.fixture(scope="module")
 def dry(gpu_check, tmp_path_factory):
-    """One dry run (all three parts, bf16 autocast included) on one CPU thread."""
+    """One dry run (all four parts, bf16 autocast included) on one CPU thread."""
     old = torch.get_num_threads()
     out = tmp_path_factory.mktemp("gpu_check")
     with pytest.MonkeyPatch.context() as mp:  # the script sets defaults for these; keep them out of other tests
@@ -67,12 +67,12 @@ def test_dry_run_is_labelled_and_never_claims_a_gpu(dry):
 @pytest.mark.slow  # the shared dry run takes ~9 s on one thread
 def test_parts_ran_within_budget_and_have_timings(dry):
     _, s, _ = dry
-    assert set(s["parts"]) == {"overhead", "pair", "agreement"}
+    assert set(s["parts"]) == {"overhead", "pair", "agreement", "capture"}
     for name, p in s["parts"].items():
         assert p["status"] == "ok" and p["cut_short"] is False, (name, p["notes"])
         assert _finite(p["wall_s"]) and 0 < p["wall_s"] <= p["budget_s"]
         assert p["units"] and all(u["status"] == "done" and _finite(u["wall_s"]) for u in p["units"])
-    assert s["budgets_s"] == {"overhead": 15.0, "pair": 20.0, "agreement": 15.0}
+    assert s["budgets_s"] == {"overhead": 15.0, "pair": 20.0, "agreement": 15.0, "capture": 25.0}
     assert all(c["pass"] is True for c in s["checks"]), [c for c in s["checks"] if not c["pass"]]
 
 
@@ -174,3 +174,12 @@ def test_without_cuda_and_without_dry_run_exits_2_with_one_line(tmp_path):
     assert r.returncode == 2
     assert len(lines) == 1 and "no CUDA device is present" in lines[0]
     assert not out.exists()  # nothing written: no summary that could be mistaken for a measurement
+
+
+@pytest.mark.slow
+def test_capture_part_compares_device_and_host_reductions(dry):
+    _, s, md = dry
+    c = s["parts"]["capture"]
+    assert set(c["families"]) == {"bert", "llama", "mistral"}
+    assert all(v["max_abs_diff"] <= 1e-5 for v in c["families"].values())  # the same weights and records
+    assert "## Capture" in md
