@@ -1,7 +1,51 @@
 """Rendering of any :class:`routestats.report.Report`: Jinja2 templates (HTML, LaTeX), Markdown, CSV
-and matplotlib figures (seaborn's look, :mod:`reports.theme`) over finished frames. Nothing in this package computes a statistic.
+and matplotlib figures (seaborn's look, :mod:`reports.theme`) over finished frames. Nothing in this
+package computes a statistic, and the analysis core never imports it (the edge is one-way).
 
-Entry points: :func:`reports.render.render` (a report folder), :func:`reports.render.table_text`
-(one table as LaTeX, CSV or Markdown), :func:`reports.render.markdown` (a whole report as Markdown);
-``Report.write`` / ``Report.to_latex`` call them.
+Entry points (imported lazily, so ``import reports`` is cheap)::
+
+    import routestats as rs, reports
+    rep = rs.analyse("data/demo_run")
+    reports.to_latex(rep, "effects")      # one table as a booktabs fragment
+    reports.table_text(rep, "effects", "csv")
+    reports.to_markdown(rep)              # the whole report as Markdown
+    reports.write(rep, "report/demo")     # HTML + LaTeX + CSV + figures, as `routestats report`
 """
+
+from __future__ import annotations
+
+__all__ = ["write", "to_latex", "to_markdown", "table_text"]
+
+
+def table_text(report, name: str, fmt: str = "latex") -> str:
+    """Table ``name`` of ``report`` (or of one of its parts) as LaTeX, CSV or Markdown text."""
+    from routestats.errors import RoutestatsError
+
+    from reports.render import table_text as _text
+
+    try:
+        return _text(report.find_table(name), fmt)
+    except ValueError as exc:
+        raise RoutestatsError(str(exc)) from None
+
+
+def to_latex(report, name: str) -> str:
+    """One table as a booktabs LaTeX fragment (escaped; compiles with ``\\usepackage{booktabs}``)."""
+    return table_text(report, name, "latex")
+
+
+def to_markdown(report, name: str | None = None) -> str:
+    """One table (or, without a name, the whole report) as Markdown."""
+    if name:
+        return table_text(report, name, "markdown")
+    from reports.render import markdown
+
+    return markdown(report)
+
+
+def write(report, out, formats=("html", "latex"), **kw):
+    """Write the report folder (HTML, LaTeX, CSV, figures) atomically; returns what was written.
+    Keywords as :func:`reports.render.render`."""
+    from reports.render import render
+
+    return render(report, out, formats, **kw)

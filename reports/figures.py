@@ -49,26 +49,24 @@ def integer_ticks(axis) -> None:
 
     axis.set_major_locator(MaxNLocator(integer=True))
 
-REGISTRY: dict = {}
+def registrar(table: dict):
+    """A decorator ``drawer(kind)`` that enters ``fn(frames, params) -> matplotlib Figure`` into
+    ``table`` (each drawing module keeps its own; :mod:`reports.drawing` joins them explicitly)."""
+
+    def drawer(kind: str):
+        def deco(fn):
+            if kind in table:
+                raise ValueError(f"two drawers for figure kind {kind!r}")
+            table[kind] = fn
+            return fn
+
+        return deco
+
+    return drawer
 
 
-def drawer(kind: str):
-    """Register ``fn(frames, params) -> matplotlib Figure`` as the drawer of figures of ``kind``."""
-
-    def deco(fn):
-        REGISTRY[kind] = fn
-        return fn
-
-    return deco
-
-
-def draw(figure) -> "plt.Figure":
-    """Draw one :class:`routestats.report.Figure` with its registered drawer."""
-    try:
-        fn = REGISTRY[figure.kind]
-    except KeyError:
-        raise ValueError(f"no drawer registered for figure kind {figure.kind!r}") from None
-    return fn(dict(figure.frames), dict(figure.params))
+DRAWERS: dict = {}  # the one-pair report's figure kinds
+drawer = registrar(DRAWERS)
 
 
 def plain(text) -> str:
@@ -99,45 +97,6 @@ def save(fig, folder: Path, name: str, vector: tuple = ()) -> bytes:
         (folder / f"{name}.{fmt}").write_bytes(buf.getvalue())
     plt.close(fig)
     return png
-
-
-_JOBS: list = []
-
-
-def _draw_job(i: int) -> bytes:
-    figure, folder, name, vector = _JOBS[i]
-    return save(draw(figure), folder, name, vector)
-
-
-def draw_all(jobs: dict, folder: Path, workers: int | None = None, vector: tuple = ()) -> dict:
-    """Draw and save figures (file stem -> :class:`routestats.report.Figure`); stem -> PNG bytes.
-
-    With two or more CPUs and figures, forked worker processes draw them in parallel (the
-    figures are independent; each worker writes its own PNG and vector copies). Without
-    ``fork`` (or with ``ROUTESTATS_FIGURE_WORKERS=1``) they are drawn one after another.
-    """
-    import gc
-    import multiprocessing as mp
-    import os
-
-    global _JOBS
-    names = list(jobs)
-    if workers is None:
-        workers = int(os.environ.get("ROUTESTATS_FIGURE_WORKERS", "0")) or min(len(os.sched_getaffinity(0)), 4)
-    workers = min(workers, len(names))
-    if workers < 2 or "fork" not in mp.get_all_start_methods():
-        return {n: save(draw(jobs[n]), folder, n, vector) for n in names}
-    _JOBS = [(jobs[n], folder, n, vector) for n in names]
-    # frozen objects are skipped by the workers' garbage collector, which would otherwise write to (and so
-    # copy) every page of the parent's heap it visits: 2 x 2,336 pair, 2 workers, 2.8 -> 2.0-2.7 s CPU
-    gc.freeze()
-    try:
-        with mp.get_context("fork").Pool(workers) as pool:
-            pngs = pool.map(_draw_job, range(len(names)), chunksize=1)
-    finally:
-        gc.unfreeze()
-        _JOBS = []
-    return dict(zip(names, pngs))
 
 
 def heat(ax, m: pd.DataFrame, *, vmin, vmax, cmap, annot: bool = True, cbar: bool = False, fmt: str = "{:.2f}",
@@ -475,4 +434,3 @@ def lengths(ex: pd.DataFrame):
     return fig
 
 
-from reports import mofa as _mofa, regime as _regime, study as _study  # noqa: E402,F401  (register their drawers)

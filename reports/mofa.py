@@ -7,8 +7,11 @@ import numpy as np
 
 from reports import figures as F
 
+DRAWERS: dict = {}
+drawer = F.registrar(DRAWERS)
 
-@F.drawer("mofa_heatmap")
+
+@drawer("mofa_heatmap")
 def heatmap(frames, params):
     m, z = frames["mean_ppl"], frames["zscore"]
     fig, ax = plt.subplots(figsize=(1.2 * m.shape[1] + 3, 0.5 * len(m) + 1.5))
@@ -20,7 +23,7 @@ def heatmap(frames, params):
     return fig
 
 
-@F.drawer("mofa_pca")
+@drawer("mofa_pca")
 def pca(frames, params):
     s = frames["scores"].sort_values("pc1")
     fig, ax = plt.subplots(figsize=(7, 0.4 * len(s) + 1.5))
@@ -31,7 +34,7 @@ def pca(frames, params):
     return fig
 
 
-@F.drawer("mofa_entropy")
+@drawer("mofa_entropy")
 def entropy(frames, params):
     ent = frames["entropy_layer"]
     ratios = params["ratios"]

@@ -6,6 +6,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from reports import figures as F
+
+DRAWERS: dict = {}
+drawer = F.registrar(DRAWERS)
 from routestats.report import point_label as _point
 
 REGIMES = ("NC", "NS", "Q", "K", "E", "J", "ambiguous")
@@ -26,7 +29,7 @@ def _panels(keys):
     return n, rows, cols
 
 
-@F.drawer("regime_spectrum")
+@drawer("regime_spectrum")
 def spectrum(frames, params):
     t = frames
     summ = t["summary"].reset_index(drop=True)
@@ -59,7 +62,7 @@ def spectrum(frames, params):
     return fig
 
 
-@F.drawer("regime_counterfactual")
+@drawer("regime_counterfactual")
 def counterfactual(frames, params):
     t = frames
     summ = t["summary"].reset_index(drop=True)
@@ -93,7 +96,7 @@ def counterfactual(frames, params):
         return fig
 
 
-@F.drawer("regime_shares")
+@drawer("regime_shares")
 def shares(frames, params):
     t = frames
     reg = t.get("regimes")
@@ -114,7 +117,7 @@ def shares(frames, params):
         return fig
 
 
-@F.drawer("regime_overlap")
+@drawer("regime_overlap")
 def overlap(frames, params):
     t = frames
     summ = t["summary"].reset_index(drop=True)
@@ -137,7 +140,7 @@ def overlap(frames, params):
         return fig
 
 
-@F.drawer("regime_map")
+@drawer("regime_map")
 def map(frames, params):
     t = frames
     summ = t["summary"].reset_index(drop=True)

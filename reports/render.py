@@ -2,7 +2,7 @@
 
 The renderer knows nothing about which analysis produced a report: it walks the report's
 sections (and its parts), formats each shown table, draws each figure with the drawer
-registered for its kind (:data:`reports.figures.REGISTRY`) and writes
+of its kind (:data:`reports.drawing.REGISTRY`) and writes
 
 * ``OUT/report.html`` — one self-contained file: figures embedded, sortable tables, provenance;
 * ``OUT/tables/*.tex`` (booktabs fragments), ``OUT/tables/tables.tex`` (a standalone document
@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from reports import figures as F
+from reports.drawing import draw_all
 from reports.explorer import WIDGETS
 from reports.formatting import embedded, format_cells, table_context
 from reports.folder import _put, write_folder
@@ -200,7 +201,7 @@ def _render_into(report: Report, out: Path, formats: Sequence[str], progress, ve
                     continue
                 jobs[prefix + f.name] = f
                 where[prefix + f.name] = (s, f.name)
-    pngs = F.draw_all(jobs, out / "figures", vector=vector)
+    pngs = draw_all(jobs, out / "figures", vector=vector)
     figs = {where[stem]: png for stem, png in pngs.items()}
     figs.update(widgets)
     tex_files = []

@@ -7,8 +7,11 @@ import numpy as np
 
 from reports import figures as F
 
+DRAWERS: dict = {}
+drawer = F.registrar(DRAWERS)
 
-@F.drawer("study_seeds")
+
+@drawer("study_seeds")
 def seeds(frames, params):
     lines, mean = frames["lines"], frames["mean"]
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -24,7 +27,7 @@ def seeds(frames, params):
     return fig
 
 
-@F.drawer("study_sweep")
+@drawer("study_sweep")
 def sweep(frames, params):
     points, mean = frames["points"], frames["mean"]
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -41,7 +44,7 @@ def sweep(frames, params):
     return fig
 
 
-@F.drawer("study_shuffled")
+@drawer("study_shuffled")
 def shuffled(frames, params):
     bands = frames["bands"]
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -57,7 +60,7 @@ def shuffled(frames, params):
     return fig
 
 
-@F.drawer("study_trajectories")
+@drawer("study_trajectories")
 def trajectories(frames, params):
     lines, mean = frames["lines"], frames["mean"]
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
@@ -76,7 +79,7 @@ def trajectories(frames, params):
     return fig
 
 
-@F.drawer("study_forest")
+@drawer("study_forest")
 def forest(frames, params):
     """One panel per layer: per-seed Δ with CIs (grey), across-seed estimates with intervals (black)."""
     f = frames["forest"]

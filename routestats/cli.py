@@ -206,6 +206,7 @@ def report(
 
     A tree with several pairs gets a study report (seeds, sweeps, placement, shuffled control, depth, data sets,
     across-seed inference) before any per-pair parts."""
+    import reports
     from reports import cache
     from reports.folder import SourceUnreadable, check_output, copy_report
 
@@ -248,7 +249,8 @@ def report(
                 if cache.report_key(inputs, s.to_dict(), formats, vector) == key:
                     cache.store(key, folder, files)
 
-            written = rep.write(out, formats, progress=stage, force=force, inputs=inputs, figures=vector, keep=keep)
+            written = reports.write(rep, out, formats, progress=stage, force=force, inputs=inputs, figures=vector,
+                                    keep=keep)
     for name, p in written.items():
         typer.echo(f"{name}: {p}")
 
@@ -274,7 +276,9 @@ def table(
         _fail(f"--format must be latex, csv or markdown, got {format!r}")
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
                   length_examples=length_examples, step=step, skip_incomplete=skip_incomplete, study=study)
-    text = analyse(path, s).to_text(name, format)
+    import reports
+
+    text = reports.table_text(analyse(path, s), name, format)
     if out is None:
         return typer.echo(text, nl=False)
     from routestats.rundir.atomic import write_text_atomic
@@ -308,7 +312,9 @@ def regime(
         check_output(out, force, [source])
     rep = build_regime_report(source, _settings(layer=layer, example=example, token=token, probes=probes, seed=seed))
     _print(terminal_tables(rep))
-    for name, p in (rep.write(out, formats, force=force, inputs=[source]) if out is not None else {}).items():
+    import reports
+
+    for name, p in (reports.write(rep, out, formats, force=force, inputs=[source]) if out is not None else {}).items():
         typer.echo(f"{name}: {p}")
 
 

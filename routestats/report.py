@@ -4,9 +4,9 @@ Every analysis (a pair, a study tree, a MoFA tree, a regime grid) returns a :cla
 A section holds :class:`Table` s (a frame plus how to show it) and :class:`Figure` s (a drawing
 kind plus the finished frames it draws); ``Section.skipped`` says in words why a section has
 nothing to show. :meth:`Report.tables` is derived from the sections, never written by hand.
-Rendering (HTML, LaTeX, CSV, Markdown) lives in the top-level ``reports`` package and is
-imported lazily by :meth:`Report.to_latex`, :meth:`Report.to_markdown` and :meth:`Report.write`;
-this module needs pandas only.
+Rendering (HTML, LaTeX, CSV, Markdown) lives in the top-level ``reports`` package, which imports
+this module and never the other way round (``reports.write(report, out)``,
+``reports.to_latex(report, name)``, ``reports.to_markdown(report)``); this module needs pandas only.
 
 The number formats shared by the tables and by the generated sentences (findings, headlines)
 are here too, so a sentence quotes a number exactly as its table cell shows it.
@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import pandas as pd
 
@@ -198,33 +197,11 @@ class Report:
             out += p.all_reports()
         return out
 
-    def to_text(self, name: str, fmt: str = "latex") -> str:
-        """Table ``name`` (of this report or, failing that, of a part) as LaTeX, CSV or Markdown text."""
-        found = [r.table(name) for r in self.all_reports() if name in r.tables()]
-        if not found:
-            names = sorted({n for r in self.all_reports() for n in r.tables()})
-            raise RoutestatsError(f"unknown table {name!r}; this report has: {', '.join(names)}")
-        try:
-            return _renderer().table_text(found[0], fmt)
-        except ValueError as exc:
-            raise RoutestatsError(str(exc)) from None
-
-    def to_latex(self, name: str) -> str:
-        """One table as a booktabs LaTeX fragment (escaped; compiles with ``\\usepackage{booktabs}``)."""
-        return self.to_text(name, "latex")
-
-    def to_markdown(self, name: str | None = None) -> str:
-        """One table (or, without a name, the whole report) as Markdown."""
-        return self.to_text(name, "markdown") if name else _renderer().markdown(self)
-
-    def write(self, out: str | Path, formats: Sequence[str] = ("html", "latex"), **kw) -> dict[str, Path]:
-        """Write the report folder (HTML, LaTeX, CSV, figures); returns what was written."""
-        return _renderer().render(self, out, formats, **kw)
-
-
-def _renderer():
-    """The renderer (top-level ``reports`` package), imported at call time only: the data model does not
-    depend on it, and ``import routestats`` never loads jinja2 or matplotlib."""
-    import importlib
-
-    return importlib.import_module("reports.render")
+    def find_table(self, name: str) -> Table:
+        """Table ``name`` of this report or, failing that, of a part (the first found, depth first);
+        a clear error lists every table name there is."""
+        for r in self.all_reports():
+            if name in r.tables():
+                return r.table(name)
+        names = sorted({n for r in self.all_reports() for n in r.tables()})
+        raise RoutestatsError(f"unknown table {name!r}; this report has: {', '.join(names)}")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 
 def build_all(tmp: Path, kw: dict) -> dict:
+    import reports
     import routestats as rs
     from routestats.rundir.synthetic import demo_run_dir
     from tests.conftest import synthetic_mofa_tree, synthetic_study_tree
@@ -15,6 +16,6 @@ def build_all(tmp: Path, kw: dict) -> dict:
     synthetic_mofa_tree(tmp / "mofa")
     for name, path in (("pair", demo_run_dir()), ("study", tmp / "study"), ("mofa", tmp / "mofa")):
         rep = rs.analyse(path, **kw)
-        rep.write(tmp / f"{name}-out", ("html",))
+        reports.write(rep, tmp / f"{name}-out", ("html",))
         out[name] = (rep.tables(), (tmp / f"{name}-out" / "report.html").read_text())
     return out

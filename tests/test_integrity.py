@@ -334,7 +334,9 @@ def test_latex_caption_survives_blank_lines_in_names(tmp_path, rng):
     write_run(tmp_path / "p" / "v", [random_attention(rng, 1, 1, 3) for _ in fields], fields, run_id="var\n\n\tx",
               variant="saab")
     rep = rs.analyse(tmp_path / "p", resamples=50, permutations=50)
-    tex = rep.to_latex("effects")
+    import reports
+
+    tex = reports.to_latex(rep, "effects")
     assert "var x vs base line" in tex and "\n\n" not in tex.split("\\caption")[1].split("\\label")[0]
     (tmp_path / "t.tex").write_text(tex)
     (tmp_path / "d.tex").write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"

@@ -242,7 +242,7 @@ def test_report_opens_in_chromium_without_console_errors(tmp_path):
 def test_python_users_get_the_paper_table(tmp_path):
     # the exact one-liner of the [shape] issue, run from the repository root
     root = Path(__file__).resolve().parents[1]
-    code = "import routestats as rs; print(rs.analyse('data/demo_run').to_latex('effects'))"
+    code = "import routestats as rs, reports; print(reports.to_latex(rs.analyse('data/demo_run'), 'effects'))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
     tex = res.stdout
     assert r"\toprule" in tex and "Layer & SFM baseline" in tex
