@@ -36,8 +36,8 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["Column", "Table", "Figure", "Section", "Report", "fmt_num", "fmt_sig", "fmt_int", "fmt_p", "fmt_ci",
-           "pct", "point_label", "DASH"]
+__all__ = ["Column", "Table", "Figure", "Section", "Report", "section", "guarded", "fmt_num", "fmt_sig", "fmt_int",
+           "fmt_p", "fmt_ci", "pct", "point_label", "DASH"]
 
 DASH = "–"
 COLUMN_KINDS = ("num", "int", "p", "sig", "ci", "range", "text")
@@ -205,3 +205,30 @@ class Report:
                 return r.table(name)
         names = sorted({n for r in self.all_reports() for n in r.tables()})
         raise RoutestatsError(f"unknown table {name!r}; this report has: {', '.join(names)}")
+
+
+def section(id: str, title: str):
+    """Name a section function ``(ctx) -> Section | None`` (None: not applicable to this input)."""
+
+    def deco(fn):
+        fn.section_id, fn.section_title = id, title
+        return fn
+
+    return deco
+
+
+def guarded(fn, ctx) -> Section | None:
+    """Run one section function ``fn(ctx)`` (named with :func:`section`); a :class:`RoutestatsError`
+    inside it becomes the section with ``skipped="Not computed: <why>."`` (the other sections still
+    stand), so no report hides a failed section.
+
+    >>> @section("x", "X")
+    ... def broken(ctx):
+    ...     raise RoutestatsError("no examples left")
+    >>> guarded(broken, None).skipped
+    'Not computed: no examples left.'
+    """
+    try:
+        return fn(ctx)
+    except RoutestatsError as exc:
+        return Section(fn.section_id, fn.section_title, skipped=f"Not computed: {str(exc).rstrip('.')}.")

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import routestats as rs
-from routestats.metrics import routing
+from routestats.metrics import passes, routing
 from routestats.rundir import blocks
 from routestats.rundir import schema as S
 from routestats.rundir.reductions import reduce_queries, summarise_batch, summarise_queries
@@ -54,8 +54,8 @@ def test_batched_summaries_equal_the_per_example_pass(tmp_path, rng, causal, tri
                  head_types=["softmax", "sigmoid", "softmax"])
     fields = dict(zip(*run.examples(["example_id", "field_ids"]).to_dict("list").values()))
     named = run.field_ids
-    got = routing._summaries_batched(run, STEP, fields, named, trivial)
-    want = routing._summaries_per_example(run, STEP, S.FORM_REDUCTIONS, "attention", fields, named, trivial)
+    got = passes._summaries_batched(run, STEP, fields, named, trivial)
+    want = passes._summaries_per_example(run, STEP, S.FORM_REDUCTIONS, "attention", fields, named, trivial)
     assert sorted(got[0]) == sorted(want[0])
     for k in want[0]:
         a, b = np.asarray(got[0][k]), np.asarray(want[0][k])

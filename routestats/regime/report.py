@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,7 +40,7 @@ from routestats.regime.certify import (Operators, analyse, certify, classify, di
                      severity_sweep)
 from routestats.regime.geometry import geometry_table, overlap_sweep, routing_decomposition
 from routestats.regime.maps import adjacency, agreement, regime_map
-from routestats.report import Column, Figure, Report, Section, Table, fmt_sig, point_label
+from routestats.report import Column, Figure, Report, Section, Table, fmt_sig, guarded, point_label, section
 from routestats.settings import AnalysisSettings
 
 __all__ = ["OperatorPoint", "load_operator_points", "analyse_point", "build_regime_report"]
@@ -306,6 +306,78 @@ def _findings(t: dict) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class RegimeContext:
+    """What every regime section reads: the per-point tables concatenated over the grid (``t``), their
+    shown forms (``tables``) and the frames the figures draw."""
+
+    t: dict = field(repr=False)
+    tables: dict = field(repr=False)
+
+    def get(self, *names) -> tuple:
+        return tuple(self.tables[n] for n in names if n in self.tables)
+
+    def figure(self, name: str, kind: str) -> Figure:
+        frames = {k: self.t[k] for k in ("summary", "spectrum", "sweep", "counterfactual", "regimes", "overlap",
+                                         "lattice") if k in self.t}
+        return Figure(name, kind, frames)
+
+
+@section("certificate", "Spectral certificate")
+def certificate_section(ctx: RegimeContext) -> Section:
+    return Section("certificate", "Spectral certificate", ctx.get("summary", "spectrum", "sweep"),
+                   (ctx.figure("regime-spectrum", "regime_spectrum"),),
+                   text="W = C^{-1/2} R C^{-1/2} on the transport-contractive subspace S; eigenvalues above 1 are "
+                        "switching directions. The sweep restricts S to directions at least τ0 severe.")
+
+
+@section("counterfactual", "Counterfactual growth")
+def counterfactual_section(ctx: RegimeContext) -> Section:
+    return Section("counterfactual", "Counterfactual growth", ctx.get("counterfactual", "mechanisms"),
+                   (ctx.figure("regime-counterfactual", "regime_counterfactual"),) if "counterfactual" in ctx.t else (),
+                   text="Labels record signs only (NC, NS, Q, K, E, J); they are not additive shares.")
+
+
+@section("geometry", "Geometry of query gating")
+def geometry_section(ctx: RegimeContext) -> Section | None:
+    if "geometry" not in ctx.t:
+        return None
+    return Section("geometry", "Geometry of query gating", ctx.get("geometry", "routing"),
+                   (ctx.figure("regime-overlap", "regime_overlap"),) if "overlap" in ctx.t else (),
+                   text="Directions whose query map misses the centred keys (overlap 0) leave both the routing and "
+                        "J_q v unchanged (Prop. 1).")
+
+
+@section("shares", "Regime shares and maps")
+def shares_section(ctx: RegimeContext) -> Section:
+    return Section("shares", "Regime shares and maps", ctx.get("agreement", "regimes", "adjacency"),
+                   (ctx.figure("regime-shares", "regime_shares"),) if "regimes" in ctx.t else ())
+
+
+@section("map", "Regime map")
+def map_section(ctx: RegimeContext) -> Section | None:
+    if "lattice" not in ctx.t:
+        return None
+    return Section("map", "Regime map", (), (ctx.figure("regime-map", "regime_map"),),
+                   text="Each dot is a direction v = E w on the unit sphere of the 3-D slice (longitude/latitude of w).")
+
+
+_SHOWN_ABOVE = {"summary", "spectrum", "sweep", "counterfactual", "mechanisms", "geometry", "routing", "agreement",
+                "regimes", "adjacency"}
+
+
+@section("search", "Search quality and random probes")
+def search_section(ctx: RegimeContext) -> Section | None:
+    rest = tuple(tb for n, tb in ctx.tables.items() if n not in _SHOWN_ABOVE and n not in ("search", "probes", "cost"))
+    if "search" in ctx.t:
+        return Section("search", "Search quality and random probes", ctx.get("search", "probes", "cost") + rest)
+    return Section("other", "Further tables", rest) if rest else None
+
+
+REGIME_SECTIONS = (certificate_section, counterfactual_section, geometry_section, shares_section, map_section,
+                   search_section)
+
+
 def build_regime_report(path: str | Path, settings: AnalysisSettings | None = None, progress=None) -> Report:
     """Analyse every selected operating point and concatenate the tables (grid over layers/examples).
 
@@ -328,50 +400,21 @@ def build_regime_report(path: str | Path, settings: AnalysisSettings | None = No
                                       "token": s.token}},
             "points": [{**pt.key, "file": pt.source, "errors": pt.meta.get("errors"),
                         "checkpoint_sha256": pt.meta.get("checkpoint_sha256")} for pt in pts]}
-    tables = _tables(t)
-    frames = {k: t[k] for k in ("summary", "spectrum", "sweep", "counterfactual", "regimes", "overlap", "lattice")
-              if k in t}
-    fig = lambda name, kind: Figure(name, kind, frames)  # noqa: E731
-    get = lambda *names: tuple(tables[n] for n in names if n in tables)  # noqa: E731
-    sections = [
-        Section("certificate", "Spectral certificate", get("summary", "spectrum", "sweep"),
-                (fig("regime-spectrum", "regime_spectrum"),),
-                text="W = C^{-1/2} R C^{-1/2} on the transport-contractive subspace S; eigenvalues above 1 are "
-                     "switching directions. The sweep restricts S to directions at least τ0 severe."),
-        Section("counterfactual", "Counterfactual growth", get("counterfactual", "mechanisms"),
-                (fig("regime-counterfactual", "regime_counterfactual"),) if "counterfactual" in t else (),
-                text="Labels record signs only (NC, NS, Q, K, E, J); they are not additive shares."),
-    ]
-    if "geometry" in t:
-        sections.append(Section("geometry", "Geometry of query gating", get("geometry", "routing"),
-                                (fig("regime-overlap", "regime_overlap"),) if "overlap" in t else (),
-                                text="Directions whose query map misses the centred keys (overlap 0) leave both the "
-                                     "routing and J_q v unchanged (Prop. 1)."))
-    sections.append(Section("shares", "Regime shares and maps", get("agreement", "regimes", "adjacency"),
-                            (fig("regime-shares", "regime_shares"),) if "regimes" in t else ()))
-    if "lattice" in t:
-        sections.append(Section("map", "Regime map", (), (fig("regime-map", "regime_map"),),
-                                text="Each dot is a direction v = E w on the unit sphere of the 3-D slice "
-                                     "(longitude/latitude of w)."))
-    shown = {tb.name for sec in sections for tb in sec.tables}
-    rest = tuple(tb for n, tb in tables.items() if n not in shown and n not in ("search", "probes", "cost"))
-    if "search" in t:
-        sections.append(Section("search", "Search quality and random probes", get("search", "probes", "cost") + rest))
-    elif rest:
-        sections.append(Section("other", "Further tables", rest))
+    ctx = RegimeContext(t, _tables(t))
+    sections = tuple(sec for fn in REGIME_SECTIONS if (sec := guarded(fn, ctx)) is not None)
     methods = ("Operators are the value-transport, query-gating and key-gating Jacobians of the residual attention "
                "sublayer at the query token (perturbed token m = r), in float64, checked against autograd of the "
                "pathway-split forward F(x_V, x_Q, x_K) and against finite forwards. Growth G = JᵀJ − I; "
                "S = span of G_T eigenvectors below −tol with tol = 1e-9·max(1, |G_T|); switching certified by the "
                "symmetric-definite eigenproblem R u = λ C u.")
     model_kind = pts[0].meta.get("model_kind")
-    return Report(
-        title=f"regime switching: {path.name}",
-        subtitle=f"{len(pts)} operating point(s) · model {model_kind or 'unknown'} · {path}",
-        sections=tuple(sections), findings=tuple(_findings(t)), methods=methods, provenance=prov,
-        data={k: t[k] for k in ("overlap", "lattice") if k in t},
-        facts={"n_points": len(pts), "model_kind": model_kind, "source": str(path)},
-    )
+    draft = Report(title=f"regime switching: {path.name}",
+                   subtitle=f"{len(pts)} operating point(s) · model {model_kind or 'unknown'} · {path}",
+                   sections=sections, methods=methods, provenance=prov,
+                   data={k: t[k] for k in ("overlap", "lattice") if k in t},
+                   facts={"n_points": len(pts), "model_kind": model_kind, "source": str(path)})
+    return replace(draft, findings=tuple(_findings({k: draft.frame(k) for k in ("summary", "agreement", "geometry")
+                                                    if k in draft.tables()})))
 
 
 def terminal_tables(rep: Report) -> list[tuple[str, pd.DataFrame]]:

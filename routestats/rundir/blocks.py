@@ -397,7 +397,7 @@ def reductions_block(fname, ex, rows, lengths, n_fields, dtype: str = "float64")
             f"evaluated length is {n}"
         )
     out = {"first_mass": None}
-    cols = ("row_mass", "entropy", "entropy_rownorm", "field_mass", "first_mass")
+    cols = S.REDUCTION_COLUMNS
     for col, width in zip(cols, (1, 1, 1, n_fields, 1)):
         if col == "first_mass" and col not in rows.cols.table.column_names:
             continue  # optional column (runs written before it existed)
@@ -452,7 +452,7 @@ def _check_reductions(fname, ex, layer, head, head_type, red, n, dtype) -> None:
 
 
 
-_RED_COLUMNS = ("row_mass", "entropy", "entropy_rownorm", "field_mass", "first_mass")
+_RED_COLUMNS = S.REDUCTION_COLUMNS
 
 
 def reductions_group(fname, cols: _Columns, segs, lengths, n_fields, dtype, grid) -> list[ExampleReductions] | None:

@@ -476,7 +476,7 @@ class Run:
                 raise RunFormatError(f"{self.path}: the two attention forms at step {step} list examples in a "
                                      f"different order ({m.example_id} vs {r.example_id})")
             want = reduce_queries(m.weights, np.asarray(fields[m.example_id]), named)
-            for col in ("row_mass", "entropy", "entropy_rownorm", "field_mass", "first_mass"):
+            for col in S.REDUCTION_COLUMNS:
                 got = getattr(r, col)
                 if got is None:
                     continue

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from routestats.rundir.schema import ENTROPY_EPS
+from routestats.rundir.schema import ENTROPY_EPS, REDUCTION_COLUMNS  # noqa: F401  (the doctests use it)
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
@@ -97,18 +97,21 @@ SUMMARIES = ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "f
 
 
 def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal: bool = False,
-                    trivial: str = "include") -> dict:
+                    trivial: str = "include", extra: dict | None = None) -> dict:
     """:func:`summarise_queries` for a batch of E examples of one length n, in one vectorised pass.
 
     ``red`` holds arrays of shape (E, rows, n[, F]) and ``field_ids`` has shape (E, n). Every sum
     runs over the same axis with the same length as for one example, so each example's summaries
     are bitwise those of :func:`summarise_queries` on it alone.
 
+    ``extra`` maps further metric names to ``per_query(red, field_ids, named, causal) -> (E, rows, n)``
+    (the registry of :mod:`routestats.metrics.definitions`), averaged over the same queries.
+
     Returns
     -------
     dict
-        The summaries of :data:`SUMMARIES`, each (E, rows); ``n_valid`` and ``n_trivial`` (E,);
-        ``f2f`` (E, rows, F, F); ``has_source`` (E, F).
+        The summaries of :data:`SUMMARIES` and of ``extra``, each (E, rows); ``n_valid`` and
+        ``n_trivial`` (E,); ``f2f`` (E, rows, F, F); ``has_source`` (E, F).
 
     Examples
     --------
@@ -117,7 +120,7 @@ def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal:
     >>> g = np.array([[1, 1, 2, 2, 0], [2, 1, 1, 0, 0], [1, 2, 1, 2, 1]])
     >>> named = np.array([1, 2])
     >>> batch = summarise_batch({k: np.stack([reduce_queries(a, gi, named)[k] for a, gi in zip(A, g)])
-    ...                          for k in ("row_mass", "entropy", "entropy_rownorm", "field_mass", "first_mass")},
+    ...                          for k in REDUCTION_COLUMNS},
     ...                         g, named)
     >>> alone = summarise_queries(reduce_queries(A[1], g[1], named), g[1], named)
     >>> bool(np.array_equal(batch["sfm"][1], alone["sfm"])), bool(np.array_equal(batch["f2f"][1], alone["f2f"]))
@@ -164,15 +167,21 @@ def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal:
         "f2f": f2f,
         "has_source": counts > 0,
     }
+    for name, per_query in (extra or {}).items():
+        v = np.asarray(per_query(red, g, named, causal), dtype=np.float64)
+        if v.shape != red["row_mass"].shape:
+            raise ValueError(f"metric {name!r} gave shape {v.shape}, expected {red['row_mass'].shape} (examples, "
+                             "rows, queries)")
+        out[name] = (v * vf).sum(axis=-1) / nq
     if trivial == "exclude":  # an example with nothing left to average: undefined, not 0
         empty = (n_valid == 0)[:, None]
-        for k in ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass"):
+        for k in ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass", *(extra or {})):
             out[k] = np.where(empty, np.nan, out[k])
     return out
 
 
 def summarise_queries(red: dict, field_ids: np.ndarray, named: np.ndarray, causal: bool = False,
-                      trivial: str = "include") -> dict:
+                      trivial: str = "include", extra: dict | None = None) -> dict:
     """Per-(layer, head) summaries of one example from its per-query reductions.
 
     Averages run over valid queries (named-field positions), with the denominator clamped
@@ -193,7 +202,7 @@ def summarise_queries(red: dict, field_ids: np.ndarray, named: np.ndarray, causa
         absent, and ``has_source`` (F,).
     """
     one = summarise_batch({k: v[None] for k, v in red.items() if v is not None},
-                          np.asarray(field_ids)[None], named, causal, trivial)
+                          np.asarray(field_ids)[None], named, causal, trivial, extra)
     out = {k: v[0] for k, v in one.items()}
     out["n_valid"], out["n_trivial"] = int(out["n_valid"]), int(out["n_trivial"])
     return out

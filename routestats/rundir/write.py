@@ -181,7 +181,7 @@ class AttentionSink:
             raise RoutestatsError(f"head_types must list {n_heads} entries from {S.HEAD_TYPES}, got {types}")
         rows = n_layers * n_heads
         red = {"field_mass": fm.reshape(rows, n * F)}
-        for k in ("row_mass", "entropy", "entropy_rownorm", "first_mass"):
+        for k in (c for c in S.REDUCTION_COLUMNS if c != "field_mass"):
             v = np.asarray(reductions[k], dtype=np.float64)
             if v.shape != (n_layers, n_heads, n):
                 raise RoutestatsError(f"{k} of example_id {ex} has shape {v.shape}, expected ({n_layers}, {n_heads}, {n})")

@@ -30,13 +30,12 @@ import numpy as np
 import pandas as pd
 
 from routestats.errors import RoutestatsError
+from routestats.metrics.definitions import metric as registered_metric
+from routestats.metrics.routing import adjusted_sfm, metric_values, sfm
 from routestats.rundir.collection import RunPair
-from routestats.metrics.routing import adjusted_sfm, entropy, sfm
 from routestats.stats.inference import paired_inference
 
 __all__ = ["paired_differences", "paired_effects"]
-
-METRICS = ("sfm", "entropy")
 
 
 def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, step: int | None = None,
@@ -52,8 +51,7 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
     """
     if not isinstance(p, RunPair):
         raise TypeError("paired_differences needs a RunPair (use routestats.pair(baseline, variant))")
-    if metric not in METRICS:
-        raise RoutestatsError(f"metric must be one of {METRICS}, got {metric!r}")
+    registered_metric(metric)  # any metric of the registry (routestats.metrics.definitions)
     if adjusted and metric != "sfm":
         raise RoutestatsError("opportunity adjustment applies to SFM only")
     if weighting != "attention" and (metric != "sfm" or adjusted):
@@ -64,7 +62,7 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
     elif metric == "sfm":
         long, value = sfm(p, step, examples, trivial, keys, weighting), metric
     else:
-        long, value = entropy(p, step, examples, trivial), metric
+        long, value = metric_values(p, metric, step, examples, trivial), metric
     wide = long.pivot_table(index=["example_id", "layer"], columns="role", values=value, dropna=False, sort=False)
     wide = wide.reset_index()
     wide.columns.name = None
@@ -102,7 +100,8 @@ def paired_effects(
     ----------
     p : RunPair
         Baseline and variant (see :func:`routestats.pair`).
-    metric : {"sfm", "entropy"}
+    metric : str
+        A registered metric (:mod:`routestats.metrics.definitions`): ``sfm``, ``entropy``, ...
     adjusted : bool
         Opportunity-adjusted SFM (METHODS 2.5): examples with O_e = 1 are excluded from
         all layers and counted in ``excluded``; ``mean_opportunity`` averages O_e over all

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
 
 import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunCollection
-from routestats.report import Column, Figure, Report, Section, Table, fmt_num
+from routestats.report import Column, Figure, Report, Section, Table, fmt_num, guarded, section
 from routestats.settings import AnalysisSettings
 from routestats.studies.mofa import (
     PCAResult,
@@ -74,82 +76,160 @@ def _tables(t: dict, ratios: list, pca: PCAResult | None, s: AnalysisSettings) -
     return out
 
 
+@dataclass(frozen=True)
+class MofaContext:
+    """What every MoFA section reads: the perplexity table, the ratio order, the in-domain domain and
+    the frames several sections share (computed once)."""
+
+    runs: RunCollection
+    settings: AnalysisSettings
+    ppl: pd.DataFrame = field(repr=False)
+    say: Callable[[str], None] = field(default=lambda label: None, repr=False, compare=False)
+
+    @functools.cached_property
+    def order(self) -> list:
+        return self.ppl.drop_duplicates("ratio").sort_values("n_sigmoid")["ratio"].tolist()
+
+    @property
+    def in_domain(self) -> str | None:
+        return self.settings.in_domain if self.settings.in_domain in set(self.ppl["domain"]) else None
+
+    @property
+    def n_seeds(self) -> int:
+        return int(self.ppl["seed"].nunique())
+
+    @functools.cached_property
+    def ranking(self):
+        return domain_ranking(self.ppl, in_domain=self.in_domain)
+
+    @functools.cached_property
+    def Y(self) -> pd.DataFrame:
+        return self.ppl.groupby(["domain", "ratio"])["ppl"].mean().unstack("ratio")[self.order]
+
+    @functools.cached_property
+    def pca(self) -> PCAResult | None:
+        return pca_domain_response(self.Y) if len(self.Y) >= 2 and len(self.order) >= 2 else None
+
+    @functools.cached_property
+    def entropy(self):
+        """(by type, by layer) head entropies, or (None, None) when runs hold no attention."""
+        if not all(r.attention_steps for r in self.runs):
+            return None, None
+        self.say("head entropy")
+        h = head_entropy(self.runs)
+        return entropy_by_type(h), entropy_by_layer(h)
+
+    def tables(self) -> dict[str, Table]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the attainable-p caveat is shown in the tables themselves
+            wb = worst_vs_best(self.ppl, test=self.settings.test, holm_family=self.settings.holm_family) \
+                if self.n_seeds >= 2 else None
+            ind = None
+            if self.in_domain is not None and self.n_seeds >= 2 and len(self.order) > 1:
+                values = self.ppl[self.ppl["domain"] == self.in_domain].rename(columns={"domain": "stratum"})
+                ind = ratio_tests(values, [(self.in_domain, self.order[0], r) for r in self.order[1:]],
+                                  test=self.settings.test)
+        cons = None
+        ent_t = self.entropy[0]
+        if ent_t is not None and self.n_seeds >= 2:
+            try:
+                cons = consecutive_ratio_tests(ent_t)
+            except RoutestatsError:
+                cons = None
+        ranking, per_ratio = self.ranking
+        t = {"ranking": ranking, "per_ratio": per_ratio, "worst_best": wb if wb is not None else pd.DataFrame(),
+             "in_domain": ind, "consecutive": cons}
+        try:
+            pca = self.pca
+        except RoutestatsError:  # its own section says why (pca_section)
+            pca = None
+        return _tables(t, self.order, pca, self.settings)
+
+
+@section("ranking", "Zero-shot perplexity by domain")
+def ranking_section(ctx: MofaContext) -> Section:
+    tables = ctx.__dict__.setdefault("_tables", ctx.tables())
+    Y = ctx.Y
+    z = Y.sub(Y.mean(axis=1), axis=0).div(Y.std(axis=1, ddof=1), axis=0)  # row z-scores (colour of the heatmap)
+    return Section("ranking", "Zero-shot perplexity by domain",
+                   (Table("ppl", ctx.ppl), tables["ranking"], tables["per_ratio"]),
+                   (Figure("mofa-heatmap", "mofa_heatmap", {"mean_ppl": Y, "zscore": z}),))
+
+
+def _shown(id: str, title: str):
+    @section(id, title)
+    def build(ctx: MofaContext) -> Section | None:
+        tables = ctx.__dict__.setdefault("_tables", ctx.tables())
+        return Section(id, title, (tables[id],)) if id in tables else None
+
+    return build
+
+
+@section("pca", "PCA of the domain response")
+def pca_section(ctx: MofaContext) -> Section | None:
+    ctx.say("PCA")
+    if ctx.pca is None:  # a failed fit raises here, and the section says why
+        return None
+    tables = ctx.__dict__.setdefault("_tables", ctx.tables())
+    return Section("pca", "PCA of the domain response", (tables["pca"],),
+                   (Figure("mofa-pca", "mofa_pca", {"scores": ctx.pca.scores},
+                           {"explained": float(ctx.pca.explained_ratio[0])}),))
+
+
+@section("consecutive", "Head entropy by type")
+def entropy_section(ctx: MofaContext) -> Section | None:
+    tables = ctx.__dict__.setdefault("_tables", ctx.tables())
+    ent_t, ent_l = ctx.entropy
+    if "consecutive" not in tables and ent_l is None:
+        return None
+    ent = tuple(Table(n, f) for n, f in (("entropy_type", ent_t), ("entropy_layer", ent_l)) if f is not None)
+    return Section("consecutive", "Head entropy by type",
+                   ((tables["consecutive"],) if "consecutive" in tables else ()) + ent,
+                   (Figure("mofa-entropy", "mofa_entropy", {"entropy_layer": ent_l}, {"ratios": ctx.order}),)
+                   if ent_l is not None else ())
+
+
+MOFA_SECTIONS = (ranking_section, _shown("worst_best", "Worst vs best ratio"),
+                 _shown("in_domain", "In-domain comparison"), pca_section, entropy_section)
+
+
+def mofa_findings(report: Report, ctx: MofaContext) -> list[str]:
+    ranking = report.frame("ranking")
+    out = [f"{len(ctx.runs)} runs: ratios {', '.join(ctx.order)} × seeds "
+           f"{', '.join(map(str, sorted(ctx.ppl['seed'].unique())))}.",
+           f"Worst ratio is a pure endpoint (all-softmax or all-sigmoid) in "
+           f"{ctx.ranking[0].attrs.get('pure_endpoint_worst', 0)} of {len(ranking)} domains."]
+    wb = report.frame("worst_best") if "worst_best" in report.tables() else pd.DataFrame()
+    if len(wb):
+        out.append(f"Worst − best significant (p < 0.05, {ctx.settings.test}-test) in {int((wb['p_raw'] < 0.05).sum())} "
+                   f"of {len(wb)} domains.")
+    if "pca" in report.tables():
+        top = report.frame("pca").iloc[0]
+        out.append(f"PC1 explains {100 * ctx.pca.explained_ratio[0]:.1f}%; most softmax-leaning domain: "
+                   f"{top['domain']} ({fmt_num(top['pc1'], 2)}).")
+    return out
+
+
 def build_mofa_report(runs: RunCollection, settings: AnalysisSettings | None = None, progress=None) -> Report:
     """Compute the MoFA tables (A.4) for a run tree whose runs have ``ratio``/``n_sigmoid`` factors."""
     s = settings or AnalysisSettings()
     say = progress or (lambda label: None)
     say("perplexity")
-    ppl = ppl_table(runs)
-    order = ppl.drop_duplicates("ratio").sort_values("n_sigmoid")["ratio"].tolist()
-    in_dom = s.in_domain if s.in_domain in set(ppl["domain"]) else None
-    ranking, per_ratio = domain_ranking(ppl, in_domain=in_dom)
-    n_seeds = ppl["seed"].nunique()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the attainable-p caveat is shown in the tables themselves
-        wb = worst_vs_best(ppl, test=s.test, holm_family=s.holm_family) if n_seeds >= 2 else None
-        ind = None
-        if in_dom is not None and n_seeds >= 2 and len(order) > 1:
-            values = ppl[ppl["domain"] == in_dom].rename(columns={"domain": "stratum"})
-            ind = ratio_tests(values, [(in_dom, order[0], r) for r in order[1:]], test=s.test)
-    say("PCA")
-    Y = ppl.groupby(["domain", "ratio"])["ppl"].mean().unstack("ratio")[order]
-    try:
-        pca = pca_domain_response(Y) if len(Y) >= 2 and len(order) >= 2 else None
-    except RoutestatsError:
-        pca = None
-    ent_t = cons = ent_l = None
-    if all(r.attention_steps for r in runs):
-        say("head entropy")
-        h = head_entropy(runs)
-        ent_t = entropy_by_type(h)
-        ent_l = entropy_by_layer(h)
-        if n_seeds >= 2:
-            try:
-                cons = consecutive_ratio_tests(ent_t)
-            except RoutestatsError:
-                cons = None
-    wb = wb if wb is not None else pd.DataFrame()
-    t = {"ranking": ranking, "per_ratio": per_ratio, "worst_best": wb, "in_domain": ind, "consecutive": cons}
-    tables = _tables(t, order, pca, s)
-    z = Y.sub(Y.mean(axis=1), axis=0).div(Y.std(axis=1, ddof=1), axis=0)  # row z-scores (colour of the heatmap)
-    sections = [Section("ranking", "Zero-shot perplexity by domain", (Table("ppl", ppl), tables["ranking"], tables["per_ratio"]),
-                        (Figure("mofa-heatmap", "mofa_heatmap", {"mean_ppl": Y, "zscore": z}),))]
-    if "worst_best" in tables:
-        sections.append(Section("worst_best", "Worst vs best ratio", (tables["worst_best"],)))
-    if "in_domain" in tables:
-        sections.append(Section("in_domain", "In-domain comparison", (tables["in_domain"],)))
-    if "pca" in tables:
-        sections.append(Section("pca", "PCA of the domain response", (tables["pca"],),
-                                (Figure("mofa-pca", "mofa_pca", {"scores": pca.scores},
-                                        {"explained": float(pca.explained_ratio[0])}),)))
-    ent_tables = tuple(Table(n, f) for n, f in (("entropy_type", ent_t), ("entropy_layer", ent_l)) if f is not None)
-    if "consecutive" in tables or ent_l is not None:
-        sections.append(Section("consecutive", "Head entropy by type",
-                                ((tables["consecutive"],) if "consecutive" in tables else ()) + ent_tables,
-                                (Figure("mofa-entropy", "mofa_entropy", {"entropy_layer": ent_l}, {"ratios": order}),)
-                                if ent_l is not None else ()))
-    findings = [f"{len(runs)} runs: ratios {', '.join(order)} × seeds {', '.join(map(str, sorted(ppl['seed'].unique())))}.",
-                f"Worst ratio is a pure endpoint (all-softmax or all-sigmoid) in {ranking.attrs.get('pure_endpoint_worst', 0)} "
-                f"of {len(ranking)} domains."]
-    if len(wb):
-        findings.append(f"Worst − best significant (p < 0.05, {s.test}-test) in {int((wb['p_raw'] < 0.05).sum())} "
-                        f"of {len(wb)} domains.")
-    if pca is not None:
-        top = pca.scores.iloc[0]
-        findings.append(f"PC1 explains {100 * pca.explained_ratio[0]:.1f}%; most softmax-leaning domain: "
-                        f"{top['domain']} ({fmt_num(top['pc1'], 2)}).")
+    ctx = MofaContext(runs, s, ppl_table(runs), say)
+    sections = tuple(sec for fn in MOFA_SECTIONS if (sec := guarded(fn, ctx)) is not None)
     methods = ("PPL per domain pools summed next-token NLL over all blocks (documents concatenated without separator, "
                "cut into fixed blocks, remainder dropped, first token of a block unscored). Ratios at one seed share "
                "initial tensors and data order, so tests pair by seed. Head entropy is computed after row-normalising "
                "attention (natural log), averaged over query positions and blocks, then heads of a type, layers and "
                "domains.")
-    return Report(
-        title=f"MoFA: {len(order)} ratios x {n_seeds} seeds",
-        subtitle=f"{len(runs)} runs · domains {', '.join(ranking['domain'])}",
-        sections=tuple(sections), findings=tuple(findings), methods=methods,
+    draft = Report(
+        title=f"MoFA: {len(ctx.order)} ratios x {ctx.n_seeds} seeds",
+        subtitle=f"{len(runs)} runs · domains {', '.join(ctx.ranking[0]['domain'])}",
+        sections=sections, methods=methods,
         provenance={"runs": runs.index.astype(str).to_dict(orient="records"),
                     "verified_files": runs.verified_files(),
                     "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                                  "settings": asdict(s)}},
-        facts={"n_runs": len(runs), "seeds": sorted(ppl["seed"].unique().tolist()), "ratios": order},
+        facts={"n_runs": len(runs), "seeds": sorted(ctx.ppl["seed"].unique().tolist()), "ratios": ctx.order},
     )
+    return replace(draft, findings=tuple(mofa_findings(draft, ctx)))

@@ -30,7 +30,8 @@ def trajectory(obj, metric: str = "sfm", steps: Sequence[int] | None = None) -> 
     Columns: run_id, [role], step, layer, value, n_examples. Works for a Run or a RunPair
     (pairs use the steps both runs hold).
     """
-    from routestats.metrics.routing import _pass, _runs
+    from routestats.metrics.passes import _pass
+    from routestats.metrics.routing import _runs
 
     runs = _runs(obj)
     common = sorted(set.intersection(*(set(r.attention_steps) for _, r in runs)))

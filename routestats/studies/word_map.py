@@ -1,0 +1,133 @@
+"""The word-level attention map of a pair report (METHODS 2.9): the example, chosen before any model
+output is seen, and its attention grouped into words for both runs, every layer and head."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from routestats.metrics.examples import select_examples
+from routestats.metrics.routing import word_attention
+from routestats.rundir import schema as S
+from routestats.rundir.collection import RunPair
+from routestats.rundir.read import Run
+from routestats.settings import AnalysisSettings
+
+__all__ = ["WordMap", "select_token_map_example", "word_label", "word_map"]
+
+
+@dataclass(frozen=True)
+class WordMap:
+    """Word-level attention of one example: labels and (role, layer) -> matrix."""
+
+    example_id: int
+    words: list[str]
+    word_fields: list[str]
+    layers: tuple[int, ...]
+    matrices: dict = field(repr=False)  # (role, layer) -> ndarray (U, U); role in baseline/variant/difference
+    selection_rule: str = ""
+    head_matrices: dict = field(default_factory=dict, repr=False)  # (role, layer, head) -> (U, U), every layer
+
+    def explorer_frames(self) -> dict[str, pd.DataFrame]:
+        """The interactive explorer's data: ``words`` (index, word, field) and ``attention`` (role,
+        layer, head, query_index, key_index, weight) for baseline and variant, every layer and head."""
+        words = pd.DataFrame({"index": range(len(self.words)), "word": self.words, "field": self.word_fields})
+        keys = sorted(self.head_matrices)
+        U = len(self.words)
+        q, k = np.meshgrid(np.arange(U), np.arange(U), indexing="ij")
+        att = pd.DataFrame({
+            "role": np.repeat([r for r, _, _ in keys], U * U),
+            "layer": np.repeat([layer for _, layer, _ in keys], U * U).astype(np.int64),
+            "head": np.repeat([h for _, _, h in keys], U * U).astype(np.int64),
+            "query_index": np.tile(q.ravel(), len(keys)), "key_index": np.tile(k.ravel(), len(keys)),
+            "weight": np.concatenate([self.head_matrices[key].ravel() for key in keys]) if keys else [],
+        })
+        return {"words": words, "attention": att}
+
+    def to_frame(self) -> pd.DataFrame:
+        rows = []
+        for (role, layer), m in self.matrices.items():
+            for i, q in enumerate(self.words):
+                for j, k in enumerate(self.words):
+                    rows.append((self.example_id, role, layer, i, q, j, k, float(m[i, j])))
+        return pd.DataFrame(rows, columns=["example_id", "role", "layer", "query_index", "query_word", "key_index",
+                                           "key_word", "weight"])
+
+
+def select_token_map_example(run: Run, min_length: int = 20, max_length: int = 30,
+                             min_tokens_per_field: int = 4, examples=None) -> int | None:
+    """The example for the word-level figure, chosen without any model output (METHODS 6.3).
+
+    The lowest ``source_index`` among the evaluated examples whose token count lies in
+    [min_length, max_length] and whose every named field has at least
+    ``min_tokens_per_field`` tokens (field-start tokens count). The project's own runs name
+    every token; in runs captured from other models unnamed tokens (special tokens,
+    separators) are allowed (the map shows them greyed). None when no example qualifies.
+    """
+    ex = run.examples(["example_id", "source_index", "field_ids"])
+    ids = select_examples(run, examples)
+    if ids is not None:
+        ex = ex[ex["example_id"].isin(ids)]
+    named = run.field_ids
+    for row in ex.sort_values("source_index").itertuples(index=False):
+        g = np.asarray(row.field_ids)
+        if not min_length <= len(g) <= max_length or not np.isin(g, named).any():
+            continue
+        if all((g == f).sum() >= min_tokens_per_field for f in named):
+            return int(row.example_id)
+    return None
+
+
+def word_label(pieces) -> str:
+    """A word from its tokenizer pieces, markers stripped (WordPiece ``##``, BPE ``Ġ``/``Ċ``, SentencePiece ``▁``).
+
+    >>> word_label(["nu", "##mp", "##y"]), word_label(["Ġevenly"]), word_label(["[CLS]"])
+    ('numpy', 'evenly', '[CLS]')
+    """
+    out = "".join(p[2:] if p.startswith("##") else p for p in pieces)
+    out = out.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "⏎").strip()
+    return out or "".join(pieces)
+
+
+def word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) -> WordMap | None:
+    """The pair's word map at ``step`` (None when no example meets the rule or no matrices are stored)."""
+    ex_id = select_token_map_example(p.baseline, settings.token_map_min_length, settings.token_map_max_length,
+                                     settings.token_map_min_tokens_per_field, settings.examples)
+    rule = (f"lowest source_index with {settings.token_map_min_length}-{settings.token_map_max_length} valid tokens, "
+            f">= {settings.token_map_min_tokens_per_field} tokens in every named field, all tokens named; "
+            "chosen before looking at any attention")
+    if ex_id is None:
+        return None
+    if S.FORM_MATRICES not in p.baseline.attention_forms(step) or S.FORM_MATRICES not in p.variant.attention_forms(step):
+        return None
+    cols = ["example_id", "length", "tokens", "word_ids", "field_ids"]  # converted from Arrow: only what is used
+    row = p.baseline.examples(cols).set_index("example_id").loc[ex_id]
+    word_ids = np.asarray(row["word_ids"]) if row["word_ids"] is not None else np.arange(row["length"])
+    tokens = list(row["tokens"]) if row["tokens"] is not None else [str(i) for i in range(row["length"])]
+    g = np.asarray(row["field_ids"])
+    names = p.baseline.named_fields
+    layers = settings.token_map_layers or tuple(range(max(0, n_layers - 2), n_layers))
+    mats, per_head = {}, {}
+    groups = None
+    for role, run in (("baseline", p.baseline), ("variant", p.variant)):
+        (blk,) = list(run.iter_attention(step, examples=[ex_id]))
+        for layer in layers:
+            sel = blk.layer == layer
+            A = blk.weights[sel].astype(np.float64).mean(axis=0)  # plain mean over heads
+            W, groups = word_attention(A, word_ids)
+            mats[(role, layer)] = W
+        for r in range(len(blk.layer)):  # every layer and head, for the interactive explorer
+            per_head[(role, int(blk.layer[r]), int(blk.head[r]))] = word_attention(
+                blk.weights[r].astype(np.float64), word_ids)[0]
+    for layer in layers:
+        mats[("difference", layer)] = mats[("variant", layer)] - mats[("baseline", layer)]
+    words, wfields = [], []
+    for gid in groups:
+        pos = np.flatnonzero(word_ids == gid)
+        pieces = [tokens[i] for i in pos]
+        fname = names.get(int(g[pos[0]]), "unnamed")
+        words.append(f"[{fname}]" if pieces == ["[FIELD_START]"] else word_label(pieces))
+        wfields.append(fname)
+    return WordMap(ex_id, words, wfields, tuple(layers), mats, rule, per_head)
