@@ -22,4 +22,5 @@ REPORT_TABLES = {
 
 def table_help() -> str:
     """One line per report kind listing its table names."""
-    return "; ".join(f"{kind}: {', '.join(names)}" for kind, names in REPORT_TABLES.items())
+    return ("; ".join(f"{kind}: {', '.join(names)}" for kind, names in REPORT_TABLES.items())
+            + "; and <metric>_effects for each metric registered in routestats.metrics.definitions")

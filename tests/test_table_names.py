@@ -10,8 +10,11 @@ FAST = dict(resamples=100, permutations=100, length_resamples=50)
 
 
 def listed(rep, kind):
+    from routestats.metrics.definitions import paired_metrics
+
     got = {name for r in rep.all_reports() for name in r.tables()}
     names = set(REPORT_TABLES[kind]) | (set(REPORT_TABLES["pair"]) if kind == "study" else set())
+    names |= {m.table for m in paired_metrics()} if kind in ("pair", "study") else set()
     assert got <= names, f"{kind}: tables missing from routestats.table_names: {sorted(got - names)}"
     return got
 
