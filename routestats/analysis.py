@@ -102,7 +102,7 @@ def summary_tables(path: str | Path, settings: AnalysisSettings | None = None) -
         from routestats.report import fmt_ci, fmt_num, fmt_p
 
         for p in obj.pairs(factor=s.factor, baseline=s.baseline):
-            e = paired_effects(p, resamples=s.resamples, permutations=s.permutations, seed=s.seed)
+            e = paired_effects(p, resampling=s.resampling)
             shown = pd.DataFrame({  # formatted as in the report (p-values below 0.001 as "< 0.001")
                 "layer": e["layer"], "SFM base": e["baseline_mean"].map(fmt_num),
                 "SFM variant": e["variant_mean"].map(fmt_num), "Δ": e["mean_diff"].map(fmt_num),

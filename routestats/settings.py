@@ -17,10 +17,45 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["AnalysisSettings", "PatternRules", "MODES", "EXAMPLE_SETS"]
+__all__ = ["AnalysisSettings", "Resampling", "PatternRules", "MODES", "EXAMPLE_SETS"]
 
 MODES = ("shared", "numpy", "python-random")
 EXAMPLE_SETS = ("protocol", "all", "primary", "length_sample", "test_sample")
+
+
+@dataclass(frozen=True)
+class Resampling:
+    """The settings of every random procedure, passed as one object from :class:`AnalysisSettings`
+    down to the statistics (the defaults live here and nowhere else).
+
+    ``resamples`` (percentile bootstrap), ``permutations`` (sign-flip draws), ``seed``,
+    ``confidence`` (of every interval), ``mode`` (``shared``, or a reference procedure: ``numpy``,
+    ``python-random``), ``length_resamples`` (the Spearman bootstrap of the length analyses).
+
+    >>> Resampling.of(None, seed=7, resamples=None).seed, Resampling().resamples
+    (7, 10000)
+    """
+
+    resamples: int = 10_000
+    permutations: int = 20_000
+    seed: int = 1001
+    confidence: float = 0.95
+    mode: str = "shared"
+    length_resamples: int = 2000
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise RoutestatsError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.resamples < 1 or self.permutations < 1 or self.length_resamples < 1:
+            raise RoutestatsError("resamples, permutations and length_resamples must be positive")
+        if not 0 < self.confidence < 1:
+            raise RoutestatsError(f"confidence must lie in (0, 1), got {self.confidence}")
+
+    @classmethod
+    def of(cls, base: "Resampling | None" = None, **overrides) -> "Resampling":
+        """``base`` (default: the defaults) with the overrides that are not None."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return replace(base or cls(), **given) if given else (base or cls())
 
 
 @dataclass(frozen=True)
@@ -76,11 +111,11 @@ class AnalysisSettings:
     (None: every stored point).
     """
 
-    resamples: int = 10_000
-    permutations: int = 20_000
-    seed: int = 1001
-    mode: str = "shared"
-    confidence: float = 0.95
+    resamples: int = Resampling.resamples
+    permutations: int = Resampling.permutations
+    seed: int = Resampling.seed
+    mode: str = Resampling.mode
+    confidence: float = Resampling.confidence
     examples: str = "protocol"
     length_examples: str = "protocol"
     step: int | None = None
@@ -90,7 +125,7 @@ class AnalysisSettings:
     token_map_max_length: int = 30
     token_map_min_tokens_per_field: int = 4
     token_map_layers: tuple[int, ...] | None = None  # default: the last two layers
-    length_resamples: int = 2000
+    length_resamples: int = Resampling.length_resamples
     rules: PatternRules = field(default_factory=PatternRules)
     pairs: str = "auto"
     factor: str = "variant"
@@ -110,15 +145,12 @@ class AnalysisSettings:
     token: int | None = None
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise RoutestatsError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        self.resampling  # validates resamples, permutations, seed, confidence, mode, length_resamples
         for name in ("examples", "length_examples"):
             if getattr(self, name) not in EXAMPLE_SETS:
                 raise RoutestatsError(f"{name} must be one of {', '.join(EXAMPLE_SETS)}, got {getattr(self, name)!r}")
-        if self.resamples < 1 or self.permutations < 1 or self.length_resamples < 1 or self.probes < 1:
-            raise RoutestatsError("resamples, permutations, length_resamples and probes must be positive")
-        if not 0 < self.confidence < 1:
-            raise RoutestatsError(f"confidence must lie in (0, 1), got {self.confidence}")
+        if self.probes < 1:
+            raise RoutestatsError("probes must be positive")
         if self.pairs not in ("auto", "reference", "all", "none"):
             raise RoutestatsError(f"pairs must be auto, reference, all or none, got {self.pairs!r}")
         if self.missing_fields not in ("zero", "exclude"):
@@ -131,6 +163,12 @@ class AnalysisSettings:
             raise RoutestatsError(f"keys must be all or named, got {self.keys!r}")
         if self.test not in ("t", "wilcoxon", "signflip"):
             raise RoutestatsError(f"test must be t, wilcoxon or signflip, got {self.test!r}")
+
+    @property
+    def resampling(self) -> Resampling:
+        """The random procedures' settings as one object (what the statistics take)."""
+        return Resampling(self.resamples, self.permutations, self.seed, self.confidence, self.mode,
+                          self.length_resamples)
 
     @classmethod
     def of(cls, settings: "AnalysisSettings | None" = None, **overrides) -> "AnalysisSettings":

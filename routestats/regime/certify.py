@@ -29,6 +29,7 @@ import pandas as pd
 from scipy import linalg, optimize
 
 from routestats.errors import RoutestatsError
+from routestats.settings import Resampling
 
 __all__ = ["growth", "Operators", "classify", "directional", "Certificate", "certify", "severity_certificate",
            "severity_sweep", "tau_max_dual", "analyse", "probe_basis", "probe_sweep", "mechanism_composition",
@@ -284,7 +285,7 @@ def tau_max_dual(cert: Certificate) -> float:
     return min(f(0.0), float(res.fun))
 
 
-def analyse(ops: Operators, probes: int = 200, seed: int = 0, cert: Certificate | None = None,
+def analyse(ops: Operators, probes: int = 200, seed: int | None = None, cert: Certificate | None = None,
             sev: dict | None = None) -> dict[str, pd.DataFrame]:
     """Spectral summary and direction table of one operating point (tidy frames, METHODS D.2).
 
@@ -292,6 +293,7 @@ def analyse(ops: Operators, probes: int = 200, seed: int = 0, cert: Certificate 
     random directions inside S and ``probes`` random ambient directions. ``cert`` and ``sev``
     (results of :func:`certify` and :func:`severity_certificate`) are reused when given.
     """
+    seed = Resampling().seed if seed is None else seed  # the one default seed (routestats.settings)
     c = certify(ops) if cert is None else cert
     sev = severity_certificate(ops, c) if sev is None else sev
     summary = pd.DataFrame([{"dim": ops.J_T.shape[0], "tol": c.tol, "n_near_zero": c.n_near_zero, "dim_S": c.dim_S,
@@ -323,12 +325,13 @@ def analyse(ops: Operators, probes: int = 200, seed: int = 0, cert: Certificate 
     return out
 
 
-def probe_basis(d: int, p: int, seed: int = 0, total: int | None = None) -> np.ndarray:
+def probe_basis(d: int, p: int, seed: int | None = None, total: int | None = None) -> np.ndarray:
     """Orthonormal random probe (d x p): QR of a Gaussian matrix from ``seed`` (METHODS B.9).
 
     With ``total`` the probe is the first p columns of one d x total orthonormal matrix, so
     probes of growing size are nested.
     """
+    seed = Resampling().seed if seed is None else seed  # the one default seed (routestats.settings)
     n = max(p, total or p)
     if n > d:
         raise RoutestatsError(f"a probe of {n} columns does not fit in {d} dimensions")
@@ -336,13 +339,14 @@ def probe_basis(d: int, p: int, seed: int = 0, total: int | None = None) -> np.n
     return Q[:, :p]
 
 
-def probe_sweep(ops: Operators, sizes=(32, 64, 128, 256), seed: int = 0) -> pd.DataFrame:
+def probe_sweep(ops: Operators, sizes=(32, 64, 128, 256), seed: int | None = None) -> pd.DataFrame:
     """Projected certificates on nested random probes (METHODS B.9).
 
     Probes are the first p columns of one orthonormal d x max(sizes) matrix from ``seed``
     (sizes above d are left out). Columns: probe, dim_S_proj, lambda_max, d_sw,
     normalised_d_sw (= d_sw / dim S_proj).
     """
+    seed = Resampling().seed if seed is None else seed  # the one default seed (routestats.settings)
     d = ops.J_T.shape[0]
     sizes = [int(p) for p in sizes if p <= d]
     if not sizes:
@@ -361,11 +365,12 @@ def _random_in(P: np.ndarray, n: int, rng) -> np.ndarray:
     return V / np.linalg.norm(V, axis=0, keepdims=True)
 
 
-def mechanism_composition(ops: Operators, cert: Certificate, n: int = 4096, seed: int = 0) -> pd.DataFrame:
+def mechanism_composition(ops: Operators, cert: Certificate, n: int = 4096, seed: int | None = None) -> pd.DataFrame:
     """Shares of the Q/K/E/J mechanisms among switching random unit directions of S (B.9).
 
     Columns: regime, count, share_of_switching, share_of_all. Labels record signs, not additive shares.
     """
+    seed = Resampling().seed if seed is None else seed  # the one default seed (routestats.settings)
     if cert.dim_S == 0:
         raise RoutestatsError("the transport-contractive subspace is empty")
     t = directional(ops, _random_in(cert.P, n, np.random.default_rng(seed)))
@@ -377,12 +382,13 @@ def mechanism_composition(ops: Operators, cert: Certificate, n: int = 4096, seed
     return pd.DataFrame(rows)
 
 
-def search_quality(ops: Operators, cert: Certificate, n_ambient: int = 8192, n_S: int = 4096, seed: int = 0,
+def search_quality(ops: Operators, cert: Certificate, n_ambient: int = 8192, n_S: int = 4096, seed: int | None = None,
                    tau_cert: float | None = None) -> pd.DataFrame:
     """Blind ambient search vs oracle search inside S vs the spectral certificate (B.10).
 
     Columns: search, directions, switching, share, best_tau (largest severity among switching directions).
     """
+    seed = Resampling().seed if seed is None else seed  # the one default seed (routestats.settings)
     rng = np.random.default_rng(seed)
     rows = []
     for name, V in (("blind_ambient", _random_in(np.eye(ops.J_T.shape[0]), n_ambient, rng)),

@@ -32,6 +32,7 @@ import pandas as pd
 from scipy.spatial.distance import pdist
 
 from routestats.errors import RoutestatsError
+from routestats.settings import Resampling
 
 __all__ = ["QueryGeometry", "query_gating_geometry", "support_overlap", "overlap_sweep", "geometry_table",
            "routing_decomposition"]
@@ -157,7 +158,7 @@ def support_overlap(key_vectors: np.ndarray, alpha: np.ndarray, query_map: np.nd
 
 
 def overlap_sweep(key_vectors: np.ndarray, alpha: np.ndarray, query_map: np.ndarray, J_q: np.ndarray,
-                  n: int = 256, seed: int = 0) -> pd.DataFrame:
+                  n: int = 256, seed: int | None = None) -> pd.DataFrame:
     """Support overlap vs response on directions from the query-null space to random (Fig. 4b).
 
     v = cos(theta) u + sin(theta) w with u a random unit vector in the null space of the query
@@ -165,6 +166,7 @@ def overlap_sweep(key_vectors: np.ndarray, alpha: np.ndarray, query_map: np.ndar
     [0, pi/2], so overlaps run from exactly 0 to typical values. Columns of
     :func:`support_overlap` plus ``theta``.
     """
+    seed = Resampling().seed if seed is None else seed  # the one default seed (routestats.settings)
     Kv, alpha = np.asarray(key_vectors, dtype=np.float64), np.asarray(alpha, dtype=np.float64)
     keep = alpha > 0
     _, Kb = _rank_basis((Kv[keep][1:] - Kv[keep][0]).T)

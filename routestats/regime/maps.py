@@ -25,6 +25,7 @@ from scipy.spatial import cKDTree
 
 from routestats.errors import RoutestatsError
 from routestats.regime.certify import Operators, classify, directional
+from routestats.settings import Resampling
 
 __all__ = ["fibonacci_sphere", "slice_basis", "regime_map", "adjacency", "agreement", "SWITCHING"]
 
@@ -42,9 +43,10 @@ def fibonacci_sphere(n: int) -> np.ndarray:
     return np.column_stack([rho * np.cos(theta), rho * np.sin(theta), z])
 
 
-def slice_basis(*directions: np.ndarray | None, d: int, seed: int = 0) -> np.ndarray:
+def slice_basis(*directions: np.ndarray | None, d: int, seed: int | None = None) -> np.ndarray:
     """Orthonormal E (d x 3) spanned by the given directions (e.g. v_rel, v_sev) in order,
     completed with seeded random directions when they are fewer than three or dependent."""
+    seed = Resampling().seed if seed is None else seed  # the one default seed (routestats.settings)
     rng = np.random.default_rng(seed)
     cols = [np.asarray(v, dtype=np.float64) for v in directions if v is not None]
     basis: list[np.ndarray] = []

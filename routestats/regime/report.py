@@ -41,7 +41,7 @@ from routestats.regime.certify import (Operators, analyse, certify, classify, di
 from routestats.regime.geometry import geometry_table, overlap_sweep, routing_decomposition
 from routestats.regime.maps import adjacency, agreement, regime_map
 from routestats.report import Column, Figure, Report, Section, Table, fmt_sig, guarded, point_label, section
-from routestats.settings import AnalysisSettings
+from routestats.settings import Resampling, AnalysisSettings
 
 __all__ = ["OperatorPoint", "load_operator_points", "analyse_point", "build_regime_report"]
 
@@ -126,12 +126,13 @@ def _label_rows(t: pd.DataFrame, source: str) -> list[dict]:
             for k in ("NC", "NS", "Q", "K", "E", "J", "ambiguous") if k in vc.index or k != "ambiguous"]
 
 
-def analyse_point(pt: OperatorPoint, probes: int = 512, seed: int = 0, margin: float = 0.0) -> dict[str, pd.DataFrame]:
+def analyse_point(pt: OperatorPoint, probes: int = 512, seed: int | None = None, margin: float = 0.0) -> dict[str, pd.DataFrame]:
     """Every table of one operating point (see the module docstring), each keyed by layer/example/token.
 
     Lattice directions whose analytic deciding growth lies within max(``margin``, 1e-6 max(1,
     max |g|)) of zero are flagged and left out of the agreement shares (METHODS B.8.4).
     """
+    seed = Resampling().seed if seed is None else seed  # the one default seed (routestats.settings)
     ops = pt.operators
     cert = certify(ops)
     sev = severity_certificate(ops, cert)
@@ -390,7 +391,7 @@ def build_regime_report(path: str | Path, settings: AnalysisSettings | None = No
     for pt in pts:
         if progress:
             progress(f"regime: layer {pt.layer}, example {pt.example}, token {pt.token}")
-        per.append(analyse_point(pt, probes=s.probes, seed=s.seed))
+        per.append(analyse_point(pt, probes=s.probes, seed=s.resampling.seed))
     names = sorted({k for p in per for k in p})
     t = {k: pd.concat([p[k] for p in per if k in p and len(p[k])], ignore_index=True) for k in names
          if any(k in p and len(p[k]) for p in per)}

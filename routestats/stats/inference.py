@@ -54,7 +54,7 @@ import pandas as pd
 from scipy import special
 
 from routestats.errors import RoutestatsError
-from routestats.settings import MODES
+from routestats.settings import MODES, Resampling
 
 __all__ = [
     "bootstrap_means",
@@ -153,8 +153,9 @@ def cohen_dz(d) -> np.ndarray:
         return np.where(defined, a.mean(axis=0) / np.where(defined, sd, 1.0), np.nan)
 
 
-def percentile_ci(boot: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def percentile_ci(boot: np.ndarray, confidence: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval of bootstrap replicates along axis 0 (``numpy.quantile``, linear)."""
+    confidence = Resampling().confidence if confidence is None else confidence
     lo_q, hi_q = _levels(confidence)
     lo, hi = np.quantile(boot, [lo_q, hi_q], axis=0)
     return lo, hi
@@ -399,11 +400,12 @@ class PairedInference:
 def paired_inference(
     d,
     *,
-    resamples: int = 10_000,
-    permutations: int = 20_000,
-    seed: int = 1001,
-    mode: str = "shared",
-    confidence: float = 0.95,
+    resampling: Resampling | None = None,
+    resamples: int | None = None,
+    permutations: int | None = None,
+    seed: int | None = None,
+    mode: str | None = None,
+    confidence: float | None = None,
     labels=None,
 ) -> PairedInference:
     """Bootstrap CI, sign-flip p, Holm and d_z for paired differences (variant - baseline).
@@ -412,17 +414,19 @@ def paired_inference(
     ----------
     d : array_like, shape (n,) or (n, k)
         Paired differences; columns form one Holm family.
-    resamples, permutations : int
-        Bootstrap resamples (default 10,000) and sign-flip draws (default 20,000).
-    seed : int
-        Seed of the random procedure (default 1001, the reference analysis seed).
-    mode : {"shared", "numpy", "python-random"}
-        Random-number procedure; see the module docstring.
-    confidence : float
-        Coverage of the percentile interval.
+    resampling : Resampling, optional
+        Resamples, permutations, seed, mode and confidence as one object (default:
+        :class:`routestats.settings.Resampling`'s defaults: 10,000 resamples, 20,000 sign-flip
+        draws, seed 1001, mode ``shared``, 95 %); the keywords below, when given, override it.
+    resamples, permutations, seed, mode, confidence
+        Bootstrap resamples, sign-flip draws, the seed of the random procedure, the
+        random-number procedure (see the module docstring) and the coverage of the interval.
     labels : sequence, optional
         Column labels (default 0..k-1).
     """
+    r = Resampling.of(resampling, resamples=resamples, permutations=permutations, seed=seed, mode=mode,
+                      confidence=confidence)
+    resamples, permutations, seed, mode, confidence = r.resamples, r.permutations, r.seed, r.mode, r.confidence
     a = _as_matrix(d)
     n, k = a.shape
     if mode not in MODES:
@@ -494,13 +498,14 @@ class PairedT:
         )
 
 
-def paired_t(d, confidence: float = 0.95, labels=None) -> PairedT:
+def paired_t(d, confidence: float | None = None, labels=None) -> PairedT:
     """Paired t-test of mean difference 0 per column, with a t-based CI and Holm across columns.
 
     >>> r = paired_t([0.5, 1.0, 1.5, 2.0])
     >>> round(float(r.statistic[0]), 4), r.df
     (3.873, 3)
     """
+    confidence = Resampling().confidence if confidence is None else confidence
     from scipy import stats
 
     a = _as_matrix(d)
@@ -636,7 +641,8 @@ class SpearmanResult:
         )
 
 
-def spearman_ci(x, y, *, resamples: int = 2000, seed: int = 1001, confidence: float = 0.95, labels=None) -> SpearmanResult:
+def spearman_ci(x, y, *, resampling: Resampling | None = None, resamples: int | None = None, seed: int | None = None,
+                confidence: float | None = None, labels=None) -> SpearmanResult:
     """Spearman rho of x with each column of y, bootstrap CI and Holm (METHODS 3.4).
 
     rho and its two-sided p are :func:`spearman` (``scipy.stats.spearmanr``'s values). The bootstrap follows the
@@ -646,6 +652,8 @@ def spearman_ci(x, y, *, resamples: int = 2000, seed: int = 1001, confidence: fl
     from each resample's counts in O(n) per resample, in chunks of 64 resamples);
     non-finite rho (a constant resample) are skipped.
     """
+    r = Resampling.of(resampling, length_resamples=resamples, seed=seed, confidence=confidence)
+    resamples, seed, confidence = r.length_resamples, r.seed, r.confidence
     xv = np.asarray(x, dtype=np.float64)
     Y = np.asarray(y, dtype=np.float64)
     if Y.ndim == 1:

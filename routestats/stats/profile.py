@@ -29,6 +29,7 @@ import pandas as pd
 from scipy import special
 
 from routestats.errors import RoutestatsError
+from routestats.settings import Resampling
 from routestats.stats.inference import paired_inference, percentile_ci, row_blocks, seeded_bootstrap_means
 
 __all__ = ["profile_shape", "layer_contrasts", "profile_distance_ci"]
@@ -50,13 +51,16 @@ def _signflip_T(c: np.ndarray, signs: np.ndarray) -> np.ndarray:
     return (((signs @ c) / c.shape[0]) ** 2).sum(axis=1)
 
 
-def profile_shape(D, permutations: int = 20_000, seed: int = 1001) -> pd.DataFrame:
+def profile_shape(D, permutations: int | None = None, seed: int | None = None,
+                  resampling: Resampling | None = None) -> pd.DataFrame:
     """Layer x condition interaction: sign-flip test on centred profiles and Hotelling's T^2.
 
     Columns: test, statistic, df1, df2, p, n, layers, permutations, exact. ``exact`` is True when
     all 2^n sign vectors were enumerated (p = #{T* >= T} / 2^n); otherwise p = (#{T* >= T} + 1) /
     (P + 1) over P random sign vectors. Hotelling's T^2 needs n > L - 1 (else p is NaN).
     """
+    r = Resampling.of(resampling, permutations=permutations, seed=seed)
+    permutations, seed = r.permutations, r.seed
     D = _matrix(D)
     n, L = D.shape
     c = D - D.mean(axis=1, keepdims=True)
@@ -151,8 +155,9 @@ def _sign_blocks(n: int, block: int = 4096):
         yield bits * 2.0 - 1.0
 
 
-def layer_contrasts(D, layers=None, resamples: int = 10_000, permutations: int = 20_000, seed: int = 1001,
-                    mode: str = "shared", confidence: float = 0.95) -> pd.DataFrame:
+def layer_contrasts(D, layers=None, resamples: int | None = None, permutations: int | None = None,
+                    seed: int | None = None, mode: str | None = None, confidence: float | None = None,
+                    resampling: Resampling | None = None) -> pd.DataFrame:
     """Every pairwise contrast Delta_b - Delta_a (a < b) with paired inference, Holm over contrasts.
 
     Columns: contrast ("L3 - L2"), layer_a, layer_b, then the columns of
@@ -164,16 +169,19 @@ def layer_contrasts(D, layers=None, resamples: int = 10_000, permutations: int =
     pairs = [(i, j) for i in range(len(layers)) for j in range(i + 1, len(layers))]
     C = np.column_stack([D[:, j] - D[:, i] for i, j in pairs])
     names = [f"L{layers[j]} − L{layers[i]}" for i, j in pairs]
-    res = paired_inference(C, resamples=resamples, permutations=permutations, seed=seed, mode=mode,
-                           confidence=confidence, labels=names)
+    res = paired_inference(C, resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
+                           mode=mode, confidence=confidence, labels=names)
     out = res.to_frame().rename(columns={"label": "contrast", "p_adj": "p_holm"})
     out.insert(1, "layer_a", [layers[i] for i, _ in pairs])
     out.insert(2, "layer_b", [layers[j] for _, j in pairs])
     return out
 
 
-def profile_distance_ci(D, resamples: int = 10_000, seed: int = 1001, confidence: float = 0.95) -> pd.DataFrame:
+def profile_distance_ci(D, resamples: int | None = None, seed: int | None = None, confidence: float | None = None,
+                        resampling: Resampling | None = None) -> pd.DataFrame:
     """||(Delta_1, ..., Delta_L)||_2 with a percentile bootstrap over examples (one row)."""
+    r = Resampling.of(resampling, resamples=resamples, seed=seed, confidence=confidence)
+    resamples, seed, confidence = r.resamples, r.seed, r.confidence
     D = _matrix(D)
     est = float(np.linalg.norm(D.mean(axis=0)))
     norms = np.linalg.norm(seeded_bootstrap_means(D, resamples, seed), axis=1)  # the paired tables' resamples

@@ -40,8 +40,7 @@ def decomposition(runs: RunCollection, settings: AnalysisSettings | None = None)
             continue
         base = bases[0]
         step = min(on.final_step, off.final_step, base.final_step) if s.step is None else s.step
-        kw = dict(resamples=s.resamples, permutations=s.permutations, seed=s.seed, mode=s.mode,
-                  confidence=s.confidence, examples=s.examples, step=step, trivial=s.trivial_queries, keys=s.keys)
+        kw = dict(resampling=s.resampling, examples=s.examples, step=step, trivial=s.trivial_queries, keys=s.keys)
         for name, p in (("total", pair(base, on)), ("direct", pair(off, on)), ("learned", pair(base, off))):
             e = paired_effects(p, **kw).rename(columns={"seed": "stats_seed"})
             e.insert(0, "seed", on.seed)

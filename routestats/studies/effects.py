@@ -33,6 +33,7 @@ from routestats.errors import RoutestatsError
 from routestats.metrics.definitions import metric as registered_metric
 from routestats.metrics.routing import adjusted_sfm, metric_values, sfm
 from routestats.rundir.collection import RunPair
+from routestats.settings import Resampling
 from routestats.stats.inference import paired_inference
 
 __all__ = ["paired_differences", "paired_effects"]
@@ -84,15 +85,16 @@ def paired_effects(
     metric: str = "sfm",
     adjusted: bool = False,
     step: int | None = None,
-    resamples: int = 10_000,
-    permutations: int = 20_000,
-    seed: int = 1001,
-    mode: str = "shared",
-    confidence: float = 0.95,
+    resamples: int | None = None,
+    permutations: int | None = None,
+    seed: int | None = None,
+    mode: str | None = None,
+    confidence: float | None = None,
     examples=None,
     trivial: str | None = None,
     keys: str = "all",
     weighting: str = "attention",
+    resampling: Resampling | None = None,
 ) -> pd.DataFrame:
     """Per-layer paired effects with bootstrap CI, sign-flip p, Holm over layers and d_z.
 
@@ -106,8 +108,9 @@ def paired_effects(
         Opportunity-adjusted SFM (METHODS 2.5): examples with O_e = 1 are excluded from
         all layers and counted in ``excluded``; ``mean_opportunity`` averages O_e over all
         examples, excluded ones included, as the reference reports it.
-    resamples, permutations, seed, mode, confidence
-        Passed to :func:`routestats.stats.paired_inference`.
+    resampling, resamples, permutations, seed, mode, confidence
+        The random procedures as one :class:`~routestats.settings.Resampling` (default: its
+        defaults) and keyword overrides; passed to :func:`routestats.stats.paired_inference`.
     examples : None, "all", "primary", "length_sample", "test_sample" or a list of ids
         The examples analysed (see :func:`routestats.metrics.select_examples`).
     weighting : {"attention", "norm", "rollout"}
@@ -125,8 +128,8 @@ def paired_effects(
     if n_per.nunique() != 1:
         raise RoutestatsError("layers hold different example counts; cannot form one paired family")
     mat = np.column_stack([diffs.loc[diffs["layer"] == layer, "diff"].to_numpy() for layer in layers])
-    res = paired_inference(mat, resamples=resamples, permutations=permutations, seed=seed, mode=mode,
-                           confidence=confidence, labels=layers)
+    res = paired_inference(mat, resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
+                           mode=mode, confidence=confidence, labels=layers)
     out = res.to_frame().rename(columns={"label": "layer", "p_adj": "p_holm"})
     means = diffs.groupby("layer")[["baseline", "variant"]].mean()
     out.insert(0, "metric", metric + ("_adj" if adjusted else "") + ("" if weighting == "attention" else f"_{weighting}"))

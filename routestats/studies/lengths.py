@@ -22,6 +22,7 @@ import pandas as pd
 from routestats.studies.effects import paired_differences
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunPair
+from routestats.settings import Resampling
 from routestats.stats.inference import bootstrap_count_chunks, percentile_ci, spearman_ci
 
 __all__ = [
@@ -71,13 +72,16 @@ def _wide_diffs(p: RunPair, step=None, examples=None) -> tuple[pd.DataFrame, lis
     return w.reset_index(), layers
 
 
-def length_association(p: RunPair, resamples: int = 2000, seed: int = 1001, step=None, examples=None) -> pd.DataFrame:
+def length_association(p: RunPair, resamples: int | None = None, seed: int | None = None, step=None, examples=None,
+                       resampling: Resampling | None = None) -> pd.DataFrame:
     """Per layer Spearman rho between evaluated length and the per-example SFM change (METHODS 3.4).
 
     rho and p from ``scipy.stats.spearmanr``; percentile bootstrap CI with the reference
     stream (``default_rng(seed + 17)``); Holm over layers. Columns: layer, n, rho, p_raw,
     p_adj, ci_low, ci_high, resamples_kept, resamples, seed.
     """
+    r = Resampling.of(resampling, length_resamples=resamples, seed=seed)
+    resamples, seed = r.length_resamples, r.seed
     w, layers = _wide_diffs(p, step, examples)
     res = spearman_ci(w["length"].to_numpy(dtype=float), w[layers].to_numpy(), resamples=resamples, seed=seed,
                       labels=layers)
@@ -116,8 +120,8 @@ def length_bins(p: RunPair, n_bins: int = 4, step=None, examples=None) -> pd.Dat
     return out
 
 
-def linear_length_fit(x, D, reference: float, resamples: int = 10_000, seed: int = 1001,
-                      confidence: float = 0.95) -> pd.DataFrame:
+def linear_length_fit(x, D, reference: float, resamples: int | None = None, seed: int | None = None,
+                      confidence: float | None = None, resampling: Resampling | None = None) -> pd.DataFrame:
     """Per column of ``D`` (examples x layers) the least-squares line d = a + b (x - reference),
     with percentile bootstrap intervals (resampling examples with the shared mode's draws,
     :func:`routestats.stats.inference.bootstrap_count_chunks`: the same resamples as the paired
@@ -129,6 +133,8 @@ def linear_length_fit(x, D, reference: float, resamples: int = 10_000, seed: int
     >>> f[["delta", "delta_at_reference", "slope_per_10"]].round(12).values.tolist()
     [[2.5, 2.5, 1.0]]
     """
+    r = Resampling.of(resampling, resamples=resamples, seed=seed, confidence=confidence)
+    resamples, seed, confidence = r.resamples, r.seed, r.confidence
     x = np.asarray(x, dtype=float)
     D = np.asarray(D, dtype=float).reshape(len(x), -1)
     n = len(x)
@@ -160,8 +166,9 @@ def linear_length_fit(x, D, reference: float, resamples: int = 10_000, seed: int
                          "resamples_kept": int(keep.sum()), "resamples": resamples, "seed": seed})
 
 
-def length_adjusted_effects(p: RunPair, resamples: int = 10_000, seed: int = 1001, confidence: float = 0.95,
-                            step=None, examples=None, reference: float | None = None) -> pd.DataFrame:
+def length_adjusted_effects(p: RunPair, resamples: int | None = None, seed: int | None = None,
+                            confidence: float | None = None, step=None, examples=None, reference: float | None = None,
+                            resampling: Resampling | None = None) -> pd.DataFrame:
     """The paired SFM change at a reference length (default: the median evaluated length), next to
     the raw mean, and how it changes per 10 tokens, from a per-layer least-squares line of the
     per-example change on length (:func:`linear_length_fit`). Descriptive and within one model: it
@@ -170,6 +177,8 @@ def length_adjusted_effects(p: RunPair, resamples: int = 10_000, seed: int = 100
     Columns: layer, n, reference_length, delta, delta_at_reference, ci_low, ci_high, slope_per_10,
     slope_ci_low, slope_ci_high, resamples_kept, resamples, seed.
     """
+    r = Resampling.of(resampling, resamples=resamples, seed=seed, confidence=confidence)
+    resamples, seed, confidence = r.resamples, r.seed, r.confidence
     w, layers = _wide_diffs(p, step, examples)
     x = w["length"].to_numpy(dtype=float)
     ref = float(np.median(x)) if reference is None else float(reference)
@@ -222,8 +231,9 @@ def _strata(x, lower, w):
 
 
 def length_standardised_contrast(a: RunPair, b: RunPair, names=("A", "B"), band_widths=(1, 2, 5, 10),
-                                 resamples: int = 10_000, seed: int = 1001, mode: str = "vectorised",
-                                 confidence: float = 0.95, examples=None, step=None) -> StandardisedContrast:
+                                 resamples: int | None = None, seed: int | None = None, mode: str = "vectorised",
+                                 confidence: float | None = None, examples=None, step=None,
+                                 resampling: Resampling | None = None) -> StandardisedContrast:
     """Standardise each pair's per-layer change over shared lengths and contrast them (B - A).
 
     Support = [max of minima, min of maxima]; strata = floor((length - lower) / w); shared
@@ -235,6 +245,8 @@ def length_standardised_contrast(a: RunPair, b: RunPair, names=("A", "B"), band_
     distribution, different stream, much faster). Band widths after the first are point
     estimates only. Errors when the lengths share no stratum.
     """
+    r = Resampling.of(resampling, resamples=resamples, seed=seed, confidence=confidence)
+    resamples, seed, confidence = r.resamples, r.seed, r.confidence
     if band_widths[0] != 1:
         raise RoutestatsError("the first band width must be 1 (exact lengths)")
     if mode not in ("vectorised", "reference"):

@@ -85,8 +85,7 @@ class PairContext:
     def inference(self) -> dict:
         """The keyword arguments of every paired table: resampling, example set, step, trivial queries."""
         s = self.settings
-        return dict(resamples=s.resamples, permutations=s.permutations, seed=s.seed, mode=s.mode,
-                    confidence=s.confidence, examples=s.examples, step=self.step, trivial=s.trivial_queries)
+        return dict(resampling=s.resampling, examples=s.examples, step=self.step, trivial=s.trivial_queries)
 
     def effects(self, metric: str = "sfm", **kw) -> pd.DataFrame:
         """The paired-effects table of ``metric`` (keyword variants: adjusted, weighting), computed once."""

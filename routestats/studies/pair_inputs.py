@@ -55,8 +55,7 @@ def init_vs_final(ctx) -> pd.DataFrame | None:
     D0 = d0.pivot(index="example_id", columns="layer", values="diff").sort_index(axis=1)
     if not (D0.index.equals(D.index) and D0.columns.equals(D.columns)):
         return None  # not the same examples at both steps
-    res = paired_inference((D - D0).to_numpy(), resamples=s.resamples, permutations=s.permutations, seed=s.seed,
-                           mode=s.mode, confidence=s.confidence, labels=list(D.columns)).to_frame()
+    res = paired_inference((D - D0).to_numpy(), resampling=s.resampling, labels=list(D.columns)).to_frame()
     res = res.rename(columns={"label": "layer", "p_adj": "p_holm"})
     res.insert(1, "step_init", s0)
     res.insert(2, "step_final", step)

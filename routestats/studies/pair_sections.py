@@ -160,10 +160,9 @@ def shape_section(ctx: PairContext) -> Section | None:
         return None
     ctx.say("profile shape")
     conf = pct(s.confidence)
-    shape = profile_shape(D.to_numpy(), permutations=s.permutations, seed=s.seed)
-    contrasts = layer_contrasts(D.to_numpy(), list(D.columns), resamples=s.resamples, permutations=s.permutations,
-                                seed=s.seed, mode=s.mode, confidence=s.confidence)
-    distance = profile_distance_ci(D.to_numpy(), resamples=s.resamples, seed=s.seed, confidence=s.confidence)
+    shape = profile_shape(D.to_numpy(), resampling=s.resampling)
+    contrasts = layer_contrasts(D.to_numpy(), list(D.columns), resampling=s.resampling)
+    distance = profile_distance_ci(D.to_numpy(), resampling=s.resampling)
     draws = "exact over all sign vectors" if bool(shape["exact"].iloc[0]) else f"{s.permutations:,} draws"
     return Section("shape", "Does the change differ across layers?", (
         ctx.table("profile_shape", shape, f"Does the change differ between layers? H0: the same shift in every layer. "
@@ -332,9 +331,8 @@ def lengths_section(ctx: PairContext) -> Section | None:
     ctx.say("length analyses")
     kw = dict(step=ctx.step, examples=s.length_examples)
     frames = {"lengths": length_table(ex[["split", "length"]], cap=int(ex["cap"].max())),
-              "length_association": length_association(p, resamples=s.length_resamples, seed=s.seed, **kw),
-              "length_adjusted": length_adjusted_effects(p, resamples=s.resamples, seed=s.seed,
-                                                         confidence=s.confidence, **kw),
+              "length_association": length_association(p, resampling=s.resampling, **kw),
+              "length_adjusted": length_adjusted_effects(p, resampling=s.resampling, **kw),
               "length_bins": length_bins(p, **kw)}
     per_ex = paired_differences(p, trivial=s.trivial_queries, **kw)[["example_id", "layer", "diff"]]
     per_ex = running_mean(per_ex.merge(ex[["example_id", "length"]], on="example_id"))

@@ -29,7 +29,7 @@ import pandas as pd
 
 from routestats.studies.effects import paired_differences
 from routestats.errors import RoutestatsError
-from routestats.settings import PatternRules
+from routestats.settings import PatternRules, Resampling
 from routestats.rundir.collection import RunCollection
 from routestats.metrics.routing import profile_distance
 from routestats.stats.inference import cohen_dz, holm, paired_t, percentile_ci, signflip_count
@@ -292,8 +292,9 @@ def across_seed_tests(deltas: pd.DataFrame, condition=None, exact_max_seeds: int
     return pd.concat(frames, ignore_index=True)
 
 
-def hierarchical_bootstrap(ex_deltas: pd.DataFrame, resamples: int = 2000, seed: int = 1001, confidence: float = 0.95,
-                           condition=None) -> pd.DataFrame:
+def hierarchical_bootstrap(ex_deltas: pd.DataFrame, resamples: int | None = None, seed: int | None = None,
+                           confidence: float | None = None, condition=None,
+                           resampling: Resampling | None = None) -> pd.DataFrame:
     """Two-stage bootstrap of the across-seed mean delta, per layer.
 
     Each resample draws seeds with replacement, then, independently for every drawn seed,
@@ -301,7 +302,10 @@ def hierarchical_bootstrap(ex_deltas: pd.DataFrame, resamples: int = 2000, seed:
     the per-seed mean delta. Assumes seeds are exchangeable draws of the initialisation and
     examples exchangeable within a seed; with few seeds the interval is too narrow (the
     seed-level resampling has only n^n distinct outcomes). One block of rows per data set and depth.
+    ``resampling`` (and the keyword overrides): resamples, seed, confidence.
     """
+    r = Resampling.of(resampling, resamples=resamples, seed=seed, confidence=confidence)
+    resamples, seed, confidence = r.resamples, r.seed, r.confidence
     d_all = ex_deltas[reference_rows(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
     rng = np.random.default_rng(seed)
     rows = []

@@ -39,8 +39,7 @@ def _standardisation(runs: RunCollection, deltas: pd.DataFrame, settings: Analys
         if len(by[seed]) == 2:
             try:
                 res = length_standardised_contrast(by[seed][names[0]], by[seed][names[1]], names=tuple(names),
-                                                   resamples=settings.resamples, seed=settings.seed,
-                                                   confidence=settings.confidence, examples=settings.examples)
+                                                   resampling=settings.resampling, examples=settings.examples)
             except RoutestatsError:
                 return None, None
             ex = res.exact.copy()

@@ -68,7 +68,7 @@ class StudyContext:
     @functools.cached_property
     def hierarchical(self) -> pd.DataFrame | None:
         s = self.settings
-        return _nonempty(hierarchical_bootstrap(self.ex, resamples=s.resamples, seed=s.seed, confidence=s.confidence)) \
+        return _nonempty(hierarchical_bootstrap(self.ex, resampling=s.resampling)) \
             if self.n_ref_seeds >= 2 else None
 
     @functools.cached_property
