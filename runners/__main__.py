@@ -9,7 +9,6 @@ Examples::
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Optional
 
@@ -20,49 +19,6 @@ from .threads import set_threads
 THREADS_HELP = ("torch CPU threads (default: the cores the 1-minute load leaves free; a count that oversubscribes a "
                 "busy machine gets a hint).")
 
-@contextlib.contextmanager
-def progress_bars():
-    """One progress bar per run on a terminal; plain lines (every 5 % or 30 s, with rate and ETA) on
-    stderr when it is a file, a pipe, nohup or a batch system. Yields (progress, callback(name, step, total))."""
-    import sys
-    import time
-
-    if not sys.stderr.isatty():
-        t0 = time.monotonic()
-        state: dict = {}
-
-        def plain(name, step, total):
-            now = time.monotonic()
-            if name not in state:  # the rate counts from the first report of this name
-                state[name] = (now, step, step, now)
-                typer.echo(f"[{now - t0:7.1f} s] {name}: {step}/{total}", err=True)
-                return
-            first_t, first_step, last_step, last_t = state[name]
-            if step != total and step - last_step < max(1, total // 20) and now - last_t < 30:
-                return
-            state[name] = (first_t, first_step, step, now)
-            rate = (step - first_step) / (now - first_t) if now > first_t else float("nan")
-            eta = (total - step) / rate if rate > 0 else float("nan")
-            typer.echo(f"[{now - t0:7.1f} s] {name}: {step}/{total} ({rate:.2f}/s, ETA {eta:.0f} s)", err=True)
-
-        from types import SimpleNamespace
-
-        log = SimpleNamespace(console=SimpleNamespace(log=lambda *a: typer.echo(" ".join(map(str, a)), err=True)))
-        yield log, plain
-        return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), TimeRemainingColumn()) as bar:
-        tasks = {}
-
-        def progress(name, step, total):
-            if name not in tasks:
-                tasks[name] = bar.add_task(name, total=total)
-            bar.update(tasks[name], completed=step)
-
-        yield bar, progress
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -90,37 +46,9 @@ def saab(
 ) -> None:
     """Train a paired condition set (baseline, SAAB variants) from one seed into a run tree."""
 
-    from routestats.errors import RoutestatsError
+    from . import commands
 
-    from .data import resolve
-    from .presets import get_preset, parse_condition
-    from .train import train_study
-
-    set_threads(threads)
-    try:
-        from dataclasses import replace
-
-        p = get_preset(preset, depth=depth, max_steps=max_steps,
-                       checkpoint_steps=None if checkpoint_steps is None else [int(s) for s in checkpoint_steps.split(",")])
-        overrides = {"length_sample": length_sample, "sample_seed": sample_seed}
-        if examples is not None:
-            overrides["eval_examples"] = examples
-        p = replace(p, train=replace(p.train, **overrides))
-        conds = [parse_condition(c, p.model["num_layers"]) for c in conditions.split(",") if c.strip()]
-        spec = resolve(data)
-    except (ValueError, FileNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
-    with progress_bars() as (bar, progress):
-
-        try:
-            paths = train_study(out, data=spec, preset=p, conditions=conds, seed=seed, study=study, device=device,
-                                attention_impl=attention, keep_checkpoints=keep_checkpoints, progress=progress)
-        except RoutestatsError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2)
-    for path in paths:
-        typer.echo(f"run complete: {path}")
+    commands.saab(out=out, preset=preset, seed=seed, conditions=conditions, data=data, depth=depth, max_steps=max_steps, device=device, attention=attention, threads=threads, keep_checkpoints=keep_checkpoints, study=study, examples=examples, length_sample=length_sample, sample_seed=sample_seed, checkpoint_steps=checkpoint_steps, echo=typer.echo)
 
 
 @app.command()
@@ -144,42 +72,9 @@ def sweep(
 ) -> None:
     """Train seeds x conditions (one job per seed); rerun to resume (complete runs are skipped)."""
 
-    from .data import resolve
-    from .presets import get_preset, parse_condition
-    from .sweep import run_sweep
+    from . import commands
 
-    set_threads(threads)
-    try:
-        p = get_preset(preset, depth=depth, max_steps=max_steps)
-        conds = [parse_condition(c, p.model["num_layers"]) for c in conditions.split(",") if c.strip()]
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-        spec = resolve(data)
-    except (ValueError, FileNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
-    with progress_bars() as (bar, progress):
-
-        runner = None
-        if launcher != "sequential":
-            from .launch import SubmititLauncher
-
-            cluster = {"submitit-local": "local", "submitit-debug": "debug", "slurm": "slurm"}.get(launcher)
-            if cluster is None:
-                typer.echo(f"error: unknown launcher {launcher!r}", err=True)
-                raise typer.Exit(2)
-            params = {"timeout_min": timeout_min}
-            if cluster == "slurm":
-                params.update(slurm_partition=slurm_partition, gpus_per_node=gpus_per_node)
-                params = {k: v for k, v in params.items() if v is not None}
-            runner = SubmititLauncher(out / "submitit", cluster, **params)
-        res = run_sweep(out, seeds=seed_list, conditions=conds, preset=p, data=spec, study=study, device=device,
-                        keep_checkpoints=keep_checkpoints, progress=progress if runner is None else None,
-                        on_run=bar.console.log, launcher=runner, threads=threads)
-    typer.echo(f"{len(res.complete)} trained, {len(res.skipped)} already complete, {len(res.failed)} seed(s) failed")
-    for seed, log in res.failed.items():
-        typer.echo(f"seed {seed} failed: see {log}", err=True)
-    if res.failed:
-        raise typer.Exit(1)
+    raise typer.Exit(commands.sweep(out=out, seeds=seeds, conditions=conditions, preset=preset, data=data, depth=depth, max_steps=max_steps, device=device, threads=threads, keep_checkpoints=keep_checkpoints, study=study, launcher=launcher, slurm_partition=slurm_partition, timeout_min=timeout_min, gpus_per_node=gpus_per_node, echo=typer.echo))
 
 
 @app.command()
@@ -198,28 +93,9 @@ def evaluate(
 ) -> None:
     """Untouched-test confirmation (test sample of the held-out split), or a bias-off evaluation (--bias off)."""
 
-    from routestats.errors import RoutestatsError
+    from . import commands
 
-    from .evaluate import evaluate_bias_off, evaluate_split
-
-    set_threads(threads)
-    if bias not in ("on", "off"):
-        typer.echo(f"error: --bias must be on or off, got {bias!r}", err=True)
-        raise typer.Exit(2)
-    if bias == "off":
-        typer.echo(f"run complete: {evaluate_bias_off(pair, out, batch_size=batch_size, device=device)}")
-        return
-    if out is None:
-        typer.echo("error: --out is required for the test-sample evaluation", err=True)
-        raise typer.Exit(2)
-    try:
-        paths = evaluate_split(pair, out, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size,
-                               device=device)
-    except (RoutestatsError, FileNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
-    for p in paths:
-        typer.echo(f"run complete: {p}")
+    commands.evaluate(pair=pair, out=out, bias=bias, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size, device=device, threads=threads, echo=typer.echo)
 
 
 @app.command("init-probe")
@@ -282,8 +158,6 @@ def mofa(
     seeds: str = typer.Option("1,2", help="Comma list of seeds."),
     sigmoid_heads: str = typer.Option("0,1,2,3,4", help="Comma list of sigmoid-head counts (one run each)."),
     domains_dir: Path = typer.Option(Path("data/domains"), help="Folder of <domain>.jsonl|parquet|txt files."),
-    train_domain: str = typer.Option("docstrings", help="In-domain: its training text comes from the bundled "
-                                                        "DBpedia-format train split; the domain file is held out."),
     preset: str = typer.Option("tiny", help="tiny (CPU: ctx 64, 4 x 4 heads, d 128, 300 steps) or paper "
                                             "(GPU: ctx 1024, 12 x 12 heads, d 768, 50,000 steps)."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the preset's)."), n_ctx: Optional[int] = typer.Option(None, help="Context length in tokens."),
@@ -296,39 +170,9 @@ def mofa(
 ) -> None:
     """Train tiny MoFA GPTs (ratios x seeds), score every domain, dump head entropies."""
 
-    from .domains import docstrings_domain, read_domain
-    from .mofa import GPTConfig, MoFATrain, train_mofa_run
+    from . import commands
 
-    set_threads(threads)
-    files = sorted(p for p in domains_dir.iterdir() if p.suffix in (".jsonl", ".parquet", ".txt"))
-    if not files:
-        typer.echo(f"error: no domain files in {domains_dir} (run: python -m runners domains)", err=True)
-        raise typer.Exit(2)
-    doms = {p.stem: read_domain(p) for p in files}
-    train_text = docstrings_domain("train")
-    try:
-        bias = float(sigmoid_bias)
-    except ValueError:
-        bias = sigmoid_bias
-    presets = {"tiny": dict(steps=300, n_ctx=64, n_layer=4, n_head=4, d_model=128),
-               "paper": dict(steps=50_000, n_ctx=1024, n_layer=12, n_head=12, d_model=768)}
-    if preset not in presets:
-        typer.echo(f"error: unknown preset {preset!r}", err=True)
-        raise typer.Exit(2)
-    chosen = {**presets[preset], **{k: v for k, v in dict(steps=steps, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head,
-                                                           d_model=d_model).items() if v is not None}}
-    steps, n_ctx, n_layer, n_head, d_model = (chosen[k] for k in ("steps", "n_ctx", "n_layer", "n_head", "d_model"))
-    with progress_bars() as (bar, progress):
-
-        for seed in [int(s) for s in seeds.split(",")]:
-            for k in [int(x) for x in sigmoid_heads.split(",")]:
-                cfg = GPTConfig(n_ctx=n_ctx, n_layer=n_layer, n_head=n_head, d_model=d_model, n_sigmoid=k,
-                                sigmoid_bias=bias)
-                path = out / f"seed{seed}" / f"ratio-{n_head - k}-{k}"
-                train_mofa_run(path, cfg=cfg, train_text=train_text, domains=doms, seed=seed,
-                               tc=MoFATrain(steps=steps, concat_scope=concat_scope, separator=separator),
-                               device=device, progress=progress)
-    typer.echo(f"runs under {out}")
+    commands.mofa(out=out, seeds=seeds, sigmoid_heads=sigmoid_heads, domains_dir=domains_dir, preset=preset, steps=steps, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head, d_model=d_model, concat_scope=concat_scope, separator=separator, sigmoid_bias=sigmoid_bias, device=device, threads=threads, echo=typer.echo)
 
 
 @app.command()
@@ -354,27 +198,9 @@ def regime(
     Analyse with `routestats regime RUN`.
     """
 
-    from .regime import write_operators
+    from . import commands
 
-    set_threads(threads)
-    ls = [int(x) for x in layers.split(",") if x.strip()]
-    es = [int(x) for x in examples.split(",") if x.strip()]
-    total = len(ls) * len(es)
-    with progress_bars() as (_, bar):
-        started = []
-
-        def say(label):
-            bar("operators", len(started), total)
-            started.append(label)
-
-        idx = write_operators(run, ls, es, token, domain_file=domain_file, lattice=lattice, eps_rel=eps_rel, seed=seed,
-                              out=out, max_tokens=max_tokens, progress=say)
-        bar("operators", total, total)
-    import json
-
-    pts = json.loads(idx.read_text())["points"]
-    worst = max(max(v for k, v in p["errors"].items() if k.startswith("J_")) for p in pts)
-    typer.echo(f"{len(pts)} operating points in {idx}; max |analytic - autograd| = {worst:.2e}")
+    commands.regime(run=run, layers=layers, examples=examples, token=token, domain_file=domain_file, out=out, max_tokens=max_tokens, lattice=lattice, eps_rel=eps_rel, seed=seed, threads=threads, echo=typer.echo)
 
 
 @app.command()
@@ -429,25 +255,9 @@ def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write th
     32 primary examples; per-query reductions at steps 1..300 (trajectories) and full matrices
     at step 500; no checkpoint files, so it stays small enough to commit.
     """
-    import shutil
-    from dataclasses import replace
+    from . import commands
 
-
-    from .data import resolve
-    from .presets import get_preset, parse_condition
-    from .train import train_study
-
-    set_threads(threads)
-    p = get_preset("tiny")
-    p = replace(p, train=replace(p.train, eval_examples=32, final_forms=("matrices",)))
-    if out.exists():
-        shutil.rmtree(out)
-    with progress_bars() as (_, progress):
-        paths = train_study(out, data=resolve("bundled-dbpedia"), preset=p,
-                            conditions=[parse_condition(c, 4) for c in ("baseline", "saab")], seed=1001, study="demo",
-                            device="cpu", keep_checkpoints="none", progress=progress)
-    for path in paths:
-        typer.echo(f"run complete: {path}")
+    commands.demo(out=out, threads=threads, echo=typer.echo)
 
 
 @app.command("demo-study")
@@ -459,30 +269,9 @@ def demo_study(out: Path = typer.Option(Path("data/demo_study"), help="Where to 
     32 primary examples; per-query reductions only, at steps 1 and 500; no checkpoint files, so the
     tree stays small enough to commit (the README's Python example runs the study API on it).
     """
-    import shutil
-    from dataclasses import replace
+    from . import commands
 
-
-    from routestats.errors import RoutestatsError
-
-    from .data import resolve
-    from .presets import get_preset, parse_condition
-    from .sweep import run_sweep
-
-    set_threads(threads)
-    p = get_preset("tiny")
-    p = replace(p, train=replace(p.train, eval_examples=32, final_forms=("reductions",), checkpoint_steps=(1, 500)))
-    if out.exists():
-        shutil.rmtree(out)
-    with progress_bars() as (_, progress):
-        res = run_sweep(out, seeds=[int(x) for x in seeds.split(",")],
-                        conditions=[parse_condition(c, 4) for c in ("baseline", "saab")], preset=p,
-                        data=resolve("bundled-dbpedia"), study="demo", device="cpu", keep_checkpoints="none",
-                        progress=progress)
-    if res.failed:
-        raise RoutestatsError(f"seeds {sorted(res.failed)} failed; logs: {', '.join(res.failed.values())}")
-    for path in res.complete:
-        typer.echo(f"run complete: {path}")
+    commands.demo_study(out=out, seeds=seeds, threads=threads, echo=typer.echo)
 
 
 @app.command()
@@ -526,35 +315,10 @@ def main() -> None:
     """Run the CLI; a user error, a missing optional dependency or a failed file operation ends in
     one line and exit code 2; anything else (a bug) in one line and exit code 1
     (``ROUTESTATS_DEBUG=1`` shows the traceback)."""
-    import os
+    from .commands import one_line_errors
 
-    from routestats.errors import RoutestatsError
-
-    try:
+    with one_line_errors():
         app()
-    except RoutestatsError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise SystemExit(2)
-    except ModuleNotFoundError as exc:
-        extra = {"torch": "train", "tokenizers": "train", "transformers": "capture", "accelerate": "capture",
-                 "submitit": "train", "gguf": "dev"}.get((exc.name or "").split(".")[0])
-        hint = f"pip install -e '.[{extra}]'" if extra else f"pip install {exc.name}"
-        typer.echo(f"error: this command needs {exc.name}, which is not installed: {hint}", err=True)
-        raise SystemExit(2)
-    except OSError as exc:  # permissions, a full disk, a vanished file
-        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        typer.echo(f"error: {where}{exc.strerror or exc}", err=True)
-        raise SystemExit(2)
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise SystemExit(130)
-    except Exception as exc:  # a bug: still one line
-        if os.environ.get("ROUTESTATS_DEBUG"):
-            raise
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        typer.echo(f"internal error: {type(exc).__name__}: {first} (a routestats bug; rerun with "
-                   "ROUTESTATS_DEBUG=1 for the traceback)", err=True)
-        raise SystemExit(1)
 
 
 if __name__ == "__main__":

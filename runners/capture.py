@@ -389,31 +389,10 @@ def parse_indices(text: str | None, option: str) -> list[int] | None:
     return sorted(set(int(p) for p in parts))
 
 
-def progress_printer(echo: Callable, t0: float, interactive: bool) -> Callable[[str, int, int], None]:
-    """Progress lines on stderr: the first for a condition without a rate (nothing is timed yet),
-    then with records/s of that condition's forwards, every 0.5 s on a terminal and 10 s otherwise."""
-    last, started = [0.0], {}
-
-    def progress(name: str, done: int, total: int) -> None:
-        now = time.monotonic()
-        if name not in started:
-            started[name] = (now, done)
-            last[0] = now
-            echo(f"[{now - t0:6.1f} s] {name}: {done}/{total} records", err=True)
-            return
-        if done == total or now - last[0] > (0.5 if interactive else 10):
-            last[0] = now
-            first, done0 = started[name]
-            rate = (done - done0) / max(now - first, 1e-9)
-            echo(f"[{now - t0:6.1f} s] {name}: {done}/{total} records ({rate:.1f}/s)", err=True)
-
-    return progress
-
-
 def run_capture_command(*, model, records, out, format, fields, limit, cap, truncation, special_tokens, bias, ablate,
                         compare, reason, layers, forms, dtype, batch_size, padding, device, force, echo) -> None:
     """``python -m runners capture``: every option checked before the model loads, then the runs."""
-    import sys
+    from .progress import progress_bars
 
     names = [f.strip() for f in fields.split(",") if f.strip()]
     form_list = [f.strip() for f in forms.split(",") if f.strip()]
@@ -439,14 +418,15 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
     loaded = load_model(model)
     echo(f"[{time.monotonic() - t0:6.1f} s] loaded {type(loaded.model).__name__} ({loaded.family.name} family, "
          f"{loaded.n_layers} layers x {loaded.n_heads} heads)", err=True)
-    kw = dict(fields=names, cap=cap, special_tokens=special_tokens, truncation=truncation, layers=stored,
-              forms=form_list, dtype=dtype, batch_size=batch_size, padding=padding, device=device, force=force,
-              progress=progress_printer(echo, t0, sys.stderr.isatty()))
-    if compare is not None:
-        other = load_model(compare)
-        paths = capture_checkpoints(loaded.to(device), other.to(device), recs, out, reason=reason or "", **kw)
-    else:
-        paths = capture_runs(loaded.to(device), recs, out, conditions=conds, **kw)
+    with progress_bars() as (_, bar):
+        kw = dict(fields=names, cap=cap, special_tokens=special_tokens, truncation=truncation, layers=stored,
+                  forms=form_list, dtype=dtype, batch_size=batch_size, padding=padding, device=device, force=force,
+                  progress=lambda name, done, total: bar(f"{name} records", done, total))
+        if compare is not None:
+            other = load_model(compare)
+            paths = capture_checkpoints(loaded.to(device), other.to(device), recs, out, reason=reason or "", **kw)
+        else:
+            paths = capture_runs(loaded.to(device), recs, out, conditions=conds, **kw)
     for p in paths:
         echo(f"wrote {p}")
     echo(f"{len(paths)} runs in {time.monotonic() - t0:.1f} s; next: routestats report {out}")

@@ -1,0 +1,251 @@
+"""The bodies of ``python -m runners`` commands: plain functions over parsed options, each testable
+without the command line. User errors raise :class:`~routestats.errors.RoutestatsError` (the CLI
+prints one line and exits 2); ``echo`` prints a result line on standard output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from routestats.errors import RoutestatsError
+
+from .progress import progress_bars
+from .threads import set_threads
+
+Echo = Callable[[str], None]
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RoutestatsError(f"{option} {text!r}: expected whole numbers separated by commas") from None
+
+
+def _preset_and_conditions(preset, conditions, *, depth=None, max_steps=None, checkpoint_steps=None, **train):
+    from .presets import get_preset, parse_condition
+
+    try:
+        p = get_preset(preset, depth=depth, max_steps=max_steps,
+                       checkpoint_steps=None if checkpoint_steps is None else _int_list(checkpoint_steps,
+                                                                                      "--checkpoint-steps"))
+        if train:
+            p = replace(p, train=replace(p.train, **train))
+        return p, [parse_condition(c, p.model["num_layers"]) for c in conditions.split(",") if c.strip()]
+    except ValueError as exc:
+        raise RoutestatsError(str(exc)) from None
+
+
+def _data(spec: str):
+    from .data import resolve
+
+    try:
+        return resolve(spec)
+    except (ValueError, FileNotFoundError) as exc:
+        raise RoutestatsError(str(exc)) from None
+
+
+def saab(*, out: Path, preset, seed, conditions, data, depth, max_steps, device, attention, threads, keep_checkpoints,
+         study, examples, length_sample, sample_seed, checkpoint_steps, echo: Echo) -> None:
+    """Train a paired condition set from one seed into a run tree."""
+    from .train import train_study
+
+    set_threads(threads)
+    train = {"length_sample": length_sample, "sample_seed": sample_seed,
+             **({"eval_examples": examples} if examples is not None else {})}
+    p, conds = _preset_and_conditions(preset, conditions, depth=depth, max_steps=max_steps,
+                                      checkpoint_steps=checkpoint_steps, **train)
+    spec = _data(data)
+    with progress_bars() as (_, progress):
+        paths = train_study(out, data=spec, preset=p, conditions=conds, seed=seed, study=study, device=device,
+                            attention_impl=attention, keep_checkpoints=keep_checkpoints, progress=progress)
+    for path in paths:
+        echo(f"run complete: {path}")
+
+
+def _launcher(launcher, out: Path, timeout_min, slurm_partition, gpus_per_node):
+    if launcher == "sequential":
+        return None
+    from .launch import SubmititLauncher
+
+    cluster = {"submitit-local": "local", "submitit-debug": "debug", "slurm": "slurm"}.get(launcher)
+    if cluster is None:
+        raise RoutestatsError(f"unknown launcher {launcher!r}: sequential, submitit-local, submitit-debug or slurm")
+    params = {"timeout_min": timeout_min}
+    if cluster == "slurm":
+        params.update({k: v for k, v in dict(slurm_partition=slurm_partition, gpus_per_node=gpus_per_node).items()
+                       if v is not None})
+    return SubmititLauncher(out / "submitit", cluster, **params)
+
+
+def sweep(*, out: Path, seeds, conditions, preset, data, depth, max_steps, device, threads, keep_checkpoints, study,
+          launcher, slurm_partition, timeout_min, gpus_per_node, echo: Echo) -> int:
+    """Train seeds x conditions (one job per seed); returns the exit code (1 when a seed failed)."""
+    from .sweep import run_sweep
+
+    set_threads(threads)
+    p, conds = _preset_and_conditions(preset, conditions, depth=depth, max_steps=max_steps)
+    seed_list, spec = _int_list(seeds, "--seeds"), _data(data)
+    runner = _launcher(launcher, out, timeout_min, slurm_partition, gpus_per_node)
+    with progress_bars() as (bar, progress):
+        res = run_sweep(out, seeds=seed_list, conditions=conds, preset=p, data=spec, study=study, device=device,
+                        keep_checkpoints=keep_checkpoints, progress=progress if runner is None else None,
+                        on_run=bar.console.log, launcher=runner, threads=threads)
+    echo(f"{len(res.complete)} trained, {len(res.skipped)} already complete, {len(res.failed)} seed(s) failed")
+    for seed, log in res.failed.items():
+        bar.console.log(f"seed {seed} failed: see {log}")
+    return 1 if res.failed else 0
+
+
+def evaluate(*, pair: Path, out, bias, sample_size, sample_seed, batch_size, device, threads, echo: Echo) -> None:
+    """A test-sample evaluation of a pair, or a bias-off evaluation of a SAAB run (``bias="off"``)."""
+    from .evaluate import evaluate_bias_off, evaluate_split
+
+    set_threads(threads)
+    if bias not in ("on", "off"):
+        raise RoutestatsError(f"--bias must be on or off, got {bias!r}")
+    if bias == "off":
+        echo(f"run complete: {evaluate_bias_off(pair, out, batch_size=batch_size, device=device)}")
+        return
+    if out is None:
+        raise RoutestatsError("--out is required for the test-sample evaluation")
+    try:
+        paths = evaluate_split(pair, out, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size,
+                               device=device)
+    except FileNotFoundError as exc:
+        raise RoutestatsError(str(exc)) from None
+    for p in paths:
+        echo(f"run complete: {p}")
+
+
+MOFA_PRESETS = {"tiny": dict(steps=300, n_ctx=64, n_layer=4, n_head=4, d_model=128),
+                "paper": dict(steps=50_000, n_ctx=1024, n_layer=12, n_head=12, d_model=768)}
+
+
+def mofa(*, out: Path, seeds, sigmoid_heads, domains_dir: Path, preset, steps, n_ctx, n_layer, n_head, d_model,
+         concat_scope, separator, sigmoid_bias, device, threads, echo: Echo) -> None:
+    """Train MoFA GPTs (ratios x seeds), score every domain, dump head entropies."""
+    from .domains import docstrings_domain, read_domain
+    from .mofa import GPTConfig, MoFATrain, train_mofa_run
+
+    set_threads(threads)
+    files = sorted(p for p in domains_dir.iterdir() if p.suffix in (".jsonl", ".parquet", ".txt")) \
+        if domains_dir.is_dir() else []
+    if not files:
+        raise RoutestatsError(f"no domain files in {domains_dir} (run: python -m runners domains)")
+    if preset not in MOFA_PRESETS:
+        raise RoutestatsError(f"unknown preset {preset!r}: {', '.join(MOFA_PRESETS)}")
+    try:
+        bias = float(sigmoid_bias)
+    except ValueError:
+        bias = sigmoid_bias
+    given = dict(steps=steps, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head, d_model=d_model)
+    c = {**MOFA_PRESETS[preset], **{k: v for k, v in given.items() if v is not None}}
+    doms, train_text = {p.stem: read_domain(p) for p in files}, docstrings_domain("train")
+    with progress_bars() as (_, progress):
+        for seed in _int_list(seeds, "--seeds"):
+            for k in _int_list(sigmoid_heads, "--sigmoid-heads"):
+                cfg = GPTConfig(n_ctx=c["n_ctx"], n_layer=c["n_layer"], n_head=c["n_head"], d_model=c["d_model"],
+                                n_sigmoid=k, sigmoid_bias=bias)
+                train_mofa_run(out / f"seed{seed}" / f"ratio-{c['n_head'] - k}-{k}", cfg=cfg, train_text=train_text,
+                               domains=doms, seed=seed, device=device, progress=progress,
+                               tc=MoFATrain(steps=c["steps"], concat_scope=concat_scope, separator=separator))
+    echo(f"runs under {out}")
+
+
+def regime(*, run: Path, layers, examples, token, domain_file, out, max_tokens, lattice, eps_rel, seed, threads,
+           echo: Echo) -> None:
+    """Operators over a grid of operating points, validated, into RUN/operators/."""
+    from .regime import write_operators
+
+    set_threads(threads)
+    ls, es = _int_list(layers, "--layers"), _int_list(examples, "--examples")
+    total = len(ls) * len(es)
+    with progress_bars() as (_, bar):
+        started = []
+
+        def say(label):
+            bar("operators", len(started), total)
+            started.append(label)
+
+        idx = write_operators(run, ls, es, token, domain_file=domain_file, lattice=lattice, eps_rel=eps_rel, seed=seed,
+                              out=out, max_tokens=max_tokens, progress=say)
+        bar("operators", total, total)
+    pts = json.loads(idx.read_text())["points"]
+    worst = max(max(v for k, v in p["errors"].items() if k.startswith("J_")) for p in pts)
+    echo(f"{len(pts)} operating points in {idx}; max |analytic - autograd| = {worst:.2e}")
+
+
+def demo(*, out: Path, threads, echo: Echo) -> None:
+    """Regenerate the recorded demo run (tiny preset, baseline + SAAB, seed 1001, 32 examples)."""
+    from .train import train_study
+
+    set_threads(threads)
+    p, conds = _preset_and_conditions("tiny", "baseline,saab", eval_examples=32, final_forms=("matrices",))
+    if out.exists():
+        shutil.rmtree(out)
+    with progress_bars() as (_, progress):
+        paths = train_study(out, data=_data("bundled-dbpedia"), preset=p, conditions=conds, seed=1001, study="demo",
+                            device="cpu", keep_checkpoints="none", progress=progress)
+    for path in paths:
+        echo(f"run complete: {path}")
+
+
+def demo_study(*, out: Path, seeds, threads, echo: Echo) -> None:
+    """Regenerate the recorded demo study (tiny preset, baseline + SAAB for each seed, reductions only)."""
+    from .sweep import run_sweep
+
+    set_threads(threads)
+    p, conds = _preset_and_conditions("tiny", "baseline,saab", eval_examples=32, final_forms=("reductions",))
+    p = replace(p, train=replace(p.train, checkpoint_steps=(1, 500)))
+    if out.exists():
+        shutil.rmtree(out)
+    with progress_bars() as (_, progress):
+        res = run_sweep(out, seeds=_int_list(seeds, "--seeds"), conditions=conds, preset=p,
+                        data=_data("bundled-dbpedia"), study="demo", device="cpu", keep_checkpoints="none",
+                        progress=progress)
+    if res.failed:
+        raise RoutestatsError(f"seeds {sorted(res.failed)} failed; logs: {', '.join(res.failed.values())}")
+    for path in res.complete:
+        echo(f"run complete: {path}")
+
+
+EXTRAS = {"torch": "train", "tokenizers": "train", "transformers": "capture", "accelerate": "capture",
+          "submitit": "train", "gguf": "capture"}
+
+
+def _fail(message: str, code: int = 2):
+    print(message, file=sys.stderr)
+    raise SystemExit(code)
+
+
+@contextlib.contextmanager
+def one_line_errors():
+    """What the runners CLI does with an exception: a user error (:class:`RoutestatsError`), a missing
+    optional dependency or a failed file operation -> one line, exit 2; Ctrl-C -> exit 130; anything
+    else (a bug) -> one line, exit 1, unless ``ROUTESTATS_DEBUG=1`` asks for the traceback."""
+    try:
+        yield
+    except RoutestatsError as exc:
+        _fail(f"error: {exc}")
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get((exc.name or "").split(".")[0])
+        hint = f"pip install -e '.[{extra}]'" if extra else f"pip install {exc.name}"
+        _fail(f"error: this command needs {exc.name}, which is not installed: {hint}")
+    except OSError as exc:  # permissions, a full disk, a vanished file
+        _fail(f"error: {(exc.filename + ': ') if getattr(exc, 'filename', None) else ''}{exc.strerror or exc}")
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except Exception as exc:  # a bug: still one line
+        if os.environ.get("ROUTESTATS_DEBUG"):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        _fail(f"internal error: {type(exc).__name__}: {first} (a routestats bug; rerun with ROUTESTATS_DEBUG=1 for "
+              "the traceback)", 1)
