@@ -32,7 +32,7 @@ from .checkpoints import load_checkpoint
 from .data import resolve
 from .model import EncoderConfig, SAABEncoder
 from .msm import encode_record, load_tokenizer
-from .train import _cut, dump_attention, pick_device
+from .dumps import _cut, dump_attention, pick_device
 
 _NAMES = {"docstrings-dbpedia": "bundled-dbpedia", "docstrings-pubmed": "bundled-pubmed"}
 

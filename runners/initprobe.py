@@ -34,7 +34,8 @@ from .data import DataSpec
 from .model import EncoderConfig, SAABEncoder, state_hash
 from .msm import collate, mask_field_ids
 from .presets import Preset
-from .train import _cut, prepare, seed_everything
+from .dumps import _cut, seed_everything
+from .train import prepare
 
 
 def _joint(*ws) -> float:

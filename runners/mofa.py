@@ -29,7 +29,8 @@ from routestats.rundir import schema as S
 from routestats.rundir.write import RunWriter, software_versions
 
 from .model import state_hash
-from .train import lr_at, pick_device, seed_everything
+from .dumps import pick_device, seed_everything
+from .msm import lr_at
 
 TEXT_FIELDS = {"named": {"3": "text"}, "mask_id": 4, "vocab_size": 5}
 

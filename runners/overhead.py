@@ -25,7 +25,7 @@ from routestats.rundir.atomic import write_json_atomic, write_table_atomic
 from routestats.rundir.write import software_versions
 
 from .model import EncoderConfig, SAABEncoder
-from .train import pick_device, seed_everything
+from .dumps import pick_device, seed_everything
 
 
 def _inputs(length: int, batch: int, vocab: int, labels: int, seed: int, device):
