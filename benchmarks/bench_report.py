@@ -68,7 +68,7 @@ def peak_rss_mb(cmd: list[str], env: dict | None = None) -> float:
 # the same sections at every size: rollout / norm-weighted SFM read the full matrices, which the default
 # report does only when they are small (flow auto), so the small and the large pair would differ
 SAME = ["--flow", "off"]
-# every floor runs with the memory settings the CLI makes for itself (routestats.rundir.blocks.tune_process_memory),
+# every floor runs with the memory settings the CLI makes for itself (routestats.cli.tune_process_memory),
 # so that no floor is slower for want of them
 FLOOR_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc", "MALLOC_MMAP_THRESHOLD_": str(256 << 20),
              "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}

@@ -18,7 +18,6 @@ import pytest
 
 import routestats as rs
 from routestats.metrics import passes, routing
-from routestats.rundir import blocks
 from routestats.rundir import schema as S
 from routestats.rundir.reductions import reduce_queries, summarise_batch, summarise_queries
 from routestats.rundir.write import RunWriter
@@ -177,7 +176,9 @@ def test_chunk_checks_refuse_what_the_per_example_checks_refuse(tmp_path, rng, m
     run = _write(tmp_path / "r", rng, [6] * 12)
     _edit(run, lambda t: None)  # rewritten in row groups of 9 rows, as the mutated file will be
     seen = []
-    real = blocks.reductions_group
+    from routestats.rundir import reduction_batches
+
+    real = reduction_batches.reductions_group
     monkeypatch.setattr("routestats.rundir.read.reductions_group", lambda *a: seen.append(real(*a)) or seen[-1])
     assert len(list(rs.load_run(run.path).iter_reductions(STEP))) == 12
     assert [len(b) for b in seen] == [11]  # intact: every example after the first passes the chunk checks

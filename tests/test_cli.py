@@ -133,7 +133,7 @@ def test_commands_use_a_memory_pool_that_returns_pages():
     import subprocess
     import sys
 
-    code = ("from routestats.rundir.blocks import tune_process_memory; import pyarrow as pa; "
+    code = ("from routestats.cli import tune_process_memory; import pyarrow as pa; "
             "print(tune_process_memory()['arrow_pool'], pa.default_memory_pool().backend_name)")
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout

@@ -409,7 +409,8 @@ def test_release_unused_memory_returns_freed_heap_pages():
 HEAP_REUSE = """
 import sys
 import numpy as np
-from routestats.rundir.blocks import release_unused_memory, tune_process_memory
+from routestats.cli import tune_process_memory
+from routestats.rundir.memory import release_unused_memory
 
 def rss():
     return int(dict(l.split(":", 1) for l in open("/proc/self/status"))["VmRSS"].split()[0]) // 1024

@@ -251,7 +251,7 @@ def test_spearman_reference_values():
     assert rs.spearman_ci([1, 2, 3, 4], [10, 20, 30, 40], resamples=5).rho[0] == pytest.approx(1.0)
     assert rs.spearman_ci([1, 2, 3, 4], [40, 30, 20, 10], resamples=5).rho[0] == pytest.approx(-1.0)
     # ties: average ranks ranks([1, 1, 3]) = [1.5, 1.5, 3] (METHODS 3.4)
-    from routestats.stats.inference import average_ranks
+    from routestats.stats.spearman import average_ranks
 
     assert average_ranks([1, 1, 3]).tolist() == [1.5, 1.5, 3.0]
 
@@ -259,7 +259,7 @@ def test_spearman_reference_values():
 def test_spearman_and_ranks_bitwise_scipy():
     # expected: scipy.stats.spearmanr / rankdata themselves; equality is exact (==), not approximate:
     # the report's rho and p must be the numbers scipy would print
-    from routestats.stats.inference import average_ranks, spearman
+    from routestats.stats.spearman import average_ranks, spearman
 
     rng = np.random.default_rng(12)
     cases = 0
@@ -295,7 +295,7 @@ def test_spearman_and_ranks_bitwise_scipy():
 def test_resampled_spearman_equals_scipy_per_resample():
     from scipy import stats as sst
 
-    from routestats.stats.inference import _spearman_resamples
+    from routestats.stats.spearman import _spearman_resamples
 
     rng = np.random.default_rng(3)
     n = 40

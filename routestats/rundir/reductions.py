@@ -130,12 +130,7 @@ def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal:
         raise ValueError(f"trivial must be include or exclude, got {trivial!r}")
     g = np.asarray(field_ids)
     named = np.asarray(named)
-    src = g[..., :, None] == named  # (E, n, F): query position i belongs to named field f
-    valid, _, is_trivial = query_opportunity(g, named, causal)
-    n_trivial = is_trivial.sum(axis=-1)
-    if trivial == "exclude":
-        valid = valid & ~is_trivial
-        src = src & valid[..., None]
+    src, valid, n_trivial = _queries(g, named, causal, trivial)
     n_valid = valid.sum(axis=-1)
     nq = np.maximum(1, n_valid)[:, None]
     fm = red["field_mass"]
@@ -167,16 +162,33 @@ def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal:
         "f2f": f2f,
         "has_source": counts > 0,
     }
-    for name, per_query in (extra or {}).items():
+    out.update(_extra_summaries(extra or {}, red, g, named, causal, vf, nq))
+    if trivial == "exclude":  # an example with nothing left to average: undefined, not 0
+        empty = (n_valid == 0)[:, None]
+        for k in ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass", *(extra or {})):
+            out[k] = np.where(empty, np.nan, out[k])
+    return out
+
+
+def _queries(g, named, causal: bool, trivial: str):
+    """(query position i in named field f (E, n, F), the averaged queries (E, n), trivial counts (E,))."""
+    src = g[..., :, None] == named
+    valid, _, is_trivial = query_opportunity(g, named, causal)
+    if trivial == "exclude":
+        valid = valid & ~is_trivial
+        src = src & valid[..., None]
+    return src, valid, is_trivial.sum(axis=-1)
+
+
+def _extra_summaries(extra: dict, red, g, named, causal, vf, nq) -> dict:
+    """Registered metrics' per-query values averaged over the same queries as SFM."""
+    out = {}
+    for name, per_query in extra.items():
         v = np.asarray(per_query(red, g, named, causal), dtype=np.float64)
         if v.shape != red["row_mass"].shape:
             raise ValueError(f"metric {name!r} gave shape {v.shape}, expected {red['row_mass'].shape} (examples, "
                              "rows, queries)")
         out[name] = (v * vf).sum(axis=-1) / nq
-    if trivial == "exclude":  # an example with nothing left to average: undefined, not 0
-        empty = (n_valid == 0)[:, None]
-        for k in ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass", *(extra or {})):
-            out[k] = np.where(empty, np.nan, out[k])
     return out
 
 

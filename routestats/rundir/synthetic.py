@@ -75,87 +75,56 @@ def synthetic_pair(
     if len(same_field_bias) != n_layers or len(effect) != n_layers:
         raise ValueError("same_field_bias and effect need one value per layer")
     rng = np.random.default_rng(seed)
-    rows = []
-    for e in range(n_examples):
-        n = int(rng.integers(length_range[0], length_range[1] + 1))
-        n_title = int(rng.integers(2, max(3, n // 3) + 1))
-        field_ids = [4] * n_title + [3] * (n - n_title)
-        tokens = ["[FIELD_START]"] + [f"t{k}" for k in range(n_title - 1)]
-        tokens += ["[FIELD_START]"] + [f"c{k}" for k in range(n - n_title - 1)]
-        words, wid, prev_start = [], -1, True
-        for k in range(n):  # start tokens are their own group; words have 1-2 pieces
-            is_start = k in (0, n_title)
-            if is_start or prev_start or rng.random() < 0.7:
-                wid += 1
-            words.append(wid)
-            prev_start = is_start
-        rows.append(
-            {
-                "example_id": e,
-                "split": "val",
-                "source_index": e,
-                "row_id": f"row_{e}",
-                "label": "synthetic",
-                "prepared_length": n,
-                "cap": cap,
-                "field_ids": field_ids,
-                "tokens": tokens,
-                "word_ids": words,
-                "is_primary": True,
-            }
-        )
-    examples = pd.DataFrame(rows)
-    noise = {
-        ex["example_id"]: rng.standard_normal((len(steps), n_layers, n_heads, len(ex["field_ids"]), len(ex["field_ids"])))
-        for ex in rows
-    }
-    extra = {
-        ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows
-    }
+    rows = [_synthetic_example(rng, e, length_range, cap) for e in range(n_examples)]
+    noise = {ex["example_id"]: rng.standard_normal((len(steps), n_layers, n_heads, len(ex["field_ids"]),
+                                                    len(ex["field_ids"]))) for ex in rows}
+    extra = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows}
     init_id = hashlib.sha256(f"synthetic-init-{seed}".encode()).hexdigest()
     order_id = hashlib.sha256(f"synthetic-order-{seed}".encode()).hexdigest()
-    out = Path(out_dir)
     paths = []
     for variant in ("baseline", "saab"):
-        w = RunWriter(
-            out / variant,
-            run_id=f"synthetic-{variant}-seed{seed}",
-            study="synthetic",
-            factors={"variant": variant},
-            seed=seed,
-            init_id=init_id,
-            data_order_id=order_id,
-            fields=DBPEDIA_FIELDS,
-            overwrite=True,
-        )
-        w.write_examples(examples)
+        w = RunWriter(Path(out_dir) / variant, run_id=f"synthetic-{variant}-seed{seed}", study="synthetic",
+                      factors={"variant": variant}, seed=seed, init_id=init_id, data_order_id=order_id,
+                      fields=DBPEDIA_FIELDS, overwrite=True)
+        w.write_examples(pd.DataFrame(rows))
         for si, step in enumerate(steps):
             with w.attention(step, dtype=dtype, forms=forms) as sink:
                 for ex in rows:
                     g = np.asarray(ex["field_ids"])
                     same = (g[:, None] == g[None, :]).astype(float)
-                    bias = np.asarray(same_field_bias, float)[:, None, None, None] * same
-                    logits = noise[ex["example_id"]][si] + bias
+                    logits = noise[ex["example_id"]][si] + np.asarray(same_field_bias, float)[:, None, None, None] * same
                     if variant == "saab":
                         logits = logits + np.asarray(effect, float)[:, None, None, None] * same
                         logits = logits + extra[ex["example_id"]][si]
                     sink.add(ex["example_id"], _softmax(logits))
-        step_rows = [
-            {"step": s, "phase": "train", "loss": 1.0 / s, "lr": 1e-4, "grad_norm": 1.0, "elapsed_seconds": float(s)}
-            for s in range(1, max(steps) + 1)
-        ]
-        w.write_metrics(pd.DataFrame(step_rows))
-        grads = [
-            {"step": s, "layer": layer, "component": c, "norm": float(1.0 + layer + rng.random())}
-            for s in range(1, max(steps) + 1)
-            for layer in range(n_layers)
-            for c in "qkv"
-        ]
-        w.write_gradients(pd.DataFrame(grads))
-        paths.append(
-            w.finalize(
-                notes="SYNTHETIC: attention drawn from random logits by routestats.rundir.synthetic.synthetic_pair",
-                model={"n_layers": n_layers, "n_heads": n_heads},
-            )
-        )
+        _write_training_tables(w, rng, max(steps), n_layers)
+        paths.append(w.finalize(notes="SYNTHETIC: attention drawn from random logits by "
+                                      "routestats.rundir.synthetic.synthetic_pair",
+                                model={"n_layers": n_layers, "n_heads": n_heads}))
     return paths[0], paths[1]
+
+
+def _synthetic_example(rng, e: int, length_range, cap: int) -> dict:
+    """One synthetic example row: a title (field 4) then content (field 3), each opened by a start token."""
+    n = int(rng.integers(length_range[0], length_range[1] + 1))
+    n_title = int(rng.integers(2, max(3, n // 3) + 1))
+    tokens = ["[FIELD_START]"] + [f"t{k}" for k in range(n_title - 1)]
+    tokens += ["[FIELD_START]"] + [f"c{k}" for k in range(n - n_title - 1)]
+    words, wid, prev_start = [], -1, True
+    for k in range(n):  # start tokens are their own group; words have 1-2 pieces
+        is_start = k in (0, n_title)
+        if is_start or prev_start or rng.random() < 0.7:
+            wid += 1
+        words.append(wid)
+        prev_start = is_start
+    return {"example_id": e, "split": "val", "source_index": e, "row_id": f"row_{e}", "label": "synthetic",
+            "prepared_length": n, "cap": cap, "field_ids": [4] * n_title + [3] * (n - n_title), "tokens": tokens,
+            "word_ids": words, "is_primary": True}
+
+
+def _write_training_tables(w: RunWriter, rng, last_step: int, n_layers: int) -> None:
+    """Synthetic metrics (loss 1/step) and Q/K/V gradient norms for steps 1..last_step."""
+    w.write_metrics(pd.DataFrame([{"step": s, "phase": "train", "loss": 1.0 / s, "lr": 1e-4, "grad_norm": 1.0,
+                                   "elapsed_seconds": float(s)} for s in range(1, last_step + 1)]))
+    w.write_gradients(pd.DataFrame([{"step": s, "layer": layer, "component": c, "norm": float(1.0 + layer + rng.random())}
+                                    for s in range(1, last_step + 1) for layer in range(n_layers) for c in "qkv"]))

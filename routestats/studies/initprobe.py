@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from routestats.errors import RoutestatsError
-from routestats.stats.inference import spearman
+from routestats.stats.spearman import spearman
 
 __all__ = ["spearman_rho", "load_probe", "initial_loss_summary", "probe_correlations"]
 

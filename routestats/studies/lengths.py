@@ -23,7 +23,8 @@ from routestats.studies.effects import paired_differences
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunPair
 from routestats.settings import Resampling
-from routestats.stats.inference import bootstrap_count_chunks, percentile_ci, spearman_ci
+from routestats.stats.inference import bootstrap_count_chunks, percentile_ci
+from routestats.stats.spearman import spearman_ci
 
 __all__ = [
     "length_table",

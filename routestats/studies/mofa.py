@@ -24,7 +24,8 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunCollection
-from routestats.stats.inference import cohen_dz, holm, paired_t, signflip_count
+from routestats.stats.inference import cohen_dz, holm, signflip_count
+from routestats.stats.ttest import paired_t
 
 __all__ = [
     "pooled_perplexity",

@@ -32,7 +32,8 @@ from routestats.errors import RoutestatsError
 from routestats.settings import PatternRules, Resampling
 from routestats.rundir.collection import RunCollection
 from routestats.metrics.routing import profile_distance
-from routestats.stats.inference import cohen_dz, holm, paired_t, percentile_ci, signflip_count
+from routestats.stats.inference import cohen_dz, holm, percentile_ci, signflip_count
+from routestats.stats.ttest import paired_t
 
 __all__ = [
     "paired_deltas",

@@ -1,0 +1,182 @@
+"""Spearman's rho with a vectorised bootstrap CI (METHODS 3.4) and the hand-written average ranks of
+the initialisation analysis (METHODS 3.4, 3.8); rho and p are ``scipy.stats.spearmanr``'s values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import special
+
+from routestats.errors import RoutestatsError
+from routestats.settings import Resampling
+from routestats.stats.inference import holm, percentile_ci
+
+__all__ = ["average_ranks", "spearman", "SpearmanResult", "spearman_ci"]
+
+
+def average_ranks(v) -> np.ndarray:
+    """Average ranks (1-based; ties share the mean of their ranks) of a 1-D array: exactly the values of
+    ``scipy.stats.rankdata(v, method="average")`` (integers and halves are exact in float64).
+
+    >>> average_ranks([10.0, 30.0, 20.0, 20.0]).tolist()
+    [1.0, 4.0, 2.5, 2.5]
+    """
+    v = np.asarray(v, dtype=np.float64)
+    _order, starts, group = _tie_groups(v)
+    ends = np.r_[starts[1:], len(v)]  # run g holds sorted positions starts[g] .. ends[g] - 1
+    return ((starts + 1 + ends) / 2.0)[group]
+
+
+def spearman(x, y) -> tuple[float, float]:
+    """Spearman rho of two 1-D arrays and its two-sided p (t approximation, n - 2 df): bitwise the
+    values of ``scipy.stats.spearmanr(x, y)`` (the same ranks, ``numpy.corrcoef`` on the same layout,
+    the same t and ``stdtr``; tested), without importing scipy.stats (0.5 s CPU per report).
+    NaN for a constant input, an input holding NaN, or fewer than 2 pairs, as there.
+
+    >>> rho, p = spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7])
+    >>> round(rho, 4), round(p, 4)
+    (0.8208, 0.0886)
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    n = len(x)
+    if n <= 1 or (x[0] == x).all() or (y[0] == y).all() or np.isnan(x).any() or np.isnan(y).any():
+        return float("nan"), float("nan")
+    # scipy ranks the columns of column_stack((x, y)) with apply_along_axis: a (2, n) buffer, transposed
+    ranked = np.empty((2, n))
+    ranked[0] = average_ranks(x)
+    ranked[1] = average_ranks(y)
+    rs = np.corrcoef(ranked.T, rowvar=False)
+    dof = n - 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = rs * np.sqrt((dof / ((rs + 1.0) * (1.0 - rs))).clip(0))
+        prob = 2 * special.stdtr(dof, -np.abs(t))
+    return float(rs[1, 0]), float(prob[1, 0])
+
+
+def _tie_groups(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort order, start of each run of equal values in that order, and each element's run index."""
+    order = np.argsort(v, kind="stable")
+    sv = v[order]
+    starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
+    group = np.empty(len(v), dtype=np.int64)
+    group[order] = np.cumsum(np.r_[True, sv[1:] != sv[:-1]]) - 1
+    return order, starts, group
+
+
+def _resampled_average_ranks(counts: np.ndarray, ties) -> np.ndarray:
+    """Average rank of every original element inside each resample, from the resample's counts.
+
+    An element's rank among the resampled values is (# resampled values below it) +
+    (# resampled values equal to it + 1) / 2; copies of one element share it. O(B n), no sort.
+    """
+    order, starts, group = ties
+    g = counts[:, order].astype(np.float64)
+    if len(starts) < len(order):  # ties: one count per run of equal values
+        g = np.add.reduceat(g, starts, axis=1)
+    below = np.cumsum(g, axis=1)
+    below -= g
+    g += 1
+    g *= 0.5
+    g += below
+    return g[:, group]
+
+
+def _spearman_resamples(x: np.ndarray, y: np.ndarray, idx: np.ndarray, ties=None) -> np.ndarray:
+    """Spearman rho (average ranks, Pearson of ranks) of x[idx[b]] and y[idx[b]] for each row b of idx.
+
+    Equal to ranking each resample and correlating (``scipy.stats.spearmanr`` per resample; tested),
+    but computed from the multiplicity of each original pair: ranks of repeated pairs coincide,
+    so the Pearson sums become sums over the n originals weighted by their counts. ``ties``
+    (``(_tie_groups(x), _tie_groups(y))``) is reused across calls when given.
+    """
+    B, n = idx.shape
+    tx, ty = (_tie_groups(x), _tie_groups(y)) if ties is None else ties
+    counts = np.bincount((idx + n * np.arange(B)[:, None]).ravel(), minlength=B * n).reshape(B, n)
+    m = (n + 1) / 2  # the mean of average ranks of n values
+    dx = _resampled_average_ranks(counts, tx) - m
+    dy = _resampled_average_ranks(counts, ty) - m
+    c = counts.astype(np.float64)
+    cov = np.einsum("bi,bi,bi->b", c, dx, dy)
+    den = np.sqrt(np.einsum("bi,bi,bi->b", c, dx, dx) * np.einsum("bi,bi,bi->b", c, dy, dy))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, cov / np.where(den > 0, den, 1.0), np.nan)
+
+
+@dataclass(frozen=True)
+class SpearmanResult:
+    """Spearman rho per column of y against one x, with percentile bootstrap CIs and Holm."""
+
+    labels: tuple
+    n: int
+    rho: np.ndarray
+    p_raw: np.ndarray
+    p_adj: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    resamples_kept: np.ndarray
+    resamples: int
+    seed: int
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "label": list(self.labels),
+                "n": self.n,
+                "rho": self.rho,
+                "p_raw": self.p_raw,
+                "p_adj": self.p_adj,
+                "adj_method": "holm",
+                "ci_low": self.ci_low,
+                "ci_high": self.ci_high,
+                "resamples_kept": self.resamples_kept,
+                "resamples": self.resamples,
+                "seed": self.seed,
+                "method": "Spearman (average ranks) + percentile bootstrap",
+            }
+        )
+
+
+def spearman_ci(x, y, *, resampling: Resampling | None = None, resamples: int | None = None, seed: int | None = None,
+                confidence: float | None = None, labels=None) -> SpearmanResult:
+    """Spearman rho of x with each column of y, bootstrap CI and Holm (METHODS 3.4).
+
+    rho and its two-sided p are :func:`spearman` (``scipy.stats.spearmanr``'s values). The bootstrap follows the
+    reference: one ``default_rng(seed + 17)`` shared across columns in order; per column,
+    ``resamples`` calls of ``integers(0, n, size=n)``; rho recomputed by ranking the
+    resampled x and y (average ranks) and taking Pearson, vectorised over resamples (computed
+    from each resample's counts in O(n) per resample, in chunks of 64 resamples);
+    non-finite rho (a constant resample) are skipped.
+    """
+    r = Resampling.of(resampling, length_resamples=resamples, seed=seed, confidence=confidence)
+    resamples, seed, confidence = r.length_resamples, r.seed, r.confidence
+    xv = np.asarray(x, dtype=np.float64)
+    Y = np.asarray(y, dtype=np.float64)
+    if Y.ndim == 1:
+        Y = Y[:, None]
+    n, k = Y.shape
+    if xv.shape != (n,):
+        raise RoutestatsError(f"x has shape {xv.shape}, expected ({n},)")
+    if n < 3:
+        raise RoutestatsError("Spearman correlation needs at least 3 pairs")
+    rng = np.random.default_rng(seed + 17)
+    # (64 x n) working arrays stay in cache: 2.2x faster than 500 at n = 2,336; fewer rows beyond
+    # n = 16,384 keep them at 8 MB each (each resample's rho is computed on its own row either way)
+    chunk = max(1, min(64, (1 << 20) // n))
+    x_ties = _tie_groups(xv)
+    rho, p = np.empty(k), np.empty(k)
+    lo, hi, kept = np.empty(k), np.empty(k), np.zeros(k, dtype=np.int64)
+    for j in range(k):
+        rho[j], p[j] = spearman(xv, Y[:, j])
+        ties = (x_ties, _tie_groups(Y[:, j]))
+        # one integers call per chunk draws what its rows' calls of size n would (the same stream)
+        r = np.concatenate([
+            _spearman_resamples(xv, Y[:, j], rng.integers(0, n, size=(min(chunk, resamples - s), n)), ties)
+            for s in range(0, resamples, chunk)])
+        r = r[np.isfinite(r)]
+        kept[j] = r.size
+        lo[j], hi[j] = percentile_ci(r, confidence) if r.size else (np.nan, np.nan)
+    labels = tuple(range(k)) if labels is None else tuple(labels)
+    return SpearmanResult(labels, n, rho, p, holm(p), lo, hi, kept, int(resamples), int(seed))
