@@ -218,6 +218,46 @@ def summary(
                                           baseline=baseline, skip_incomplete=skip_incomplete, study=study)))
 
 
+def _cached_report(key: str, out: Path, force: bool, inputs, say):
+    """The report from the cache when every file under the inputs, the settings and the code are unchanged."""
+    from reports import cache
+    from reports.folder import SourceUnreadable, copy_report
+
+    hit = cache.lookup(key)
+    if hit is None:
+        return None
+    try:
+        written = copy_report(*hit, out, force=force, inputs=inputs)
+    except SourceUnreadable:  # evicted or damaged meanwhile: computed afresh
+        return None
+    say("inputs, settings and code unchanged: the report from the cache")
+    return written
+
+
+def _fresh_report(path, s, out, formats, vector, force, inputs, init_probe, workers, key, say):
+    """Analyse and write the report folder; file it in the cache when no input changed meanwhile."""
+    import reports
+    from reports import cache
+    from routestats.analysis import analyse  # (pandas, scipy): not needed for a report from the cache
+    from routestats.rundir.memory import release_unused_memory
+
+    tune_process_memory()
+
+    def stage(label):
+        """Hand back what the last stage freed before the next begins: the heap keeps freed blocks for reuse
+        within a stage (tune_process_memory), and the runs' metric frames are free by the figures."""
+        release_unused_memory()
+        say(label)
+
+    rep = analyse(path, s, progress=stage, init_probe=init_probe, workers=workers)
+
+    def keep(folder, files):  # only if nothing under the inputs changed while the report was made
+        if cache.report_key(inputs, s.to_dict(), formats, vector) == key:
+            cache.store(key, folder, files)
+
+    return reports.write(rep, out, formats, progress=stage, force=force, inputs=inputs, figures=vector, keep=keep)
+
+
 @command
 def report(
     path: Path = typer.Argument(..., help="A pair folder (baseline + variants), a study or MoFA tree, or a run with "
@@ -243,9 +283,8 @@ def report(
 
     A tree with several pairs gets a study report (seeds, sweeps, placement, shuffled control, depth, data sets,
     across-seed inference) before any per-pair parts."""
-    import reports
     from reports import cache
-    from reports.folder import SourceUnreadable, check_output, copy_report
+    from reports.folder import check_output
 
     formats = _formats(format)
     vector = None
@@ -260,34 +299,9 @@ def report(
     check_output(out, force, inputs)  # before the analysis, not after it
     key = cache.report_key(inputs, s.to_dict(), formats, vector)
     with _progress() as say:
-        written = None
-        hit = cache.lookup(key)
-        if hit is not None:  # every file under the inputs unchanged since that report verified them
-            try:
-                written = copy_report(*hit, out, force=force, inputs=inputs)
-                say("inputs, settings and code unchanged: the report from the cache")
-            except SourceUnreadable:  # evicted or damaged meanwhile: computed afresh
-                written = None
+        written = _cached_report(key, out, force, inputs, say)
         if written is None:
-            from routestats.analysis import analyse  # (pandas, scipy): not needed for a report from the cache
-            from routestats.rundir.memory import release_unused_memory
-
-            tune_process_memory()
-
-            def stage(label):
-                """Hand back what the last stage freed before the next begins: the heap keeps freed blocks for
-                reuse within a stage (tune_process_memory), and the runs' metric frames are free by the figures."""
-                release_unused_memory()
-                say(label)
-
-            rep = analyse(path, s, progress=stage, init_probe=init_probe, workers=workers)
-
-            def keep(folder, files):  # only if nothing under the inputs changed while the report was made
-                if cache.report_key(inputs, s.to_dict(), formats, vector) == key:
-                    cache.store(key, folder, files)
-
-            written = reports.write(rep, out, formats, progress=stage, force=force, inputs=inputs, figures=vector,
-                                    keep=keep)
+            written = _fresh_report(path, s, out, formats, vector, force, inputs, init_probe, workers, key, say)
     for name, p in written.items():
         typer.echo(f"{name}: {p}")
 

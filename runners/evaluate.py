@@ -51,15 +51,7 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
     runs = load_runs(pair_dir)
     first = runs.runs[0]
     ds = first.manifest.get("dataset") or {}
-    spec_str = ds.get("spec") or _NAMES.get(ds.get("name", ""))
-    if not spec_str:
-        raise RoutestatsError(f"{first.run_id}: the manifest does not say which data set it was trained on")
-    spec = resolve(spec_str, max_length=ds.get("max_length"))
-    tok_path = pair_dir / "tokenizer.json"
-    if not tok_path.is_file():
-        raise RoutestatsError(f"{tok_path}: the study's tokenizer is missing")
-    if sha256_file(tok_path) != ds.get("tokenizer_sha256"):
-        raise RoutestatsError(f"{tok_path}: tokenizer differs from the one the runs were trained with")
+    spec, tok_path = _study_data(first, pair_dir)
     records = spec.load_test()
     idx = reservoir_indices(len(records), sample_size, sample_seed)
     by_id = {r.run_id: r for r in runs}
@@ -101,29 +93,46 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
     dev = pick_device(device)
     paths = []
     for run in runs:
-        cfg = EncoderConfig(**run.manifest["model"])
-        model = SAABEncoder(cfg)
-        ck = load_checkpoint(ckpts[run.run_id])
-        model.load_state_dict(ck["model"])
-        model.to(dev)
-        step = int(ck["step"])
-        name = run.path.name
-        w = RunWriter(out / name, run_id=f"{run.run_id}-test", study=run.study, factors={**run.factors, "split": "test"},
-                      seed=run.seed, init_id=run.init_id, data_order_id=run.data_order_id,
-                      fields=run.manifest["fields"], overwrite=True)
-        w.write_examples(examples)
-        with w.attention(step, dtype=(run.manifest["attention"].get("dtype") or "float16"),
-                         forms=(S.FORM_MATRICES, S.FORM_REDUCTIONS), value_norms=True) as sink:
-            dump_attention(model, recs, sink, batch_size, dev, idx)
-        paths.append(w.finalize(
-            parent_run_id=run.run_id, model=run.manifest["model"], dataset=ds,
-            evaluation={"split": "test", "examples": len(idx), "cap": cap, "selection": manifest["method"],
-                        "sample_seed": sample_seed, "test_manifest_sha256": sha256_file(out / "test_manifest.json"),
-                        "checkpoint_sha256": manifest["checkpoints"][run.run_id]["sha256"]},
-            software=software_versions(("torch", "tokenizers")),
-        ))
+        paths.append(_evaluate_run(run, ckpts[run.run_id], out, examples, recs, idx, batch_size, dev, ds, cap, manifest,
+                                   sample_seed))
     return paths
 
+
+def _study_data(first, pair_dir: Path):
+    """(data spec, tokenizer path) of the study the runs were trained on, checked against the manifest."""
+    ds = first.manifest.get("dataset") or {}
+    spec_str = ds.get("spec") or _NAMES.get(ds.get("name", ""))
+    if not spec_str:
+        raise RoutestatsError(f"{first.run_id}: the manifest does not say which data set it was trained on")
+    spec = resolve(spec_str, max_length=ds.get("max_length"))
+    tok_path = pair_dir / "tokenizer.json"
+    if not tok_path.is_file():
+        raise RoutestatsError(f"{tok_path}: the study's tokenizer is missing")
+    if sha256_file(tok_path) != ds.get("tokenizer_sha256"):
+        raise RoutestatsError(f"{tok_path}: tokenizer differs from the one the runs were trained with")
+    return spec, tok_path
+
+
+def _evaluate_run(run, ckpt: Path, out: Path, examples, recs, idx, batch_size, dev, ds, cap, manifest,
+                  sample_seed) -> Path:
+    """One run's final weights on the test sample, as the run ``out/<its folder name>``."""
+    model = SAABEncoder(EncoderConfig(**run.manifest["model"]))
+    ck = load_checkpoint(ckpt)
+    model.load_state_dict(ck["model"])
+    model.to(dev)
+    w = RunWriter(out / run.path.name, run_id=f"{run.run_id}-test", study=run.study,
+                  factors={**run.factors, "split": "test"}, seed=run.seed, init_id=run.init_id,
+                  data_order_id=run.data_order_id, fields=run.manifest["fields"], overwrite=True)
+    w.write_examples(examples)
+    with w.attention(int(ck["step"]), dtype=(run.manifest["attention"].get("dtype") or "float16"),
+                     forms=(S.FORM_MATRICES, S.FORM_REDUCTIONS), value_norms=True) as sink:
+        dump_attention(model, recs, sink, batch_size, dev, idx)
+    return w.finalize(
+        parent_run_id=run.run_id, model=run.manifest["model"], dataset=ds,
+        evaluation={"split": "test", "examples": len(idx), "cap": cap, "selection": manifest["method"],
+                    "sample_seed": sample_seed, "test_manifest_sha256": sha256_file(out / "test_manifest.json"),
+                    "checkpoint_sha256": manifest["checkpoints"][run.run_id]["sha256"]},
+        software=software_versions(("torch", "tokenizers")))
 
 
 def evaluate_bias_off(run_dir: Path, out: Path | None = None, *, batch_size: int = 16, device: str = "auto") -> Path:

@@ -82,49 +82,15 @@ def run_init_probe(out: Path, *, data: DataSpec, preset: Preset, seeds: Sequence
             hashes.append({"seed": s, "variant": variant, "sha256": state_hash(models[variant])})
         if hashes[-1]["sha256"] != hashes[-2]["sha256"]:
             raise RoutestatsError(f"seed {s}: baseline and SAAB initial states differ")
-        base = models["baseline"]
-        E = base.field.weight.detach().double()
-        ids = data.field_ids
-        title, content = ids.get("title", min(ids.values()) + 1), ids.get("content", min(ids.values()))
-        ln = _layer_norms(base)
-        last, pen = ln[-1], ln[-2]
-        summaries.append({
-            "seed": s,
-            "field_embedding_distance": float((E[title] - E[content]).norm()),
-            "mask_embedding_offset": float((E[data.mask_id] - (E[title] + E[content]) / 2).norm()),
-            "qkv_norm_ratio": last["qkv_norm"] / pen["qkv_norm"],
-            "out_proj_norm_ratio": last["out_proj_norm"] / pen["out_proj_norm"],
-            "ffn_norm_ratio": last["ffn_norm"] / pen["ffn_norm"],
-        })
+        ln = _layer_norms(models["baseline"])
+        summaries.append(_init_summary(s, models["baseline"], data, ln))
         norms += [{"seed": s, **r} for r in ln]
         for variant, model in models.items():
-            model.eval()
-            with torch.inference_mode():
-                for (m, b), (mids, labels) in masked.items():
-                    batch = block_batches[b]
-                    logits, _ = model(batch["input_ids"], mids, batch["attention_mask"])
-                    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
-                    losses.append({"seed": s, "variant": variant, "mask_seed": m, "block": b, "loss": float(loss)})
+            losses += [{"seed": s, "variant": variant, **r} for r in _initial_losses(model, masked, block_batches)]
         if one_update:
-            for variant in ("baseline", "saab"):
-                seed_everything(s)
-                cfg = models[variant].cfg
-                model = SAABEncoder(cfg)
-                model.train()
-                opt = torch.optim.AdamW(model.parameters(), lr=preset.train.learning_rate * lr_factor,
-                                        weight_decay=preset.train.weight_decay, betas=preset.train.betas)
-                before = [[getattr(layer.attn, c).weight.detach().clone() for c in "qkv"] for layer in model.layers]
-                mids, labels = masked[mask_seeds[0], 0]
-                batch = block_batches[0]
-                logits, _ = model(batch["input_ids"], mids, batch["attention_mask"])
-                F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100).backward()
-                grads = [_joint(*(getattr(layer.attn, c).weight.grad for c in "qkv")) for layer in model.layers]
-                torch.nn.utils.clip_grad_norm_(model.parameters(), preset.train.grad_clip)
-                opt.step()
-                upd = [_joint(*(getattr(layer.attn, c).weight - w0 for c, w0 in zip("qkv", before[i])))
-                       for i, layer in enumerate(model.layers)]
-                updates.append({"seed": s, "variant": variant, "grad_ratio": grads[-1] / grads[-2],
-                                "update_ratio": upd[-1] / upd[-2]})
+            updates += [{"seed": s, "variant": v, **_one_update(s, models[v].cfg, preset, lr_factor,
+                                                                  masked[mask_seeds[0], 0], block_batches[0])}
+                        for v in ("baseline", "saab")]
     frames = {"state_hashes": pd.DataFrame(hashes), "init_summaries": pd.DataFrame(summaries),
               "layer_norms": pd.DataFrame(norms), "initial_loss": pd.DataFrame(losses)}
     if one_update:
@@ -138,3 +104,48 @@ def run_init_probe(out: Path, *, data: DataSpec, preset: Preset, seeds: Sequence
         "tokenizer_sha256": prep.tokenizer_sha256, "software": software_versions(("torch", "tokenizers")),
     })
     return frames
+
+
+def _init_summary(s: int, base, data: DataSpec, ln: list) -> dict:
+    """The five initial-state summaries of the baseline model of seed ``s`` (METHODS 3.8 step 2)."""
+    E = base.field.weight.detach().double()
+    ids = data.field_ids
+    title, content = ids.get("title", min(ids.values()) + 1), ids.get("content", min(ids.values()))
+    last, pen = ln[-1], ln[-2]
+    return {"seed": s, "field_embedding_distance": float((E[title] - E[content]).norm()),
+            "mask_embedding_offset": float((E[data.mask_id] - (E[title] + E[content]) / 2).norm()),
+            "qkv_norm_ratio": last["qkv_norm"] / pen["qkv_norm"],
+            "out_proj_norm_ratio": last["out_proj_norm"] / pen["out_proj_norm"],
+            "ffn_norm_ratio": last["ffn_norm"] / pen["ffn_norm"]}
+
+
+def _initial_losses(model, masked: dict, block_batches: list) -> list[dict]:
+    """Dropout-free MSM loss of every (mask seed, block)."""
+    model.eval()
+    out = []
+    with torch.inference_mode():
+        for (m, b), (mids, labels) in masked.items():
+            batch = block_batches[b]
+            logits, _ = model(batch["input_ids"], mids, batch["attention_mask"])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+            out.append({"mask_seed": m, "block": b, "loss": float(loss)})
+    return out
+
+
+def _one_update(s: int, cfg, preset: Preset, lr_factor: float, masked_batch, batch) -> dict:
+    """Gradient and AdamW-update ratios (last / penultimate layer) of one training step from the initial state."""
+    seed_everything(s)
+    model = SAABEncoder(cfg)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=preset.train.learning_rate * lr_factor,
+                            weight_decay=preset.train.weight_decay, betas=preset.train.betas)
+    before = [[getattr(layer.attn, c).weight.detach().clone() for c in "qkv"] for layer in model.layers]
+    mids, labels = masked_batch
+    logits, _ = model(batch["input_ids"], mids, batch["attention_mask"])
+    F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100).backward()
+    grads = [_joint(*(getattr(layer.attn, c).weight.grad for c in "qkv")) for layer in model.layers]
+    torch.nn.utils.clip_grad_norm_(model.parameters(), preset.train.grad_clip)
+    opt.step()
+    upd = [_joint(*(getattr(layer.attn, c).weight - w0 for c, w0 in zip("qkv", before[i])))
+           for i, layer in enumerate(model.layers)]
+    return {"grad_ratio": grads[-1] / grads[-2], "update_ratio": upd[-1] / upd[-2]}

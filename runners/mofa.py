@@ -198,38 +198,12 @@ def train_mofa_run(out: Path, *, cfg: GPTConfig, train_text: Sequence[str], doma
     g = torch.Generator(device="cpu").manual_seed(seed)  # data order depends on the seed only
     order = torch.randint(0, len(data), (tc.steps, tc.batch_size), generator=g).numpy()
     order_id = hashlib.sha256(order.astype("<i8").tobytes() + hashlib.sha256(data.tobytes()).digest()).hexdigest()
-    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=tc.betas, weight_decay=tc.weight_decay)
-    metrics, t0 = [], time.perf_counter()
-    for step in range(1, tc.steps + 1):
-        model.train()
-        lr = lr_at(step, tc.lr, "linear_warmup_cosine", tc.warmup, tc.min_lr_ratio, tc.steps)
-        for grp in opt.param_groups:
-            grp["lr"] = lr
-        x = torch.as_tensor(data[order[step - 1]], device=dev)
-        logits, _ = model(x)
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip))
-        opt.step()
-        metrics.append({"step": step, "phase": "train", "loss": float(loss.detach()), "lr": lr, "grad_norm": gn,
-                        "elapsed_seconds": time.perf_counter() - t0})
-        if progress:
-            progress(out.name, step, tc.steps)
+    metrics = _train_steps(model, data, order, tc, dev, lambda step: progress and progress(out.name, step, tc.steps))
     ratio = f"{cfg.n_head - cfg.n_sigmoid}:{cfg.n_sigmoid}"
     w = RunWriter(out, run_id=f"{study}-{ratio.replace(':', '-')}-seed{seed}", study=study,
                   factors={"ratio": ratio, "n_sigmoid": cfg.n_sigmoid, "sigmoid_bias": str(cfg.sigmoid_bias)},
                   seed=seed, init_id=init, data_order_id=order_id, fields=TEXT_FIELDS, overwrite=True)
-    scores, ex_rows, ent_blocks = [], [], []
-    for dom, docs in domains.items():
-        blk = domain_blocks(docs, cfg.n_ctx, tc.concat_scope, tc.separator)
-        nll, n_tok = score_domain(model, blk, dev)
-        scores.append(pd.DataFrame({"domain": dom, "example_id": np.arange(len(blk)), "sum_nll": nll, "n_tokens": n_tok}))
-        for b in range(min(tc.entropy_blocks, len(blk))):
-            eid = len(ex_rows)
-            ex_rows.append({"example_id": eid, "split": dom, "source_index": b, "label": dom,
-                            "prepared_length": cfg.n_ctx, "cap": cfg.n_ctx, "field_ids": [3] * cfg.n_ctx})
-            ent_blocks.append((eid, blk[b]))
+    scores, ex_rows, ent_blocks = _score_domains(model, domains, cfg, tc, dev)
     w.write_examples(pd.DataFrame(ex_rows))
     model.eval()
     with w.attention(tc.steps, dtype="float32", forms=(S.FORM_REDUCTIONS,)) as sink, torch.inference_mode():
@@ -248,3 +222,40 @@ def train_mofa_run(out: Path, *, cfg: GPTConfig, train_text: Sequence[str], doma
                       dataset={"train_tokens": int(data.size), "domains": {d: len(v) for d, v in domains.items()},
                                "tokenizer": "utf-8 bytes"},
                       software=software_versions(("torch",)))
+
+
+def _train_steps(model, data, order, tc: MoFATrain, dev, on_step) -> list[dict]:
+    """The training loop (AdamW, warm-up + cosine, clipping); one metrics row per step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=tc.betas, weight_decay=tc.weight_decay)
+    metrics, t0 = [], time.perf_counter()
+    for step in range(1, tc.steps + 1):
+        model.train()
+        lr = lr_at(step, tc.lr, "linear_warmup_cosine", tc.warmup, tc.min_lr_ratio, tc.steps)
+        for grp in opt.param_groups:
+            grp["lr"] = lr
+        x = torch.as_tensor(data[order[step - 1]], device=dev)
+        logits, _ = model(x)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip))
+        opt.step()
+        metrics.append({"step": step, "phase": "train", "loss": float(loss.detach()), "lr": lr, "grad_norm": gn,
+                        "elapsed_seconds": time.perf_counter() - t0})
+        on_step(step)
+    return metrics
+
+
+def _score_domains(model, domains: dict, cfg: GPTConfig, tc: MoFATrain, dev):
+    """(lm score frames, example rows, (example id, block) of the entropy dumps) over every domain."""
+    scores, ex_rows, ent_blocks = [], [], []
+    for dom, docs in domains.items():
+        blk = domain_blocks(docs, cfg.n_ctx, tc.concat_scope, tc.separator)
+        nll, n_tok = score_domain(model, blk, dev)
+        scores.append(pd.DataFrame({"domain": dom, "example_id": np.arange(len(blk)), "sum_nll": nll, "n_tokens": n_tok}))
+        for b in range(min(tc.entropy_blocks, len(blk))):
+            eid = len(ex_rows)
+            ex_rows.append({"example_id": eid, "split": dom, "source_index": b, "label": dom,
+                            "prepared_length": cfg.n_ctx, "cap": cfg.n_ctx, "field_ids": [3] * cfg.n_ctx})
+            ent_blocks.append((eid, blk[b]))
+    return scores, ex_rows, ent_blocks

@@ -83,50 +83,76 @@ def run_overhead(
             params[variant] = sum(p.numel() for p in m.parameters() if p.requires_grad)
             opt = torch.optim.AdamW(m.parameters(), lr=1e-4) if mode == "training" else None
             for L in lengths:
-                ids, fids, mask, y = _inputs(L, batch_size, vocab_size, num_labels, seed, dev)
+                step = _step_fn(m, opt, mode, _inputs(L, batch_size, vocab_size, num_labels, seed, dev), num_labels)
                 if mode == "inference":
-                    m.eval()
-
-                    def step():
-                        with torch.inference_mode():
-                            m(ids, fids, mask)
-
-                    warm, iters = inference_warmup, inference_iterations
-                else:
-                    m.train()
-
-                    def step():
-                        opt.zero_grad(set_to_none=True)
-                        logits, _ = m(ids, fids, mask)
-                        F.cross_entropy(logits.reshape(-1, num_labels), y.reshape(-1)).backward()
-                        opt.step()
-
-                    warm, iters = training_warmup, training_iterations
-                if mode == "inference":
-                    from torch.profiler import ProfilerActivity, profile
-
-                    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-                    with profile(activities=acts, with_flops=True) as prof:
-                        step()
-                    flops = sum(e.flops for e in prof.key_averages() if e.flops)
-                    static.append({"variant": variant, "length": L, "forward_flops": float(flops),
-                                   "extra_saab_scalar_ops": float(batch_size * L * L * (2 + cfg.num_layers * cfg.num_heads))
-                                   if variant == "saab" else 0.0})
-                for _ in range(warm):
-                    step()
-                for r in range(repeats):
-                    if dev.type == "cuda":
-                        torch.cuda.reset_peak_memory_stats(dev)
-                    _sync(dev)
-                    t0 = time.perf_counter()
-                    for _ in range(iters):
-                        step()
-                    _sync(dev)
-                    raw.append({"variant": variant, "mode": mode, "length": L, "repeat": r,
-                                "latency_ms": (time.perf_counter() - t0) * 1000 / iters, "peak_mb": _peak_mb(dev)})
+                    static.append(_static_row(step, dev, variant, L, batch_size, cfg))
+                warm, iters = (inference_warmup, inference_iterations) if mode == "inference" else \
+                    (training_warmup, training_iterations)
+                raw += [{"variant": variant, "mode": mode, "length": L, **row}
+                        for row in _timed(step, dev, warm, iters, repeats)]
     if params["baseline"] != params["saab"]:
         raise RuntimeError(f"trainable parameter counts differ: {params}")
     raw_df = pd.DataFrame(raw)
+    summary = _summary(raw_df, static, params, batch_size)
+    _write(Path(out), raw_df, summary, dev, {
+        "model": model, "lengths": list(lengths), "batch_size": batch_size, "vocab_size": vocab_size,
+        "inference_warmup": inference_warmup, "inference_iterations": inference_iterations,
+        "training_warmup": training_warmup, "training_iterations": training_iterations, "repeats": repeats,
+        "seed": seed, "device": str(dev), "allow_tf32": allow_tf32, "attention_impl": attention_impl,
+        "torch_threads": torch.get_num_threads()})
+    return summary
+
+
+def _step_fn(m, opt, mode: str, inputs, num_labels: int):
+    """One timed step: a forward (inference mode), or forward, backward and AdamW (training)."""
+    ids, fids, mask, y = inputs
+    if mode == "inference":
+        m.eval()
+
+        def step():
+            with torch.inference_mode():
+                m(ids, fids, mask)
+        return step
+    m.train()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits, _ = m(ids, fids, mask)
+        F.cross_entropy(logits.reshape(-1, num_labels), y.reshape(-1)).backward()
+        opt.step()
+    return step
+
+
+def _static_row(step, dev, variant: str, L: int, batch_size: int, cfg) -> dict:
+    """Forward FLOPs from the profiler, and the extra scalar operations of the SAAB bias."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts, with_flops=True) as prof:
+        step()
+    flops = sum(e.flops for e in prof.key_averages() if e.flops)
+    return {"variant": variant, "length": L, "forward_flops": float(flops),
+            "extra_saab_scalar_ops": float(batch_size * L * L * (2 + cfg.num_layers * cfg.num_heads))
+            if variant == "saab" else 0.0}
+
+
+def _timed(step, dev, warm: int, iters: int, repeats: int) -> list[dict]:
+    for _ in range(warm):
+        step()
+    rows = []
+    for r in range(repeats):
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        _sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            step()
+        _sync(dev)
+        rows.append({"repeat": r, "latency_ms": (time.perf_counter() - t0) * 1000 / iters, "peak_mb": _peak_mb(dev)})
+    return rows
+
+
+def _summary(raw_df: pd.DataFrame, static: list, params: dict, batch_size: int) -> pd.DataFrame:
     g = raw_df.groupby(["variant", "mode", "length"])
     summary = g["latency_ms"].agg(mean_latency_ms="mean", sd_latency_ms=lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else 0.0,
                                   median_latency_ms="median").reset_index()
@@ -138,19 +164,14 @@ def run_overhead(
     summary["latency_change_pct"] = [
         100 * (r.mean_latency_ms / base.loc[(r.mode, r.length), "mean_latency_ms"] - 1) for r in summary.itertuples()
     ]
+    return summary
+
+
+def _write(out: Path, raw_df: pd.DataFrame, summary: pd.DataFrame, dev, settings: dict) -> None:
     import pyarrow as pa
 
-    out = Path(out)
     write_table_atomic(out / "overhead_raw.parquet", pa.Table.from_pandas(raw_df, preserve_index=False))
     write_table_atomic(out / "overhead_summary.parquet", pa.Table.from_pandas(summary, preserve_index=False))
     write_json_atomic(out / "overhead.json", {
-        "settings": {"model": model, "lengths": list(lengths), "batch_size": batch_size, "vocab_size": vocab_size,
-                     "inference_warmup": inference_warmup, "inference_iterations": inference_iterations,
-                     "training_warmup": training_warmup, "training_iterations": training_iterations,
-                     "repeats": repeats, "seed": seed, "device": str(dev), "allow_tf32": allow_tf32,
-                     "attention_impl": attention_impl, "torch_threads": torch.get_num_threads()},
-        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "software": software_versions(("torch",)),
-        "summary": json.loads(summary.to_json(orient="records")),
-    })
-    return summary
+        "settings": settings, "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "software": software_versions(("torch",)), "summary": json.loads(summary.to_json(orient="records"))})

@@ -148,71 +148,123 @@ def analyse_point(pt: OperatorPoint, probes: int = 512, seed: int | None = None,
     out = {"summary": summary,
            "spectrum": pd.DataFrame({"rank": np.arange(1, len(cert.eigenvalues) + 1), "eigenvalue": cert.eigenvalues}),
            "sweep": severity_sweep(ops, cert, tau_cert=sev["tau_cert"])}
+    named = ({"v_rel": cert.v_sw, **({"v_sev": sev["v_sev"]} if sev["v_sev"] is not None else {})}
+             if cert.dim_S else {})
+    out["counterfactual"] = _counterfactual(ops, named, pt)
+    out["probes"] = probe_sweep(ops, seed=seed)
+    if "J_Q_heads" in A:
+        out.update(_gating_tables(A, named, seed))
+    reg = _label_rows(base["directions"][base["directions"]["source"] == "random_S"], "random in S") if cert.dim_S else []
+    reg += _label_rows(base["directions"][base["directions"]["source"] == "random_ambient"], "random ambient")
+    if "slice_E" in A and "lattice_W" in A:
+        reg += _slice_tables(ops, pt, margin, out)
+    out["regimes"] = pd.DataFrame(reg)
+    if pt.meta.get("cost"):
+        out["cost"] = _cost_table(pt.meta["cost"])
+    out.update({k: base[k] for k in ("search", "mechanisms") if k in base})
+    return {k: v.assign(**pt.key)[[*KEYS, *[c for c in v.columns if c not in KEYS]]] for k, v in out.items()}
+
+
+def _counterfactual(ops, named: dict, pt: OperatorPoint) -> pd.DataFrame:
+    """The named directions' growths: analytic, and from the stored finite forwards."""
     rows = []
-    named = {}
-    if cert.dim_S:
-        named["v_rel"] = cert.v_sw
-        if sev["v_sev"] is not None:
-            named["v_sev"] = sev["v_sev"]
     for name, v in named.items():
         t = directional(ops, v / np.linalg.norm(v)).iloc[0]
         rows.append({"direction": name, "method": "analytic", **t[["g_T", "g_TQ", "g_TK", "g_full", "tau", "Gamma",
                                                                    "qk_interaction", "regime"]].to_dict()})
+    A = pt.arrays
     if "named_fd" in A:
         for e_rel, block in zip(pt.meta.get("named_eps_rel", [None] * len(A["named_fd"])), A["named_fd"]):
             for name, g in zip(A["named_names"], block):
-                rows.append({"direction": str(name), "method": f"finite (eps {e_rel:g}·|x_r|)", "g_T": g[0], "g_TQ": g[1],
-                             "g_TK": g[2], "g_full": g[3], "regime": classify(*g)})
-    out["counterfactual"] = pd.DataFrame(rows)
-    out["probes"] = probe_sweep(ops, seed=seed)
-    if "J_Q_heads" in A:
-        if named:
-            out["routing"] = routing_decomposition(A, np.column_stack([v / np.linalg.norm(v) for v in named.values()]),
-                                                   names=list(named))
-        out["overlap"] = pd.concat(
-            [overlap_sweep(A["key_vectors"][h], A["alpha"][h], A["query_map"][h], A["J_Q_heads"][h], seed=seed + h)
-             .assign(head=h) for h, t in enumerate(A["head_types"]) if str(t) == "softmax"] or [pd.DataFrame()],
-            ignore_index=True)
-        geo = geometry_table(A)
-        if "routing_check" in A:
-            geo["routing_null"] = A["routing_check"][:, 0]
-            geo["routing_active"] = A["routing_check"][:, 1]
-        out["geometry"] = geo
-    reg = _label_rows(base["directions"][base["directions"]["source"] == "random_S"], "random in S") if cert.dim_S else []
-    reg += _label_rows(base["directions"][base["directions"]["source"] == "random_ambient"], "random ambient")
-    if "slice_E" in A and "lattice_W" in A:
-        W = A["lattice_W"]
-        lm = regime_map(ops, A["slice_E"], n=len(W))
-        if not np.allclose(lm[["w1", "w2", "w3"]].to_numpy(), W, atol=1e-12):
-            raise RoutestatsError(f"{pt.source}: the stored lattice is not the Fibonacci lattice of {len(W)} points")
-        reg += _label_rows(lm, "slice (analytic)")
-        if "lattice_fd" in A:
-            fd = pd.DataFrame(A["lattice_fd"], columns=["g_T", "g_TQ", "g_TK", "g_full"])
-            m = max(margin, 1e-6 * max(1.0, float(np.abs(lm[["g_T", "g_TQ", "g_TK", "g_full"]].to_numpy()).max())))
-            out["agreement"] = agreement(lm, fd, margin=m).assign(margin=m)
-            lm["regime_fd"] = [classify(*x) for x in fd.to_numpy()]
-            reg += _label_rows(lm.assign(regime=lm["regime_fd"]), "slice (finite forward)")
-        _, edges = adjacency(W, lm["regime"].to_numpy())
-        out["adjacency"] = edges
-        out["lattice"] = lm
-    out["regimes"] = pd.DataFrame(reg)
-    cost = pt.meta.get("cost")
-    if cost:
-        rows = []
-        for task, cf in (("switch detection (2 forwards)", cost["c_f_switch"]),
-                         ("mechanism classification (4 forwards)", cost["c_f_mechanism"])):
-            rows.append({"task": task, "t_setup": cost["t_setup"], "c_q": cost["c_q"], "c_f": cf,
-                         "break_even_directions": cost["t_setup"] / (cf - cost["c_q"]) if cf > cost["c_q"] else np.inf})
-        out["cost"] = pd.DataFrame(rows)
-    if "search" in base:
-        out["search"] = base["search"]
-    if "mechanisms" in base:
-        out["mechanisms"] = base["mechanisms"]
-    return {k: v.assign(**pt.key)[[*KEYS, *[c for c in v.columns if c not in KEYS]]] for k, v in out.items()}
+                rows.append({"direction": str(name), "method": f"finite (eps {e_rel:g}·|x_r|)", "g_T": g[0],
+                             "g_TQ": g[1], "g_TK": g[2], "g_full": g[3], "regime": classify(*g)})
+    return pd.DataFrame(rows)
+
+
+def _gating_tables(A: dict, named: dict, seed: int) -> dict:
+    """Routing decomposition, support overlap and the query-gating geometry of the stored heads."""
+    out = {}
+    if named:
+        out["routing"] = routing_decomposition(A, np.column_stack([v / np.linalg.norm(v) for v in named.values()]),
+                                               names=list(named))
+    out["overlap"] = pd.concat(
+        [overlap_sweep(A["key_vectors"][h], A["alpha"][h], A["query_map"][h], A["J_Q_heads"][h], seed=seed + h)
+         .assign(head=h) for h, t in enumerate(A["head_types"]) if str(t) == "softmax"] or [pd.DataFrame()],
+        ignore_index=True)
+    geo = geometry_table(A)
+    if "routing_check" in A:
+        geo["routing_null"] = A["routing_check"][:, 0]
+        geo["routing_active"] = A["routing_check"][:, 1]
+    out["geometry"] = geo
+    return out
+
+
+def _slice_tables(ops, pt: OperatorPoint, margin: float, out: dict) -> list[dict]:
+    """The regime map of the stored slice lattice (checked to be the Fibonacci lattice), its finite-forward
+    agreement and adjacency (into ``out``); returns the slice's regime rows."""
+    A = pt.arrays
+    W = A["lattice_W"]
+    lm = regime_map(ops, A["slice_E"], n=len(W))
+    if not np.allclose(lm[["w1", "w2", "w3"]].to_numpy(), W, atol=1e-12):
+        raise RoutestatsError(f"{pt.source}: the stored lattice is not the Fibonacci lattice of {len(W)} points")
+    reg = _label_rows(lm, "slice (analytic)")
+    if "lattice_fd" in A:
+        fd = pd.DataFrame(A["lattice_fd"], columns=["g_T", "g_TQ", "g_TK", "g_full"])
+        m = max(margin, 1e-6 * max(1.0, float(np.abs(lm[["g_T", "g_TQ", "g_TK", "g_full"]].to_numpy()).max())))
+        out["agreement"] = agreement(lm, fd, margin=m).assign(margin=m)
+        lm["regime_fd"] = [classify(*x) for x in fd.to_numpy()]
+        reg += _label_rows(lm.assign(regime=lm["regime_fd"]), "slice (finite forward)")
+    _, edges = adjacency(W, lm["regime"].to_numpy())
+    out["adjacency"] = edges
+    out["lattice"] = lm
+    return reg
+
+
+def _cost_table(cost: dict) -> pd.DataFrame:
+    rows = []
+    for task, cf in (("switch detection (2 forwards)", cost["c_f_switch"]),
+                     ("mechanism classification (4 forwards)", cost["c_f_mechanism"])):
+        rows.append({"task": task, "t_setup": cost["t_setup"], "c_q": cost["c_q"], "c_f": cf,
+                     "break_even_directions": cost["t_setup"] / (cf - cost["c_q"]) if cf > cost["c_q"] else np.inf})
+    return pd.DataFrame(rows)
 
 
 KEY_COLUMNS = (Column("Layer", "layer", "int"), Column("Example", "example", "int"), Column("Token", "token", "int"))
 MAX_POINTS_LISTED = 6
+
+
+_FIXED_SPECS = {  # the tables whose columns do not depend on the input
+    "agreement": (
+        "Analytic vs finite-forward classification of the slice lattice (METHODS B.8.4); directions "
+        "within the margin of a sign boundary are flagged and left out of the shares.",
+        (*KEY_COLUMNS, Column("Directions", "directions", "int"), Column("Flagged", "flagged", "int"),
+         Column("Switch agree", "switch_agreement", "num", 4), Column("Mechanism agree", "mechanism_agreement", "num", 4),
+         Column("Pearson r", "pearson_r", "num", 6), Column("max |Δg_full|", "max_abs_diff_g_full", "sig", 2))),
+    "probes": (
+        "Random-probe projected analysis (METHODS B.9): nested orthonormal probes (first p columns of one "
+        "seeded matrix); S_proj = negative eigenspace of Πᵀ G_T Π; normalised d_sw = d_sw / dim S_proj.",
+        (*KEY_COLUMNS, Column("Probe p", "probe", "int"), Column("dim S_proj", "dim_S_proj", "int"),
+         Column("λ_max", "lambda_max", "sig"), Column("d_sw", "d_sw", "int"),
+         Column("normalised d_sw", "normalised_d_sw", "num", 3))),
+    "routing": (
+        "Directional routing decomposition per softmax head (METHODS B.4, App. 9.6): diversity D_v, "
+        "routing sensitivity S_v, I_gate = Σ α a b = vᵀ J_q^h v and alignment ρ = I_gate / (D_v S_v).",
+        (*KEY_COLUMNS, Column("Direction", "direction", "text"), Column("Head", "head", "int"),
+         Column("D_v", "diversity", "sig", 3), Column("S_v", "sensitivity", "sig", 3),
+         Column("I_gate", "I_gate", "sig", 3), Column("ρ", "alignment", "num", 3))),
+    "cost": (
+        "Amortised cost on the machine that built the operators (METHODS B.10; hardware-dependent, "
+        "reported, not asserted): setup = closed forms + eigendecompositions; per direction, 4 quadratic "
+        "forms (c_q) vs finite forwards (c_f); break-even number of directions N* = setup / (c_f − c_q).",
+        (*KEY_COLUMNS, Column("Task", "task", "text"), Column("setup (s)", "t_setup", "sig", 3),
+         Column("c_q (s)", "c_q", "sig", 3), Column("c_f (s)", "c_f", "sig", 3),
+         Column("N*", "break_even_directions", "num", 0))),
+    "search": (
+        "Search quality (METHODS B.10): blind ambient and oracle-in-S random directions vs the spectral "
+        "certificate; best τ among switching directions (spectral: τ_cert).",
+        (*KEY_COLUMNS, Column("Search", "search", "text"), Column("Directions", "directions", "int"),
+         Column("Switching", "switching", "int"), Column("Share", "share", "num", 3), Column("best τ", "best_tau", "num", 4))),
+}
 
 
 def _tables(t: dict) -> dict[str, Table]:
@@ -244,36 +296,7 @@ def _tables(t: dict) -> dict[str, Table]:
              Column("CS bound", "bound_cs", "sig", 3),
              *((Column("shift null", "routing_null", "sig", 2), Column("shift active", "routing_active", "sig", 2))
                if "routing_null" in t["geometry"] else ())))
-    specs["agreement"] = (
-        "Analytic vs finite-forward classification of the slice lattice (METHODS B.8.4); directions "
-        "within the margin of a sign boundary are flagged and left out of the shares.",
-        (*K, Column("Directions", "directions", "int"), Column("Flagged", "flagged", "int"),
-         Column("Switch agree", "switch_agreement", "num", 4), Column("Mechanism agree", "mechanism_agreement", "num", 4),
-         Column("Pearson r", "pearson_r", "num", 6), Column("max |Δg_full|", "max_abs_diff_g_full", "sig", 2)))
-    specs["probes"] = (
-        "Random-probe projected analysis (METHODS B.9): nested orthonormal probes (first p columns of one "
-        "seeded matrix); S_proj = negative eigenspace of Πᵀ G_T Π; normalised d_sw = d_sw / dim S_proj.",
-        (*K, Column("Probe p", "probe", "int"), Column("dim S_proj", "dim_S_proj", "int"),
-         Column("λ_max", "lambda_max", "sig"), Column("d_sw", "d_sw", "int"),
-         Column("normalised d_sw", "normalised_d_sw", "num", 3)))
-    specs["routing"] = (
-        "Directional routing decomposition per softmax head (METHODS B.4, App. 9.6): diversity D_v, "
-        "routing sensitivity S_v, I_gate = Σ α a b = vᵀ J_q^h v and alignment ρ = I_gate / (D_v S_v).",
-        (*K, Column("Direction", "direction", "text"), Column("Head", "head", "int"),
-         Column("D_v", "diversity", "sig", 3), Column("S_v", "sensitivity", "sig", 3),
-         Column("I_gate", "I_gate", "sig", 3), Column("ρ", "alignment", "num", 3)))
-    specs["cost"] = (
-        "Amortised cost on the machine that built the operators (METHODS B.10; hardware-dependent, "
-        "reported, not asserted): setup = closed forms + eigendecompositions; per direction, 4 quadratic "
-        "forms (c_q) vs finite forwards (c_f); break-even number of directions N* = setup / (c_f − c_q).",
-        (*K, Column("Task", "task", "text"), Column("setup (s)", "t_setup", "sig", 3),
-         Column("c_q (s)", "c_q", "sig", 3), Column("c_f (s)", "c_f", "sig", 3),
-         Column("N*", "break_even_directions", "num", 0)))
-    specs["search"] = (
-        "Search quality (METHODS B.10): blind ambient and oracle-in-S random directions vs the spectral "
-        "certificate; best τ among switching directions (spectral: τ_cert).",
-        (*K, Column("Search", "search", "text"), Column("Directions", "directions", "int"),
-         Column("Switching", "switching", "int"), Column("Share", "share", "num", 3), Column("best τ", "best_tau", "num", 4)))
+    specs.update(_FIXED_SPECS)
     out = {name: Table(name, t[name], caption, cols) for name, (caption, cols) in specs.items() if name in t}
     for name in t:  # every other frame is exported, not shown (figures draw some of them)
         if name not in out and name not in ("lattice", "overlap"):

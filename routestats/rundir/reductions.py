@@ -134,40 +134,39 @@ def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal:
     n_valid = valid.sum(axis=-1)
     nq = np.maximum(1, n_valid)[:, None]
     fm = red["field_mass"]
-    idx = np.where(valid, src.argmax(axis=-1), 0)  # (E, n)
-    # mass of each query on its own field, laid out (E, n, rows) in memory as the per-example fancy index
-    # fm[:, arange(n), idx] lays it out: the sums over queries below then accumulate in query order
-    own = np.take_along_axis(fm.transpose(0, 2, 1, 3), idx[:, :, None, None], axis=-1)[..., 0].transpose(0, 2, 1)
+    own, f2f, counts = _own_and_f2f(fm, src, valid)
     vf = valid.astype(np.float64)[:, None, :]
-    counts = src.sum(axis=-2)  # (E, F)
-    # sum over each source field's queries, in query order, of their mass on every field: (F x n) @ (n x F)
-    # per (example, row); the 0/1 weights make every product exact (a tenth of einsum's time, the same bits)
-    f2f = np.matmul(src.transpose(0, 2, 1).astype(np.float64)[:, None], fm) / np.maximum(counts, 1)[:, None, :, None]
     unnamed = red["row_mass"] - fm.sum(axis=-1)
     first = red.get("first_mass")
     named_ok = valid[:, None, :] & (unnamed < 1.0 - 1e-12)
     with np.errstate(invalid="ignore", divide="ignore"):
         own_named = np.where(named_ok, own / np.where(named_ok, 1.0 - unnamed, 1.0), 0.0)
         sfm_named = own_named.sum(axis=-1) / named_ok.sum(axis=-1)
-    out = {
-        "sfm": (own * vf).sum(axis=-1) / nq,
-        "entropy": (red["entropy"] * vf).sum(axis=-1) / nq,
-        "entropy_rownorm": (red["entropy_rownorm"] * vf).sum(axis=-1) / nq,
-        "row_mass": (red["row_mass"] * vf).sum(axis=-1) / nq,
-        "unnamed_mass": (unnamed * vf).sum(axis=-1) / nq,
-        "first_mass": (first * vf).sum(axis=-1) / nq if first is not None else np.full(unnamed.shape[:2], np.nan),
-        "sfm_named": sfm_named,
-        "n_valid": n_valid,
-        "n_trivial": n_trivial,
-        "f2f": f2f,
-        "has_source": counts > 0,
-    }
+    per_query = {"sfm": own, "entropy": red["entropy"], "entropy_rownorm": red["entropy_rownorm"],
+                 "row_mass": red["row_mass"], "unnamed_mass": unnamed, "first_mass": first}
+    out = {k: (v * vf).sum(axis=-1) / nq if v is not None else np.full(unnamed.shape[:2], np.nan)
+           for k, v in per_query.items()}
+    out.update(sfm_named=sfm_named, n_valid=n_valid, n_trivial=n_trivial, f2f=f2f, has_source=counts > 0)
     out.update(_extra_summaries(extra or {}, red, g, named, causal, vf, nq))
     if trivial == "exclude":  # an example with nothing left to average: undefined, not 0
         empty = (n_valid == 0)[:, None]
-        for k in ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "first_mass", *(extra or {})):
+        for k in (*per_query, *(extra or {})):
             out[k] = np.where(empty, np.nan, out[k])
     return out
+
+
+def _own_and_f2f(fm, src, valid):
+    """Each query's mass on its own field (E, rows, n), the field-to-field sums (E, rows, F, F) and the
+    source-field query counts (E, F)."""
+    idx = np.where(valid, src.argmax(axis=-1), 0)  # (E, n)
+    # mass of each query on its own field, laid out (E, n, rows) in memory as the per-example fancy index
+    # fm[:, arange(n), idx] lays it out: the sums over queries then accumulate in query order
+    own = np.take_along_axis(fm.transpose(0, 2, 1, 3), idx[:, :, None, None], axis=-1)[..., 0].transpose(0, 2, 1)
+    counts = src.sum(axis=-2)  # (E, F)
+    # sum over each source field's queries, in query order, of their mass on every field: (F x n) @ (n x F)
+    # per (example, row); the 0/1 weights make every product exact (a tenth of einsum's time, the same bits)
+    f2f = np.matmul(src.transpose(0, 2, 1).astype(np.float64)[:, None], fm) / np.maximum(counts, 1)[:, None, :, None]
+    return own, f2f, counts
 
 
 def _queries(g, named, causal: bool, trivial: str):

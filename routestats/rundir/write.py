@@ -91,11 +91,7 @@ class AttentionSink:
         required when the sink was opened with ``value_norms=True`` (and refused otherwise).
         Values are cast to the storage dtype before anything is derived from them.
         """
-        ex = int(example_id)
-        if ex not in self._w._field_ids:
-            raise RoutestatsError(f"example_id {ex} was not written to {S.EXAMPLES} first")
-        if ex in self._seen:
-            raise RoutestatsError(f"example_id {ex} added twice at step {self.step}")
+        ex = self._new_example(example_id)
         w = np.asarray(weights)
         g = self._w._field_ids[ex]
         n = len(g)
@@ -104,40 +100,14 @@ class AttentionSink:
                 f"attention of example_id {ex} has shape {w.shape}, expected (layers, heads, {n}, {n})"
             )
         n_layers, n_heads = w.shape[:2]
-        types = ["softmax"] * n_heads if head_types is None else list(head_types)
-        if len(types) != n_heads or any(t not in S.HEAD_TYPES for t in types):
-            raise RoutestatsError(f"head_types must list {n_heads} entries from {S.HEAD_TYPES}, got {types}")
-        if self._grid is not None and self._grid != (n_layers, n_heads):
-            raise RoutestatsError(f"attention of example_id {ex} has {n_layers} layers x {n_heads} heads, but earlier "
-                                  f"examples have {self._grid[0]} x {self._grid[1]}")
-        self._grid = (n_layers, n_heads)
+        layer, head, htype = self._rows(ex, n_layers, n_heads, head_types)
         stored = w.astype(self._np_dtype).reshape(n_layers * n_heads, n, n)
-        layer = np.repeat(np.arange(n_layers, dtype=np.int16), n_heads)
-        head = np.tile(np.arange(n_heads, dtype=np.int16), n_layers)
-        htype = np.tile(np.asarray(types, dtype=object), n_layers)
         try:  # the reader's checks, applied to exactly what will be stored
             check_probabilities(f"attention of example_id {ex}", ex, layer, head, htype.astype(str), stored, self.dtype)
         except RunFormatError as exc:
             raise RoutestatsError(str(exc)) from None
-        base = {
-            "example_id": np.full(len(layer), ex, dtype=np.int64),
-            "layer": layer,
-            "head": head,
-            "head_type": htype,
-            "n": np.full(len(layer), n, dtype=np.int32),
-        }
-        if (value_norms is not None) != self.value_norms:
-            raise RoutestatsError(f"example_id {ex}: value_norms {'missing' if self.value_norms else 'given'}, but the "
-                                  f"sink was opened with value_norms={self.value_norms}")
-        norms = None
-        if value_norms is not None:
-            norms = np.asarray(value_norms, dtype=np.float32)
-            if norms.shape != (n_layers, n_heads, n):
-                raise RoutestatsError(f"value_norms of example_id {ex} has shape {norms.shape}, expected "
-                                      f"({n_layers}, {n_heads}, {n})")
-            if not np.isfinite(norms).all() or (norms < 0).any():
-                raise RoutestatsError(f"value_norms of example_id {ex} holds a non-finite or negative value")
-            norms = norms.reshape(len(layer), n)
+        base = self._base(ex, layer, head, htype, n)
+        norms = self._norms(ex, value_norms, (n_layers, n_heads, n))
         if S.FORM_MATRICES in self.forms:
             row = {**base, "weights": stored.reshape(len(layer), n * n)}
             if norms is not None:
@@ -148,6 +118,46 @@ class AttentionSink:
             red["field_mass"] = red["field_mass"].reshape(len(layer), -1)
             self._buf[S.FORM_REDUCTIONS].append({**base, **red})
         self._added(ex)
+
+    def _new_example(self, example_id) -> int:
+        ex = int(example_id)
+        if ex not in self._w._field_ids:
+            raise RoutestatsError(f"example_id {ex} was not written to {S.EXAMPLES} first")
+        if ex in self._seen:
+            raise RoutestatsError(f"example_id {ex} added twice at step {self.step}")
+        return ex
+
+    def _rows(self, ex: int, n_layers: int, n_heads: int, head_types):
+        """(layer, head, head type) of the example's rows, after checking its grid and head types."""
+        types = ["softmax"] * n_heads if head_types is None else list(head_types)
+        if len(types) != n_heads or any(t not in S.HEAD_TYPES for t in types):
+            raise RoutestatsError(f"head_types must list {n_heads} entries from {S.HEAD_TYPES}, got {types}")
+        if self._grid is not None and self._grid != (n_layers, n_heads):
+            raise RoutestatsError(f"attention of example_id {ex} has {n_layers} layers x {n_heads} heads, but earlier "
+                                  f"examples have {self._grid[0]} x {self._grid[1]}")
+        self._grid = (n_layers, n_heads)
+        return (np.repeat(np.arange(n_layers, dtype=np.int16), n_heads),
+                np.tile(np.arange(n_heads, dtype=np.int16), n_layers),
+                np.tile(np.asarray(types, dtype=object), n_layers))
+
+    @staticmethod
+    def _base(ex: int, layer, head, htype, n: int) -> dict:
+        return {"example_id": np.full(len(layer), ex, dtype=np.int64), "layer": layer, "head": head,
+                "head_type": htype, "n": np.full(len(layer), n, dtype=np.int32)}
+
+    def _norms(self, ex: int, value_norms, shape) -> np.ndarray | None:
+        """The checked value norms as (rows, n) float32, or None (required iff the sink stores them)."""
+        if (value_norms is not None) != self.value_norms:
+            raise RoutestatsError(f"example_id {ex}: value_norms {'missing' if self.value_norms else 'given'}, but the "
+                                  f"sink was opened with value_norms={self.value_norms}")
+        if value_norms is None:
+            return None
+        norms = np.asarray(value_norms, dtype=np.float32)
+        if norms.shape != shape:
+            raise RoutestatsError(f"value_norms of example_id {ex} has shape {norms.shape}, expected {shape}")
+        if not np.isfinite(norms).all() or (norms < 0).any():
+            raise RoutestatsError(f"value_norms of example_id {ex} holds a non-finite or negative value")
+        return norms.reshape(shape[0] * shape[1], shape[2])
 
     def _added(self, ex: int) -> None:
         self._seen.add(ex)
@@ -160,25 +170,15 @@ class AttentionSink:
         cast to the storage dtype): ``row_mass``, ``entropy``, ``entropy_rownorm``, ``first_mass``
         of shape (layers, heads, n) and ``field_mass`` (layers, heads, n, F), float64. Only for a sink
         that stores reductions alone; the values are checked as the reader checks stored ones."""
-        ex = int(example_id)
         if self.forms != (S.FORM_REDUCTIONS,):
             raise RoutestatsError("add_reduced is for a sink that stores reductions only")
-        if ex not in self._w._field_ids:
-            raise RoutestatsError(f"example_id {ex} was not written to {S.EXAMPLES} first")
-        if ex in self._seen:
-            raise RoutestatsError(f"example_id {ex} added twice at step {self.step}")
+        ex = self._new_example(example_id)
         n, F = len(self._w._field_ids[ex]), len(self._w._named)
         fm = np.asarray(reductions["field_mass"], dtype=np.float64)
         if fm.ndim != 4 or fm.shape[2:] != (n, F):
             raise RoutestatsError(f"field_mass of example_id {ex} has shape {fm.shape}, expected (layers, heads, {n}, {F})")
         n_layers, n_heads = fm.shape[:2]
-        if self._grid is not None and self._grid != (n_layers, n_heads):
-            raise RoutestatsError(f"reductions of example_id {ex} have {n_layers} layers x {n_heads} heads, but earlier "
-                                  f"examples have {self._grid[0]} x {self._grid[1]}")
-        self._grid = (n_layers, n_heads)
-        types = ["softmax"] * n_heads if head_types is None else list(head_types)
-        if len(types) != n_heads or any(t not in S.HEAD_TYPES for t in types):
-            raise RoutestatsError(f"head_types must list {n_heads} entries from {S.HEAD_TYPES}, got {types}")
+        layer, head, htype = self._rows(ex, n_layers, n_heads, head_types)
         rows = n_layers * n_heads
         red = {"field_mass": fm.reshape(rows, n * F)}
         for k in (c for c in S.REDUCTION_COLUMNS if c != "field_mass"):
@@ -186,17 +186,12 @@ class AttentionSink:
             if v.shape != (n_layers, n_heads, n):
                 raise RoutestatsError(f"{k} of example_id {ex} has shape {v.shape}, expected ({n_layers}, {n_heads}, {n})")
             red[k] = v.reshape(rows, n)
-        layer = np.repeat(np.arange(n_layers, dtype=np.int16), n_heads)
-        head = np.tile(np.arange(n_heads, dtype=np.int16), n_layers)
-        htype = np.tile(np.asarray(types, dtype=object), n_layers)
         try:  # the reader's checks of stored reductions, applied to exactly what will be stored
             _check_reductions(f"reductions of example_id {ex}", ex, layer, head, htype.astype(str),
                               {**red, "field_mass": fm.reshape(rows, n, F)}, n, self.dtype)
         except RunFormatError as exc:
             raise RoutestatsError(str(exc)) from None
-        base = {"example_id": np.full(rows, ex, dtype=np.int64), "layer": layer, "head": head, "head_type": htype,
-                "n": np.full(rows, n, dtype=np.int32)}
-        self._buf[S.FORM_REDUCTIONS].append({**base, **red})
+        self._buf[S.FORM_REDUCTIONS].append({**self._base(ex, layer, head, htype, n), **red})
         self._added(ex)
 
     def flush(self) -> None:

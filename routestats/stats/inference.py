@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from routestats.errors import RoutestatsError
-from routestats.settings import MODES, Resampling
+from routestats.settings import Resampling
 
 __all__ = [
     "bootstrap_means",
@@ -420,14 +420,8 @@ def paired_inference(
     r = Resampling.of(resampling, resamples=resamples, permutations=permutations, seed=seed, mode=mode,
                       confidence=confidence)
     resamples, permutations, seed, mode, confidence = r.resamples, r.permutations, r.seed, r.mode, r.confidence
-    a = _as_matrix(d)
+    a = _as_matrix(d)  # Resampling checked mode, counts and confidence
     n, k = a.shape
-    if mode not in MODES:
-        raise RoutestatsError(f"mode must be one of {MODES}, got {mode!r}")
-    if resamples < 1 or permutations < 1:
-        raise RoutestatsError("resamples and permutations must be positive")
-    if not 0 < confidence < 1:
-        raise RoutestatsError("confidence must lie in (0, 1)")
     labels = tuple(range(k)) if labels is None else tuple(labels)
     if len(labels) != k:
         raise RoutestatsError(f"{len(labels)} labels for {k} columns")

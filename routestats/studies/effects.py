@@ -124,11 +124,7 @@ def paired_effects(
                                   "field (O_e = 1), so the opportunity-adjusted SFM is undefined")
         raise RoutestatsError("no paired differences: the selection holds no examples")
     layers = sorted(diffs["layer"].unique())
-    n_per = diffs.groupby("layer").size()
-    if n_per.nunique() != 1:
-        raise RoutestatsError("layers hold different example counts; cannot form one paired family")
-    mat = np.column_stack([diffs.loc[diffs["layer"] == layer, "diff"].to_numpy() for layer in layers])
-    res = paired_inference(mat, resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
+    res = paired_inference(_family(diffs, layers), resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
                            mode=mode, confidence=confidence, labels=layers)
     out = res.to_frame().rename(columns={"label": "layer", "p_adj": "p_holm"})
     means = diffs.groupby("layer")[["baseline", "variant"]].mean()
@@ -137,14 +133,26 @@ def paired_effects(
     out.insert(4, "baseline_mean", means.loc[layers, "baseline"].to_numpy())
     out.insert(5, "variant_mean", means.loc[layers, "variant"].to_numpy())
     if adjusted:
-        from routestats.metrics.routing import opportunity, select_examples
-
-        o = opportunity(p.baseline)
-        ids = select_examples(p.baseline, examples)
-        if ids is not None:
-            o = o[o["example_id"].isin(ids)]
-        out["mean_opportunity"] = float(o["opportunity"].mean())
+        out["mean_opportunity"] = _mean_opportunity(p, examples)
     out["baseline_run"] = p.baseline.run_id
     out["variant_run"] = p.variant.run_id
     out["step"] = p.baseline.final_step if step is None else int(step)
     return out.drop(columns=["adj_method", "method"])
+
+
+def _family(diffs: pd.DataFrame, layers) -> np.ndarray:
+    """The (examples x layers) matrix of paired differences: one Holm family."""
+    if diffs.groupby("layer").size().nunique() != 1:
+        raise RoutestatsError("layers hold different example counts; cannot form one paired family")
+    return np.column_stack([diffs.loc[diffs["layer"] == layer, "diff"].to_numpy() for layer in layers])
+
+
+def _mean_opportunity(p: RunPair, examples) -> float:
+    """Mean O_e over every selected example, excluded ones included (as the reference reports it)."""
+    from routestats.metrics.routing import opportunity, select_examples
+
+    o = opportunity(p.baseline)
+    ids = select_examples(p.baseline, examples)
+    if ids is not None:
+        o = o[o["example_id"].isin(ids)]
+    return float(o["opportunity"].mean())

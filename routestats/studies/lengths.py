@@ -252,16 +252,7 @@ def length_standardised_contrast(a: RunPair, b: RunPair, names=("A", "B"), band_
         raise RoutestatsError("the first band width must be 1 (exact lengths)")
     if mode not in ("vectorised", "reference"):
         raise RoutestatsError("mode must be 'vectorised' or 'reference'")
-    wa, layers = _wide_diffs(a, step, examples)
-    wb, layers_b = _wide_diffs(b, step, examples)
-    if layers != layers_b:
-        raise RoutestatsError(f"the pairs have different layers ({layers} vs {layers_b})")
-    lower = int(max(wa["length"].min(), wb["length"].min()))
-    upper = int(min(wa["length"].max(), wb["length"].max()))
-    if lower > upper:
-        raise RoutestatsError(f"no length overlap between {names[0]} and {names[1]} (lower {lower} > upper {upper})")
-    wa = wa[(wa["length"] >= lower) & (wa["length"] <= upper)]
-    wb = wb[(wb["length"] >= lower) & (wb["length"] <= upper)]
+    wa, wb, layers, lower, upper = _common_support(a, b, names, step, examples)
     sens, exact = [], None
     for w in band_widths:
         ka, kb = _strata(wa["length"].to_numpy(), lower, w), _strata(wb["length"].to_numpy(), lower, w)
@@ -293,6 +284,20 @@ def length_standardised_contrast(a: RunPair, b: RunPair, names=("A", "B"), band_
             info = (len(shared), int(W), {names[0]: float(len_a), names[1]: float(len_b)})
     return StandardisedContrast(tuple(names), exact, pd.DataFrame(sens), lower, upper, info[0], info[1], info[2],
                                 int(resamples), int(seed), mode)
+
+
+def _common_support(a: RunPair, b: RunPair, names, step, examples):
+    """Both pairs' per-example differences restricted to the shared length range [lower, upper]."""
+    wa, layers = _wide_diffs(a, step, examples)
+    wb, layers_b = _wide_diffs(b, step, examples)
+    if layers != layers_b:
+        raise RoutestatsError(f"the pairs have different layers ({layers} vs {layers_b})")
+    lower = int(max(wa["length"].min(), wb["length"].min()))
+    upper = int(min(wa["length"].max(), wb["length"].max()))
+    if lower > upper:
+        raise RoutestatsError(f"no length overlap between {names[0]} and {names[1]} (lower {lower} > upper {upper})")
+    inside = lambda w: w[(w["length"] >= lower) & (w["length"] <= upper)]  # noqa: E731
+    return inside(wa), inside(wb), layers, lower, upper
 
 
 def _stratified_bootstrap(groups_a, groups_b, wk, resamples, seed, mode) -> np.ndarray:
