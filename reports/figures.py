@@ -109,9 +109,14 @@ def heat(ax, m: pd.DataFrame, *, vmin, vmax, cmap, annot: bool = True, cbar: boo
     cols = [str(x) for x in m.columns] if ticklabels is None else ticklabels
     ax.set_xticks(range(data.shape[1]), cols, rotation=90 if ticklabels is not None else 0)
     ax.set_yticks(range(data.shape[0]), rows)
+    for i, j in zip(*np.nonzero(np.isnan(data))):  # not measured: hatched, never a colour that reads as a value
+        ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.6", lw=0))
     if annot:
         cm = plt.get_cmap(cmap)
         for (i, j), v in np.ndenumerate(data):
+            if np.isnan(v):
+                ax.text(j, i, "–", ha="center", va="center", fontsize=9, color="0.4")
+                continue
             r, g, b, _ = cm((v - vmin) / (vmax - vmin) if vmax > vmin else 0.5)
             ax.text(j, i, fmt.format(v) if labels is None else labels[i][j], ha="center", va="center", fontsize=9,
                     color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")

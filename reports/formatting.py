@@ -51,7 +51,8 @@ def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
             if c.kind == "p" and c.floor and not _missing(v) and "permutations" in r and r["permutations"] > 0:
                 floor = (len(df) if c.floor == "holm" else 1) / (float(r["permutations"]) + 1)
                 at_floor = v <= min(1.0, floor) * (1 + 1e-9)
-                text = f"{v:.2g} (smallest attainable)" if at_floor and floor >= 10.0 ** -c.digits else fmt_p(v, c.digits)
+                text = f"{fmt_p(v, c.digits)} (smallest attainable)" if at_floor and floor >= 10.0 ** -c.digits \
+                    else fmt_p(v, c.digits)
             elif c.kind in _FORMAT:
                 text = _FORMAT[c.kind](v, c.digits)
             elif c.kind == "int":

@@ -7,6 +7,8 @@ of its kind (:data:`reports.drawing.REGISTRY`) and writes
 * ``OUT/report.html`` — one self-contained file: figures embedded, sortable tables, provenance;
 * ``OUT/tables/*.tex`` (booktabs fragments), ``OUT/tables/tables.tex`` (a standalone document
   that inputs them all) and ``OUT/tables/*.csv`` (every table, shown or not);
+* ``OUT/claims.csv`` — every sentence the report considered (printed or not), with the table and
+  rows it rests on and its preconditions (:func:`claims_table`);
 * ``OUT/figures/*.png`` (and ``*.pdf`` / ``*.svg`` copies when ``figures`` asks);
 * ``OUT/report.md`` with the ``markdown`` format.
 
@@ -33,7 +35,9 @@ from reports.explorer import WIDGETS
 from reports.formatting import embedded, format_cells, table_context
 from reports.folder import _put, write_folder
 from reports.latex import latex_table
-from routestats.report import Report, Table
+import pandas as pd
+
+from routestats.report import Claim, Report, Table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 FORMATS = ("html", "latex", "markdown")
@@ -86,6 +90,42 @@ def _parts(report: Report) -> list[tuple[Report, str, str]]:
     return [(r, slug(r.title), f"{slug(r.title)}-" if len(parts) > 1 else "") for r in parts]
 
 
+def claims_table(report: Report) -> pd.DataFrame:
+    """Every claim of the report and of its parts (``claims.csv``): the part, then the columns of
+    :meth:`routestats.report.Report.claims_frame`."""
+    frames = [r.claims_frame().assign(part=s) for r, s, _ in _parts(report)]
+    out = pd.concat(frames, ignore_index=True)
+    return out[["part", *[c for c in out.columns if c != "part"]]]
+
+
+def _row_indices(t: Table, claim: Claim) -> list[int]:
+    """Positions (in the rendered order) of the rows of ``t`` a claim rests on; all when it names none."""
+    if not claim.rows or claim.key not in t.frame:
+        return []
+    wanted = {str(r) for r in claim.rows}
+    return [i for i, v in enumerate(t.frame[claim.key]) if str(v) in wanted]
+
+
+def _sentences(rep: Report, where: str, s: str, prefix: str, numbers: dict) -> list[dict]:
+    """The printed sentences of ``where`` (headline or finding), each with a link to the table its
+    claim rests on: ``{"text", "href", "label", "rows"}`` (href None when the table is not shown)."""
+    claims = [c for c in rep.claims if c.where == where and c.holds]
+    if not claims:  # a report built without claims: its sentences, unlinked
+        return [{"text": x, "href": None} for x in (rep.headline if where == "headline" else rep.findings)]
+    out = []
+    for c in claims:
+        item = {"text": c.sentence, "href": None}
+        if c.table and c.table in rep.tables():
+            t = rep.table(c.table)
+            if t.shown:
+                item.update(href=f"#{s}-table-{t.name}", label=f"Table {numbers[t.name]}",
+                            rows=",".join(map(str, _row_indices(t, c))))
+            else:
+                item.update(csv=f"{prefix}{c.table}.csv")
+        out.append(item)
+    return out
+
+
 def build_context(report: Report, figures: dict | None = None) -> dict:
     """The dict rendered by ``report.html.j2``. ``figures`` maps (part slug, figure name) -> PNG bytes."""
     from routestats import __version__
@@ -93,14 +133,15 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
     figures = figures or {}
     parts = []
     number = 0  # shown tables are numbered in the order tables.tex inputs them, so HTML and PDF agree
-    for rep, s, _ in _parts(report):
-        blocks = []
+    for rep, s, prefix in _parts(report):
+        blocks, numbers = [], {}
         for sec in rep.sections:
             shown = []
             for t in sec.tables:
                 if t.shown:
                     number += 1
-                    shown.append({**table_context(t), "number": number})
+                    numbers[t.name] = number
+                    shown.append({**table_context(t), "number": number, "anchor": f"{s}-table-{t.name}"})
             figs = []
             for f in sec.figures:
                 got = figures.get((s, f.name))
@@ -112,8 +153,9 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
                 continue
             blocks.append({"id": sec.id, "title": sec.title, "tables": shown, "figures": figs,
                            "text": sec.skipped or sec.text, "skipped": bool(sec.skipped)})
-        parts.append({"slug": s, "label": rep.title, "subtitle": rep.subtitle, "findings": list(rep.findings),
-                      "headline": list(rep.headline),
+        parts.append({"slug": s, "label": rep.title, "subtitle": rep.subtitle,
+                      "findings": _sentences(rep, "finding", s, prefix, numbers),
+                      "headline": _sentences(rep, "headline", s, prefix, numbers),
                       "blocks": blocks, "methods": rep.methods, "provenance_rows": provenance_rows(dict(rep.provenance)),
                       "provenance_json": json.dumps(rep.provenance, indent=2, sort_keys=True, default=str)})
     generated = report.provenance.get("analysis", {}).get("generated", "")
@@ -204,6 +246,8 @@ def _render_into(report: Report, out: Path, formats: Sequence[str], progress, ve
     pngs = draw_all(jobs, out / "figures", vector=vector)
     figs = {where[stem]: png for stem, png in pngs.items()}
     figs.update(widgets)
+    _put(out / "claims.csv", claims_table(report).to_csv(index=False))
+    written["claims"] = out / "claims.csv"
     tex_files = []
     for rep, _, prefix in parts:
         say(f"tables: {rep.title}")

@@ -82,7 +82,7 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
 
     probe = init_probe or (path / "init_probe" if (path / "init_probe" / "probe.json").is_file() else None)
     lengths = path / "lengths" if (path / "lengths").is_dir() else None
-    study = build_study_report(obj, s, progress, init_probe=probe, lengths=lengths)
+    study = build_study_report(obj, s, progress, init_probe=probe, lengths=lengths, has_parts=bool(parts))
     from dataclasses import replace
 
     return replace(study, parts=parts)

@@ -36,7 +36,8 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["Column", "Table", "Figure", "Section", "Report", "section", "guarded", "fmt_num", "fmt_sig", "fmt_int",
+__all__ = ["Column", "Table", "Figure", "Section", "Report", "Claim", "claims_frame", "with_claims", "section",
+           "guarded", "fmt_num", "fmt_sig", "fmt_int",
            "fmt_p", "fmt_ci", "pct", "point_label", "DASH"]
 
 DASH = "–"
@@ -65,12 +66,30 @@ def fmt_int(x) -> str:
     return DASH if _missing(x) else f"{int(x):d}"
 
 
-def fmt_p(p, digits: int = 3) -> str:
-    """p-values: '< 0.001' below 10^-digits, else fixed decimals."""
+def fmt_p(p, digits: int = 3, alpha: float = 0.05) -> str:
+    """p-values as a reader can compare them with alpha, never shown below a floor they do not reach:
+    '< 0.001' below 10^-digits; two significant digits below 0.01 (0.0015 stays 0.0015, not 0.001);
+    otherwise ``digits`` decimals, with one more where rounding would put the value on the other side
+    of ``alpha``.
+
+    >>> fmt_p(0.0015), fmt_p(0.00002), fmt_p(0.00995), fmt_p(0.0213), fmt_p(0.0498), fmt_p(0.4), fmt_p(float("nan"))
+    ('0.0015', '< 0.001', '0.010', '0.021', '0.0498', '0.400', '–')
+    """
     if _missing(p):
         return DASH
+    p = float(p)
     floor = 10.0 ** (-digits)
-    return f"< {floor:.{digits}f}" if p < floor else f"{p:.{digits}f}"
+    if p < floor:
+        return f"< {floor:.{digits}f}"
+    if p < 0.01:
+        text = f"{p:.{max(digits, 1 - math.floor(math.log10(p)))}f}"
+        if float(text) < 0.01:  # 0.00995 rounds up to 0.01: then as any p from 0.01 on
+            return text
+    text = f"{p:.{digits}f}"
+    while (float(text) < alpha) != (p < alpha) and len(text) < 12:
+        digits += 1
+        text = f"{p:.{digits}f}"
+    return text
 
 
 def fmt_ci(lo, hi, digits: int = 3) -> str:
@@ -146,9 +165,49 @@ class Section:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """One sentence a report may print, as data: what it says, what it rests on, what licenses it.
+
+    ``kind`` names the template (``rose``, ``no_evidence``, ``differs_across_layers``, ...);
+    ``where`` is ``headline``, ``finding``, ``methods`` or a section id; ``table`` and ``rows`` (values
+    of its ``key`` column) are the cells it rests on; ``checks`` are the named preconditions and
+    whether each holds. A claim is printed only when every check holds (:attr:`holds`).
+    """
+
+    kind: str
+    sentence: str
+    where: str = "finding"
+    table: str = ""
+    rows: tuple = ()
+    key: str = "layer"
+    checks: tuple[tuple[str, bool], ...] = ()
+
+    @property
+    def holds(self) -> bool:
+        return all(ok for _, ok in self.checks)
+
+
+def claims_frame(claims) -> pd.DataFrame:
+    """The tidy frame of claims (what ``claims.csv`` holds): sentence, kind, where, table, key, rows,
+    checks (``name=True;...``) and printed.
+
+    >>> f = claims_frame([Claim("rose", "SFM rose.", "headline", "effects", (1,), checks=(("p_holm < 0.05", True),))])
+    >>> f[["kind", "rows", "checks", "printed"]].values.tolist()
+    [['rose', '1', 'p_holm < 0.05=True', True]]
+    """
+    return pd.DataFrame([{"sentence": c.sentence, "kind": c.kind, "where": c.where, "table": c.table, "key": c.key,
+                          "rows": ",".join(str(r) for r in c.rows),
+                          "checks": ";".join(f"{name}={ok}" for name, ok in c.checks), "printed": c.holds}
+                         for c in claims], columns=["sentence", "kind", "where", "table", "key", "rows", "checks",
+                                                    "printed"])
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything one analysis shows: sections, generated sentences, methods and provenance.
 
+    ``claims`` holds every sentence the report considered as :class:`Claim` s; ``headline`` and
+    ``findings`` are the printed ones' words (:func:`with_claims` fills them from the claims).
     ``headline`` holds the generated answer and its scope (the first thing every output shows);
     ``data`` holds frames that are inputs of figures or of further analysis but no table;
     ``facts`` holds the scalars the sentences were generated from (counts, steps, ...);
@@ -165,6 +224,11 @@ class Report:
     data: Mapping[str, Any] = field(default_factory=dict, repr=False)
     facts: Mapping[str, Any] = field(default_factory=dict)
     parts: tuple["Report", ...] = ()
+    claims: tuple[Claim, ...] = ()
+
+    def claims_frame(self) -> pd.DataFrame:
+        """Every claim of this report (not of its parts) as a tidy frame (see :func:`claims_frame`)."""
+        return claims_frame(self.claims)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every table of this report (not of its parts) by name, in section order."""
@@ -232,3 +296,13 @@ def guarded(fn, ctx) -> Section | None:
         return fn(ctx)
     except RoutestatsError as exc:
         return Section(fn.section_id, fn.section_title, skipped=f"Not computed: {str(exc).rstrip('.')}.")
+
+
+def with_claims(report: "Report", claims) -> "Report":
+    """``report`` with its claims, and with headline and findings set to the printed claims' words
+    (claims whose preconditions fail are kept in ``claims`` but not printed)."""
+    from dataclasses import replace
+
+    claims = tuple(claims)
+    shown = lambda where: tuple(c.sentence for c in claims if c.where == where and c.holds)  # noqa: E731
+    return replace(report, claims=claims, headline=shown("headline"), findings=shown("finding"))

@@ -60,14 +60,24 @@ class Resampling:
 
 @dataclass(frozen=True)
 class PatternRules:
-    """Thresholds of the seed-table pattern labels (first matching rule wins).
+    """Thresholds of the seed-table pattern labels (paper Table 3; first matching rule wins), in terms
+    of the two top layers' SFM: Δ_lo, Δ_up (variant − baseline of the penultimate and last layer) and
+    the gaps g = SFM_up − SFM_lo of the baseline (g_b) and the variant (g_v).
 
-    1. ``ordering reverses`` -- the gap SFM_upper - SFM_lower changes sign between baseline
-       and variant, both gaps at least ``gap_tol`` in size;
-    2. ``L<upper>-dominant`` -- delta_upper > 0 and delta_upper >= ``dominance_ratio`` x |delta_lower|;
-    3. ``relatively strong paired change`` -- max(|delta_lower|, |delta_upper|) >= ``strong_delta``;
-    4. ``gap narrows`` -- |variant gap| <= |baseline gap| - ``gap_tol``;
-    5. otherwise ``small change``.
+    1. ``L<up>-dominant change`` -- Δ_up > 0 and Δ_up >= ``dominance_ratio`` x |Δ_lo|: the last layer's
+       gain dominates;
+    2. ``Ordering reverses`` -- g_b >= 0 and g_v <= -``gap_tol``: the last layer, at or above the
+       penultimate one in the baseline, falls below it in the variant;
+    3. ``Relatively strong paired change`` -- Δ_lo <= -``strong_delta``: the penultimate layer's SFM
+       falls by at least that much;
+    4. ``Gap narrows`` -- |g_v| <= |g_b| - ``gap_tol``;
+    5. otherwise ``Small change``.
+
+    With the defaults these reproduce the labels of all eight seeds of the paper's Table 3
+    (``tests/test_studies.py``):
+
+    >>> PatternRules().label(-0.006, 0.066, 0.004, 0.076, "L3"), PatternRules().label(0.027, -0.052, 0.018, -0.061, "L3")
+    ('L3-dominant change', 'Ordering reverses')
     """
 
     strong_delta: float = 0.05
@@ -75,15 +85,15 @@ class PatternRules:
     gap_tol: float = 0.01
 
     def label(self, d_lo, d_up, gap_b, gap_v, upper_name: str) -> str:
-        if abs(gap_b) >= self.gap_tol and abs(gap_v) >= self.gap_tol and (gap_b > 0) != (gap_v > 0):
-            return "ordering reverses"
         if d_up > 0 and d_up >= self.dominance_ratio * abs(d_lo):
-            return f"{upper_name}-dominant"
-        if max(abs(d_lo), abs(d_up)) >= self.strong_delta:
-            return "relatively strong paired change"
+            return f"{upper_name}-dominant change"
+        if gap_b >= 0 and gap_v <= -self.gap_tol:
+            return "Ordering reverses"
+        if d_lo <= -self.strong_delta:
+            return "Relatively strong paired change"
         if abs(gap_v) <= abs(gap_b) - self.gap_tol:
-            return "gap narrows"
-        return "small change"
+            return "Gap narrows"
+        return "Small change"
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,10 @@ class AnalysisSettings:
     None: exclude for causal runs, include otherwise; METHODS 3.1) and ``keys`` (all / named:
     SFM over all keys or renormalised over the named keys; METHODS 3.2), ``flow`` (norm-weighted and
     rollout SFM from full matrices: on, off, or auto = when the two runs' matrices files at the step
-    total at most ``flow_max_mb`` MB, since they are read whole). MoFA: ``in_domain``, ``test`` (t or signflip), ``holm_family``.
+    total at most ``flow_max_mb`` MB, since they are read whole). Sentences: ``alpha`` (the level every
+    claim is judged at), ``length_rho`` (|Spearman ρ| from which a length association is named),
+    ``capped_examples`` (``exclude``: the length analyses leave out the examples cut at the cap, whose
+    true length is unknown; ``include``). MoFA: ``in_domain``, ``test`` (t or signflip), ``holm_family``.
     Regime: ``probes`` (random directions per point) and ``layer``/``example``/``token``
     (None: every stored point).
     """
@@ -140,6 +153,9 @@ class AnalysisSettings:
     test: str = "t"
     holm_family: bool = False
     probes: int = 512
+    alpha: float = 0.05
+    length_rho: float = 0.5
+    capped_examples: str = "exclude"
     layer: int | None = None
     example: int | None = None
     token: int | None = None
@@ -151,6 +167,10 @@ class AnalysisSettings:
                 raise RoutestatsError(f"{name} must be one of {', '.join(EXAMPLE_SETS)}, got {getattr(self, name)!r}")
         if self.probes < 1:
             raise RoutestatsError("probes must be positive")
+        if not 0 < self.alpha < 1 or not 0 < self.length_rho < 1:
+            raise RoutestatsError(f"alpha and length_rho must lie in (0, 1), got {self.alpha}, {self.length_rho}")
+        if self.capped_examples not in ("exclude", "include"):
+            raise RoutestatsError(f"capped_examples must be exclude or include, got {self.capped_examples!r}")
         if self.pairs not in ("auto", "reference", "all", "none"):
             raise RoutestatsError(f"pairs must be auto, reference, all or none, got {self.pairs!r}")
         if self.missing_fields not in ("zero", "exclude"):

@@ -10,7 +10,7 @@ REPORT_TABLES = {
              "head_sfm", "trajectory",
              "gradients", "lengths", "length_association", "length_adjusted", "length_bins", "word_map"),
     "study": ("deltas", "seeds", "sweep", "placement", "shuffled", "depth", "datasets", "across_seeds",
-              "hierarchical", "variance_components", "forest", "decomposition", "trajectories", "gradients",
+              "hierarchical", "variance_components", "shared_examples", "forest", "decomposition", "trajectories", "gradients",
               "standardisation", "standardisation_sensitivity", "corpus_lengths", "init_probe"),
     "run": ("layers", "masses", "head_sfm", "field_to_field", "word_map"),
     "mofa": ("ppl", "ranking", "per_ratio", "worst_best", "in_domain", "pca", "consecutive", "entropy_type",

@@ -4,7 +4,6 @@ import json
 import re
 
 import numpy as np
-import pytest
 
 import routestats as rs
 from reports.render import render

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 import routestats as rs
-from routestats.metrics.routing import norm_weighted, rollout, sfm
+from routestats.metrics.routing import rollout, sfm
 from routestats.rundir.reductions import reduce_queries, summarise_queries
 from tests.conftest import FIELDS, make_examples, random_attention
 

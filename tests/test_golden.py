@@ -15,12 +15,9 @@ import os
 import re
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
-import routestats as rs
-from tests.conftest import synthetic_mofa_tree, synthetic_study_tree
 
 GOLDEN = Path(__file__).parent / "golden" / "reports.json"
 RESAMPLES = dict(resamples=400, permutations=400, seed=7)
@@ -34,7 +31,7 @@ def frame_hash(df: pd.DataFrame) -> str:
 def html_cells(html: str) -> list[str]:
     """One hash per HTML data table (its header and cell texts), sorted (section order may move)."""
     out = []
-    for t in re.findall(r'<table class="data[^"]*">(.*?)</table>', html, flags=re.S):
+    for t in re.findall(r'<table class="data[^"]*"[^>]*>(.*?)</table>', html, flags=re.S):
         cells = re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", t, flags=re.S)
         out.append(hashlib.sha256("\x1f".join(cells).encode()).hexdigest()[:16])
     return sorted(out)

@@ -14,7 +14,6 @@ import re
 import shutil
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -24,7 +23,7 @@ import routestats as rs
 from routestats.cli import app
 from routestats.rundir import schema as S
 from routestats.rundir.synthetic import synthetic_pair
-from tests.conftest import FIELDS, make_examples, random_attention, reseal, write_run
+from tests.conftest import random_attention, reseal, write_run
 
 runner = CliRunner()
 QUICK = ["--resamples", "50", "--permutations", "50"]

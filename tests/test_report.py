@@ -65,8 +65,8 @@ def test_context_numbers_match_the_tables(synth_pair):
         want = f"{p_holm:.2g} (smallest attainable)" if p_holm <= 4 / 301 * (1 + 1e-9) else fmt_p(p_holm)
         assert row[7]["text"] == want
     # findings lines quote the same numbers
-    assert pc["findings"][3].startswith(
-        f"Layer 3: SFM {fmt_num(eff.loc[3, 'baseline_mean'])} → {fmt_num(eff.loc[3, 'variant_mean'])}")
+    (line,) = [f["text"] for f in pc["findings"] if f["text"].startswith("Layer 3:")]
+    assert line.startswith(f"Layer 3: SFM {fmt_num(eff.loc[3, 'baseline_mean'])} → {fmt_num(eff.loc[3, 'variant_mean'])}")
     # Table 1: the highest SFM of each model is the bold cell
     lay = blocks["profile"]["tables"][0]
     bold = [(r[0]["text"], r[1]["text"]) for r in lay["rows"] if r[2]["bold"]]

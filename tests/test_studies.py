@@ -71,16 +71,46 @@ def test_seed_table_values(tree):
 
 @pytest.mark.parametrize(
     "args, label",
-    [
-        ((0.01, 0.02, -0.05, 0.04), "ordering reverses"),   # gaps -0.05 -> +0.04
-        ((0.01, 0.08, 0.02, 0.09), "L3-dominant"),           # 0.08 >= 2 x 0.01
-        ((0.06, 0.07, 0.02, 0.03), "relatively strong paired change"),
-        ((0.02, 0.01, 0.05, 0.02), "gap narrows"),           # |0.02| <= |0.05| - 0.01
-        ((0.01, 0.01, 0.02, 0.02), "small change"),
+    [  # (Δ_lo, Δ_up, g_b, g_v) with g = SFM_up − SFM_lo; the first matching rule of PatternRules wins
+        ((0.01, 0.08, 0.02, 0.09), "L3-dominant change"),               # Δ_up > 0 and 0.08 >= 2 x |0.01|
+        ((0.03, -0.02, 0.01, -0.04), "Ordering reverses"),               # g_b >= 0, g_v <= -0.01
+        ((-0.06, 0.07, -0.2, -0.07), "Relatively strong paired change"),  # 0.07 < 2 x 0.06; Δ_lo <= -0.05
+        ((0.06, 0.07, -0.2, -0.2), "Small change"),                       # Δ_lo rose: never "strong paired change"
+        ((0.02, 0.01, 0.05, 0.02), "Gap narrows"),                        # |0.02| <= |0.05| - 0.01
+        ((0.01, 0.01, 0.02, 0.02), "Small change"),
     ],
 )
 def test_pattern_rules(args, label):
     assert PatternRules().label(*args, "L3") == label
+
+
+# The paper's Table 3, as printed: seed, baseline L2, L3, SAAB L2, L3, ΔL2, ΔL3, label (issue 30).
+PAPER_TABLE_3 = [
+    (0, .800, .902, .819, .889, +.019, -.013, "Gap narrows"),
+    (7, .891, .909, .918, .857, +.027, -.052, "Ordering reverses"),
+    (42, .933, .943, .932, .909, -.001, -.034, "Ordering reverses"),
+    (99, .822, .891, .353, .927, -.469, +.036, "Relatively strong paired change"),
+    (123, .960, .947, .973, .986, +.013, +.039, "L3-dominant change"),
+    (256, .887, .891, .881, .957, -.006, +.066, "L3-dominant change"),
+    (1001, .904, .899, .820, .949, -.084, +.050, "Relatively strong paired change"),
+    (2024, .829, .906, .827, .960, -.002, +.054, "L3-dominant change"),
+]
+
+
+@pytest.mark.parametrize("seed, b2, b3, v2, v3, d2, d3, label", PAPER_TABLE_3)
+def test_pattern_rules_reproduce_the_papers_table_3(seed, b2, b3, v2, v3, d2, d3, label):
+    # the rules see the table's Δ columns and the gaps of its SFM columns
+    assert PatternRules().label(d2, d3, b3 - b2, v3 - v2, "L3") == label, seed
+
+
+def test_seed_table_labels_the_papers_table_3():
+    # the same eight seeds through seed_table itself (layers 2 and 3 of a 4-layer model)
+    rows = [{"baseline_run": f"b{s}", "variant_run": f"v{s}", "seed": s, "variant": "saab", "w_f": 1.0,
+             "bias_layers": "all", "shuffled": False, "depth": 4, "dataset": "dbpedia", "step": 1, "layer": layer,
+             "baseline_sfm": b, "variant_sfm": v, "delta": d, "n_examples": 10, "max_abs_diff": abs(d)}
+            for s, b2, b3, v2, v3, d2, d3, _ in PAPER_TABLE_3 for layer, b, v, d in ((2, b2, v2, d2), (3, b3, v3, d3))]
+    t = seed_table(pd.DataFrame(rows)).set_index("seed")
+    assert t["pattern"].to_dict() == {s: label for s, *_, label in PAPER_TABLE_3}
 
 
 def test_across_seed_tests_exact_and_t(tree):
@@ -168,3 +198,54 @@ def test_single_seed_groups_are_skipped(tree):
         variance_components(one)
     two = ex[ex.seed.isin([1, 2])]
     assert hierarchical_bootstrap(two, resamples=10)["n_seeds"].unique().tolist() == [2]
+
+
+def _one_way(k: int, n: int, between_sd: float, seed: int, unbalanced: bool = False) -> pd.DataFrame:
+    """Per-example deltas of k seeds x n examples with a seed effect of SD ``between_sd`` (layer 0)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(k):
+        mu = 0.1 + between_sd * rng.standard_normal()
+        for e in range(n - (s if unbalanced else 0)):
+            rows.append({"seed": s, "dataset": "d", "depth": 4, "layer": 0, "example_id": e, "variant": "saab",
+                         "w_f": 1.0, "bias_layers": "all", "shuffled": False, "diff": mu + 0.05 * rng.standard_normal()})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.filterwarnings("ignore:The MLE may be on the boundary")  # statsmodels says so of small variances
+def test_balanced_closed_form_reml_equals_statsmodels_and_uses_t():
+    import statsmodels.formula.api as smf
+
+    ex = _one_way(k=3, n=32, between_sd=0.03, seed=11)
+    row = variance_components(ex).iloc[0]
+    # independent: statsmodels' iterative REML fit of the same model on the same rows
+    fit = smf.mixedlm("diff ~ 1", ex, groups=ex["seed"]).fit(reml=True)
+    assert fit.converged
+    assert row["mean_delta"] == pytest.approx(fit.fe_params["Intercept"], rel=1e-9)
+    assert row["se"] == pytest.approx(fit.bse_fe["Intercept"], rel=1e-4)
+    assert row["var_between_seeds"] == pytest.approx(fit.cov_re.iloc[0, 0], rel=1e-3)
+    assert row["var_within_seed"] == pytest.approx(fit.scale, rel=1e-4)
+    # the SE equals the paired-t one over the seed means, and the interval uses t with k - 1 = 2 df
+    means = ex.groupby("seed")["diff"].mean()
+    assert row["se"] == pytest.approx(means.std(ddof=1) / np.sqrt(3), rel=1e-12)
+    q = stats.t.ppf(0.975, 2)  # 4.303, not 1.96
+    assert row["df"] == 2 and row["ci_high"] - row["mean_delta"] == pytest.approx(q * row["se"], rel=1e-12)
+    assert bool(row["converged"])
+
+
+def test_unbalanced_fit_reports_convergence_and_never_quotes_a_failed_fit(monkeypatch):
+    from statsmodels.regression.mixed_linear_model import MixedLM
+
+    ex = _one_way(k=4, n=20, between_sd=0.03, seed=5, unbalanced=True)
+    ok = variance_components(ex).iloc[0]
+    assert bool(ok["converged"]) and ok["method"].startswith("MixedLM") and ok["df"] == 3
+    original = MixedLM.fit
+
+    def not_converged(self, *a, **kw):  # the optimiser stops early, as on the issue's demo layer 0
+        res = original(self, *a, **kw)
+        res.converged = False
+        return res
+
+    monkeypatch.setattr(MixedLM, "fit", not_converged)
+    bad = variance_components(ex).iloc[0]
+    assert not bool(bad["converged"]) and np.isnan(bad["mean_delta"]) and np.isnan(bad["ci_low"])

@@ -104,6 +104,8 @@ def test_evidence_levels_forest_and_disagreement(tree):  # noqa: F811
                            ("mixed model", 0.063, 0.177))])
     (layer, why) = disagreement(built, 3)  # one sentence per layer, then the reasons once
     assert layer.startswith("Layer 2: the paired t (seeds) [-0.005, 0.246] includes 0 while the two-stage bootstrap")
-    assert why.startswith("Why: ") and "t with 2 df" in why
+    # t on 2 df: scipy.stats.t.ppf(0.975, 2) = 4.303; width ratio (0.165 - 0.068) / (0.246 + 0.005) = 0.386
+    assert why.startswith("Why: ") and "t on 2 degrees of freedom (critical value 4.30" in why
+    assert "0.39–0.39 times as wide" in why
     two = disagreement(pd.concat([built, built.assign(layer=3)]), 3)
     assert len(two) == 3 and sum(x.startswith("Why") for x in two) == 1

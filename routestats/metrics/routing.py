@@ -229,7 +229,7 @@ def field_to_field(run: Run, step: int | None = None, missing: str = "zero", exa
         for si, s in enumerate(ids):
             for di, d in enumerate(ids):
                 rows.append((run.run_id, step_value, int(layer), s, d, names[s], names[d],
-                             float(mean[si, di]) if has[:, si].any() else 0.0, n_ex_with[si]))
+                             float(mean[si, di]) if has[:, si].any() else np.nan, n_ex_with[si]))
     return pd.DataFrame(rows, columns=["run_id", "step", "layer", "source", "destination", "source_name",
                                        "destination_name", "mass", "n_examples_with_source"])
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,7 +40,9 @@ from routestats.regime.certify import (Operators, analyse, certify, classify, di
                      severity_sweep)
 from routestats.regime.geometry import geometry_table, overlap_sweep, routing_decomposition
 from routestats.regime.maps import adjacency, agreement, regime_map
-from routestats.report import Column, Figure, Report, Section, Table, fmt_sig, guarded, point_label, section
+from routestats.report import (
+    Claim, Column, Figure, Report, Section, Table, fmt_sig, guarded, point_label, section, with_claims,
+)
 from routestats.settings import Resampling, AnalysisSettings
 
 __all__ = ["OperatorPoint", "load_operator_points", "analyse_point", "build_regime_report"]
@@ -304,29 +306,34 @@ def _tables(t: dict) -> dict[str, Table]:
     return out
 
 
-def _findings(t: dict) -> list[str]:
+def _findings(t: dict) -> list[Claim]:
     s = t["summary"]
-    out = [f"{len(s)} operating point(s); transport-contractive subspace S non-empty at {(s['dim_S'] > 0).sum()}, "
-           f"switching certified (λ_max > 1) at {int(s['switches'].sum())}."]
-    for _, r in s.iterrows():
-        out.append(f"{point_label(r)}: dim S {int(r['dim_S'])} of {int(r['dim'])}, λ_max {fmt_sig(r['lambda_max'])}, "
-                   f"d_sw {int(r['d_sw'])}, τ_cert {fmt_sig(r['tau_cert'], 4)} ≤ τ_max {fmt_sig(r['tau_max_dual'], 4)}; "
-                   f"max |analytic − autograd| {fmt_sig(r['max_error'], 2)}.")
-        if len(out) > MAX_POINTS_LISTED + 1:
-            out.append("… (all points in the summary table)")
+    pts = tuple(point_label(r) for _, r in s.iterrows())
+    out = [Claim("counts", f"{len(s)} operating point(s); transport-contractive subspace S non-empty at "
+                 f"{(s['dim_S'] > 0).sum()}, switching certified (λ_max > 1) at {int(s['switches'].sum())}.",
+                 "finding", "summary", pts, "point")]
+    for (_, r), label in zip(s.iterrows(), pts):
+        if len(out) > MAX_POINTS_LISTED:
+            out.append(Claim("more_points", "… (all points in the summary table)", "finding", "summary"))
             break
+        out.append(Claim("point", f"{label}: dim S {int(r['dim_S'])} of {int(r['dim'])}, λ_max "
+                         f"{fmt_sig(r['lambda_max'])}, d_sw {int(r['d_sw'])}, τ_cert {fmt_sig(r['tau_cert'], 4)} ≤ "
+                         f"τ_max {fmt_sig(r['tau_max_dual'], 4)}; max |analytic − autograd| "
+                         f"{fmt_sig(r['max_error'], 2)}.", "finding", "summary", (label,), "point"))
     ag = t.get("agreement")
     if ag is not None and len(ag):
-        out.append(f"Slice lattices: analytic and finite-forward labels agree for "
-                   f"{100 * ag['mechanism_agreement'].min():.2f}–{100 * ag['mechanism_agreement'].max():.2f}% of unflagged "
-                   f"directions; Pearson r of g_full ≥ {ag['pearson_r'].min():.6f}.")
+        out.append(Claim("agreement", f"Slice lattices: analytic and finite-forward labels agree for "
+                         f"{100 * ag['mechanism_agreement'].min():.2f}–{100 * ag['mechanism_agreement'].max():.2f}% of "
+                         f"unflagged directions; Pearson r of g_full ≥ {ag['pearson_r'].min():.6f}.", "finding",
+                         "agreement"))
     geo = t.get("geometry")
     if geo is not None and len(geo):
         soft = geo[geo["head_type"] == "softmax"]
         if len(soft):
-            out.append(f"Prop. 1 on {len(soft)} softmax head(s): rank J_q ≤ dim U_r everywhere: "
-                       f"{'yes' if soft['rank_bound_holds'].all() else 'NO'}; max range residual "
-                       f"{fmt_sig(soft['range_residual'].max(), 2)}, max null residual {fmt_sig(soft['null_residual'].max(), 2)}.")
+            out.append(Claim("prop1", f"Prop. 1 on {len(soft)} softmax head(s): rank J_q ≤ dim U_r everywhere: "
+                             f"{'yes' if soft['rank_bound_holds'].all() else 'NO'}; max range residual "
+                             f"{fmt_sig(soft['range_residual'].max(), 2)}, max null residual "
+                             f"{fmt_sig(soft['null_residual'].max(), 2)}.", "finding", "geometry"))
     return out
 
 
@@ -437,8 +444,8 @@ def build_regime_report(path: str | Path, settings: AnalysisSettings | None = No
                    sections=sections, methods=methods, provenance=prov,
                    data={k: t[k] for k in ("overlap", "lattice") if k in t},
                    facts={"n_points": len(pts), "model_kind": model_kind, "source": str(path)})
-    return replace(draft, findings=tuple(_findings({k: draft.frame(k) for k in ("summary", "agreement", "geometry")
-                                                    if k in draft.tables()})))
+    return with_claims(draft, _findings({k: draft.frame(k) for k in ("summary", "agreement", "geometry")
+                                         if k in draft.tables()}))
 
 
 def terminal_tables(rep: Report) -> list[tuple[str, pd.DataFrame]]:

@@ -58,6 +58,7 @@ def synthetic_pair(
     dtype: str = "float32",
     forms: Sequence[str] = ("matrices",),
     cap: int = 256,
+    causal: bool = False,
 ) -> tuple[Path, Path]:
     """Write a SYNTHETIC paired run (``baseline`` and ``saab``) under ``out_dir``.
 
@@ -85,7 +86,7 @@ def synthetic_pair(
     for variant in ("baseline", "saab"):
         w = RunWriter(Path(out_dir) / variant, run_id=f"synthetic-{variant}-seed{seed}", study="synthetic",
                       factors={"variant": variant}, seed=seed, init_id=init_id, data_order_id=order_id,
-                      fields=DBPEDIA_FIELDS, overwrite=True)
+                      fields=DBPEDIA_FIELDS, overwrite=True, causal=causal)
         w.write_examples(pd.DataFrame(rows))
         for si, step in enumerate(steps):
             with w.attention(step, dtype=dtype, forms=forms) as sink:
@@ -96,6 +97,8 @@ def synthetic_pair(
                     if variant == "saab":
                         logits = logits + np.asarray(effect, float)[:, None, None, None] * same
                         logits = logits + extra[ex["example_id"]][si]
+                    if causal:
+                        logits = np.where(np.tril(np.ones_like(same, bool)), logits, -np.inf)
                     sink.add(ex["example_id"], _softmax(logits))
         _write_training_tables(w, rng, max(steps), n_layers)
         paths.append(w.finalize(notes="SYNTHETIC: attention drawn from random logits by "
@@ -117,9 +120,10 @@ def _synthetic_example(rng, e: int, length_range, cap: int) -> dict:
             wid += 1
         words.append(wid)
         prev_start = is_start
+    kept = min(n, cap)  # a record longer than the cap is cut there (its prepared length stays n)
     return {"example_id": e, "split": "val", "source_index": e, "row_id": f"row_{e}", "label": "synthetic",
-            "prepared_length": n, "cap": cap, "field_ids": [4] * n_title + [3] * (n - n_title), "tokens": tokens,
-            "word_ids": words, "is_primary": True}
+            "prepared_length": n, "cap": cap, "field_ids": ([4] * n_title + [3] * (n - n_title))[:kept],
+            "tokens": tokens[:kept], "word_ids": words[:kept], "is_primary": True}
 
 
 def _write_training_tables(w: RunWriter, rng, last_step: int, n_layers: int) -> None:

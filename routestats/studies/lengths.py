@@ -29,6 +29,8 @@ from routestats.stats.spearman import spearman_ci
 __all__ = [
     "length_table",
     "length_association",
+    "censoring",
+    "at_cap",
     "equal_count_bins",
     "length_bins",
     "length_adjusted_effects",
@@ -64,29 +66,68 @@ def length_table(lengths: pd.DataFrame, cap: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _wide_diffs(p: RunPair, step=None, examples=None) -> tuple[pd.DataFrame, list[int]]:
+def _wide_diffs(p: RunPair, step=None, examples=None, capped: str = "include") -> tuple[pd.DataFrame, list[int]]:
+    """Per example: the paired difference of every layer, the evaluated length and whether the example
+    was cut at the cap (``capped``: its true length is unknown, longer than evaluated). With
+    ``capped="exclude"`` the cut examples are left out; ``attrs["n_capped"]`` counts them either way."""
+    if capped not in ("include", "exclude"):
+        raise RoutestatsError(f"capped must be include or exclude, got {capped!r}")
     d = paired_differences(p, step=step, examples=examples)
     w = d.pivot(index="example_id", columns="layer", values="diff")
-    ex = p.baseline.examples(["example_id", "length", "source_index"]).set_index("example_id")
-    w = w.join(ex, how="left")
+    ex = p.baseline.examples(["example_id", "length", "source_index", "prepared_length", "cap"]).set_index("example_id")
+    w = w.join(ex, how="left").reset_index()
+    w["capped"] = at_cap(w["length"].to_numpy(), w["prepared_length"].to_numpy(), w["cap"].to_numpy())
+    n_capped = int(w["capped"].sum())
+    if capped == "exclude":
+        w = w[~w["capped"]].reset_index(drop=True)
+    w.attrs["n_capped"] = n_capped
     layers = sorted(d["layer"].unique())
-    return w.reset_index(), layers
+    return w, layers
+
+
+def censoring(p: RunPair, examples=None) -> dict:
+    """How many of the selected examples were cut at the evaluation cap (their true length is unknown):
+    ``{"n": examples, "n_capped": cut, "cap": the cap}``."""
+    from routestats.metrics.examples import select_examples
+
+    ex = p.baseline.examples(["example_id", "length", "prepared_length", "cap"])
+    ids = select_examples(p.baseline, examples)
+    if ids is not None:
+        ex = ex[ex["example_id"].isin(ids)]
+    return {"n": len(ex), "n_capped": int(at_cap(ex["length"], ex["prepared_length"], ex["cap"]).sum()),
+            "cap": int(ex["cap"].max())}
+
+
+def at_cap(length, prepared_length, cap) -> np.ndarray:
+    """Examples whose evaluated length is censored: cut at the cap, or as long as the cap (a prepared
+    record longer than the preset's maximum is stored at that maximum, so reaching the cap does not
+    tell a cut record from one of exactly that length; both have a true length of at least the cap).
+
+    >>> at_cap([20, 64, 64], [20, 64, 90], [64, 64, 64]).tolist()
+    [False, True, True]
+    """
+    length, prepared, cap = (np.asarray(x) for x in (length, prepared_length, cap))
+    return (length >= cap) | (prepared > cap)
 
 
 def length_association(p: RunPair, resamples: int | None = None, seed: int | None = None, step=None, examples=None,
-                       resampling: Resampling | None = None) -> pd.DataFrame:
+                       resampling: Resampling | None = None, capped: str = "include") -> pd.DataFrame:
     """Per layer Spearman rho between evaluated length and the per-example SFM change (METHODS 3.4).
 
     rho and p from ``scipy.stats.spearmanr``; percentile bootstrap CI with the reference
     stream (``default_rng(seed + 17)``); Holm over layers. Columns: layer, n, rho, p_raw,
-    p_adj, ci_low, ci_high, resamples_kept, resamples, seed.
+    p_adj, ci_low, ci_high, resamples_kept, resamples, seed, n_capped (examples cut at the cap: left out
+    with ``capped="exclude"``, whose lengths are censored), capped.
     """
     r = Resampling.of(resampling, length_resamples=resamples, seed=seed)
     resamples, seed = r.length_resamples, r.seed
-    w, layers = _wide_diffs(p, step, examples)
+    w, layers = _wide_diffs(p, step, examples, capped)
+    if len(w) < 3 or w["length"].nunique() < 2:
+        raise RoutestatsError(f"{len(w)} examples below the cap ({w.attrs['n_capped']} were cut at it): too few for a "
+                              "length association")
     res = spearman_ci(w["length"].to_numpy(dtype=float), w[layers].to_numpy(), resamples=resamples, seed=seed,
                       labels=layers)
-    return res.to_frame().rename(columns={"label": "layer"})
+    return res.to_frame().rename(columns={"label": "layer"}).assign(n_capped=w.attrs["n_capped"], capped=capped)
 
 
 def equal_count_bins(lengths, source_index, n_bins: int = 4) -> np.ndarray:
@@ -169,7 +210,7 @@ def linear_length_fit(x, D, reference: float, resamples: int | None = None, seed
 
 def length_adjusted_effects(p: RunPair, resamples: int | None = None, seed: int | None = None,
                             confidence: float | None = None, step=None, examples=None, reference: float | None = None,
-                            resampling: Resampling | None = None) -> pd.DataFrame:
+                            resampling: Resampling | None = None, capped: str = "include") -> pd.DataFrame:
     """The paired SFM change at a reference length (default: the median evaluated length), next to
     the raw mean, and how it changes per 10 tokens, from a per-layer least-squares line of the
     per-example change on length (:func:`linear_length_fit`). Descriptive and within one model: it
@@ -180,14 +221,17 @@ def length_adjusted_effects(p: RunPair, resamples: int | None = None, seed: int 
     """
     r = Resampling.of(resampling, resamples=resamples, seed=seed, confidence=confidence)
     resamples, seed, confidence = r.resamples, r.seed, r.confidence
-    w, layers = _wide_diffs(p, step, examples)
+    w, layers = _wide_diffs(p, step, examples, capped)
     x = w["length"].to_numpy(dtype=float)
+    if len(x) < 3 or np.unique(x).size < 2:
+        raise RoutestatsError(f"{len(x)} examples below the cap ({w.attrs['n_capped']} were cut at it): too few for "
+                              "a length-adjusted estimate")
     ref = float(np.median(x)) if reference is None else float(reference)
     out = linear_length_fit(x, w[layers].to_numpy(), ref, resamples=resamples, seed=seed, confidence=confidence)
     out.insert(0, "reference_length", ref)
     out.insert(0, "n", len(x))
     out.insert(0, "layer", layers)
-    return out
+    return out.assign(n_capped=w.attrs["n_capped"], capped=capped)
 
 
 def common_length_range(pairs: dict, step=None, examples=None) -> pd.DataFrame:

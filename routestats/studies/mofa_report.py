@@ -5,14 +5,17 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunCollection
-from routestats.report import Column, Figure, Report, Section, Table, fmt_num, guarded, section
+from routestats.report import (
+    Claim, Column, Figure, Report, Section, Table, fmt_num, fmt_p, guarded, section, with_claims,
+)
 from routestats.settings import AnalysisSettings
 from routestats.studies.mofa import (
     PCAResult,
@@ -193,20 +196,34 @@ MOFA_SECTIONS = (ranking_section, _shown("worst_best", "Worst vs best ratio"),
                  _shown("in_domain", "In-domain comparison"), pca_section, entropy_section)
 
 
-def mofa_findings(report: Report, ctx: MofaContext) -> list[str]:
+def mofa_claims(report: Report, ctx: MofaContext) -> list[Claim]:
+    """The findings of a MoFA report as claims on its tables."""
     ranking = report.frame("ranking")
-    out = [f"{len(ctx.runs)} runs: ratios {', '.join(ctx.order)} × seeds "
-           f"{', '.join(map(str, sorted(ctx.ppl['seed'].unique())))}.",
-           f"Worst ratio is a pure endpoint (all-softmax or all-sigmoid) in "
-           f"{ctx.ranking[0].attrs.get('pure_endpoint_worst', 0)} of {len(ranking)} domains."]
+    n_end = int(ctx.ranking[0].attrs.get("pure_endpoint_worst", 0))
+    out = [Claim("counts", f"{len(ctx.runs)} runs: ratios {', '.join(ctx.order)} × seeds "
+                 f"{', '.join(map(str, sorted(ctx.ppl['seed'].unique())))}."),
+           Claim("endpoint_worst", f"The worst ratio is a pure endpoint (all-softmax or all-sigmoid) in {n_end} of "
+                 f"{len(ranking)} domains.", "finding", "ranking", key="domain")]
     wb = report.frame("worst_best") if "worst_best" in report.tables() else pd.DataFrame()
     if len(wb):
-        out.append(f"Worst − best significant (p < 0.05, {ctx.settings.test}-test) in {int((wb['p_raw'] < 0.05).sum())} "
-                   f"of {len(wb)} domains.")
+        alpha = ctx.settings.alpha
+        p = "p_holm" if "p_holm" in wb else "p_raw"
+        floor = wb["min_attainable_p"].max()
+        reach = not (np.isfinite(floor) and floor > alpha)
+        out.append(Claim("worst_best", f"Worst − best PPL reaches p < {alpha:g} ({ctx.settings.test}-test across "
+                         f"seeds, {'Holm over domains' if p == 'p_holm' else 'per domain, unadjusted'}) in "
+                         f"{int((wb[p] < alpha).sum())} of {len(wb)} domains; worst and best are picked from the same "
+                         "perplexities, so these p-values are optimistic.", "finding", "worst_best",
+                         tuple(wb["stratum"]), "stratum", checks=(("the test can reach alpha", bool(reach)),)))
+        if not reach:
+            out.append(Claim("floor", f"With {int(wb['n_seeds'].min())} seeds the {ctx.settings.test} test cannot "
+                             f"reach p < {alpha:g} (smallest attainable p = {fmt_p(floor)}).", "finding", "worst_best",
+                             checks=(("smallest attainable p > alpha", True),)))
     if "pca" in report.tables():
         top = report.frame("pca").iloc[0]
-        out.append(f"PC1 explains {100 * ctx.pca.explained_ratio[0]:.1f}%; most softmax-leaning domain: "
-                   f"{top['domain']} ({fmt_num(top['pc1'], 2)}).")
+        out.append(Claim("pca", f"PC1 explains {100 * ctx.pca.explained_ratio[0]:.1f}% of the domain response; most "
+                         f"softmax-leaning domain: {top['domain']} ({fmt_num(top['pc1'], 2)}).", "finding", "pca",
+                         (str(top["domain"]),), "domain"))
     return out
 
 
@@ -232,4 +249,4 @@ def build_mofa_report(runs: RunCollection, settings: AnalysisSettings | None = N
                                  "settings": asdict(s)}},
         facts={"n_runs": len(runs), "seeds": sorted(ctx.ppl["seed"].unique().tolist()), "ratios": ctx.order},
     )
-    return replace(draft, findings=tuple(mofa_findings(draft, ctx)))
+    return with_claims(draft, mofa_claims(draft, ctx))

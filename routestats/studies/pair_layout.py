@@ -1,41 +1,17 @@
-"""The words of the one-pair report -- findings lines and the methods paragraph -- generated from the
+"""The words of the one-pair report's methods paragraph, generated from the
 finished :class:`~routestats.report.Report` (its tables and facts), never from a side channel."""
 
 from __future__ import annotations
 
-from routestats.report import Report, fmt_ci, fmt_num, fmt_p
+from routestats.report import Report
 from routestats.settings import AnalysisSettings
 
-__all__ = ["pair_findings", "pair_methods", "capture_sentences", "frame_of"]
+__all__ = ["pair_methods", "capture_sentences", "frame_of"]
 
 
 def frame_of(report: Report, name: str):
     """A table's frame of the finished report, or None when the report has no such table."""
     return report.frame(name) if name in report.tables() else None
-
-
-def pair_findings(report: Report, s: AnalysisSettings) -> list[str]:
-    """Plain-language lines quoting the finished tables (numbers formatted as in the tables)."""
-    out = []
-    conf = f"{100 * s.confidence:.0f}%"
-    for r in report.frame("effects").sort_values("layer").itertuples():
-        sign = "+" if r.mean_diff >= 0 else "−"
-        out.append(
-            f"Layer {r.layer}: SFM {fmt_num(r.baseline_mean)} → {fmt_num(r.variant_mean)}, "
-            f"Δ = {sign}{fmt_num(abs(r.mean_diff))}, {conf} CI {fmt_ci(r.ci_low, r.ci_high)}, "
-            f"d_z = {fmt_num(r.dz, 2)}, p_Holm {'' if fmt_p(r.p_holm).startswith('<') else '= '}{fmt_p(r.p_holm)}"
-        )
-    lay = report.frame("layers")
-    for role in ("baseline", "variant"):
-        t = lay[(lay["role"] == role) & lay["is_max_sfm"]]
-        if len(t):
-            out.append(f"Highest SFM in the {role}: layer {int(t['layer'].iloc[0])} ({fmt_num(t['sfm'].iloc[0])}).")
-    out.append(f"Profile distance between the two layer profiles: {fmt_num(report.facts['profile_distance'], 4)}.")
-    adj = frame_of(report, "adjusted")
-    if adj is not None:
-        out.append(f"Opportunity-adjusted analysis: {int(adj['n'].iloc[0])} examples, {int(adj['excluded'].iloc[0])} "
-                   f"excluded (one visible field), mean O_e {fmt_num(adj['mean_opportunity'].iloc[0])}.")
-    return out
 
 
 _SETS = {"all": "every evaluated example", "primary": "the primary examples", "length_sample": "the length sample",
@@ -119,9 +95,14 @@ def pair_methods(report: Report, s: AnalysisSettings) -> str:
         f"confidence interval ({s.resamples:,} resamples) and tested with a two-sided sign-flip permutation test on "
         f"the absolute mean ({s.permutations:,} random sign patterns, p = (count + 1)/(P + 1)); p-values are "
         f"Holm-adjusted across the {rep['n_layers']} layers, and d_z = mean/SD (ddof 1). Random procedures use seed "
-        f"{s.seed} ({mode}). Opportunity-adjusted SFM is (SFM − O_e)/(1 − O_e) with O_e = Σ_f n_f²/N², "
-        f"excluding examples with a single visible field. Field-to-field means count examples lacking the source "
-        f"field as {'zero' if s.missing_fields == 'zero' else 'missing'}."
+        f"{s.seed} ({mode}). Opportunity-adjusted SFM is (SFM − O_e)/(1 − O_e) with "
+        + ("O_e the mean over valid queries of O_i = (visible keys in the query's field)/(visible keys), the causal "
+           "chance level, excluding examples where O_e = 1. " if rep["causal"] else
+           "O_e = Σ_f n_f²/N², excluding examples with a single visible field. ")
+        + f"Field-to-field means count examples lacking the source field as "
+        f"{'zero' if s.missing_fields == 'zero' else 'missing'}"
+        + ("; a source field none of whose queries is counted (every one trivial) has no value (shown –)."
+           if rep["trivial"] == "exclude" else ".")
         + (f" Gradient ratios are means of per-step ratios over up to {s.gradient_window} steps ending at each "
            "checkpoint." if "gradients" in report.tables() else "") + f"{causal}{keys}"
         + capture_sentences(rep.get("capture"), rep.get("capture_variant"), rep["n_examples"])

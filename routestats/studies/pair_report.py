@@ -26,13 +26,14 @@ from typing import Callable
 
 from routestats.metrics.passes import _pass
 from routestats.metrics.routing import profile_distance
-from routestats.report import Report
+from routestats.report import Report, with_claims
 from routestats.rundir.collection import RunPair
 from routestats.settings import AnalysisSettings
-from routestats.studies.headline import pair_headline
+from routestats.studies.claims import pair_claims
+from routestats.studies.lengths import censoring
 from routestats.report import guarded
 from routestats.studies.pair_context import PairContext, pair_context
-from routestats.studies.pair_layout import frame_of, pair_findings, pair_methods
+from routestats.studies.pair_layout import pair_methods
 from routestats.studies.pair_sections import pair_sections
 from routestats.studies.word_map import WordMap, select_token_map_example, word_label  # noqa: F401  (public names)
 
@@ -79,7 +80,7 @@ def _facts(ctx: PairContext) -> dict:
                 layers[layers.role == "variant"].sort_values("layer")["sfm"].to_numpy()),
             "causal": ctx.causal, "pretrained": ctx.pretrained, "trivial": ctx.trivial,
             "field_names": dict(ctx.pair.baseline.named_fields), "capture": ctx.pair.baseline.capture,
-            "capture_variant": ctx.pair.variant.capture}
+            "capture_variant": ctx.pair.variant.capture, "confidence": ctx.settings.confidence}
 
 
 def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
@@ -99,9 +100,8 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                    f"{ctx.n_examples} examples · {facts['n_layers']} layers × {facts['n_heads']} heads",
                    sections=sections, data=data, facts=facts)
     s = ctx.settings
-    headline = pair_headline(draft.frame("effects"), ctx.n_examples, frame_of(draft, "profile_shape"),
-                             frame_of(draft, "layer_contrasts"), frame_of(draft, "init_vs_final"),
-                             frame_of(draft, "length_association"), within_study=within_study,
-                             length_adjusted=frame_of(draft, "length_adjusted"), pretrained=ctx.pretrained)
-    return replace(draft, findings=tuple(pair_findings(draft, s)), headline=tuple(headline),
-                   methods=pair_methods(draft, s), provenance=_provenance(p, s, ctx.step))
+    draft = replace(draft, methods=pair_methods(draft, s), provenance=_provenance(p, s, ctx.step))
+    claims = pair_claims(draft, n_examples=ctx.n_examples, alpha=s.alpha, rho=s.length_rho,
+                         conf=f"{100 * s.confidence:.0f}%", pretrained=ctx.pretrained, within_study=within_study,
+                         permutations=s.permutations, censored=censoring(p, s.length_examples))
+    return with_claims(draft, claims)

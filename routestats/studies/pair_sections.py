@@ -19,7 +19,9 @@ from routestats.report import Column, Section, Table, pct
 from routestats.rundir import schema as S
 from routestats.stats.profile import layer_contrasts, profile_distance_ci, profile_shape
 from routestats.studies.effects import paired_differences
-from routestats.studies.lengths import length_adjusted_effects, length_association, length_bins, length_table
+from routestats.studies.lengths import (
+    censoring, length_adjusted_effects, length_association, length_bins, length_table,
+)
 from routestats.report import section
 from routestats.studies.pair_context import PairContext
 from routestats.studies.pair_inputs import curves, init_vs_final, performance, running_mean, size_on_disk
@@ -40,8 +42,9 @@ def effects_columns(ctx: PairContext, label: str, raw_p: bool = True) -> tuple[C
 
 def _procedure(ctx: PairContext) -> str:
     s = ctx.settings
-    return (f"mean difference, {pct(s.confidence)} percentile bootstrap CI ({s.resamples:,} resamples), d_z, and "
-            f"two-sided sign-flip p ({s.permutations:,} draws) Holm-adjusted over layers")
+    return (f"mean difference, {pct(s.confidence)} percentile bootstrap CI ({s.resamples:,} resamples; per layer, not "
+            f"adjusted for multiplicity), d_z, and two-sided sign-flip p ({s.permutations:,} draws) Holm-adjusted over "
+            "layers")
 
 
 @section("performance", "Task performance")
@@ -129,7 +132,18 @@ def fields_section(ctx: PairContext) -> Section:
     return Section("fields", "Field-to-field attention", (Table("field_to_field", f2f),),
                    (ctx.figure("field_to_field", "field_heatmaps", field_to_field=f2f),),
                    text="Mean attention mass from queries of the source field (rows) to keys of the destination field "
-                        "(columns), per layer; the difference panel is variant − baseline.")
+                        "(columns), per layer; the difference panel is variant − baseline." + _unmeasured(f2f))
+
+
+def _unmeasured(f2f) -> str:
+    """The caption's note on source fields with no counted query (every one trivial and excluded)."""
+    gone = f2f[f2f["mass"].isna()] if "mass" in f2f else f2f.iloc[:0]
+    if not len(gone):
+        return ""
+    names = ", ".join(dict.fromkeys(map(str, gone["source_name"])))
+    return (f" Queries of {names} are excluded where every key they can see lies in their own field (trivial "
+            "queries, SFM 1 whatever the model does): those rows are not measured, shown as – (hatched in the "
+            "figure), not 0.")
 
 
 @section("masses", "Mass outside the named fields")
@@ -172,7 +186,7 @@ def shape_section(ctx: PairContext) -> Section | None:
                    Column("df1", "df1", "int"), Column("df2", "df2", "int"), Column("p", "p", "p"),
                    Column("n", "n", "int"))),
         ctx.table("layer_contrasts", contrasts, f"Pairwise layer contrasts of the paired SFM change, Δ_b − Δ_a per "
-                  f"example: mean, {conf} percentile bootstrap CI ({s.resamples:,} resamples), d_z and sign-flip p, Holm "
+                  f"example: mean, per-contrast {conf} percentile bootstrap CI ({s.resamples:,} resamples), d_z and sign-flip p, Holm "
                   "over all contrasts.",
                   (Column("Contrast", "contrast", "text"), Column("Mean", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
@@ -233,7 +247,7 @@ def init_vs_final_section(ctx: PairContext) -> Section | None:
     conf = pct(ctx.settings.confidence)
     t = ctx.table("init_vs_final", f, f"What was there at the start: Δ SFM at step {int(f['step_init'].iloc[0])} (the "
                   f"earliest stored step) and at step {int(f['step_final'].iloc[0])}, on the same examples; the change "
-                  f"Δ_final − Δ_init per example with its {conf} bootstrap CI and sign-flip p (Holm over layers).",
+                  f"Δ_final − Δ_init per example with its per-layer {conf} bootstrap CI and sign-flip p (Holm over layers).",
                   (Column("Layer", "layer", "int"), Column("Δ init", "delta_init"), Column("Δ final", "delta_final"),
                    Column("Share at init", "share_at_init", "num", 2), Column("Change", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
@@ -285,6 +299,16 @@ def gradients_section(ctx: PairContext) -> Section | None:
                    (ctx.figure("gradients", "gradient_ratios", steps=steps),))
 
 
+def _censored(frame) -> str:
+    """What a length table did with the examples cut at the cap."""
+    k = int(frame["n_capped"].iloc[0])
+    if not k:
+        return "no example reached the cap"
+    if frame["capped"].iloc[0] == "exclude":
+        return f"the {k} examples at the cap are left out (their true lengths are unknown: at least the cap)"
+    return f"the {k} examples at the cap are included at the cap length (censored)"
+
+
 def _length_tables(ctx: PairContext, f: dict, n_length: int) -> tuple[Table, ...]:
     s, conf = ctx.settings, pct(ctx.settings.confidence)
     ref = f["length_adjusted"]["reference_length"].iloc[0]
@@ -297,16 +321,18 @@ def _length_tables(ctx: PairContext, f: dict, n_length: int) -> tuple[Table, ...
                    Column("Cap", "cap", "int"), Column("Saturated", "saturation_count", "int"),
                    Column("Rate", "saturation_rate", "num", 3))),
         ctx.table("length_association", f["length_association"], f"Length association (paper Table 12A): Spearman ρ "
-                  f"between evaluated length and the per-example Δ SFM, percentile bootstrap CI "
-                  f"({s.length_resamples:,} resamples), Holm over layers.",
+                  f"between evaluated length and the per-example Δ SFM, per-layer percentile bootstrap CI "
+                  f"({s.length_resamples:,} resamples), Holm over layers; {_censored(f['length_association'])}. "
+                  "An association within one model, not an effect of length.",
                   (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("ρ", "rho"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (raw)", "p_raw", "p"),
                    Column("p (Holm)", "p_adj", "p"))),
         ctx.table("length_adjusted", f["length_adjusted"], f"Length-adjusted Δ SFM: the raw mean change next to the "
                   f"change at the median length ({ref:g} tokens) and its change per 10 tokens, from a per-layer "
-                  f"least-squares line of the per-example Δ on length ({n_length} examples, {conf} percentile "
-                  f"bootstrap, {s.resamples:,} resamples). Descriptive, within one model: it removes the linear part "
-                  "of the length association only.",
+                  f"least-squares line of the per-example Δ on length ({int(f['length_adjusted']['n'].iloc[0])} "
+                  f"examples; {_censored(f['length_adjusted'])}; {conf} percentile bootstrap, {s.resamples:,} "
+                  "resamples). Descriptive, within one model: it removes the linear part of the length association "
+                  "only.",
                   (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("Raw Δ", "delta"),
                    Column(f"Δ at {ref:g} tokens", "delta_at_reference"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("Δ per 10 tokens", "slope_per_10"),
@@ -330,9 +356,15 @@ def lengths_section(ctx: PairContext) -> Section | None:
         return None
     ctx.say("length analyses")
     kw = dict(step=ctx.step, examples=s.length_examples)
+    c = censoring(p, s.length_examples)
+    if s.capped_examples == "exclude" and c["n"] - c["n_capped"] < 8:
+        return Section("lengths", "Lengths (paper Tables 11 and 12A)", skipped=(
+            f"Not computed: {c['n_capped']} of {c['n']} examples reached the {c['cap']}-token cap, so their true "
+            f"lengths are unknown; the {c['n'] - c['n_capped']} examples below the cap are too few for the length "
+            "analyses (capped_examples=include would use every example, those at the cap at the cap length)."))
     frames = {"lengths": length_table(ex[["split", "length"]], cap=int(ex["cap"].max())),
-              "length_association": length_association(p, resampling=s.resampling, **kw),
-              "length_adjusted": length_adjusted_effects(p, resampling=s.resampling, **kw),
+              "length_association": length_association(p, resampling=s.resampling, capped=s.capped_examples, **kw),
+              "length_adjusted": length_adjusted_effects(p, resampling=s.resampling, capped=s.capped_examples, **kw),
               "length_bins": length_bins(p, **kw)}
     per_ex = paired_differences(p, trivial=s.trivial_queries, **kw)[["example_id", "layer", "diff"]]
     per_ex = running_mean(per_ex.merge(ex[["example_id", "length"]], on="example_id"))

@@ -20,7 +20,7 @@ from dataclasses import asdict
 import numpy as np
 
 from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, mass_split, trivial_default
-from routestats.report import Column, Figure, Report, Section, Table, fmt_num
+from routestats.report import Claim, Column, Figure, Report, Section, Table, fmt_num, with_claims
 from routestats.rundir.read import Run
 from routestats.settings import AnalysisSettings
 
@@ -65,20 +65,24 @@ def build_run_report(run: Run, settings: AnalysisSettings | None = None, progres
     )
     top = layers.loc[layers["sfm"].idxmax()]
     u = float(np.nanmax(masses["unnamed_mass"])) if len(masses) else 0.0
-    headline = (f"{run.run_id} ({when}, {n_ex} examples): SFM {fmt_num(layers['sfm'].min())}–"
-                f"{fmt_num(layers['sfm'].max())} across {len(layers)} layers, highest in layer {int(top['layer'])}.",
-                "A single run shows where attention goes, not what a change did: no paired statistics."
-                + (f" Up to {100 * u:.0f}% of a layer's attention lies outside the named fields." if u > 0.01 else ""))
+    claims = [Claim("profile", f"{run.run_id} ({when}, {n_ex} examples): SFM {fmt_num(layers['sfm'].min())}–"
+                    f"{fmt_num(layers['sfm'].max())} across {len(layers)} layers, highest in layer {int(top['layer'])}.",
+                    "headline", "layers", tuple(int(x) for x in layers["layer"])),
+              Claim("scope", "A single run shows where attention goes, not what a change did: no paired statistics.",
+                    "headline", checks=(("one run, no pair", True),))]
+    if u > 0.01:
+        claims.append(Claim("unnamed_mass", f"Up to {100 * u:.0f}% of a layer's attention lies outside the named "
+                            "fields.", "headline", "masses"))
     causal = " The model attends causally; trivial queries are " + trivial_default(run, s.trivial_queries) + "d." \
         if run.causal else ""
-    return Report(
+    return with_claims(Report(
         title=f"{run.run_id} (single run)",
         subtitle=f"{run.run_id} · {when} · {n_ex} examples · {len(layers)} layers",
-        sections=sections, headline=headline,
+        sections=sections,
         methods=("Same-field attention mass (SFM) is the attention a valid query places on valid keys of its own field, "
                  "averaged over valid queries, then heads, then examples; entropy is −Σ p ln(p + 1e-10)." + causal),
         provenance={"run": {"run_id": run.run_id, "path": str(run.path), "files": run.verified_files()},
                     "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                                  "step": step, "settings": asdict(s)}},
         facts={"run_id": run.run_id, "step": step, "n_examples": n_ex},
-    )
+    ), claims)

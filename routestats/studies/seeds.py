@@ -345,41 +345,73 @@ def _two_stage(d, rng, resamples, seed, confidence, dataset, depth) -> list[dict
     return rows
 
 
-def variance_components(ex_deltas: pd.DataFrame, condition=None) -> pd.DataFrame:
-    """Random-intercept model per layer, diff ~ 1 + (1 | seed), fitted by REML (statsmodels MixedLM).
+def variance_components(ex_deltas: pd.DataFrame, condition=None, confidence: float | None = None) -> pd.DataFrame:
+    """Random-intercept model per layer, diff ~ 1 + (1 | seed), fitted by REML.
 
-    Reports the fixed mean delta with its standard error and Wald CI, the between-seed and
-    within-seed (example) variances and the intra-class correlation. Assumes normal
-    random seed effects and residuals; with few seeds the between-seed variance is poorly
-    determined.
+    When every seed holds the same number of examples (the usual design: one example set), the REML
+    fit has a closed form (the one-way ANOVA estimator, the between-seed variance truncated at 0):
+    the mean Δ is the mean of the seed means, its standard error sd(seed means)/sqrt(k), and its
+    interval uses t with k - 1 degrees of freedom (the exact small-sample reference of a balanced
+    one-way design; a normal 1.96 would be far too narrow with 3 seeds). Otherwise statsmodels'
+    MixedLM (REML) is fitted, its convergence recorded (``converged``; a fit that did not converge
+    has no estimates: NaN), and its interval also uses t with k - 1 degrees of freedom. Columns:
+    dataset, depth, layer, n_seeds, n_examples, mean_delta, se, df, ci_low, ci_high,
+    var_between_seeds, var_within_seed, icc, converged, method.
     """
+    from scipy import stats
+
+    conf = Resampling().confidence if confidence is None else confidence
+    d = ex_deltas[reference_rows(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
+    rows = []
+    for (dataset, depth, layer), g in d.groupby(["dataset", "depth", "layer"], dropna=False):
+        k = g["seed"].nunique()
+        if k < 2:
+            continue  # a random seed effect needs at least two seeds
+        sizes = g.groupby("seed").size()
+        fit = _balanced_reml(g, sizes) if sizes.nunique() == 1 and sizes.iloc[0] >= 2 else _mixedlm(g)
+        q = stats.t.ppf(0.5 + conf / 2, k - 1)
+        rows.append({"dataset": dataset, "depth": depth, "layer": layer, "n_seeds": k, "n_examples": len(g),
+                     **fit, "df": k - 1, "ci_low": fit["mean_delta"] - q * fit["se"],
+                     "ci_high": fit["mean_delta"] + q * fit["se"]})
+    if not rows:
+        raise RoutestatsError("the mixed model needs at least 2 seeds in some data set and depth")
+    cols = ["dataset", "depth", "layer", "n_seeds", "n_examples", "mean_delta", "se", "df", "ci_low", "ci_high",
+            "var_between_seeds", "var_within_seed", "icc", "converged", "method"]
+    return pd.DataFrame(rows)[cols]
+
+
+def _balanced_reml(g: pd.DataFrame, sizes: pd.Series) -> dict:
+    """The closed-form REML fit of a balanced one-way random-intercept model (n examples per seed)."""
+    n = int(sizes.iloc[0])
+    k = len(sizes)
+    means = g.groupby("seed")["diff"].mean()
+    msb = n * float(means.var(ddof=1))
+    msw = float(g.groupby("seed")["diff"].var(ddof=1).mean())
+    between = max(0.0, (msb - msw) / n)
+    # with the between-seed variance at its boundary 0, REML pools every example into one variance
+    within = msw if between > 0 else float(g["diff"].var(ddof=1))
+    return {"mean_delta": float(means.mean()), "se": float(np.sqrt(msb / (n * k))), "var_between_seeds": between,
+            "var_within_seed": within, "icc": between / (between + within) if between + within > 0 else np.nan,
+            "converged": True, "method": "balanced one-way REML (closed form), t with k − 1 df"}
+
+
+def _mixedlm(g: pd.DataFrame) -> dict:
     import warnings
 
     import statsmodels.formula.api as smf
 
-    d = ex_deltas[reference_rows(ex_deltas)] if condition is None else ex_deltas[condition(ex_deltas)]
-    rows = []
-    for (dataset, depth, layer), g in d.groupby(["dataset", "depth", "layer"], dropna=False):
-        if g["seed"].nunique() < 2:
-            continue  # a random seed effect needs at least two seeds
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                fit = smf.mixedlm("diff ~ 1", g, groups=g["seed"]).fit(reml=True)
-            except (np.linalg.LinAlgError, ValueError) as exc:
-                rows.append({"dataset": dataset, "depth": depth, "layer": layer, "n_seeds": g["seed"].nunique(),
-                             "n_examples": len(g), "mean_delta": float(g["diff"].mean()), "se": np.nan, "ci_low": np.nan, "ci_high": np.nan,
-                             "var_between_seeds": np.nan, "var_within_seed": np.nan, "icc": np.nan,
-                             "method": f"MixedLM REML failed: {exc}"})
-                continue
-        between = float(fit.cov_re.iloc[0, 0])
-        within = float(fit.scale)
-        ci = fit.conf_int().loc["Intercept"]
-        rows.append({"dataset": dataset, "depth": depth, "layer": layer, "n_seeds": g["seed"].nunique(),
-                     "n_examples": len(g), "mean_delta": float(fit.fe_params["Intercept"]), "se": float(fit.bse_fe["Intercept"]),
-                     "ci_low": float(ci[0]), "ci_high": float(ci[1]), "var_between_seeds": between,
-                     "var_within_seed": within, "icc": between / (between + within) if between + within > 0 else np.nan,
-                     "method": "MixedLM REML, random intercept per seed"})
-    if not rows:
-        raise RoutestatsError("the mixed model needs at least 2 seeds in some data set and depth")
-    return pd.DataFrame(rows)
+    nan = {"mean_delta": np.nan, "se": np.nan, "var_between_seeds": np.nan, "var_within_seed": np.nan, "icc": np.nan}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fit = smf.mixedlm("diff ~ 1", g, groups=g["seed"]).fit(reml=True)
+        except (np.linalg.LinAlgError, ValueError) as exc:
+            return {**nan, "converged": False, "method": f"MixedLM REML failed: {exc}"}
+    converged = bool(fit.converged) and not any("converge" in str(w.message).lower() for w in caught)
+    if not converged:
+        return {**nan, "converged": False, "method": "MixedLM REML did not converge: no estimates"}
+    between, within = float(fit.cov_re.iloc[0, 0]), float(fit.scale)
+    return {"mean_delta": float(fit.fe_params["Intercept"]), "se": float(fit.bse_fe["Intercept"]),
+            "var_between_seeds": between, "var_within_seed": within,
+            "icc": between / (between + within) if between + within > 0 else np.nan, "converged": True,
+            "method": "MixedLM REML (unbalanced), t with k − 1 df"}

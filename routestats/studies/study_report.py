@@ -14,22 +14,20 @@ Examples
 ...     _ = synthetic_pair(f"{d}/seed{s}", seed=s, n_examples=5)
 >>> rep = build_study_report(load_runs(d), AnalysisSettings(resamples=100))
 >>> sorted(rep.tables())
-['across_seeds', 'deltas', 'forest', 'gradients', 'hierarchical', 'seeds', 'variance_components']
+['across_seeds', 'deltas', 'forest', 'gradients', 'hierarchical', 'seeds', 'shared_examples', 'variance_components']
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import pandas as pd
 
-from routestats.report import Report, fmt_num, fmt_p
+from routestats.report import Claim, Report, guarded, with_claims
 from routestats.rundir.collection import RunCollection
 from routestats.settings import AnalysisSettings
-from routestats.studies.headline import study_headline
-from routestats.report import guarded
-from routestats.studies.pair_layout import frame_of
+from routestats.studies.claims import study_claims
 from routestats.studies.seeds import null_check
 from routestats.studies.study_inputs import disagreement  # noqa: F401  (public name)
 from routestats.studies.study_sections import STUDY_SECTIONS, study_context
@@ -37,45 +35,36 @@ from routestats.studies.study_sections import STUDY_SECTIONS, study_context
 __all__ = ["build_study_report", "disagreement"]
 
 
-def study_findings(report: Report, n_runs: int, seeds: list) -> list[str]:
-    """Plain-language lines quoting the finished study tables."""
-    t = {name: report.frame(name) for name in ("seeds", "across_seeds", "sweep") if name in report.tables()}
-    out = [f"{n_runs} runs, seeds {', '.join(map(str, seeds))}."]
-    if t.get("seeds") is not None:
-        counts = t["seeds"]["pattern"].value_counts()
-        n = int(counts.sum())
-        out.append("Seed-table patterns (the documented rules of routestats.studies.PatternRules): "
-                   + "; ".join(f"“{k}” in {v} of {n} seeds" for k, v in counts.items()) + ".")
-    if t.get("across_seeds") is not None:
-        a = t["across_seeds"]
-        for r in a.itertuples():
-            where = f"{r.dataset}, " if a["dataset"].nunique() > 1 else ""
-            out.append(f"{where}Layer {r.layer}: mean Δ over {r.n_seeds} seeds {fmt_num(r.mean_delta)} "
-                       f"(SD {fmt_num(r.sd_delta)}), paired t p_Holm {fmt_p(r.p_t_holm)}, exact sign-flip "
-                       f"p_Holm {fmt_p(r.p_signflip_holm)} (min attainable {fmt_p(r.min_attainable_p)}).")
-    verdict = null_check(t["sweep"]) if t.get("sweep") is not None else None
-    if verdict is not None:
-        out.append(f"Null check w_f = 0 vs baseline: max |ΔSFM| = {verdict['max_abs_diff']:.2e} "
-                   f"({'passes' if verdict['passes'] else 'FAILS'} the {verdict['tolerance']:.1e} criterion).")
-    return out
-
-
 def study_methods(s: AnalysisSettings) -> str:
     return ("Each variant run is paired with the baseline run sharing its initial tensors and data order. Per pair "
             "and layer, Δ is the mean over examples of the per-example SFM difference (variant − baseline). "
-            "Across-seed tests treat the seed as the unit; the two-stage bootstrap and the mixed model separate "
-            "variation between initialisations from variation between examples. Pattern labels follow fixed, "
-            f"documented rules (strong |Δ| ≥ {s.rules.strong_delta}, dominance ratio "
-            f"{s.rules.dominance_ratio}, gap tolerance {s.rules.gap_tol}).")
+            "Across-seed tests treat the seed as the unit (paired t with k − 1 degrees of freedom and the exact "
+            "sign-flip test, Holm over layers; the intervals beside them are per layer, not adjusted for "
+            "multiplicity). The two-stage bootstrap combines variation between initialisations with variation "
+            "between examples in one interval; the mixed model estimates the two variance components. Pattern "
+            "labels follow fixed, documented rules over the two top layers (routestats.settings.PatternRules, first "
+            f"match wins): upper-layer-dominant when Δ_up > 0 and Δ_up ≥ {s.rules.dominance_ratio:g} × |Δ_lo|; "
+            f"ordering reverses when the baseline's gap g = SFM_up − SFM_lo is ≥ 0 and the variant's ≤ "
+            f"−{s.rules.gap_tol:g}; relatively strong paired change when Δ_lo ≤ −{s.rules.strong_delta:g}; gap "
+            f"narrows when |g| shrinks by at least {s.rules.gap_tol:g}; otherwise small change.")
+
+
+def _null_claim(rep: Report) -> list[Claim]:
+    if "sweep" not in rep.tables() or (v := null_check(rep.frame("sweep"))) is None:
+        return []
+    return [Claim("null_check", f"Null check w_f = 0 against the baseline: largest |ΔSFM| = {v['max_abs_diff']:.2e} "
+                  f"({'passes' if v['passes'] else 'FAILS'} the {v['tolerance']:.1e} criterion).", "finding", "sweep",
+                  checks=(("a w_f = 0 run exists", True),))]
 
 
 def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = None, progress=None,
-                       init_probe=None, lengths=None) -> Report:
+                       init_probe=None, lengths=None, has_parts: bool = False) -> Report:
     """Compute every applicable multi-run table for a run tree.
 
     ``init_probe``: folder of ``python -m runners init-probe`` outputs; its correlations with
     the seed table's displacement score become a section. ``lengths``: folder searched for
     ``lengths.parquet`` files (``python -m runners lengths``), summarised per data set and split.
+    ``has_parts``: per-pair parts will follow this report (its headline then says what they measure).
     """
     ctx = study_context(runs, settings, progress, init_probe, lengths)
     s, deltas = ctx.settings, ctx.deltas
@@ -94,7 +83,7 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
                     "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                                  "settings": asdict(s)}},
         data={"conditions": runs.index.drop(columns=["path", "init_id", "data_order_id"])},
-        facts={"n_runs": len(runs), "seeds": seeds, "n_pairs": n_pairs})
-    return replace(draft, findings=tuple(study_findings(draft, len(runs), seeds)),
-                   headline=tuple(study_headline(frame_of(draft, "across_seeds"), n_pairs, seeds,
-                                                 decomposition=frame_of(draft, "decomposition"))))
+        facts={"n_runs": len(runs), "seeds": seeds, "n_pairs": n_pairs, "confidence": s.confidence})
+    claims = study_claims(draft, n_pairs=n_pairs, seeds=seeds, alpha=s.alpha, conf=f"{100 * s.confidence:.0f}%",
+                          has_parts=has_parts) + _null_claim(draft)
+    return with_claims(draft, claims)

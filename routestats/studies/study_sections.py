@@ -24,7 +24,7 @@ from routestats.studies.seeds import (
     NULL_TOLERANCE, across_seed_tests, dataset_table, depth_table, example_deltas, hierarchical_bootstrap,
     placement_table, reference_rows, seed_table, shuffled_table, summarise_deltas, sweep_table, variance_components,
 )
-from routestats.studies.study_inputs import corpus_lengths, disagreement, forest_frame, standardisation
+from routestats.studies.study_inputs import corpus_lengths, disagreement, forest_frame, shared_examples, standardisation
 from routestats.studies.training import gradient_checkpoint_summary, trajectory
 
 __all__ = ["StudyContext", "study_context", "STUDY_SECTIONS"]
@@ -73,7 +73,8 @@ class StudyContext:
 
     @functools.cached_property
     def variance_components(self) -> pd.DataFrame | None:
-        return _nonempty(variance_components(self.ex)) if self.n_ref_seeds >= 2 else None
+        return _nonempty(variance_components(self.ex, confidence=self.settings.confidence)) \
+            if self.n_ref_seeds >= 2 else None
 
     @property
     def group_columns(self) -> tuple[Column, ...]:
@@ -132,7 +133,7 @@ def evidence_section(ctx: StudyContext) -> Section | None:
     forest = forest_frame(ctx)
     if forest is None:
         return None
-    why = disagreement(forest, int(ctx.across_seeds["n_seeds"].max()))
+    why = disagreement(forest, int(ctx.across_seeds["n_seeds"].max()), ctx.settings.confidence)
     return Section("evidence", "Evidence by level: each seed, then across seeds", (Table("forest", forest),),
                    (Figure("study-forest", "study_forest", {"forest": forest}),),
                    text=("Per layer: each seed's Δ with its bootstrap interval over that seed's examples (within-seed "
@@ -147,7 +148,8 @@ def across_seeds_section(ctx: StudyContext) -> Section | None:
     ctx.say("across-seed inference")
     return _one("across_seeds", "Across-seed inference", Table(
         "across_seeds", ctx.across_seeds, "Across-seed inference (unit = seed): per-seed mean Δ, paired t-test and exact "
-        "sign-flip test over all 2^n sign patterns, Holm over layers. The smallest attainable sign-flip p is 2/2^n.",
+        "sign-flip test over all 2^n sign patterns, Holm over layers; the t interval is per layer (not adjusted for "
+        "multiplicity). The smallest attainable sign-flip p is 2/2^n.",
         (*ctx.group_columns, Column("Layer", "layer", "int"), Column("Seeds", "n_seeds", "int"),
          Column("Mean Δ", "mean_delta"), Column("SD", "sd_delta"), Column("d_z", "dz", "num", 2),
          Column("t", "t", "num", 2), Column(f"{ctx.conf} CI (t)", ("ci_low_t", "ci_high_t"), "ci"),
@@ -172,15 +174,32 @@ def variance_section(ctx: StudyContext) -> Section | None:
     vc = ctx.variance_components
     if vc is None:
         return None
+    bad = vc[~vc["converged"].astype(bool)]
     text = ("The random-intercept model could not be fitted for any layer (too few seeds or no variation between them "
-            "for REML); the two-stage bootstrap above does not need it." if vc["mean_delta"].isna().all() else "")
+            "for REML); the two-stage bootstrap above does not need it." if vc["mean_delta"].isna().all() else
+            f"The fit did not converge in layers {', '.join(map(str, bad['layer']))}: no estimates are shown or quoted "
+            "there." if len(bad) else "")
     return _one("variance_components", "Example vs initialisation variance: mixed model", Table(
-        "variance_components", vc, "Random-intercept model diff ~ 1 + (1 | seed) per layer (REML): mean Δ with Wald CI "
-        "and the split of variance between seeds (initialisation) and examples.",
+        "variance_components", vc, f"Random-intercept model diff ~ 1 + (1 | seed) per layer (REML; closed form when "
+        f"every seed holds the same examples): mean Δ with a per-layer {ctx.conf} interval from t with k − 1 degrees "
+        "of freedom (k seeds), and the split of variance between seeds (initialisation) and examples.",
         (*ctx.group_columns, Column("Layer", "layer", "int"), Column("Mean Δ", "mean_delta"),
-         Column("SE", "se", "num", 4), Column("95% CI", ("ci_low", "ci_high"), "ci"),
+         Column("SE", "se", "num", 4), Column("df", "df", "int"), Column(f"{ctx.conf} CI (t)", ("ci_low", "ci_high"), "ci"),
          Column("Var seeds", "var_between_seeds", "num", 5), Column("Var examples", "var_within_seed", "num", 5),
-         Column("ICC", "icc", "num", 2))), text=text)
+         Column("ICC", "icc", "num", 2), Column("Converged", "converged", "text"))), text=text)
+
+
+@section("example_sets", "Example sets across seeds")
+def example_sets_section(ctx: StudyContext) -> Section | None:
+    t = _nonempty(shared_examples(ctx.ex)) if ctx.n_ref_seeds >= 2 else None
+    if t is None:
+        return None
+    return _one("example_sets", "Example sets across seeds", Table(
+        "shared_examples", t, "Every seed of the standard pair was evaluated on the same examples: seeds and examples "
+        "are crossed. Mean r: the mean Pearson correlation of the per-example Δ between pairs of seeds (0 when an "
+        "example's Δ carries no information across seeds).",
+        (*ctx.group_columns, Column("Layer", "layer", "int"), Column("Examples", "n_examples", "int"),
+         Column("Seeds", "n_seeds", "int"), Column("Mean r", "mean_r", "num", 2))))
 
 
 @section("sweep", "Bias strength")
@@ -378,6 +397,7 @@ def deltas_section(ctx: StudyContext) -> Section:
 
 
 STUDY_SECTIONS = (seeds_section, evidence_section, across_seeds_section, hierarchical_section, variance_section,
+                  example_sets_section,
                   sweep_section, placement_section, shuffled_section, depth_section, datasets_section,
                   corpus_lengths_section, standardisation_section, sensitivity_section, init_probe_section,
                   decomposition_section, gradients_section, trajectories_section, deltas_section)

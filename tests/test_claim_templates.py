@@ -1,0 +1,196 @@
+"""The sentence templates of routestats.studies.claims (METHODS 3.7) on constructed tables, one test
+per branch. Every expected sentence is written out from the constructed frames by hand: the
+numbers in it are the cells put into the frame, formatted as the tables format them."""
+
+import pandas as pd
+
+from routestats.report import Column, Report, Section, Table
+from routestats.studies.claims import direction_claim, pair_claims, study_claims
+
+
+def effects(d, p, lo, hi):
+    n = len(d)
+    return pd.DataFrame({"layer": range(n), "mean_diff": d, "p_holm": p, "ci_low": lo, "ci_high": hi,
+                         "baseline_mean": [0.5] * n, "variant_mean": [0.5 + x for x in d], "dz": [1.0] * n})
+
+
+def report(**frames) -> Report:
+    n = len(frames["effects"]) if "effects" in frames else 2
+    frames.setdefault("layers", pd.DataFrame({"role": ["baseline", "variant"], "layer": [0, 0], "sfm": [0.5, 0.6],
+                                              "is_max_sfm": [True, True]}))
+    tables = tuple(Table(k, v, "", (Column("x", v.columns[0]),)) for k, v in frames.items())
+    return Report("t", "s", (Section("all", "All", tables),), facts={"profile_distance": 0.1, "n_runs": 2 * n,
+                                                                      "confidence": 0.95})
+
+
+def pair(rep, **kw):
+    args = dict(n_examples=32, alpha=0.05, rho=0.5, conf="95%", pretrained=False, within_study=False,
+                permutations=9999, censored=None)
+    return pair_claims(rep, **{**args, **kw})
+
+
+def printed(claims, where="headline"):
+    return [c.sentence for c in claims if c.where == where and c.holds]
+
+
+def test_rise_in_every_layer_quotes_the_largest_holm_p():
+    h = printed(pair(report(effects=effects([0.1, 0.12, 0.05], [0.001, 0.002, 0.01], [0.05, 0.06, 0.01],
+                                            [0.15, 0.18, 0.09]))))
+    assert h[0] == "Within one initialisation (32 examples), SFM rose in all 3 layers (Δ +0.050 to +0.120, p_Holm ≤ 0.010)."
+    assert "not the effect of the architecture across initialisations; that needs several seeds" in h[-1]
+
+
+def test_per_layer_interval_excluding_zero_is_never_called_no_change():
+    # layer 1: Holm p 0.2 but its per-layer interval [0.01, 0.06] excludes 0 (the issue's study layer 1)
+    h = printed(pair(report(effects=effects([0.2, 0.03, 0.002], [0.0004, 0.2, 0.7], [0.1, 0.01, -0.01],
+                                            [0.3, 0.06, 0.014]))))
+    assert h[0] == ("Within one initialisation (32 examples), SFM rose in layer 0 (Δ +0.200, p_Holm < 0.001); in "
+                    "layer 1 the per-layer 95% interval [0.010, 0.060] excludes 0 but p_Holm = 0.200 (Holm over 3 "
+                    "layers); in layer 2 the 95% interval [−0.010, 0.014] includes 0.")
+    assert "no detectable change" not in " ".join(h) and "no change" not in " ".join(h)
+
+
+def test_no_layer_reaches_alpha_names_the_widest_interval():
+    h = printed(pair(report(effects=effects([0.01, -0.01], [0.4, 0.6], [-0.02, -0.05], [0.04, 0.03]))))
+    assert h[0] == ("Within one initialisation (32 examples), no layer's SFM change reaches p_Holm < 0.05; in layers "
+                    "0 and 1 the 95% intervals include 0 (the widest [−0.050, 0.030], layer 1).")
+
+
+def test_opposite_signs_and_the_permutation_floor():
+    # 4 layers, 199 permutations: the Holm floor is 4/200 = 0.02, reached by layers 0-2
+    c = pair(report(effects=effects([0.1, -0.08, 0.09, 0.0], [0.02, 0.02, 0.02, 0.8], [0.05, -0.1, 0.04, -0.01],
+                                    [0.15, -0.05, 0.12, 0.01])), permutations=199)
+    assert c[0].kind == "mixed"
+    assert c[0].sentence == ("Within one initialisation (32 examples), SFM rose in layers 0 and 2 (Δ +0.090 to +0.100, "
+                             "p_Holm = 0.02 in each, the smallest attainable); SFM fell in layer 1 (Δ −0.080, p_Holm = "
+                             "0.02, the smallest attainable); in layer 3 the 95% interval [−0.010, 0.010] includes 0.")
+
+
+def test_a_significant_p_with_an_interval_on_the_other_side_is_not_a_rise():
+    # p < alpha but the interval includes 0: the decision rule needs both, so the layer is described by its interval
+    t = pd.DataFrame({"layer": [0], "d": [0.05], "p": [0.01], "lo": [-0.01], "hi": [0.1]})
+    c = direction_claim(t, "Lead", est="d", p="p", lo="lo", hi="hi", alpha=0.05, metric="SFM", table="effects",
+                        conf="95%")
+    assert c.kind == "no_evidence"
+    assert c.sentence == "Lead, no layer's SFM change reaches p_Holm < 0.05; in layer 0 the 95% interval [−0.010, 0.100] includes 0."
+
+
+def test_shape_early_share_and_length_sentences():
+    eff = effects([0.1, 0.02], [0.001, 0.01], [0.05, 0.01], [0.15, 0.03])
+    shape = pd.DataFrame({"test": ["sign-flip (centred profile)", "Hotelling T2"], "p": [0.0004, 0.001]})
+    contrasts = pd.DataFrame({"contrast": ["L1 − L0"], "mean_diff": [-0.08], "ci_low": [-0.09], "ci_high": [-0.07]})
+    init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "share_at_init": [0.9, 1.2], "mean_diff": [0.01, -0.02],
+                         "ci_low": [-0.01, -0.03], "ci_high": [0.03, -0.01], "p_holm": [0.2, 0.001]})
+    assoc = pd.DataFrame({"layer": [0, 1], "n": [20, 20], "rho": [-0.7, -0.2], "ci_low": [-0.8, -0.4],
+                          "ci_high": [-0.6, 0.1], "capped": ["exclude"] * 2, "n_capped": [12, 12]})
+    adj = pd.DataFrame({"layer": [0, 1], "reference_length": [48.0, 48.0], "delta_at_reference": [0.05, 0.3],
+                        "slope_per_10": [-0.012, 0.5]})
+    c = pair(report(effects=eff, profile_shape=shape, layer_contrasts=contrasts, init_vs_final=init,
+                    length_association=assoc, length_adjusted=adj),
+             censored={"n_capped": 12, "n": 32, "cap": 64})
+    h = printed(c)
+    assert h[1] == ("The change differs across layers (profile-shape sign-flip p < 0.001); the largest contrast is "
+                    "L1 − L0 = −0.080, per-contrast 95% interval [−0.090, −0.070].")
+    # the early share as numbers (90%, 120%), the later change by its own decision rule, no mechanism named
+    assert h[2] == ("At step 1, the earliest stored step, the difference ranged from 90% to 120% of its final size "
+                    "(outside 0–100% in layer 1: there the early difference is larger than, or opposite to, the final "
+                    "one); from then to the end it shrank in layer 1 (p_Holm < 0.05).")
+    assert h[-1] == ("In layer 0 (1 of 2 layers) the per-example Δ is associated with evaluated length (Spearman ρ "
+                     "−0.70, per-layer interval excluding 0, on 20 examples below the cap; 12 at the cap are left "
+                     "out), so the mean Δ depends on this sample's lengths; an association, not an effect of length; "
+                     "at the median length of those examples (48 tokens) Δ is +0.050, changing by −0.012 per 10 "
+                     "tokens.")
+    f = printed(c, "finding")
+    assert f[0].startswith("Whether an early difference is what the bias does to near-initial weights or what "
+                           "training learned is not shown by this design")
+    assert f[1] == ("12 of 32 examples (38%) reached the 64-token cap, so their true lengths are unknown (at least "
+                    "the cap); the length analyses leave them out.")
+    uniform = pd.DataFrame({"test": ["sign-flip (centred profile)"], "p": [0.31]})
+    assert printed(pair(report(effects=eff, profile_shape=uniform)))[1] == (
+        "The data do not show that the change differs across layers (profile-shape sign-flip p = 0.310; a uniform "
+        "shift is not ruled out).")
+
+
+def test_length_association_of_both_signs_is_not_a_dependence():
+    eff = effects([0.1, 0.02], [0.001, 0.01], [0.05, 0.01], [0.15, 0.03])
+    assoc = pd.DataFrame({"layer": [0, 1], "n": [20, 20], "rho": [-0.7, 0.6], "ci_low": [-0.8, 0.3],
+                          "ci_high": [-0.6, 0.8], "capped": ["exclude"] * 2, "n_capped": [0, 0]})
+    c = pair(report(effects=eff, length_association=assoc))
+    assert not any(x.kind == "depends_on_length" for x in c)
+    assert printed(c, "finding")[0] == ("The association of the per-example Δ with evaluated length changes sign "
+                                        "across layers (Spearman ρ −0.70 to 0.60 in layers 0 and 1), so no length "
+                                        "dependence is claimed.")
+
+
+def test_pretrained_and_within_study_scope():
+    eff = effects([0.1], [0.001], [0.05], [0.15])
+    pre = printed(pair(report(effects=eff), pretrained=True))
+    assert pre[0].startswith("On this pretrained checkpoint (32 examples, the intervention applied at inference only)")
+    assert "for this one checkpoint and data set" in pre[1] and "initialisations" not in " ".join(pre)
+    within = printed(pair(report(effects=eff), within_study=True))
+    assert within[-1].endswith("the study's across-seed results above are that evidence.")
+
+
+def across(d, p, lo, hi):
+    return pd.DataFrame({"dataset": "d", "layer": range(len(d)), "n_seeds": 3, "mean_delta": d, "sd_delta": 0.01,
+                         "p_t_holm": p, "ci_low_t": lo, "ci_high_t": hi, "p_signflip_holm": 1.0,
+                         "min_attainable_p": 0.25})
+
+
+def study(rep, **kw):
+    return study_claims(rep, **{**dict(n_pairs=6, seeds=[42, 99, 1001], alpha=0.05, conf="95%", has_parts=False), **kw})
+
+
+def test_study_leads_with_the_across_seed_result():
+    # the issue's demo study: layer 1's t interval [0.018, 0.171] excludes 0 while its Holm p is 0.102
+    a = across([0.116, 0.094, 0.121], [0.012, 0.102, 0.107], [0.089, 0.018, -0.005], [0.144, 0.171, 0.247])
+    h = printed(study(report(across_seeds=a)))
+    assert h[0] == ("Across 3 seeds (seed as the unit; paired t, Holm over layers), SFM rose in layer 0 (Δ +0.116, "
+                    "p_Holm = 0.012); in layer 1 the per-layer 95% interval [0.018, 0.171] excludes 0 but p_Holm = "
+                    "0.102 (Holm over 3 layers); in layer 2 the 95% interval [−0.005, 0.247] includes 0.")
+    assert h[1] == "Every layer's mean Δ has the same sign (+0.094 to +0.121); with 3 seeds, 1 of 3 layers reach p_Holm < 0.05."
+    assert h[2] == ("With 3 seeds the exact sign-flip test cannot reach p < 0.05 (smallest attainable p = 0.250); "
+                    "the t-test leans on normality of the per-seed Δ.")
+    assert not any("per-pair" in x for x in h)  # no parts, no sentence about them
+    assert "within one seed each" in printed(study(report(across_seeds=a), has_parts=True))[-1]
+    mixed = printed(study(report(across_seeds=a.assign(mean_delta=[0.12, -0.05, 0.01]))))
+    assert not any("same sign" in x for x in mixed)
+    single = printed(study(report(), seeds=[1]))
+    assert "no across-seed inference is possible" in single[0]
+
+
+def test_shared_examples_and_non_converged_mixed_model():
+    a = across([0.1, 0.05], [0.01, 0.2], [0.05, -0.01], [0.15, 0.11])
+    shared = pd.DataFrame({"dataset": "d", "layer": [0, 1], "n_examples": 32, "n_seeds": 3, "mean_r": [0.46, 0.91]})
+    vc = pd.DataFrame({"layer": [0, 1], "converged": [False, True]})
+    f = printed(study(report(across_seeds=a, shared_examples=shared, variance_components=vc)), "finding")
+    assert f[-1] == ("All seeds were evaluated on the same 32 examples, so seeds and examples are crossed, while the "
+                    "two-stage bootstrap and the mixed model treat each seed's examples as its own; the per-example Δ "
+                    "correlates across seeds (mean Pearson r 0.46 to 0.91 over layers), so those two understate the "
+                    "uncertainty from the choice of examples. The paired t across seeds does not depend on it.")
+    assert f[-2] == "The mixed model did not converge in layer 0: its estimates there are not quoted."
+
+
+def test_unnamed_shift_quotes_raw_and_named_key_changes():
+    eff = effects([0.1, 0.02], [0.001, 0.01], [0.05, 0.01], [0.15, 0.03])
+    # layer 1: unnamed mass falls by 0.08 (0.30 -> 0.22); raw SFM +0.05, named-key SFM -0.02
+    masses = pd.DataFrame({"role": ["baseline"] * 2 + ["variant"] * 2, "layer": [0, 1, 0, 1],
+                           "unnamed_mass": [0.10, 0.30, 0.105, 0.22], "sfm": [0.5, 0.40, 0.52, 0.45],
+                           "sfm_named": [0.55, 0.60, 0.56, 0.58]})
+    c = [x for x in pair(report(effects=eff, masses=masses)) if x.kind == "unnamed_shift"]
+    assert c[0].sentence == ("Part of the raw SFM change is attention moving to or from keys outside the named fields "
+                             "(special tokens, separators, the first token): in layer 1 raw SFM changed by +0.050 "
+                             "while SFM over the named keys changed by −0.020, and the mass on unnamed keys by −0.080.")
+    still = masses.assign(unnamed_mass=[0.1, 0.3, 0.105, 0.305])  # |change| <= 0.01 everywhere: not said
+    assert not any(x.kind == "unnamed_shift" for x in pair(report(effects=eff, masses=still)))
+
+
+def test_direct_and_learned_parts_only_with_a_bias_off_run():
+    a = across([0.1, 0.05], [0.01, 0.2], [0.05, -0.01], [0.15, 0.11])
+    decomp = pd.DataFrame({"seed": 1, "component": ["total"] * 2 + ["direct"] * 2 + ["learned"] * 2,
+                           "layer": [0, 1] * 3, "mean_diff": [0.1, 0.05, 0.08, 0.01, 0.02, 0.04]})
+    h = printed(study(report(across_seeds=a, decomposition=decomp)))
+    assert ("With the bias switched off on the trained weights, the total Δ (+0.050 to +0.100 across layers) splits "
+            "into a direct part, what the bias does to those weights (+0.010 to +0.080), and a learned part, what "
+            "training changed (+0.020 to +0.040).") in h
+    assert not any("direct part" in x for x in printed(study(report(across_seeds=a))))
