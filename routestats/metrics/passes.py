@@ -95,14 +95,18 @@ def _cache_key(run: Run, step: int, form: str, trivial: str = "include", weighti
 
 def norm_weighted(weights: np.ndarray, norms: np.ndarray) -> np.ndarray:
     """Norm-weighted attention (METHODS III 3.5): A_ij nu_j / sum_k A_ik nu_k per row, for weights
-    (rows, n, n) and transported-vector norms (rows, n); a row with no weighted mass stays 0.
+    (rows, n, n) and transported-vector norms (rows, n). A row with no weighted mass (every key it
+    attends to transports a zero vector: a pruned head) has no norm-weighted attention: NaN, so that
+    its head is left out of the means (and counted), never averaged in as 0.
 
     >>> norm_weighted(np.array([[[0.5, 0.5], [1.0, 0.0]]]), np.array([[1.0, 3.0]])).tolist()
     [[[0.25, 0.75], [1.0, 0.0]]]
+    >>> norm_weighted(np.array([[[0.5, 0.5]]]), np.array([[0.0, 0.0]])).tolist()
+    [[[nan, nan]]]
     """
     num = np.asarray(weights, dtype=np.float64) * np.asarray(norms, dtype=np.float64)[:, None, :]
     den = num.sum(axis=-1, keepdims=True)
-    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+    return np.divide(num, den, out=np.full_like(num, np.nan), where=den > 0)
 
 
 def rollout(weights: np.ndarray, n_layers: int) -> np.ndarray:
@@ -143,8 +147,16 @@ def _weighted_blocks(run: Run, step: int, weighting: str):
 
 
 def _cache_load(path: Path) -> _Pass | None:
+    """The cached pass at ``path``, only when its seal matches (an edited or planted entry is recomputed)."""
+    import io as _io
+
+    from routestats.rundir.verify import sealed
+
     try:
-        with np.load(path, allow_pickle=False) as z:
+        data = path.read_bytes()
+        if not sealed(path.name, data, Path(f"{path}.seal").read_text().strip()):
+            return None
+        with np.load(_io.BytesIO(data), allow_pickle=False) as z:
             heads = pd.DataFrame({k[2:]: z[k] for k in z.files if k.startswith("h_") and k not in ("h_run_id", "h_step")})
             return _Pass(heads, z["f2f"], z["has_source"])
     except (OSError, KeyError, ValueError):
@@ -160,7 +172,13 @@ def _cache_save(path: Path, p: _Pass) -> None:
     arrays = {f"h_{c}": (p.heads[c].to_numpy().astype(str) if p.heads[c].dtype == object or str(p.heads[c].dtype) in
                          ("str", "string") else p.heads[c].to_numpy()) for c in p.heads.columns}
     np.savez(buf, f2f=p.f2f, has_source=p.has_source, **arrays)
+    from routestats.rundir.verify import seal
+
+    tag = seal(path.name, buf.getvalue())
+    if tag is None:
+        return
     try:
+        write_bytes_atomic(Path(f"{path}.seal"), tag.encode())
         write_bytes_atomic(path, buf.getvalue())
     except OSError:  # a read-only or full cache never breaks an analysis
         pass

@@ -50,8 +50,10 @@ def parquet_file(path) -> pq.ParquetFile:
 
 def read_table(path) -> pa.Table:
     """Read a whole (small) Parquet table, with the same error translation as :func:`parquet_file`."""
+    pf = parquet_file(path)
+    _row_group_chunks(pf, str(path))  # the decoded-size budget, from the metadata, before decoding
     try:
-        return pq.read_table(path)
+        return pf.read()
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _unreadable(path, exc) from None
 
@@ -129,13 +131,34 @@ class _Rows:
 CHUNK_BYTES = 8 << 20  # read consecutive row groups together up to about this much decoded data
 
 
-def _row_group_chunks(pf: pq.ParquetFile) -> list[list[int]]:
+def max_decoded_bytes() -> int:
+    """The most one row group of an attention file may decode to (``ROUTESTATS_MAX_DECODE_MB``,
+    default 2048 MB): checked against the file's own metadata before anything is decoded, so a small
+    file that would decompress to gigabytes is refused in one line instead of filling memory."""
+    import os
+
+    try:
+        return int(float(os.environ.get("ROUTESTATS_MAX_DECODE_MB", "2048")) * (1 << 20))
+    except ValueError:
+        return 2048 << 20
+
+
+def _row_group_chunks(pf: pq.ParquetFile, fname: str = "attention file") -> list[list[int]]:
     """Consecutive row groups, batched so that each read decodes about :data:`CHUNK_BYTES` (a file
-    written in small row groups is then not read in thousands of small pieces)."""
+    written in small row groups is then not read in thousands of small pieces); a row group whose
+    decoded size (from the metadata) exceeds :func:`max_decoded_bytes` is refused before any read."""
     chunks, cur, size = [], [], 0
+    budget = max_decoded_bytes()
     for rg in range(pf.num_row_groups):
+        meta = pf.metadata.row_group(rg)
+        decoded = max(meta.total_byte_size,
+                      sum(max(0, meta.column(c).total_uncompressed_size) for c in range(meta.num_columns)))
+        if decoded > budget:
+            raise RunFormatError(f"{fname}: row group {rg} decodes to {decoded / 2**20:,.0f} MB, more than the "
+                                 f"{budget / 2**20:,.0f} MB allowed (ROUTESTATS_MAX_DECODE_MB); refused before "
+                                 "reading it")
         cur.append(rg)
-        size += max(0, pf.metadata.row_group(rg).total_byte_size)
+        size += max(0, meta.total_byte_size)
         if size >= CHUNK_BYTES:
             chunks.append(cur)
             cur, size = [], 0
@@ -155,7 +178,7 @@ def iter_block_groups(pf: pq.ParquetFile, examples, layers, fname: str = "attent
     want_layers = None if layers is None else np.asarray(sorted(set(int(x) for x in layers)))
     carry: pa.Table | None = None
     done: set[int] = set()
-    chunks = _row_group_chunks(pf)
+    chunks = _row_group_chunks(pf, fname)
     for i, groups in enumerate(chunks):
         try:
             t = pf.read_row_groups(groups)
@@ -303,6 +326,14 @@ def check_probabilities(fname, ex, layer, head, head_type, w, dtype) -> None:
             f"{fname}: column 'weights' of example_id {ex}, layer {layer[i[0]]}, head {head[i[0]]} "
             f"holds negative attention {float(w[tuple(i)])} at query {i[1]}, key {i[2]}"
         )
+    big = w > 1.0 + S.ROW_SUM_ATOL[dtype]  # one attention weight, softmax or sigmoid, lies in [0, 1]
+    if big.any():
+        i = np.argwhere(big)[0]
+        raise RunFormatError(
+            f"{fname}: column 'weights' of example_id {ex}, layer {layer[i[0]]}, head {head[i[0]]} "
+            f"holds {float(w[tuple(i)]):.6g} at query {i[1]}, key {i[2]}; attention weights lie in [0, 1] "
+            f"(within {S.ROW_SUM_ATOL[dtype]:g} for {dtype})"
+        )
     soft = head_type == "softmax"
     if soft.any():
         sums = w[soft].sum(axis=-1, dtype=np.float64)
@@ -375,6 +406,12 @@ def _check_reductions(fname, ex, layer, head, head_type, red, n, dtype) -> None:
     if excess.size and excess.max() > 0:
         i, q = np.unravel_index(int(excess.argmax()), excess.shape)
         fail("the summed field_mass (at most row_mass)", i, q, fmass[i, q].sum())
+    first = red.get("first_mass")
+    if first is not None and first.size:  # one key's weight: at most 1 and at most the row's mass
+        over = np.maximum(first - (1 + tol), first - mass * (1 + tol) - tol)
+        if over.max() > 0:
+            i, q = np.unravel_index(int(over.argmax()), over.shape)
+            fail("first_mass (at most 1 and at most row_mass)", i, q, first[i, q])
     cap = np.log(max(n, 1)) * (1 + tol) + 1e-6
     for col in ("entropy", "entropy_rownorm"):
         e = red[col]

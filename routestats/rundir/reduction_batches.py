@@ -107,6 +107,10 @@ def _values_ok(flat: dict, soft, n_row, n_ex, n_rows: int, n_fields: int, dtype:
             return False
     if (flat["field_mass"].reshape(-1, n_fields).sum(axis=-1) - mass * (1 + tol) - tol).max(initial=-1.0) > 0:
         return False
+    first = flat.get("first_mass")
+    if first is not None and first.size and \
+            np.maximum(first - (1 + tol), first - mass * (1 + tol) - tol).max() > 0:
+        return False
     caps = {n: np.log(max(n, 1)) * (1 + tol) + 1e-6 for n in set(n_ex.tolist())}  # as _check_reductions has it
     cap_row = np.repeat(np.array([caps[n] for n in n_ex.tolist()]), n_rows)
     for col in ("entropy", "entropy_rownorm"):

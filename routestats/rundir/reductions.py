@@ -148,7 +148,7 @@ def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal:
            for k, v in per_query.items()}
     out.update(sfm_named=sfm_named, n_valid=n_valid, n_trivial=n_trivial, f2f=f2f, has_source=counts > 0)
     out.update(_extra_summaries(extra or {}, red, g, named, causal, vf, nq))
-    if trivial == "exclude":  # an example with nothing left to average: undefined, not 0
+    if (n_valid == 0).any():  # nothing to average (no named query, or every one trivial): undefined, not 0
         empty = (n_valid == 0)[:, None]
         for k in (*per_query, *(extra or {})):
             out[k] = np.where(empty, np.nan, out[k])

@@ -227,7 +227,7 @@ def flow_section(ctx: PairContext) -> Section:
     cols = effects_columns(ctx, "SFM", raw_p=False)
     tables = ([ctx.table("norm_effects", measures["norm-weighted"], "Norm-weighted SFM (attention weighted by the norm "
                          "of each key's transported vector, rows renormalised): paired effects with the procedures of "
-                         "the SFM table.", cols)] if "norm-weighted" in measures else []) + \
+                         "the SFM table." + _undefined_norms(ctx), cols)] if "norm-weighted" in measures else []) + \
         [ctx.table("rollout_effects", measures["rollout"], "Rollout SFM (head-mean attention mixed with the identity, rows "
                    "renormalised, multiplied up to each layer): paired effects with the procedures of the SFM table. "
                    "Descriptive: equal residual and attention contributions are assumed.", cols)]
@@ -237,6 +237,23 @@ def flow_section(ctx: PairContext) -> Section:
             "residual identity, across layers (Abnar & Zuidema, 2020). Rollout is a descriptive flow measure: it "
             "assumes the residual and attention paths contribute equally and ignores the MLPs.") + note
     return Section("flow", FLOW_TITLE, tuple(tables), (ctx.figure("flow", "flow_measures", effects=frame),), text=text)
+
+
+def _undefined_norms(ctx: PairContext) -> str:
+    """The caption's count of heads whose transported vectors are all zero (a pruned head): they have no
+    norm-weighted attention and are left out of the head means, never counted as 0."""
+    from routestats.metrics.passes import _pass
+
+    out = []
+    for role, run in (("baseline", ctx.pair.baseline), ("variant", ctx.pair.variant)):
+        h = _pass(run, ctx.step, trivial=ctx.settings.trivial_queries, weighting="norm").heads
+        bad = h[h["sfm"].isna()]
+        if len(bad):
+            heads = bad[["layer", "head"]].drop_duplicates()
+            out.append(f"{role}: {len(heads)} head(s), {len(bad)} example × head rows, e.g. layer "
+                       f"{int(heads['layer'].iloc[0])} head {int(heads['head'].iloc[0])}")
+    return (" Heads whose transported vectors are all zero (pruned heads) have no norm-weighted attention and are "
+            "left out of the means, not counted as 0 (" + "; ".join(out) + ").") if out else ""
 
 
 @section("init_vs_final", "Learned vs mechanical: the difference at the start of training")
