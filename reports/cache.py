@@ -35,9 +35,9 @@ from importlib import metadata
 from pathlib import Path
 
 from reports.folder import _alive
-from routestats.rundir.verify import cache_dir, file_stamp
+from routestats.rundir.verify import cache_dir, file_stamp, seal
 
-__all__ = ["KEEP", "report_key", "lookup", "store"]
+__all__ = ["KEEP", "report_key", "lookup", "store", "enabled", "CacheSkipped"]
 
 KEEP = 8  # report folders kept in the cache
 _LIBRARIES = ("numpy", "pandas", "scipy", "pyarrow", "statsmodels", "matplotlib", "jinja2")
@@ -68,33 +68,79 @@ def _versions() -> dict:
     return out
 
 
-def _listing(path: Path) -> list:
+MAX_FILES = 100_000  # entries listed under the inputs before the cache gives up (the report goes on without it)
+MAX_SECONDS = 2.0  # time spent listing them, likewise
+
+
+class CacheSkipped(Exception):
+    """The inputs cannot be listed within :data:`MAX_FILES` / :data:`MAX_SECONDS`: no cache for this report."""
+
+
+def _listing(path: Path, deadline: float) -> list:
     """The :func:`~routestats.rundir.verify.file_stamp` (without the resolved path: relative path
-    instead) of every file under ``path``, links followed."""
+    instead) of every file under ``path``. Links are followed, each folder at most once (a folder
+    reached again -- a link loop, or two links to one folder -- is listed as ``[rel, "seen"]``), and
+    the walk is bounded (:class:`CacheSkipped` past :data:`MAX_FILES` entries or the deadline)."""
+    import time
+
     path = Path(path).resolve()
-    files = [path] if path.is_file() else [Path(folder) / name for folder, dirs, names in
-                                            sorted(os.walk(path, followlinks=True)) for name in sorted(names)]
-    rows = []
-    for p in files:
-        rel = p.name if p == path else str(p.relative_to(path))
+    if not path.is_dir():
         try:
-            rows.append([rel, *file_stamp(p)[1:]])
+            return [[path.name, *file_stamp(path)[1:]]]
         except OSError:
-            rows.append([rel, None])
-    return rows
+            return [[path.name, None]]
+    rows, seen, stack = [], set(), [path]
+    while stack:
+        folder = stack.pop()
+        try:
+            st = folder.stat()
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            rows.append([str(folder.relative_to(path)), None])
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            rows.append([str(folder.relative_to(path)), "seen"])
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        if len(rows) + len(entries) > MAX_FILES or time.monotonic() > deadline:
+            raise CacheSkipped(f"{path}: more than {MAX_FILES:,} files or {MAX_SECONDS:g} s to list them (a link to "
+                               "a large folder, or to /?): this report does not use the cache")
+        for e in entries:
+            p = folder / e.name
+            try:
+                is_dir = e.is_dir()  # follows a link
+            except OSError:
+                is_dir = False
+            if is_dir:
+                stack.append(p)
+                continue
+            try:
+                rows.append([str(p.relative_to(path)), *file_stamp(p)[1:]])
+            except OSError:
+                rows.append([str(p.relative_to(path)), None])
+    return sorted(rows, key=lambda r: r[0])
 
 
 def report_key(inputs, settings: dict, formats, figures) -> str:
-    """The cache key of a report of ``inputs`` (paths) with these settings, formats and figure copies."""
+    """The cache key of a report of ``inputs`` (paths) with these settings, formats and figure copies;
+    :class:`CacheSkipped` when the inputs cannot be listed within the bounds."""
+    import time
+
+    deadline = time.monotonic() + MAX_SECONDS
     doc = {
         "code": _code_digest(),
         "libraries": _versions(),
         "settings": settings,
         "formats": sorted(formats),
         "figures": sorted(figures or ()),
-        "inputs": [[str(Path(p).resolve()), _listing(Path(p))] for p in inputs],
+        "inputs": [[str(Path(p).resolve()), _listing(Path(p), deadline)] for p in inputs],
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def enabled() -> bool:
+    """Whether reports are cached at all (not with ``ROUTESTATS_CACHE=off``)."""
+    return _root() is not None
 
 
 def _root() -> Path | None:
@@ -102,22 +148,42 @@ def _root() -> Path | None:
     return None if folder is None else folder / "reports"
 
 
+def _digests(folder: Path) -> dict:
+    """relative path -> SHA-256 of every file under ``folder`` (links not followed)."""
+    from routestats.rundir.atomic import sha256_file
+
+    out = {}
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            p = Path(dirpath) / name
+            out[str(p.relative_to(folder))] = "link" if p.is_symlink() else sha256_file(p)
+    return out
+
+
 def lookup(key: str) -> tuple[Path, dict] | None:
-    """(cached report folder, name -> relative path written) for ``key``, or None."""
+    """(cached report folder, name -> relative path written) for ``key``, or None: also when the entry
+    is not exactly what :func:`store` filed (its sealed list of every file and its SHA-256 must match:
+    an edited, added or missing file means the report is computed afresh, never served)."""
+    from routestats.rundir.verify import sealed
+
     root = _root()
     if root is None:
         return None
     entry = root / key
     try:
-        written = json.loads((entry / "written.json").read_text())
+        raw = (entry / "written.json").read_bytes()
+        if not sealed(key, raw, (entry / "written.seal").read_text().strip()):
+            return None
+        doc = json.loads(raw)
+        written, files = doc["written"], doc["files"]
         folder = entry / "report"
         inside = all(isinstance(v, str) and v and not v.startswith("/") and ".." not in Path(v).parts
                      for v in written.values())  # names of the entry's own files, nothing outside it
-        if not folder.is_dir() or not inside or not all((folder / v).exists() for v in written.values()):
+        if not folder.is_dir() or not inside or _digests(folder) != files:
             return None
         os.utime(entry)  # recently used
         return folder, written
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return None
 
 
@@ -144,7 +210,13 @@ def store(key: str, out: Path, written: dict) -> None:
         shutil.copytree(out, tmp / "report")
         top = Path(out).resolve()
         rel = {name: str(Path(p).resolve().relative_to(top)) for name, p in written.items()}
-        (tmp / "written.json").write_text(json.dumps(rel))
+        raw = json.dumps({"written": rel, "files": _digests(tmp / "report")}).encode()
+        tag = seal(key, raw)
+        if tag is None:  # no usable secret: nothing is filed that could not be checked
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        (tmp / "written.json").write_bytes(raw)
+        (tmp / "written.seal").write_text(tag)
         shutil.rmtree(entry, ignore_errors=True)
         os.rename(tmp, entry)
         entries = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),

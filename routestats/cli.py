@@ -252,8 +252,11 @@ def _fresh_report(path, s, out, formats, vector, force, inputs, init_probe, work
     rep = analyse(path, s, progress=stage, init_probe=init_probe, workers=workers)
 
     def keep(folder, files):  # only if nothing under the inputs changed while the report was made
-        if cache.report_key(inputs, s.to_dict(), formats, vector) == key:
-            cache.store(key, folder, files)
+        try:
+            if key is not None and cache.report_key(inputs, s.to_dict(), formats, vector) == key:
+                cache.store(key, folder, files)
+        except cache.CacheSkipped:
+            pass
 
     return reports.write(rep, out, formats, progress=stage, force=force, inputs=inputs, figures=vector, keep=keep)
 
@@ -297,9 +300,13 @@ def report(
                   skip_incomplete=skip_incomplete, study=study, flow=flow)
     inputs = [path] + ([init_probe] if init_probe is not None else [])
     check_output(out, force, inputs)  # before the analysis, not after it
-    key = cache.report_key(inputs, s.to_dict(), formats, vector)
     with _progress() as say:
-        written = _cached_report(key, out, force, inputs, say)
+        try:  # stats every file under the inputs: only when reports are cached at all
+            key = cache.report_key(inputs, s.to_dict(), formats, vector) if cache.enabled() else None
+        except cache.CacheSkipped as exc:
+            key = None
+            typer.echo(f"note: {exc}", err=True)
+        written = _cached_report(key, out, force, inputs, say) if key is not None else None
         if written is None:
             written = _fresh_report(path, s, out, formats, vector, force, inputs, init_probe, workers, key, say)
     for name, p in written.items():

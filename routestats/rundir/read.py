@@ -159,8 +159,8 @@ class Run:
         A file the manifest does not list is refused: nothing is read that the manifest does not describe.
         """
         done = self.__dict__.setdefault("_verified", {})
-        if rel in done:
-            return done[rel]
+        # checked at every open, not once: a stat confirms an unchanged file (its stamp), and a file
+        # replaced since (rewritten, renamed over) is hashed again and refused
         want = {e["path"]: e["sha256"] for e in self.manifest["files"]}.get(rel)
         if want is None:
             raise RunFormatError(f"{self.path}: {rel} is not listed in {S.MANIFEST}, so it cannot be verified")

@@ -8,6 +8,11 @@ A stamp is used only while all five are unchanged; any change (a rewrite, a touc
 hashes the file again. ``ROUTESTATS_CACHE=off`` disables the on-disk stamps (and the metrics
 cache); the in-process stamps always apply.
 
+Everything the caches hold is *sealed* (:func:`seal`): an HMAC-SHA256 under a secret that only
+this user can read (``cache_dir()/secret``, mode 0600, made on first use) over the entry's key and
+content. A stamp, metric-cache entry or cached report whose seal does not match -- edited, planted,
+copied from elsewhere, or with a file missing -- is ignored and computed afresh, never served.
+
 Manifest paths must be relative, normalised and inside the run; anything else is refused
 before any file is opened (:func:`run_file`).
 
@@ -25,6 +30,7 @@ routestats.errors.RunFormatError: /runs/a/run.json: file path '../b/examples.par
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import posixpath
 from pathlib import Path
@@ -32,7 +38,7 @@ from pathlib import Path
 from routestats.errors import RunFormatError
 from routestats.rundir.atomic import sha256_file
 
-__all__ = ["cache_dir", "file_stamp", "run_file", "verified_sha256"]
+__all__ = ["cache_dir", "file_stamp", "run_file", "verified_sha256", "seal", "sealed"]
 
 _STAMPS: dict[tuple, str] = {}
 
@@ -76,6 +82,58 @@ def file_stamp(path: Path) -> tuple:
     return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
+_SECRET: dict[str, bytes] = {}
+
+
+def _secret(folder: Path) -> bytes | None:
+    """The cache's sealing key (32 random bytes, readable by this user only), made on first use."""
+    key = str(folder)
+    if key not in _SECRET:
+        path = folder / "secret"
+        try:
+            if not path.is_file():
+                folder.mkdir(parents=True, exist_ok=True)
+                tmp = folder / f".secret.{os.getpid()}.tmp"
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(os.urandom(32))
+                try:
+                    os.link(tmp, path)  # first writer wins; the others read its key
+                except FileExistsError:
+                    pass
+                os.unlink(tmp)
+            st = path.stat()
+            if st.st_size != 32 or (st.st_mode & 0o077) or st.st_uid != os.getuid():
+                return None  # readable or writable by others (or not ours): nothing sealed with it is trusted
+            _SECRET[key] = path.read_bytes()
+        except OSError:
+            return None
+    return _SECRET.get(key)
+
+
+def seal(name: str, data: bytes) -> str | None:
+    """The seal of a cache entry ``name`` holding ``data`` (None when the cache has no usable secret).
+
+    >>> import tempfile, os
+    >>> os.environ["ROUTESTATS_CACHE"] = tempfile.mkdtemp()
+    >>> tag = seal("entry", b"abc")
+    >>> sealed("entry", b"abc", tag), sealed("entry", b"abd", tag), sealed("other", b"abc", tag)
+    (True, False, False)
+    >>> del os.environ["ROUTESTATS_CACHE"]
+    """
+    folder = cache_dir()
+    secret = None if folder is None else _secret(folder)
+    if secret is None:
+        return None
+    return hmac.new(secret, name.encode() + b"\0" + data, hashlib.sha256).hexdigest()
+
+
+def sealed(name: str, data: bytes, tag: str | None) -> bool:
+    """Whether ``tag`` is the seal of entry ``name`` holding ``data``."""
+    want = seal(name, data)
+    return want is not None and isinstance(tag, str) and hmac.compare_digest(want, tag)
+
+
 def verified_sha256(path: Path) -> str:
     """SHA-256 of ``path``, from a stamp when the file is unchanged since it was last hashed."""
     key = file_stamp(path)
@@ -85,12 +143,12 @@ def verified_sha256(path: Path) -> str:
     stamp = None
     if folder is not None:
         stamp = folder / "stamps" / hashlib.sha256(repr(key).encode()).hexdigest()
-        try:
-            digest = stamp.read_text().strip()
-            if len(digest) == 64 and file_stamp(path) == key:
+        try:  # "<digest> <seal over the stat key and digest>": a planted or edited stamp is ignored
+            digest, tag = (stamp.read_text().split() + [""])[:2]
+            if len(digest) == 64 and sealed(repr(key), digest.encode(), tag) and file_stamp(path) == key:
                 _STAMPS[key] = digest
                 return digest
-        except OSError:
+        except (OSError, ValueError):
             pass
     digest = sha256_file(path)
     if file_stamp(path) != key:  # changed while being hashed: refuse to remember it
@@ -99,9 +157,11 @@ def verified_sha256(path: Path) -> str:
     if stamp is not None:
         try:
             stamp.parent.mkdir(parents=True, exist_ok=True)
-            tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(digest)
-            os.replace(tmp, stamp)
+            tag = seal(repr(key), digest.encode())
+            if tag is not None:
+                tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(f"{digest} {tag}")
+                os.replace(tmp, stamp)
         except OSError:  # a read-only or full cache never breaks an analysis
             pass
     return digest
