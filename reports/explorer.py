@@ -140,7 +140,7 @@ def attention_explorer(figure, element_id: str) -> str:
                          for k, lyr in enumerate(layers))
     head_opts = '<option value="mean">mean</option>' + "".join(f'<option value="{h}">{h}</option>' for h in range(n_heads))
     legend = "".join(f'<span style="border-bottom: 3px solid {colour[f]}">{html.escape(f)}</span>' for f in fields)
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    payload = script_json(data)
     return (
         f'<style>{STYLE}</style>'
         f'<div class="attention-explorer" id="{html.escape(element_id)}">'
@@ -160,3 +160,18 @@ def attention_explorer(figure, element_id: str) -> str:
 
 
 WIDGETS = {"attention_explorer": attention_explorer}
+
+
+_SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def script_json(data) -> str:
+    r"""JSON safe inside ``<script type="application/json">``: ``<``, ``>``, ``&``, U+2028 and U+2029
+    written as escapes (the same string to ``JSON.parse``), so no token or field name -- ``</script>``,
+    ``<!--<script>`` -- can end the element or switch the HTML tokenizer into a script-escape state.
+
+    >>> print(script_json({"w": "<!--<script>&\u2028"}))
+    {"w":"\u003c!--\u003cscript\u003e\u0026\u2028"}
+    """
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return "".join(_SCRIPT_ESCAPES.get(ch, ch) for ch in text)

@@ -17,9 +17,17 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["AnalysisSettings", "Resampling", "PatternRules", "MODES", "EXAMPLE_SETS"]
+__all__ = ["AnalysisSettings", "Resampling", "PatternRules", "MODES", "EXAMPLE_SETS", "MAX_RESAMPLES"]
 
 MODES = ("shared", "numpy", "python-random")
+MAX_RESAMPLES = 10_000_000
+"""The most bootstrap resamples or sign-flip draws one procedure may ask for (beyond it a run of the
+procedure would take days and its Monte-Carlo error is already far below any reported digit)."""
+
+
+def _whole(v) -> bool:
+    """A whole number (int or NumPy integer), not a bool."""
+    return not isinstance(v, bool) and hasattr(v, "__index__")
 EXAMPLE_SETS = ("protocol", "all", "primary", "length_sample", "test_sample")
 
 
@@ -46,8 +54,12 @@ class Resampling:
     def __post_init__(self):
         if self.mode not in MODES:
             raise RoutestatsError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.resamples < 1 or self.permutations < 1 or self.length_resamples < 1:
-            raise RoutestatsError("resamples, permutations and length_resamples must be positive")
+        for name in ("resamples", "permutations", "length_resamples"):
+            v = getattr(self, name)
+            if not _whole(v) or not 1 <= v <= MAX_RESAMPLES:
+                raise RoutestatsError(f"{name} must be a whole number from 1 to {MAX_RESAMPLES:,}, got {v!r}")
+        if not _whole(self.seed) or not 0 <= self.seed < 2**63:
+            raise RoutestatsError(f"seed must be a whole number from 0 to 2^63 - 1, got {self.seed!r}")
         if not 0 < self.confidence < 1:
             raise RoutestatsError(f"confidence must lie in (0, 1), got {self.confidence}")
 

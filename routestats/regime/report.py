@@ -35,6 +35,8 @@ import pandas as pd
 
 from routestats.rundir import schema as S
 from routestats.rundir.atomic import sha256_file
+from routestats.rundir.manifest import read_json
+from routestats.rundir.verify import run_file
 from routestats.errors import RoutestatsError, RunFormatError
 from routestats.regime.certify import (Operators, analyse, certify, classify, directional, probe_sweep, severity_certificate,
                      severity_sweep)
@@ -101,7 +103,11 @@ def load_operator_points(path: str | Path, layer: int | None = None, example: in
     if not idx_path.is_file():
         raise RoutestatsError(f"{path}: no {S.OPERATOR_DIR}/{S.OPERATOR_INDEX}; build operators with "
                               f"`python -m runners regime {path} --layers ...`")
-    index = json.loads(idx_path.read_text())
+    index = read_json(idx_path)
+    if not isinstance(index, dict) or not isinstance(index.get("points", []), list) or \
+            not all(isinstance(p, dict) and {"layer", "example", "token", "file", "sha256"} <= set(p)
+                    for p in index.get("points", [])):
+        raise RunFormatError(f"{idx_path}: expected {{'points': [{{layer, example, token, file, sha256}}, ...]}}")
     pts = [p for p in index.get("points", [])
            if (layer is None or p["layer"] == layer) and (example is None or p["example"] == example)
            and (token is None or p["token"] == token)]
@@ -111,7 +117,7 @@ def load_operator_points(path: str | Path, layer: int | None = None, example: in
                               f"token={token}; stored (layer, example, token): {have}")
     out = []
     for p in sorted(pts, key=lambda p: (p["layer"], p["example"], p["token"])):
-        f = path / S.OPERATOR_DIR / p["file"]
+        f = run_file(path / S.OPERATOR_DIR, p["file"])  # a relative path inside the folder, nothing else
         if not f.is_file():
             raise RunFormatError(f"{f}: listed in {idx_path} but missing")
         if sha256_file(f) != p["sha256"]:

@@ -12,7 +12,46 @@ from routestats.errors import IncompleteRunError, RunFormatError, SchemaVersionE
 from routestats.rundir import schema as S
 from routestats.rundir.verify import run_file
 
-__all__ = ["read_manifest"]
+__all__ = ["read_manifest", "read_json"]
+
+MAX_JSON_BYTES = 64 << 20  # a manifest or index larger than this is refused before parsing
+MAX_JSON_DEPTH = 32  # nesting deeper than any file routestats writes (run.json: 5)
+
+
+def _depth(value, limit: int) -> int:
+    """Nesting depth of parsed JSON, stopping once past ``limit`` (iterative: no recursion to exhaust)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            return deepest
+        if isinstance(v, dict):
+            stack += [(x, d + 1) for x in v.values()]
+        elif isinstance(v, list):
+            stack += [(x, d + 1) for x in v]
+    return deepest
+
+
+def read_json(path: Path):
+    """Parse a JSON file of a run (its manifest, an operator index): UTF-8, at most
+    :data:`MAX_JSON_BYTES`, nested at most :data:`MAX_JSON_DEPTH` deep; anything else is a
+    :class:`RunFormatError` naming the file, in one line."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise RunFormatError(f"{path}: {size / 2**20:,.0f} MB, more than the {MAX_JSON_BYTES >> 20} MB a run's "
+                                 "JSON file may hold")
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunFormatError(f"{path}: not valid UTF-8 JSON ({exc})") from None
+    except RecursionError:
+        raise RunFormatError(f"{path}: JSON nested too deeply to read") from None
+    except OSError as exc:
+        raise RunFormatError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise RunFormatError(f"{path}: JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    return value
 
 
 def _read_manifest(path: Path) -> dict:
@@ -23,10 +62,7 @@ def _read_manifest(path: Path) -> dict:
         raise IncompleteRunError(
             f"{path}: no {S.MANIFEST}; the run is incomplete (still being written or killed)"
         )
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RunFormatError(f"{mpath}: not valid UTF-8 JSON ({exc})") from None
+    manifest = read_json(mpath)
     if not isinstance(manifest, dict):
         raise RunFormatError(f"{mpath}: expected a JSON object")
     version = manifest.get("schema_version")
