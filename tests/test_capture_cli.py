@@ -140,3 +140,38 @@ def test_a_checkpoint_pair_pairs_by_content_and_refuses_other_tokenizers(bert, t
     code, _, err = run_cli(["--model", bert, "--compare", other, "--reason", "x", "--records", RECORDS, "--out",
                             tmp_path / "p2", "--limit", "4", "--cap", "20"], capsys)
     assert code == 2 and "tokenizers encode record" in err and not (tmp_path / "p2").exists()
+
+
+class _Payload:  # what a hostile checkpoint would unpickle (never constructed by capture)
+    def __reduce__(self):
+        return (print, ("unpickled!",))
+
+
+def test_a_pickled_checkpoint_with_code_is_refused_in_one_line(bert, tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "pickled"
+    shutil.copytree(bert, folder)
+    for f in folder.glob("*.safetensors"):
+        f.unlink()
+    torch.save({"bert.embeddings.word_embeddings.weight": _Payload()}, folder / "pytorch_model.bin")
+    code, out, err = run_cli(["--model", folder, "--records", RECORDS, "--out", tmp_path / "out", "--limit", "2"], capsys)
+    assert code == 2 and "unpickled!" not in out + err  # refused by the weights-only loader, not run
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("error")]
+    assert len(lines) == 1 and "cannot load the model" in lines[0] and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_remote_code_is_never_run(bert, tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "remote"
+    shutil.copytree(bert, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["auto_map"] = {"AutoModel": "evil.EvilModel", "AutoConfig": "evil.EvilConfig"}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (folder / "evil.py").write_text("raise SystemExit('remote code ran')\n")
+    code, out, err = run_cli(["--model", folder, "--records", RECORDS, "--out", tmp_path / "out", "--limit", "2"], capsys)
+    assert "remote code ran" not in out + err  # trust_remote_code is never set: the model's own class or a refusal
+    if code != 0:
+        assert code == 2 and "Traceback" not in err
