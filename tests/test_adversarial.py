@@ -291,6 +291,35 @@ def test_a_file_that_would_decode_past_the_budget_is_refused_before_decoding(pai
                    "ROUTESTATS_MAX_DECODE_MB")
 
 
+def test_a_decompression_bomb_is_refused_with_the_memory_still_free(tmp_path):
+    # was: a run folder of a few KB (uniform rows compress 20,000-fold) drove `table effects` to 1.7-2.8 GB
+    import subprocess
+    import sys
+
+    from tests.conftest import write_run
+
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("peak memory is read from /proc (Linux)")
+    n, layers, heads = 2048, 2, 4  # 2 examples x 2 x 4 heads x 2048^2 float16 = 128 MB decoded per file
+    g = [4] * (n // 2) + [3] * (n - n // 2)
+    uniform = np.full((layers, heads, n, n), 1.0 / n, dtype=np.float32)
+    for role in ("baseline", "saab"):
+        write_run(tmp_path / "bomb" / role, [uniform, uniform], [g, g], run_id=role, variant=role, dtype="float16",
+                  flags={"cap": [n, n]})
+    stored = sum(f.stat().st_size for f in (tmp_path / "bomb").rglob("*") if f.is_file())
+    assert stored < 200_000, stored  # a bomb: the whole folder is tens of KB
+    # the CLI's own high-water mark (VmHWM: ru_maxrss would carry over the forked test process's)
+    probe = ("import re, sys\nfrom routestats.cli import main\ntry:\n    main()\nfinally:\n    print('peak_kb', "
+             "re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1), file=sys.stderr)\n")
+    res = subprocess.run([sys.executable, "-c", probe, "table", "effects", str(tmp_path / "bomb"), "--format", "csv",
+                          *FAST], capture_output=True, text=True, env={**os.environ, "ROUTESTATS_CACHE": "off"})
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error")]
+    assert res.returncode == 2 and len(errors) == 1 and "would decompress" in errors[0], res.stderr
+    assert "ROUTESTATS_MAX_DECODE_RATIO" in errors[0] and "Traceback" not in res.stderr
+    peak_mb = int(res.stderr.split("peak_kb")[1].split()[0]) / 1024
+    assert peak_mb < 300, peak_mb  # the issue's bound; decoding it would take 128 MB x ~6
+
+
 @pytest.mark.parametrize("args, says", [
     (["--seed", "-1"], "seed must be a whole number from 0"),
     (["--resamples", str(10**12)], "resamples must be a whole number from 1 to 10,000,000"),

@@ -54,11 +54,13 @@ WEIGHTINGS = ("attention", "norm", "rollout")
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """SHA-256 of the code that defines a cached table: this module, the reductions, the contract
-    (the schema and its version). Any edit to them gives new keys, so nothing is bumped by hand."""
-    from routestats.rundir import reductions
+    (the schema and its version) and the checks every value read passes (blocks, reduction batches):
+    a stricter check never serves a table computed under a looser one. Any edit to them gives new
+    keys, so nothing is bumped by hand."""
+    from routestats.rundir import blocks, reduction_batches, reductions
 
     h = hashlib.sha256()
-    for mod in (sys.modules[__name__], reductions, S):
+    for mod in (sys.modules[__name__], reductions, S, blocks, reduction_batches):
         h.update(Path(mod.__file__).read_bytes())
     h.update(S.SCHEMA_VERSION.encode())
     return h.hexdigest()

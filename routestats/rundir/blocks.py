@@ -131,32 +131,59 @@ class _Rows:
 CHUNK_BYTES = 8 << 20  # read consecutive row groups together up to about this much decoded data
 
 
-def max_decoded_bytes() -> int:
-    """The most one row group of an attention file may decode to (``ROUTESTATS_MAX_DECODE_MB``,
-    default 2048 MB): checked against the file's own metadata before anything is decoded, so a small
-    file that would decompress to gigabytes is refused in one line instead of filling memory."""
+def _env_number(name: str, default: float) -> float:
     import os
 
     try:
-        return int(float(os.environ.get("ROUTESTATS_MAX_DECODE_MB", "2048")) * (1 << 20))
+        value = float(os.environ.get(name, default))
     except ValueError:
-        return 2048 << 20
+        return default
+    return value if value > 0 else default
+
+
+def max_decoded_bytes() -> int:
+    """The most one row group may decode to (``ROUTESTATS_MAX_DECODE_MB``, default 2048 MB)."""
+    return int(_env_number("ROUTESTATS_MAX_DECODE_MB", 2048) * (1 << 20))
+
+
+BOMB_FLOOR = 64 << 20  # a row group decoding to less than this is never refused for its compression ratio
+MAX_RATIO = 200.0  # decoded / stored bytes above which a large row group is a decompression bomb
+
+
+def max_ratio() -> float:
+    """The largest decoded / stored ratio of a row group over :data:`BOMB_FLOOR` (``ROUTESTATS_MAX_DECODE_RATIO``,
+    default 200; attention written by routestats stores at ratios of 1-25, uniform rows of a bomb at 20,000)."""
+    return _env_number("ROUTESTATS_MAX_DECODE_RATIO", MAX_RATIO)
+
+
+def check_decoded_size(meta, rg: int, fname: str) -> int:
+    """The decoded size of row group ``rg`` from the file's own metadata, refused in one line before
+    anything is decoded when it exceeds :func:`max_decoded_bytes`, or when a large group (over
+    :data:`BOMB_FLOOR`) would decompress more than :func:`max_ratio`-fold (a small file of constant
+    rows that would fill memory: refused with the memory still free)."""
+    decoded = max(meta.total_byte_size,
+                  sum(max(0, meta.column(c).total_uncompressed_size) for c in range(meta.num_columns)))
+    stored = sum(max(0, meta.column(c).total_compressed_size) for c in range(meta.num_columns))
+    budget = max_decoded_bytes()
+    if decoded > budget:
+        raise RunFormatError(f"{fname}: row group {rg} decodes to {decoded / 2**20:,.0f} MB, more than the "
+                             f"{budget / 2**20:,.0f} MB allowed (ROUTESTATS_MAX_DECODE_MB); refused before reading it")
+    ratio = decoded / max(stored, 1)
+    if decoded > BOMB_FLOOR and ratio > max_ratio():
+        raise RunFormatError(f"{fname}: row group {rg} would decompress {ratio:,.0f}-fold ({stored / 2**10:,.0f} KB "
+                             f"stored, {decoded / 2**20:,.0f} MB decoded), more than the {max_ratio():,.0f}-fold "
+                             "allowed (ROUTESTATS_MAX_DECODE_RATIO); refused before reading it")
+    return decoded
 
 
 def _row_group_chunks(pf: pq.ParquetFile, fname: str = "attention file") -> list[list[int]]:
     """Consecutive row groups, batched so that each read decodes about :data:`CHUNK_BYTES` (a file
-    written in small row groups is then not read in thousands of small pieces); a row group whose
-    decoded size (from the metadata) exceeds :func:`max_decoded_bytes` is refused before any read."""
+    written in small row groups is then not read in thousands of small pieces); every row group's
+    decoded size is checked first (:func:`check_decoded_size`)."""
     chunks, cur, size = [], [], 0
-    budget = max_decoded_bytes()
     for rg in range(pf.num_row_groups):
         meta = pf.metadata.row_group(rg)
-        decoded = max(meta.total_byte_size,
-                      sum(max(0, meta.column(c).total_uncompressed_size) for c in range(meta.num_columns)))
-        if decoded > budget:
-            raise RunFormatError(f"{fname}: row group {rg} decodes to {decoded / 2**20:,.0f} MB, more than the "
-                                 f"{budget / 2**20:,.0f} MB allowed (ROUTESTATS_MAX_DECODE_MB); refused before "
-                                 "reading it")
+        check_decoded_size(meta, rg, fname)
         cur.append(rg)
         size += max(0, meta.total_byte_size)
         if size >= CHUNK_BYTES:
