@@ -73,14 +73,16 @@ MAX_SECONDS = 2.0  # time spent listing them, likewise
 
 
 class CacheSkipped(Exception):
-    """The inputs cannot be listed within :data:`MAX_FILES` / :data:`MAX_SECONDS`: no cache for this report."""
+    """The inputs cannot be listed whole (past :data:`MAX_FILES` / :data:`MAX_SECONDS`, or a link to a folder
+    outside them): no cache for this report; the message says why, in one line."""
 
 
 def _listing(path: Path, deadline: float) -> list:
     """The :func:`~routestats.rundir.verify.file_stamp` (without the resolved path: relative path
-    instead) of every file under ``path``. Links are followed, each folder at most once (a folder
-    reached again -- a link loop, or two links to one folder -- is listed as ``[rel, "seen"]``), and
-    the walk is bounded (:class:`CacheSkipped` past :data:`MAX_FILES` entries or the deadline)."""
+    instead) of every file under ``path``, walked as run discovery walks it: links to folders are not
+    followed (a link loop or a link to ``/`` costs one entry, listed with its target). A link to a
+    folder outside ``path`` could hold inputs the listing does not see (an ``init_probe/`` link, say), so
+    it and a walk past :data:`MAX_FILES` entries or the deadline raise :class:`CacheSkipped`."""
     import time
 
     path = Path(path).resolve()
@@ -89,35 +91,41 @@ def _listing(path: Path, deadline: float) -> list:
             return [[path.name, *file_stamp(path)[1:]]]
         except OSError:
             return [[path.name, None]]
-    rows, seen, stack = [], set(), [path]
+    rows, outside, stack = [], [], [path]
     while stack:
         folder = stack.pop()
         try:
-            st = folder.stat()
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError:
             rows.append([str(folder.relative_to(path)), None])
             continue
-        if (st.st_dev, st.st_ino) in seen:
-            rows.append([str(folder.relative_to(path)), "seen"])
-            continue
-        seen.add((st.st_dev, st.st_ino))
         if len(rows) + len(entries) > MAX_FILES or time.monotonic() > deadline:
-            raise CacheSkipped(f"{path}: more than {MAX_FILES:,} files or {MAX_SECONDS:g} s to list them (a link to "
-                               "a large folder, or to /?): this report does not use the cache")
+            raise CacheSkipped(f"{path}: more than {MAX_FILES:,} files or {MAX_SECONDS:g} s to list them: this report "
+                               "does not use the cache")
         for e in entries:
             p = folder / e.name
+            rel = str(p.relative_to(path))
             try:
-                is_dir = e.is_dir()  # follows a link
+                is_link, is_dir = e.is_symlink(), e.is_dir()  # is_dir follows a link
             except OSError:
-                is_dir = False
+                is_link, is_dir = False, False
+            if is_link and is_dir:
+                target = os.path.realpath(p)
+                rows.append([rel, "link", target])
+                if not Path(target).is_relative_to(path):
+                    outside.append(f"{rel} -> {target}")
+                continue
             if is_dir:
                 stack.append(p)
                 continue
             try:
-                rows.append([str(p.relative_to(path)), *file_stamp(p)[1:]])
+                rows.append([rel, *file_stamp(p)[1:]])
             except OSError:
-                rows.append([str(p.relative_to(path)), None])
+                rows.append([rel, None])
+    if outside:
+        more = f" and {len(outside) - 1} more" if len(outside) > 1 else ""
+        raise CacheSkipped(f"{path}: links to folders outside it are not followed ({outside[0]}{more}); runs behind "
+                           "them are not part of this report, and it does not use the cache")
     return sorted(rows, key=lambda r: r[0])
 
 
