@@ -40,6 +40,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -272,11 +273,24 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
 @contextlib.contextmanager
 def _staging(out: Path, names: Sequence[str]):
     """A temporary sibling folder for the new runs; on success each replaces ``out/<name>``
-    (an earlier run is removed only then); on failure nothing under ``out`` changes."""
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".capture-partial-{os.getpid()}-", dir=out))
+    (an earlier run is removed only then); on failure nothing under ``out`` changes (a folder
+    ``out`` made for this capture is removed again), and a failed write says so naming ``out``."""
+    import pyarrow as pa
+
+    made = not out.exists()
     try:
-        yield tmp
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".capture-partial-{os.getpid()}-", dir=out))
+    except OSError as exc:
+        raise RoutestatsError(f"{out}: cannot create the runs' folder ({exc.strerror or exc})") from None
+    ok = False
+    try:
+        try:
+            yield tmp
+        except (OSError, pa.ArrowException) as exc:  # a full disk, a vanished folder: the writers' own words name no path
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else first_line(exc)
+            reason = re.sub(r".*\[errno \d+\] ", "", reason)  # Arrow's "Error writing bytes ... [errno 28] ..."
+            raise RoutestatsError(f"{out}: could not write the runs ({reason}); nothing was changed") from None
         for name in names:
             dst = out / name
             if dst.exists():
@@ -286,8 +300,12 @@ def _staging(out: Path, names: Sequence[str]):
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 os.rename(tmp / name, dst)
+        ok = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if made and not ok:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if empty
 
 
 def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: Sequence[str] | None = None,

@@ -354,3 +354,20 @@ def test_operator_index_paths_are_confined(tmp_path):
         one_line_error(runner.invoke(app, ["regime", str(tmp_path / "run")]), "not a normalised relative path")
     (ops / "index.json").write_text('{"points": [1, 2]}')
     one_line_error(runner.invoke(app, ["regime", str(tmp_path / "run")]), "expected")
+
+
+def test_a_layer_missing_from_one_run_is_named(tmp_path):
+    # was: "profiles differ in length ((3,) vs (2,))"
+    three = tmp_path / "three"
+    two = tmp_path / "two"
+    synthetic_pair(three, seed=5, n_examples=6, n_layers=3, n_heads=2, same_field_bias=(0.5, 1.0, 0.8),
+                   effect=(0.3, -0.2, 0.1), length_range=(5, 9))
+    synthetic_pair(two, seed=5, n_examples=6, n_layers=2, n_heads=2, same_field_bias=(0.5, 1.0), effect=(0.3, -0.2),
+                   length_range=(5, 9))
+    shutil.rmtree(three / "saab")
+    shutil.copytree(two / "saab", three / "saab")  # the same seed: the same init and data order, 2 layers
+    line = one_line_error(runner.invoke(app, ["table", "effects", str(three), "--format", "csv", *FAST]),
+                          "layer 2 is stored in the baseline only", "baseline: 3 layer(s), 0-2; variant: 2 layer(s), 0-1")
+    assert "profiles differ" not in line
+    res = runner.invoke(app, ["report", str(three), "-o", str(tmp_path / "o"), *FAST])  # progress lines, then the error
+    assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == line and "Traceback" not in res.output

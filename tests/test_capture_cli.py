@@ -175,3 +175,33 @@ def test_remote_code_is_never_run(bert, tmp_path, capsys):
     assert "remote code ran" not in out + err  # trust_remote_code is never set: the model's own class or a refusal
     if code != 0:
         assert code == 2 and "Traceback" not in err
+
+
+def test_a_capture_that_fails_midway_leaves_the_earlier_runs_in_place(bert, tmp_path, capsys, monkeypatch):
+    # was: a capture failing after its writers opened left incomplete runs where complete ones were, and a full
+    # disk said "Error writing bytes to file ..." naming no folder
+    from routestats.rundir.write import RunWriter
+
+    out = tmp_path / "cap"
+    args = ["--model", bert, "--records", RECORDS, "--out", out, "--limit", "3", "--cap", "20", "--bias", "1"]
+    assert run_cli(args, capsys)[0] == 0
+    before = tree_bytes(out)
+    calls = []
+
+    def full_disk(self, *a, **k):  # the second run's manifest cannot be written
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(self, *a, **k)
+
+    real = RunWriter.finalize
+    monkeypatch.setattr(RunWriter, "finalize", full_disk)
+    code, _, err = run_cli([*args, "--force"], capsys)
+    assert code == 2 and len(calls) == 2, err
+    assert f"error: {out}: could not write the runs (No space left on device); nothing was changed" in err
+    assert tree_bytes(out) == before  # both complete runs, byte for byte; no partial folder left beside them
+    fresh = tmp_path / "fresh"
+    calls.clear()
+    code, _, err = run_cli(["--model", bert, "--records", RECORDS, "--out", fresh, "--limit", "3", "--cap", "20",
+                            "--bias", "1"], capsys)
+    assert code == 2 and not fresh.exists()  # the folder made for the capture is gone again

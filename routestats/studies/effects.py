@@ -64,6 +64,7 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
         long, value = sfm(p, step, examples, trivial, keys, weighting), metric
     else:
         long, value = metric_values(p, metric, step, examples, trivial), metric
+    _check_same_layers(p, long)
     wide = long.pivot_table(index=["example_id", "layer"], columns="role", values=value, dropna=False, sort=False)
     wide = wide.reset_index()
     wide.columns.name = None
@@ -78,6 +79,19 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
     wide = wide.sort_values(["layer", "example_id"], kind="stable").reset_index(drop=True)
     wide.attrs["excluded"] = excluded  # keep attrs small: pandas deep-copies them on every operation
     return wide
+
+
+def _check_same_layers(p: RunPair, long: pd.DataFrame) -> None:
+    """Both runs hold the same layers (a pair of one architecture, both stored whole or with one --layers)."""
+    have = {role: sorted(set(long.loc[long["role"] == role, "layer"].tolist())) for role in ("baseline", "variant")}
+    if have["baseline"] != have["variant"]:
+        only = sorted(set(have["baseline"]) ^ set(have["variant"]))
+        where = "baseline" if only[0] in have["baseline"] else "variant"
+        span = lambda ls: f"{len(ls)} layer(s), {ls[0]}-{ls[-1]}" if ls else "no layers"  # noqa: E731
+        raise RoutestatsError(
+            f"cannot compare {p.variant.run_id} with {p.baseline.run_id}: layer {only[0]} is stored in the {where} "
+            f"only (baseline: {span(have['baseline'])}; variant: {span(have['variant'])}); a pair needs the same "
+            "layers in both runs")
 
 
 def paired_effects(
