@@ -9,6 +9,16 @@ the whole pair analysis, and ``routestats validate``):
 * a mutation the manifest does describe (the hashes are rewritten, as a third-party writer would)
   is new input: it either gives numbers or one ``error:`` line with exit code 2 -- never a
   traceback or an internal error.
+
+And two for the surfaces added since (issue 31):
+
+* an extreme value (3e38, 1 + 1e-6, subnormals, -0) in a weight, a first-key or row mass, of a
+  softmax or sigmoid head, is refused in one line or analysed to SFM means within [0, 1];
+* hostile tokens and field names (``<!--<script>``, ``</script>``, U+2028, NUL, right-to-left
+  marks, random text) leave every embedded JSON block free of ``<``, ``&`` and line separators and
+  the page whole (one provenance section, closed ``</html>``).
+
+CI runs 40 + 40 + 40 + 13 derandomised cases (about a minute in all).
 """
 
 from __future__ import annotations
@@ -154,3 +164,86 @@ def test_described_mutation_is_analysed_or_refused(pristine, tmp_path_factory, n
     vcode, vout = runner.invoke(app, ["validate", str(d)]).exit_code, runner.invoke(app, ["validate", str(d)]).output
     if vcode != 0:
         assert vcode == 2 and "Traceback" not in vout and "internal error" not in vout, vout
+
+
+# ------------------------------------------------------------------ the surfaces added since (issue 31)
+EXTREME = st.sampled_from([3e38, 1.0 + 1e-3, 1.0 + 1e-6, -0.0, 5e-324, 1e-45, 0.999999, 65504.0, -1e-30, 1.0])
+REDUCED = "attention/step=000100/reductions.parquet"
+MATRIX = "attention/step=000100/matrices.parquet"
+
+
+def _set_list_value(path, column, row, index, value, **plain):
+    t = pq.read_table(path)
+    df = t.to_pandas()
+    row = row % len(df)
+    arr = np.array(df.at[row, column], dtype=np.float64)
+    arr[index % arr.size] = value
+    df.at[row, column] = arr
+    for k, v in plain.items():
+        df[k] = df[k].astype(object)
+        df.at[row, k] = v
+    pq.write_table(pa.Table.from_pandas(df, schema=t.schema, preserve_index=False), path)
+
+
+@FUZZ
+@given(role=st.sampled_from(["baseline", "saab"]), target=st.sampled_from(["weights", "first_mass", "row_mass",
+                                                                            "field_mass", "entropy"]),
+       head_type=st.sampled_from(["softmax", "sigmoid"]), row=st.integers(0, 500), index=st.integers(0, 10**4),
+       value=EXTREME)
+def test_extreme_values_are_refused_or_within_the_contract(pristine, tmp_path_factory, role, target, head_type, row,
+                                                            index, value):
+    # a value outside the contract (a weight above 1, a first-key mass above the row's) is refused, never averaged;
+    # whatever is analysed gives SFM means in [0, 1] and the same numbers from the matrices as from the reductions
+    d = _copy(pristine, tmp_path_factory)
+    f = d / role / (MATRIX if target == "weights" else REDUCED)
+    _set_list_value(f, target, row, index, value, head_type=head_type)
+    reseal(d / role)
+    code, out = _outcome(d)
+    if code != 0:
+        _assert_one_line_error(code, out)
+        return
+    import io
+
+    import pandas as pd
+
+    t = pd.read_csv(io.StringIO(out))
+    sfm = t[t["metric"] == "sfm"]
+    assert sfm[["baseline_mean", "variant_mean"]].stack().between(0, 1 + 1e-9).all(), out
+    vres = runner.invoke(app, ["validate", str(d)])  # validate compares the two forms where both exist
+    assert vres.exit_code in (0, 2) and "Traceback" not in vres.output
+
+
+TOKENS = st.lists(st.one_of(st.sampled_from(["<!--<script>", "</script><b>", "&amp;", "\u2028", "\u2029", "x]]>",
+                                             "<!--", "{{", "\\", "$x$", "%", "\u202e", "\x00"]),
+                            st.text(min_size=0, max_size=6)), min_size=1, max_size=8)
+
+
+@settings(FUZZ, max_examples=max(1, _N // 3))  # each case renders a whole report (about 1.5 s)
+@given(tokens=TOKENS, field_name=st.sampled_from(["<!--<script>", "</script>", "a&b", "t\u2028", "x_y%", "é"]))
+def test_hostile_tokens_and_field_names_keep_the_page_whole(pristine, tmp_path_factory, tokens, field_name):
+    # tokens and field names are user data: escaped in the explorer's JSON and the page, whatever they hold
+    from routestats.rundir import schema as S
+
+    d = _copy(pristine, tmp_path_factory)
+    for role in ("baseline", "saab"):
+        t = pq.read_table(d / role / "examples.parquet")
+        df = t.to_pandas()
+        df["tokens"] = [[tokens[i % len(tokens)] for i in range(len(tok))] for tok in df["tokens"]]
+        df["content_sha256"] = [S.content_hash(tk, g) for tk, g in zip(df["tokens"], df["field_ids"])]
+        pq.write_table(pa.Table.from_pandas(df, schema=t.schema, preserve_index=False), d / role / "examples.parquet")
+        m = json.loads((d / role / "run.json").read_text())
+        first = sorted(m["fields"]["named"])[0]
+        m["fields"]["named"][first] = field_name
+        (d / role / "run.json").write_text(json.dumps(m))
+        reseal(d / role)
+    out = tmp_path_factory.mktemp("page") / "o"
+    res = runner.invoke(app, ["report", str(d), "-o", str(out), "--format", "html", *ARGS])
+    if res.exit_code != 0:
+        _assert_one_line_error(res.exit_code, res.output.strip().splitlines()[-1])
+        return
+    page = (out / "report.html").read_text()
+    for blob in re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S):
+        assert "<" not in blob and "&" not in blob and "\u2028" not in blob and "\u2029" not in blob
+    outside = re.sub(r"<script\b.*?</script>", "", page, flags=re.S)
+    assert outside.count('<section id="provenance">') == 1 and outside.rstrip().endswith("</html>")
+    assert "<!--<script>" not in outside and "</script><b>" not in outside  # escaped wherever they are shown
