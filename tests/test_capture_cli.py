@@ -205,3 +205,18 @@ def test_a_capture_that_fails_midway_leaves_the_earlier_runs_in_place(bert, tmp_
     code, _, err = run_cli(["--model", bert, "--records", RECORDS, "--out", fresh, "--limit", "3", "--cap", "20",
                             "--bias", "1"], capsys)
     assert code == 2 and not fresh.exists()  # the folder made for the capture is gone again
+
+
+@pytest.mark.parametrize("config", ['{"model_type": "bert", "hidden_size": "x"', '{"model_type": "bert", '
+                                    '"hidden_size": -5}', "[1, 2]"])
+def test_a_broken_config_json_is_one_line(bert, tmp_path, capsys, config):
+    # was: a traceback from transformers for each of these
+    import shutil
+
+    folder = tmp_path / "broken"
+    shutil.copytree(bert, folder)
+    (folder / "config.json").write_text(config)
+    code, _, err = run_cli(["--model", folder, "--records", RECORDS, "--out", tmp_path / "out", "--limit", "2"], capsys)
+    errors = [ln for ln in err.splitlines() if ln.startswith("error")]
+    assert code == 2 and len(errors) == 1 and "cannot load the model" in errors[0] and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
