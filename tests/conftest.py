@@ -193,3 +193,20 @@ def reseal(run_path):
         e["sha256"] = sha256_file(run_path / e["path"])
     (run_path / "run.json").write_text(json.dumps(m))
     return run_path
+
+
+def set_tokens(run_path, tokens):
+    """Replace every example's tokens of a run by ``tokens`` repeated (hostile-token tests), keeping the
+    content hashes consistent and the manifest resealed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from routestats.rundir import schema as S
+
+    path = Path(run_path) / "examples.parquet"
+    t = pq.read_table(path)
+    df = t.to_pandas()
+    df["tokens"] = [[tokens[i % len(tokens)] for i in range(len(tok))] for tok in df["tokens"]]
+    df["content_sha256"] = [S.content_hash(tk, g) for tk, g in zip(df["tokens"], df["field_ids"])]
+    pq.write_table(pa.Table.from_pandas(df, schema=t.schema, preserve_index=False), path)
+    return reseal(run_path)

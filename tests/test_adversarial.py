@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 
 import routestats as rs
 from routestats.cli import app
-from routestats.rundir import schema as S
 from routestats.rundir.synthetic import synthetic_pair
-from tests.conftest import FIELDS, chromium_dom, console_errors, make_examples, need, random_attention, reseal
+from tests.conftest import (FIELDS, chromium_dom, console_errors, make_examples, need, random_attention, reseal,
+                            set_tokens)
 
 runner = CliRunner()
 FAST = ["--resamples", "50", "--permutations", "50"]
@@ -269,12 +269,7 @@ def test_hostile_tokens_cannot_swallow_the_page(tmp_path):
     shutil.copytree(demo_run_dir(), d)  # the bundled demo: its word map selects an example
     hostile = ["<!--<script>", "</script><b>", "&amp;", "\u2028", "x]]>", "<!--"]
     for role in ("baseline", "saab"):
-        t = pq.read_table(d / role / "examples.parquet")
-        df = t.to_pandas()
-        df["tokens"] = [[hostile[i % len(hostile)] for i in range(len(tok))] for tok in df["tokens"]]
-        df["content_sha256"] = [S.content_hash(t, g) for t, g in zip(df["tokens"], df["field_ids"])]
-        pq.write_table(pa.Table.from_pandas(df, schema=t.schema, preserve_index=False), d / role / "examples.parquet")
-        reseal(d / role)
+        set_tokens(d / role, hostile)
     rep = rs.analyse(d, resamples=50, permutations=50)
     render(rep, tmp_path / "o", formats=("html",))
     page = (tmp_path / "o" / "report.html").read_text()

@@ -38,7 +38,7 @@ from typer.testing import CliRunner
 
 from routestats.cli import app
 from routestats.rundir.synthetic import synthetic_pair
-from tests.conftest import reseal
+from tests.conftest import reseal, set_tokens
 
 runner = CliRunner()
 ARGS = ["--resamples", "20", "--permutations", "20"]
@@ -222,15 +222,9 @@ TOKENS = st.lists(st.one_of(st.sampled_from(["<!--<script>", "</script><b>", "&a
 @given(tokens=TOKENS, field_name=st.sampled_from(["<!--<script>", "</script>", "a&b", "t\u2028", "x_y%", "é"]))
 def test_hostile_tokens_and_field_names_keep_the_page_whole(pristine, tmp_path_factory, tokens, field_name):
     # tokens and field names are user data: escaped in the explorer's JSON and the page, whatever they hold
-    from routestats.rundir import schema as S
-
     d = _copy(pristine, tmp_path_factory)
     for role in ("baseline", "saab"):
-        t = pq.read_table(d / role / "examples.parquet")
-        df = t.to_pandas()
-        df["tokens"] = [[tokens[i % len(tokens)] for i in range(len(tok))] for tok in df["tokens"]]
-        df["content_sha256"] = [S.content_hash(tk, g) for tk, g in zip(df["tokens"], df["field_ids"])]
-        pq.write_table(pa.Table.from_pandas(df, schema=t.schema, preserve_index=False), d / role / "examples.parquet")
+        set_tokens(d / role, tokens)
         m = json.loads((d / role / "run.json").read_text())
         first = sorted(m["fields"]["named"])[0]
         m["fields"]["named"][first] = field_name
