@@ -14,13 +14,68 @@ from typing import Callable, Sequence
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["MARKER", "check_output", "write_folder", "copy_report", "SourceUnreadable"]
+__all__ = ["MARKER", "check_output", "write_folder", "copy_report", "foreign_files", "describe_paths", "SourceUnreadable"]
 
 MARKER = ".routestats-report"
 
 
-def _is_report_folder(p: Path) -> bool:
-    return (p / MARKER).is_file() or not any(p.iterdir())
+_LAYOUT = ("report.html", "report.md", "claims.csv", "tables", "figures", MARKER)  # before markers listed files
+
+
+def _files_under(folder: Path) -> list[str]:
+    """Relative paths of every file, link and empty folder under ``folder`` (links not followed)."""
+    out = []
+    for dirpath, dirnames, names in os.walk(folder):
+        rel = Path(dirpath).relative_to(folder)
+        links = [d for d in dirnames if (Path(dirpath) / d).is_symlink()]
+        out += [str(rel / n) for n in names + links]
+        if not names and not dirnames and Path(dirpath) != folder:
+            out.append(str(rel) + "/")
+    return sorted(out)
+
+
+def _marker_text(folder: Path) -> str:
+    """The marker of a finished report folder: every file routestats wrote into it, by relative path."""
+    import json
+
+    return json.dumps({"written_by": "routestats", "files": [f for f in _files_under(folder) if f != MARKER]},
+                      indent=0) + "\n"
+
+
+def describe_paths(paths: list[str], most: int = 3) -> str:
+    """Relative paths grouped by their top-level entry, for a one-line message.
+
+    >>> describe_paths(["NOTES.txt", "seed1001/report.html", "seed1001/tables/a.csv"])
+    'NOTES.txt, seed1001/ (2 files)'
+    """
+    groups: dict[str, int] = {}
+    for f in paths:
+        top, _, rest = f.partition("/")
+        key = top + "/" if rest or f.endswith("/") else top
+        groups[key] = groups.get(key, 0) + 1
+    shown = [k if not k.endswith("/") else f"{k} ({n} file{'s' if n > 1 else ''})" for k, n in list(groups.items())[:most]]
+    return ", ".join(shown) + (f" and {len(groups) - most} more" if len(groups) > most else "")
+
+
+def foreign_files(folder: Path) -> list[str] | None:
+    """What ``folder`` holds that routestats did not write into it as a report (its marker lists every file
+    it wrote); None when it is no report folder at all (no marker) and not empty."""
+    import json
+
+    files = _files_under(folder)
+    if not files:
+        return []
+    try:
+        doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+        ours = set(doc["files"]) if isinstance(doc, dict) and isinstance(doc.get("files"), list) else None
+    except (OSError, ValueError):
+        ours = None
+    if ours is None:
+        if not (folder / MARKER).is_file():
+            return None
+        # a marker of an earlier version (no list): only the report layout itself is ours
+        return [f for f in files if f.split("/")[0] not in _LAYOUT]
+    return [f for f in files if f != MARKER and f not in ours]
 
 
 def _alive(pid: int) -> bool:
@@ -36,9 +91,9 @@ def _alive(pid: int) -> bool:
 def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
     """Refuse an output folder that cannot or must not be written, before any work is done.
 
-    ``out`` must not be a file, must not exist unless ``force`` (and then be an earlier report or
-    empty), must not lie inside (or contain) an input run or tree unless ``force``, and its parent
-    must be a writable folder.
+    ``out`` must not be a file, must not exist unless ``force`` (and then be empty, or an earlier report
+    holding nothing but what routestats wrote into it: :func:`foreign_files`), must not lie inside (or
+    contain) an input run or tree unless ``force``, and its parent must be a writable folder.
     """
     out = Path(out).absolute()
     if out.is_file():
@@ -47,8 +102,13 @@ def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
         if not force:
             raise RoutestatsError(f"{out}: exists; pass --force to replace it (the old folder is kept until the new "
                                   "report is complete)")
-        if not out.is_dir() or not _is_report_folder(out):
+        foreign = foreign_files(out) if out.is_dir() else None
+        if foreign is None:
             raise RoutestatsError(f"{out}: exists and is not an earlier routestats report; choose another folder")
+        if foreign:
+            raise RoutestatsError(f"{out}: holds files routestats did not write ({describe_paths(foreign)}); --force "
+                                  "replaces only a report folder as routestats wrote it: move them or choose another "
+                                  "folder")
     for src in inputs:
         src = Path(src).absolute()
         if src.exists() and (out == src or out.is_relative_to(src) or src.is_relative_to(out)) and not force:
@@ -98,7 +158,7 @@ def write_folder(out: str | Path, fill: Callable[[Path], dict], force: bool = Fa
         raise RoutestatsError(f"{out.parent}: cannot create the report folder ({exc.strerror})") from None
     try:
         written = fill(tmp)
-        _put(tmp / MARKER, "written by routestats\n")
+        _put(tmp / MARKER, _marker_text(tmp))
         if keep is not None:
             keep(tmp, written)
         os.sync()  # the files are on disk before the folder appears under its name

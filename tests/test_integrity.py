@@ -41,6 +41,7 @@ def one_line_error(code, out, needle):
     assert len(lines) == 1 and lines[0].startswith("error: "), out
     assert needle in out, out
     assert "Traceback" not in out
+    return lines[0]
 
 
 @pytest.fixture
@@ -296,16 +297,37 @@ def test_report_inside_an_input_needs_force(pair_dir):
 
 def test_existing_folder_is_replaced_only_with_force(pair_dir, tmp_path):
     out = tmp_path / "o"
-    assert cli("report", pair_dir, "-o", out, *QUICK)[0] == 0
-    (out / "tables" / "stale.csv").write_text("from an earlier analysis")
+    assert cli("report", pair_dir, "-o", out, "--format", "html,latex,markdown", *QUICK)[0] == 0
+    assert (out / "report.md").is_file()
     one_line_error(*cli("report", pair_dir, "-o", out, *QUICK), "exists; pass --force")
     assert cli("report", pair_dir, "-o", out, "--force", *QUICK)[0] == 0
-    assert not (out / "tables" / "stale.csv").exists()  # no files of the earlier analysis beside the new ones
+    assert not (out / "report.md").exists()  # no files of the earlier analysis beside the new ones
     other = tmp_path / "notes"
     other.mkdir()
     (other / "thesis.tex").write_text("mine")
     one_line_error(*cli("report", pair_dir, "-o", other, "--force", *QUICK), "is not an earlier routestats report")
     assert (other / "thesis.tex").read_text() == "mine"
+
+
+def test_force_never_deletes_what_routestats_did_not_write(pair_dir, tmp_path):
+    # was: --force replaced whatever the folder held: a user's NOTES.txt, and the tour's reports nested inside it
+    def tree(root):
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    out = tmp_path / "report"
+    assert cli("report", pair_dir, "-o", out, *QUICK)[0] == 0
+    assert cli("report", pair_dir, "-o", out / "seed1001", *QUICK, "--force")[0] == 0  # a report nested inside
+    (out / "NOTES.txt").write_text("mine")
+    before = tree(out)
+    code, text = cli("report", pair_dir, "-o", out, "--force", *QUICK)
+    line = one_line_error(code, text, "holds files routestats did not write")
+    assert "NOTES.txt" in line and "seed1001/" in line
+    assert tree(out) == before  # every byte in place
+    (out / "NOTES.txt").unlink()
+    import shutil
+
+    shutil.rmtree(out / "seed1001")
+    assert cli("report", pair_dir, "-o", out, "--force", *QUICK)[0] == 0  # only its own files: replaced
 
 
 def test_failing_report_leaves_the_previous_folder_intact(pair_dir, tmp_path, monkeypatch):
@@ -338,6 +360,6 @@ def test_latex_caption_survives_blank_lines_in_names(tmp_path, rng):
     tex = reports.to_latex(rep, "effects")
     assert "var x vs base line" in tex and "\n\n" not in tex.split("\\caption")[1].split("\\label")[0]
     (tmp_path / "t.tex").write_text(tex)
-    (tmp_path / "d.tex").write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+    (tmp_path / "d.tex").write_text("\\documentclass{article}\n\\usepackage{booktabs,graphicx}\n\\begin{document}\n"
                                     "\\input{t.tex}\n\\end{document}\n")
     compile_tex(need("pdflatex"), tmp_path, "d.tex")
