@@ -17,21 +17,23 @@ from __future__ import annotations
 __all__ = ["write", "to_latex", "to_markdown", "table_text"]
 
 
-def table_text(report, name: str, fmt: str = "latex") -> str:
-    """Table ``name`` of ``report`` (or of one of its parts) as LaTeX, CSV or Markdown text."""
+def table_text(report, name: str, fmt: str = "latex", wide: bool = False) -> str:
+    """Table ``name`` of ``report`` (or of one of its parts) as LaTeX, CSV or Markdown text (``wide``: a
+    LaTeX float across both columns of a two-column paper)."""
     from routestats.errors import RoutestatsError
 
     from reports.render import table_text as _text
 
     try:
-        return _text(report.find_table(name), fmt)
+        return _text(report.find_table(name), fmt, wide=wide)
     except ValueError as exc:
         raise RoutestatsError(str(exc)) from None
 
 
-def to_latex(report, name: str) -> str:
-    """One table as a booktabs LaTeX fragment (escaped; compiles with ``\\usepackage{booktabs}``)."""
-    return table_text(report, name, "latex")
+def to_latex(report, name: str, wide: bool = False) -> str:
+    """One table as a booktabs LaTeX fragment (escaped; its first line names the packages it needs:
+    booktabs and graphicx, or longtable for a long table). ``wide``: ``table*`` for a two-column paper."""
+    return table_text(report, name, "latex", wide=wide)
 
 
 def to_markdown(report, name: str | None = None) -> str:

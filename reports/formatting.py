@@ -29,7 +29,8 @@ _FORMAT = {"num": fmt_num, "p": fmt_p, "sig": fmt_sig}
 
 
 def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
-    """Headers and rows of cells ``{"text", "value", "bold", "numeric"}`` of a shown table."""
+    """Headers and rows of cells ``{"text", "value", "bold", "numeric"}`` of a shown table (a p-value at
+    its permutation floor also has ``"short"``, the number alone, and ``"floor": True``)."""
     df = table.frame
     headers = [c.header for c in table.columns]
     marks = set()
@@ -50,9 +51,12 @@ def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
             v = r[c.source]
             if c.kind == "p" and c.floor and not _missing(v) and "permutations" in r and r["permutations"] > 0:
                 floor = (len(df) if c.floor == "holm" else 1) / (float(r["permutations"]) + 1)
-                at_floor = v <= min(1.0, floor) * (1 + 1e-9)
-                text = f"{fmt_p(v, c.digits)} (smallest attainable)" if at_floor and floor >= 10.0 ** -c.digits \
-                    else fmt_p(v, c.digits)
+                at_floor = v <= min(1.0, floor) * (1 + 1e-9) and floor >= 10.0 ** -c.digits
+                text = f"{fmt_p(v, c.digits)} (smallest attainable)" if at_floor else fmt_p(v, c.digits)
+                if at_floor:  # LaTeX marks it with a dagger and one note instead of the words in every cell
+                    cells.append({"text": text, "short": fmt_p(v, c.digits), "floor": True, "value": float(v),
+                                  "bold": (idx, c.source) in marks, "numeric": True})
+                    continue
             elif c.kind in _FORMAT:
                 text = _FORMAT[c.kind](v, c.digits)
             elif c.kind == "int":
@@ -66,10 +70,20 @@ def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
     return headers, rows
 
 
-def table_context(table: Table) -> dict:
-    """One table as the HTML template sees it: name, headers, rows of cells, caption."""
+def page_cells(table: Table) -> tuple[list[str], list[tuple[int, list[dict]]]]:
+    """Headers and the (position, cells) of the rows shown on the page: ``table.page_rows`` when the
+    table says which (a long table's most telling rows), else every row."""
     headers, rows = format_cells(table)
-    return {"name": table.name, "headers": headers, "rows": rows, "caption": table.caption}
+    keep = range(len(rows)) if table.page_rows is None else sorted(set(table.page_rows))
+    return headers, [(i, rows[i]) for i in keep if 0 <= i < len(rows)]
+
+
+def table_context(table: Table) -> dict:
+    """One table as the HTML template sees it: name, headers, rows of cells (each with its position
+    in the full table), caption and the note on rows left off the page."""
+    headers, rows = page_cells(table)
+    return {"name": table.name, "headers": headers, "rows": [c for _, c in rows], "positions": [i for i, _ in rows],
+            "caption": table.caption, "page_note": table.page_note}
 
 
 def embedded(png: bytes | None) -> str | None:

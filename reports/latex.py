@@ -78,24 +78,65 @@ def latex_text(text) -> str:
     return out
 
 
+LONG_ROWS = 36  # tables with more rows are set as a longtable (they break across pages)
+WRAP_CHARS = 18  # a text column whose longest cell is longer is set as a wrapping paragraph column
+
+
 def _cell(c: dict) -> str:
-    text = latex_escape(c["text"])
+    text = latex_escape(c.get("short", c["text"]))
     if c["numeric"]:
         text = re.sub(r"(?<![\w$])-(?=\d)", "$-$", text)
+    if c.get("floor"):
+        text += r"\textsuperscript{\dag}"
+    if not c["numeric"] and len(c["text"]) > WRAP_CHARS:  # run ids and names break after - and _
+        text = re.sub(r"(-|\\_|/|\.)", r"\1\\allowbreak{}", text)
     return rf"\textbf{{{text}}}" if c["bold"] else text
 
 
-def latex_table(table: Table, label: str, env) -> str:
-    """Render one shown table with the ``table.tex.j2`` template of ``env``."""
-    spec = table
+def _header(text: str) -> str:
+    r"""A header of two or more words set on two lines (a column is then as wide as its numbers).
+
+    >>> print(_header("SFM baseline"), _header("n"))
+    \begin{tabular}[b]{@{}c@{}}SFM\\ baseline\end{tabular} n
+    """
+    words = latex_text(text).split(" ")
+    if len(words) < 2 or len(text) <= 6:
+        return latex_text(text)
+    best = min(range(1, len(words)), key=lambda k: abs(len(" ".join(words[:k])) - len(" ".join(words[k:]))))
+    return r"\begin{tabular}[b]{@{}c@{}}" + " ".join(words[:best]) + r"\\ " + " ".join(words[best:]) + r"\end{tabular}"
+
+
+def _align(table: Table, rows) -> str:
+    spec = []
+    for k, c in enumerate(table.columns):
+        if c.kind == "text":
+            longest = max((len(r[k]["text"]) for r in rows), default=0)
+            spec.append("p{2.8cm}" if longest > WRAP_CHARS else "l")  # breaks at the \\allowbreak of _cell
+        else:
+            spec.append("c" if c.kind in ("ci", "range") else "r")
+    return "".join(spec)
+
+
+def latex_table(table: Table, label: str, env, wide: bool = False) -> str:
+    r"""Render one shown table with the ``table.tex.j2`` template of ``env``: ``\small`` with narrow column
+    gaps, multi-word headers on two lines, long text wrapped, a p-value at its permutation floor marked
+    with a dagger and one note; a table wider than the line is scaled down to it, one of more than
+    :data:`LONG_ROWS` rows is a ``longtable`` that breaks across pages. ``wide`` sets a float across both
+    columns of a two-column paper (``table*``)."""
     headers, rows = format_cells(table)
-    align = "".join("l" if c.kind == "text" else ("c" if c.kind in ("ci", "range") else "r") for c in spec.columns)
+    notes = [latex_text(table.notes)] if table.notes else []
+    if any(c.get("floor") for r in rows for c in r):
+        notes.append(r"\textsuperscript{\dag}\,the smallest p the sign-flip test can give with its draws "
+                     "(1/(P + 1), times the number of comparisons after Holm).")
     return env.get_template("table.tex.j2").render(
-        name=spec.name,
-        caption=latex_text(spec.caption) + (f" ({latex_escape(spec.subject)})" if spec.subject else ""),
+        name=table.name,
+        caption=latex_text(table.caption) + (f" ({latex_escape(table.subject)})" if table.subject else ""),
         label=re.sub(r"[^A-Za-z0-9:._-]", "-", label),
-        align=align,
-        header=" & ".join(latex_text(h) for h in headers),
+        align=_align(table, rows),
+        header=" & ".join(_header(h) for h in headers),
+        ncols=len(headers),
         rows=[" & ".join(_cell(c) for c in row) for row in rows],
-        notes=latex_text(spec.notes) if spec.notes else "",
+        notes=" ".join(notes),
+        long=len(rows) > LONG_ROWS,
+        env="table*" if wide else "table",
     )

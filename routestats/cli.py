@@ -323,6 +323,10 @@ def table(
     resamples: Optional[int] = RESAMPLES, permutations: Optional[int] = PERMUTATIONS, seed: Optional[int] = SEED,
     mode: Optional[str] = MODE, examples: Optional[str] = EXAMPLES, length_examples: Optional[str] = LENGTH_EXAMPLES,
     step: Optional[int] = STEP, skip_incomplete: bool = SKIP, study: Optional[str] = STUDY,
+    flow: Optional[str] = typer.Option(None, "--flow", help="Norm-weighted and rollout SFM (norm_effects, "
+                                                            "rollout_effects): on, off or auto [default: auto]."),
+    wide: bool = typer.Option(False, "--wide", help="With --format latex: a float across both columns of a "
+                                                    "two-column paper (table*)."),
 ) -> None:
     """Print (or write) one table of the report of PATH."""
     from routestats.analysis import analyse
@@ -331,10 +335,10 @@ def table(
     if format not in ("latex", "csv", "markdown"):
         _fail(f"--format must be latex, csv or markdown, got {format!r}")
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
-                  length_examples=length_examples, step=step, skip_incomplete=skip_incomplete, study=study)
+                  length_examples=length_examples, step=step, skip_incomplete=skip_incomplete, study=study, flow=flow)
     import reports
 
-    text = reports.table_text(analyse(path, s), name, format)
+    text = reports.table_text(analyse(path, s), name, format, wide=wide)
     if out is None:
         return typer.echo(text, nl=False)
     from routestats.rundir.atomic import write_text_atomic

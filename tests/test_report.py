@@ -1,5 +1,6 @@
 """Reports: the numbers behind the templates, the CLI, and real-tool checks (Chromium, pdflatex)."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -180,23 +181,61 @@ def test_hostile_names_are_harmless_in_html_and_latex(hostile, tmp_path):
 
 
 # ------------------------------------------------------------------ real tools
+PLAIN = ("\\documentclass{{article}}\n\\usepackage[T1]{{fontenc}}\n\\usepackage{{booktabs,graphicx,longtable}}\n"
+         "\\begin{{document}}\n{body}\n\\end{{document}}\n")
+TWOCOL = PLAIN.replace("{{article}}", "[twocolumn]{{article}}")
+
+
+def _overfull(log: str) -> list[str]:
+    return re.findall(r"Overfull \\hbox \(([\d.]+pt) too wide\)", log)
+
+
 @pytest.mark.slow  # over ~10 s on 2 cores (CI still runs it)
-def test_every_exported_table_compiles_standalone(tmp_path):
+@pytest.mark.parametrize("layers", [4, 30])
+def test_every_exported_table_fits_a_plain_article(tmp_path, layers):
+    # was: `Overfull \hbox (83.5pt too wide)` for the effects table at 4 layers, 169 pt at 30 (issue 32); each
+    # table is compiled alone in a plain (portrait, one-column) article and, as table*, in a two-column one
+    from routestats.rundir.synthetic import synthetic_pair
+
     pdflatex = need("pdflatex")
-    p = rs.load_runs(demo_run_dir()).pairs()[0]
-    rep = build_pair_report(p, QUICK)
+    if layers == 4:
+        rep = build_pair_report(rs.load_runs(demo_run_dir()).pairs()[0], QUICK)
+    else:
+        synthetic_pair(tmp_path / "pair", seed=2, n_examples=12, n_layers=30, n_heads=4, length_range=(8, 16),
+                       same_field_bias=[0.5] * 30, effect=[0.3] * 30, forms=("matrices", "reductions"))
+        rep = rs.analyse(tmp_path / "pair", resamples=100, permutations=100)
     render(rep, tmp_path / "o", formats=("latex",))
-    tmp_path = tmp_path / "o"
-    tables = sorted((tmp_path / "tables").glob("*.tex"))
+    folder = tmp_path / "o" / "tables"
+    tables = sorted(t for t in folder.glob("*.tex") if t.name != "tables.tex")
     assert len(tables) >= 6
+    too_wide = {}
     for t in tables:
-        if t.name == "tables.tex":
-            continue
-        doc = tmp_path / "tables" / f"standalone-{t.stem}.tex"
-        doc.write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n"
-                       "\\usepackage[landscape]{geometry}\n\\begin{document}\n\\input{" + t.name + "}\n\\end{document}\n")
-        compile_tex(pdflatex, tmp_path / "tables", doc.name)
-    compile_tex(pdflatex, tmp_path / "tables", "tables.tex")
+        doc = folder / f"standalone-{t.stem}.tex"
+        doc.write_text(PLAIN.format(body="\\input{" + t.name + "}"))
+        compile_tex(pdflatex, folder, doc.name)
+        if _overfull(doc.with_suffix(".log").read_text(errors="replace")):
+            too_wide[t.stem] = _overfull(doc.with_suffix(".log").read_text(errors="replace"))
+        if "longtable" not in t.read_text():  # longtables break across pages, in one-column mode
+            wide = folder / f"twocol-{t.stem}.tex"
+            body = t.read_text().replace("\\begin{table}", "\\begin{table*}").replace("\\end{table}", "\\end{table*}")
+            wide.write_text(TWOCOL.format(body=body))
+            compile_tex(pdflatex, folder, wide.name)
+            if _overfull(wide.with_suffix(".log").read_text(errors="replace")):
+                too_wide["two-column " + t.stem] = _overfull(wide.with_suffix(".log").read_text(errors="replace"))
+    assert not too_wide, too_wide
+    if layers == 30:  # 435 pairwise contrasts and 60 layer rows: longtables, not floats taller than a page
+        assert "longtable" in (folder / "layer_contrasts.tex").read_text()
+        assert "longtable" in (folder / "layers.tex").read_text()
+    compile_tex(pdflatex, folder, "tables.tex")
+
+
+def test_the_wide_option_is_a_two_column_float():
+    rep = build_pair_report(rs.load_runs(demo_run_dir()).pairs()[0], QUICK)
+    import reports
+
+    tex = reports.to_latex(rep, "effects", wide=True)
+    assert "\\begin{table*}" in tex and "\\end{table*}" in tex
+    assert "\\begin{table}" not in reports.to_latex(rep, "effects", wide=True)
 
 
 def test_html_and_pdf_number_the_tables_alike(tmp_path):
@@ -245,7 +284,7 @@ def test_python_users_get_the_paper_table(tmp_path):
     code = "import routestats as rs, reports; print(reports.to_latex(rs.analyse('data/demo_run'), 'effects'))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
     tex = res.stdout
-    assert r"\toprule" in tex and "Layer & SFM baseline" in tex
+    assert r"\toprule" in tex and r"Layer & \begin{tabular}[b]{@{}c@{}}SFM\\ baseline\end{tabular}" in tex
     # the same booktabs table as `routestats table effects` prints
     cli = runner.invoke(app, ["table", "effects", str(root / "data" / "demo_run")])
     assert cli.exit_code == 0 and cli.output.strip() == tex.strip()
@@ -253,7 +292,7 @@ def test_python_users_get_the_paper_table(tmp_path):
     eff = rs.analyse(root / "data" / "demo_run").frame("effects").set_index("layer")
     assert f"0 & {fmt_num(eff.loc[0, 'baseline_mean'])} & {fmt_num(eff.loc[0, 'variant_mean'])}" in tex
     (tmp_path / "effects.tex").write_text(tex)
-    (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n"
+    (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs,graphicx}\n"
                                       "\\begin{document}\n\\input{effects.tex}\n\\end{document}\n")
     compile_tex(need("pdflatex"), tmp_path, "doc.tex")
 
@@ -271,7 +310,7 @@ def test_latex_ranges_read_as_ranges_in_the_compiled_pdf(tmp_path):
     t = Table("r", pd.DataFrame({"lo": [15], "hi": [35], "x": [-0.25]}), "Ranges.",
               (Column("Lengths", ("lo", "hi"), "range"), Column("x", "x")))
     (tmp_path / "r.tex").write_text(latex_table(t, "tab:r", latex_env()))
-    (tmp_path / "d.tex").write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n"
+    (tmp_path / "d.tex").write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs,graphicx}\n"
                                     "\\begin{document}\n\\input{r.tex}\n\\end{document}\n")
     compile_tex(pdflatex, tmp_path, "d.tex")
     if pdftotext is None:
