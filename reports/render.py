@@ -32,7 +32,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from reports import figures as F
 from reports.drawing import draw_all
 from reports.explorer import WIDGETS
-from reports.formatting import embedded, format_cells, table_context
+from reports.formatting import embedded, format_cells, page_cells, table_context
 from reports.folder import _put, write_folder
 from reports.latex import latex_table
 import pandas as pd
@@ -163,14 +163,19 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
             "parts": parts}
 
 
-def table_text(table: Table, fmt: str) -> str:
-    """One table as LaTeX, CSV or Markdown text."""
+def table_text(table: Table, fmt: str, wide: bool = False, page: bool = False) -> str:
+    """One table as LaTeX, CSV or Markdown text (``wide``: see :func:`reports.latex.latex_table`; ``page``:
+    Markdown of the rows the report page shows, with its note on the rest)."""
     if fmt == "csv":
         return table.frame.to_csv(index=False)
     if fmt == "markdown":
         if table.shown:
-            headers, rows = format_cells(table)
-            rows = [[c["text"] for c in r] for r in rows]
+            if page:
+                headers, rows = page_cells(table)
+            else:
+                headers, cells = format_cells(table)
+                rows = list(enumerate(cells))
+            rows = [[c["text"] for c in r] for _, r in rows]
         else:
             headers, rows = list(table.frame.columns), [[str(v) for v in r] for r in table.frame.itertuples(index=False)]
         esc = lambda t: str(t).replace("|", "\\|")  # noqa: E731
@@ -180,7 +185,7 @@ def table_text(table: Table, fmt: str) -> str:
     if fmt == "latex":
         if not table.shown:
             raise ValueError(f"table {table.name!r} has no LaTeX layout (it is exported as CSV); use csv or markdown")
-        return latex_table(table, f"tab:{slug(table.name)}", latex_env())
+        return latex_table(table, f"tab:{slug(table.name)}", latex_env(), wide=wide)
     raise ValueError(f"unknown table format {fmt!r}: latex, csv or markdown")
 
 
@@ -202,7 +207,8 @@ def markdown(report: Report) -> str:
                 out += [sec.skipped, ""]
             for t in shown:
                 number += 1
-                out += [table_text(t, "markdown"), f"Table {number}. {t.caption}", ""]
+                out += [table_text(t, "markdown", page=True), f"Table {number}. {t.caption}"
+                        + (f" {t.page_note}" if t.page_note else ""), ""]
     return "\n".join(out)
 
 

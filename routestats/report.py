@@ -136,6 +136,8 @@ class Table:
     group_by: str | None = None
     notes: str = ""
     subject: str = ""  # user-supplied text appended to the LaTeX caption (run ids); escaped verbatim
+    page_rows: tuple[int, ...] | None = None  # positions shown on the page (HTML, Markdown); None: all
+    page_note: str = ""  # what the page leaves out, said under the table (CSV and LaTeX hold every row)
 
     @property
     def shown(self) -> bool:
