@@ -49,6 +49,53 @@ def integer_ticks(axis) -> None:
 
     axis.set_major_locator(MaxNLocator(integer=True))
 
+
+DISPLAY_PX = 1100  # the width a figure is shown at in the report page (main column less its padding)
+MAX_TICKS = 15  # layer axes show at most this many labels
+MAX_LEGEND_LAYERS = 8  # beyond it, layers get a colour bar instead of legend entries
+
+
+def layer_step(n: int, most: int = MAX_TICKS) -> int:
+    """The label step of a layer axis of ``n`` layers: 1, 2, 5, 10, 20, ... so that at most ``most`` show.
+
+    >>> [layer_step(n) for n in (4, 15, 16, 30, 80, 200)]
+    [1, 1, 2, 2, 10, 20]
+    """
+    for step in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000):
+        if -(-n // step) <= most:
+            return step
+    return -(-n // most)
+
+
+def layer_ticks(ax, layers, axis: str = "x", most: int = MAX_TICKS) -> None:
+    """Layer ticks at every layer, thinned to multiples of :func:`layer_step` on long axes (labels never
+    run together: "10111213" at 30 layers); grid lines stay on every labelled layer."""
+    layers = sorted(int(x) for x in layers)
+    step = layer_step(len(layers), most)
+    ticks = [x for x in layers if x % step == 0] or layers[:1]
+    (ax.set_xticks if axis == "x" else ax.set_yticks)(ticks)
+
+
+def layer_key(ax, colors, layers, fontsize: int = 8) -> None:
+    """How the layers' colours are read: a legend beside the axes up to :data:`MAX_LEGEND_LAYERS` layers,
+    a colour bar of the layers beyond (a legend of 30 entries would run off the canvas)."""
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+    from matplotlib.cm import ScalarMappable
+
+    layers = [int(x) for x in layers]
+    if len(layers) <= MAX_LEGEND_LAYERS:
+        ax.legend(fontsize=fontsize, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+        return
+    sm = ScalarMappable(norm=BoundaryNorm(np.arange(len(layers) + 1) - 0.5, len(layers)), cmap=ListedColormap(colors))
+    bar = ax.figure.colorbar(sm, ax=ax, fraction=0.05, pad=0.02)
+    step = layer_step(len(layers), 10)
+    idx = [i for i, x in enumerate(layers) if x % step == 0]
+    bar.set_ticks(idx, labels=[str(layers[i]) for i in idx])
+    bar.minorticks_off()
+    bar.ax.tick_params(labelsize=fontsize)
+    bar.set_label("layer", fontsize=fontsize + 1)
+
+
 def registrar(table: dict):
     """A decorator ``drawer(kind)`` that enters ``fn(frames, params) -> matplotlib Figure`` into
     ``table`` (each drawing module keeps its own; :mod:`reports.drawing` joins them explicitly)."""
@@ -109,8 +156,7 @@ def heat(ax, m: pd.DataFrame, *, vmin, vmax, cmap, annot: bool = True, cbar: boo
     cols = [str(x) for x in m.columns] if ticklabels is None else ticklabels
     ax.set_xticks(range(data.shape[1]), cols, rotation=90 if ticklabels is not None else 0)
     ax.set_yticks(range(data.shape[0]), rows)
-    for i, j in zip(*np.nonzero(np.isnan(data))):  # not measured: hatched, never a colour that reads as a value
-        ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.6", lw=0))
+    _hatch_missing(ax, data)  # not measured: hatched, never a colour that reads as a value
     if annot:
         cm = plt.get_cmap(cmap)
         for (i, j), v in np.ndenumerate(data):
@@ -137,7 +183,7 @@ def profile(layers: pd.DataFrame, effects: pd.DataFrame, labels: dict):
         t = layers[layers["role"] == role]
         a.plot(t["layer"], t["sfm"], marker="o", color=PALETTE[role], label=SHORT[role])
     a.set(xlabel="layer", ylabel="same-field mass", title="Layer profile")
-    a.set_xticks(sorted(layers["layer"].unique()))
+    layer_ticks(a, layers["layer"].unique())
     # short labels outside the axes (the run ids are in the report's subtitle): no line is covered
     a.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     e = effects.sort_values("layer")
@@ -145,7 +191,7 @@ def profile(layers: pd.DataFrame, effects: pd.DataFrame, labels: dict):
     b.errorbar(e["layer"], e["mean_diff"], yerr=err, fmt="o", color="#55A868", capsize=4)
     b.axhline(0, color="0.3", lw=1, ls="--")
     b.set(xlabel="layer", ylabel="Δ SFM (variant − baseline)", title="Paired difference, 95% CI")
-    b.set_xticks(sorted(e["layer"].unique()))
+    layer_ticks(b, e["layer"].unique())
     fig.tight_layout()
     return fig
 
@@ -164,7 +210,7 @@ def flow_measures(frames, params):
         err = np.vstack([t["mean_diff"] - t["ci_low"], t["ci_high"] - t["mean_diff"]])
         ax.errorbar(x, t["mean_diff"], yerr=err, fmt="o", capsize=3, color=colors[m], label=m)
     ax.axhline(0, color="0.3", lw=1, ls="--")
-    ax.set_xticks(sorted(e["layer"].unique()))
+    layer_ticks(ax, e["layer"].unique())
     ax.set(xlabel="layer", ylabel="Δ SFM (variant − baseline)", title="Three routing measures, paired CIs")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
@@ -206,23 +252,38 @@ def _head_heatmaps(frames, params):
     return head_heatmaps(frames["head_sfm"], params.get("labels", {}))
 
 
+def _hatch_missing(ax, data: np.ndarray) -> None:
+    """Cells with no value (NaN: not measured, e.g. excluded trivial queries) hatched grey, never a colour."""
+    for i, j in zip(*np.nonzero(np.isnan(data))):
+        ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.93", hatch="///", edgecolor="0.6", lw=0))
+
+
 def _field_compact(f2f: pd.DataFrame, layers) -> "plt.Figure":
+    """Beyond 6 layers: one heatmap per role, layers across (thinned ticks) and the source → destination
+    pairs down, so the figure keeps the page's width whatever the layer and field counts."""
     roles = [r for r in ("baseline", "variant", "difference", "run") if r in set(f2f["role"])]
     t = f2f.assign(pair=f2f["source_name"].map(plain) + " → " + f2f["destination_name"].map(plain))
     pairs = list(dict.fromkeys(t.sort_values(["source", "destination"])["pair"]))
-    height = 1.2 + 0.22 * len(layers)
-    fig, axes = plt.subplots(1, len(roles), figsize=(3.2 + 0.9 * len(pairs) * len(roles), height), squeeze=False)
-    diff_max = max(1e-9, float(t.loc[t["role"] == "difference", "mass"].abs().max()))
-    for ax, role in zip(axes[0], roles):
-        m = t[t["role"] == role].pivot(index="layer", columns="pair", values="mass")[pairs]
+    cell_w = min(0.3, 7.0 / len(layers))
+    width = 2.4 + cell_w * len(layers) + 1.2
+    heights = [0.26 * len(pairs) + 0.55 for _ in roles]
+    fig, axes = plt.subplots(len(roles), 1, figsize=(width, sum(heights) + 0.5), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    diff_max = max(1e-9, float(np.nanmax(np.abs(t.loc[t["role"] == "difference", "mass"].to_numpy(float)), initial=0)))
+    for ax, role in zip(axes[:, 0], roles):
+        m = t[t["role"] == role].pivot(index="pair", columns="layer", values="mass").reindex(index=pairs, columns=layers)
+        data = m.to_numpy(float)
         kw = dict(vmin=-diff_max, vmax=diff_max, cmap="RdBu_r") if role == "difference" else dict(vmin=0, vmax=1, cmap="viridis")
-        im = ax.imshow(m.to_numpy(float), aspect="auto", interpolation="nearest", **kw)
+        im = ax.imshow(data, aspect="auto", interpolation="nearest", **kw)
+        _hatch_missing(ax, data)
         ax.grid(False)
-        ax.set_xticks(range(len(pairs)), pairs, rotation=45, ha="right", fontsize=8)
-        step = max(1, len(layers) // 15)
-        ax.set_yticks(range(0, len(layers), step), [str(x) for x in layers[::step]], fontsize=8)
-        ax.set(title=SHORT[role], ylabel="layer" if role == "baseline" else "")
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+        ax.set_yticks(range(len(pairs)), pairs, fontsize=8)
+        step = layer_step(len(layers))
+        idx = [k for k, x in enumerate(layers) if int(x) % step == 0]
+        ax.set_xticks(idx, [str(layers[k]) for k in idx], fontsize=8)
+        ax.set_title(SHORT[role], fontsize=10)
+        fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02).ax.tick_params(labelsize=8)
+    axes[-1, 0].set_xlabel("layer")
     fig.tight_layout()
     return fig
 
@@ -232,7 +293,7 @@ def mass_split(frames, params):
     """Per layer: same-field, other-field and unnamed mass (stacked bars) and the first key's mass."""
     m = frames["masses"]
     roles = [r for r in ("baseline", "variant", "run") if r in set(m["role"])]
-    fig, axes = plt.subplots(1, len(roles), figsize=(5.5 * len(roles), 3.6), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(roles), figsize=(4.6 * len(roles) + 1.4, 3.6), squeeze=False, sharey=True)
     labels = params.get("labels", {})
     for ax, role in zip(axes[0], roles):
         t = m[m["role"] == role].sort_values("layer")
@@ -246,21 +307,29 @@ def mass_split(frames, params):
         ax.plot(x, t["first_mass"].to_numpy(float), color="black", marker=".", lw=1, label="first key")
         ax.set(xlabel="layer", ylabel="attention mass" if role == roles[0] else "", ylim=(0, 1.05),
                title=plain(labels.get(role, role)))
-        step = max(1, len(x) // 15)
-        ax.set_xticks(x[::step])
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+        layer_ticks(ax, x)
+    axes[0][-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     return fig
 
 
+def _index_ticks(ax, values, axis: str, most: int) -> None:
+    """Ticks of a heatmap axis (positions 0..n-1 labelled by ``values``), thinned like a layer axis."""
+    step = layer_step(len(values), most)
+    idx = [k for k, v in enumerate(values) if int(v) % step == 0]
+    (ax.set_xticks if axis == "x" else ax.set_yticks)(idx, [str(values[k]) for k in idx])
+
+
 def head_heatmaps(hs: pd.DataFrame, labels: dict):
-    """Head-level SFM (layer x head) for both models and their difference (no cell labels past 8 heads)."""
+    """Head-level SFM (layer x head) for both models and their difference (no cell labels past 8 heads or
+    12 layers; then the panels share the page's width and their ticks are thinned)."""
     roles = [r for r in ("baseline", "variant", "difference", "run") if r in set(hs["role"])]
     n_layers, n_heads = hs["layer"].nunique(), hs["head"].nunique()
     big = n_heads > 8 or n_layers > 12
+    panel = DISPLAY_PX / 130 / len(roles)  # inches per role when the figure is as wide as the page
     fig, axes = plt.subplots(1, len(roles), squeeze=False,
-                             figsize=(3.7 * len(roles) if not big else 4 + 0.25 * n_heads * len(roles),
-                                      3.2 if not big else 1.5 + 0.2 * n_layers))
+                             figsize=(3.7 * len(roles) if not big else panel * len(roles),
+                                      3.2 if not big else 1.6 + 0.2 * n_layers))
     axes = axes[0]
     dmax = max(1e-9, float(hs.loc[hs["role"] == "difference", "sfm"].abs().max()))
     for ax, role in zip(axes, roles):
@@ -269,7 +338,10 @@ def head_heatmaps(hs: pd.DataFrame, labels: dict):
         heat(ax, m, cbar=True, annot=not big, **kw)
         if big:
             ax.set_aspect("auto")
-            ax.tick_params(labelsize=7)
+            _index_ticks(ax, list(m.columns), "x", 6)
+            _index_ticks(ax, list(m.index), "y", 15)
+            ax.tick_params(labelsize=8)
+            ax.figure.axes[-1].tick_params(labelsize=8)  # its colour bar
         ax.set(title=SHORT[role], xlabel="head", ylabel="layer")
     fig.tight_layout()
     return fig
@@ -319,7 +391,7 @@ def run_profile(frames, params):
     b.plot(t["layer"], t["entropy"], marker="o", color="#55A868")
     b.set(xlabel="layer", ylabel="entropy (nats)", title="Attention entropy")
     for ax in (a, b):
-        ax.set_xticks(t["layer"].to_numpy()[:: max(1, len(t) // 15)])
+        layer_ticks(ax, t["layer"])
     fig.tight_layout()
     return fig
 
@@ -337,9 +409,13 @@ def trajectories(traj: pd.DataFrame, labels: dict):
             ax.plot(t["step"], t["sfm"], ls=ls, marker="o", ms=3, color=c)
     step_axis(ax, traj["step"])
     ax.set(xlabel="training step", ylabel="same-field mass", title="SFM trajectories")
-    handles = [Line2D([], [], color=c, marker="o", label=f"layer {layer}") for c, layer in zip(colors, layers)]
-    handles += [Line2D([], [], color="0.3", ls="--", label="baseline"), Line2D([], [], color="0.3", ls="-", label="variant")]
-    ax.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    styles = [Line2D([], [], color="0.3", ls="--", label="baseline"), Line2D([], [], color="0.3", ls="-", label="variant")]
+    if len(layers) <= MAX_LEGEND_LAYERS:
+        handles = [Line2D([], [], color=c, marker="o", label=f"layer {layer}") for c, layer in zip(colors, layers)]
+        ax.legend(handles=handles + styles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    else:  # many layers: a colour bar for them, the two line styles in a small legend
+        layer_key(ax, colors, layers)
+        ax.legend(handles=styles, fontsize=8, loc="best")
     fig.tight_layout()
     return fig
 
@@ -434,7 +510,7 @@ def lengths(ex: pd.DataFrame):
         b.plot(t["length"], t["running_mean"], color=c, lw=2, label=f"layer {layer}")
     b.axhline(0, color="0.4", ls="--", lw=1)
     b.set(xlabel="evaluated tokens", ylabel="Δ SFM (variant − baseline)", title=f"Δ vs length (running mean of {window})")
-    b.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    layer_key(b, colors, layers)
     fig.tight_layout()
     return fig
 

@@ -45,7 +45,7 @@ def entropy(frames, params):
         for r, g in t.groupby("ratio"):
             ax.plot(g["layer"], g["entropy"], marker="o", color=colors[r], label=r)
         ax.set(title=f"{htype} heads", xlabel="layer", ylabel="row-normalised entropy (nats)")
-        ax.set_xticks(sorted(ent["layer"].unique()))
+        F.layer_ticks(ax, ent["layer"].unique())
         if len(t):
             ax.legend(fontsize=8, title="ratio")
     fig.tight_layout()

@@ -21,7 +21,7 @@ def seeds(frames, params):
     ax.plot(mean["layer"], mean["delta"], color="black", lw=2.5, marker="s", label="mean over seeds")
     ax.axhline(0, color="0.4", ls="--", lw=1)
     ax.set(xlabel="layer", ylabel="Δ SFM (SAAB − baseline)", title="Per-seed paired differences")
-    ax.set_xticks(sorted(lines["layer"].unique()))
+    F.layer_ticks(ax, lines["layer"].unique())
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     return fig
@@ -39,7 +39,7 @@ def sweep(frames, params):
         ax.plot(m["w_f"], m["delta"], color=c, marker="o", label=f"layer {layer}")
     ax.axhline(0, color="0.4", ls="--", lw=1)
     ax.set(xlabel="bias strength w_f", ylabel="Δ SFM", title="Bias-strength sweep (points: seeds)")
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    F.layer_key(ax, F.layer_colors(len(layers)), layers)
     fig.tight_layout()
     return fig
 
@@ -54,7 +54,7 @@ def shuffled(frames, params):
         ax.fill_between(m["layer"], m["min"], m["max"], color=color, alpha=0.15)
     ax.axhline(0, color="0.4", ls="--", lw=1)
     ax.set(xlabel="layer", ylabel="Δ SFM", title="Shuffled control (band: range over seeds)")
-    ax.set_xticks(sorted(bands["layer"].unique()))
+    F.layer_ticks(ax, bands["layer"].unique())
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -74,7 +74,7 @@ def trajectories(frames, params):
     ax.axhline(0, color="0.4", ls="--", lw=1)
     F.step_axis(ax, lines["step"])
     ax.set(xlabel="training step", ylabel="Δ SFM (SAAB − baseline)", title="Trajectories (thin: seeds, thick: mean)")
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    F.layer_key(ax, F.layer_colors(len(layers)), layers)
     fig.tight_layout()
     return fig
 

@@ -27,6 +27,7 @@ from routestats.rundir.write import RunWriter
 __all__ = ["synthetic_pair", "bundled_data_dir", "demo_run_dir"]
 
 DBPEDIA_FIELDS = {"named": {"3": "content", "4": "title"}, "mask_id": 5, "vocab_size": 6}
+THREE_FIELDS = {"named": {"3": "content", "4": "title", "6": "notes"}, "mask_id": 5, "vocab_size": 7}
 
 
 def bundled_data_dir() -> Path:
@@ -59,6 +60,7 @@ def synthetic_pair(
     forms: Sequence[str] = ("matrices",),
     cap: int = 256,
     causal: bool = False,
+    n_fields: int = 2,
 ) -> tuple[Path, Path]:
     """Write a SYNTHETIC paired run (``baseline`` and ``saab``) under ``out_dir``.
 
@@ -66,7 +68,8 @@ def synthetic_pair(
     ``same_field_bias[l]`` on same-field pairs; the variant adds ``effect[l]`` on same-field
     pairs and small independent noise, so its SFM moves with the sign of ``effect``.
     Examples have a title (field 4) then content (field 3), each opened by a
-    ``[FIELD_START]`` token carrying the field id. Deterministic in ``seed``.
+    ``[FIELD_START]`` token carrying the field id; with ``n_fields=3`` the second half of the content
+    is a third field, notes (6). Deterministic in ``seed`` (the same draws for 2 and 3 fields).
 
     Returns
     -------
@@ -75,8 +78,12 @@ def synthetic_pair(
     """
     if len(same_field_bias) != n_layers or len(effect) != n_layers:
         raise ValueError("same_field_bias and effect need one value per layer")
+    if n_fields not in (2, 3):
+        raise ValueError("n_fields is 2 (title, content) or 3 (title, content, notes)")
     rng = np.random.default_rng(seed)
     rows = [_synthetic_example(rng, e, length_range, cap) for e in range(n_examples)]
+    if n_fields == 3:
+        rows = [_third_field(r) for r in rows]
     noise = {ex["example_id"]: rng.standard_normal((len(steps), n_layers, n_heads, len(ex["field_ids"]),
                                                     len(ex["field_ids"]))) for ex in rows}
     extra = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows}
@@ -86,7 +93,7 @@ def synthetic_pair(
     for variant in ("baseline", "saab"):
         w = RunWriter(Path(out_dir) / variant, run_id=f"synthetic-{variant}-seed{seed}", study="synthetic",
                       factors={"variant": variant}, seed=seed, init_id=init_id, data_order_id=order_id,
-                      fields=DBPEDIA_FIELDS, overwrite=True, causal=causal)
+                      fields=DBPEDIA_FIELDS if n_fields == 2 else THREE_FIELDS, overwrite=True, causal=causal)
         w.write_examples(pd.DataFrame(rows))
         for si, step in enumerate(steps):
             with w.attention(step, dtype=dtype, forms=forms) as sink:
@@ -124,6 +131,18 @@ def _synthetic_example(rng, e: int, length_range, cap: int) -> dict:
     return {"example_id": e, "split": "val", "source_index": e, "row_id": f"row_{e}", "label": "synthetic",
             "prepared_length": n, "cap": cap, "field_ids": ([4] * n_title + [3] * (n - n_title))[:kept],
             "tokens": tokens[:kept], "word_ids": words[:kept], "is_primary": True}
+
+
+def _third_field(row: dict) -> dict:
+    """The second half of an example's content relabelled as a third field (6, notes), opened by a start token."""
+    g = list(row["field_ids"])
+    content = [i for i, f in enumerate(g) if f == 3]
+    if len(content) < 4:
+        return row
+    at = content[len(content) // 2]
+    tokens = list(row["tokens"])
+    tokens[at] = "[FIELD_START]"
+    return {**row, "field_ids": g[:at] + [6] * (len(g) - at), "tokens": tokens}
 
 
 def _write_training_tables(w: RunWriter, rng, last_step: int, n_layers: int) -> None:

@@ -1,0 +1,121 @@
+"""Figures that read at 4, 12, 18 and 30 layers, with 2 and 3 fields and 4-12 heads (issue 32).
+
+Every figure of a pair report is drawn from synthetic pairs of those shapes and checked at the pixel
+level, as the page shows it (``reports.figures.DISPLAY_PX`` wide at most, PNG at 130 dpi):
+
+* no text smaller than 9 px on the page;
+* every text (titles, tick labels, legend entries, colour-bar labels) inside the canvas;
+* the tick labels of one axis never overlap (the "10111213..." of 30 layers);
+* cells that were not measured (NaN) are hatched, not drawn in a colour that reads as a value.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import routestats as rs
+from reports.drawing import draw
+from reports.figures import DISPLAY_PX, layer_step
+from routestats.rundir.synthetic import synthetic_pair
+
+DPI = 130  # reports.figures.save
+MIN_PX = 9.0
+SHAPES = [(4, 4, 2), (12, 12, 3), (18, 6, 3), (30, 9, 2)]  # layers, heads, fields
+
+
+@pytest.fixture(scope="module", params=SHAPES, ids=lambda s: f"L{s[0]}-H{s[1]}-F{s[2]}")
+def figures(request, tmp_path_factory):
+    layers, heads, fields = request.param
+    d = tmp_path_factory.mktemp("scale") / "pair"
+    synthetic_pair(d, seed=7, n_examples=8, n_layers=layers, n_heads=heads, length_range=(10, 16),
+                   same_field_bias=[0.5] * layers, effect=list(np.linspace(-0.3, 0.6, layers)), n_fields=fields,
+                   forms=("matrices", "reductions"))
+    rep = rs.analyse(d, resamples=100, permutations=100)
+    figs = [f for s in rep.sections for f in s.figures if f.kind != "attention_explorer"]
+    assert len(figs) >= 6
+    drawn = [(f.name, draw(f)) for f in figs]
+    yield request.param, drawn
+    import matplotlib.pyplot as plt
+
+    for _, fig in drawn:
+        plt.close(fig)
+
+
+def _texts(fig):
+    """(text, window extent) of every text the figure draws: visible, not empty, on a shown axes."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    undrawn = set()  # tick labels of ticks outside the view (matplotlib keeps but never draws them)
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not lo - 1e-9 <= tick.get_loc() <= hi + 1e-9:
+                    undrawn |= {id(tick.label1), id(tick.label2)}
+    for t in fig.findobj(lambda a: hasattr(a, "get_text") and hasattr(a, "get_fontsize")):
+        shown_axes = t.axes is None or (t.axes.get_visible() and t.axes.axison)
+        if t.get_visible() and t.get_text().strip() and shown_axes and id(t) not in undrawn:
+            yield t, t.get_window_extent(renderer)
+
+
+def _scale(fig) -> float:
+    return min(1.0, DISPLAY_PX / (fig.get_figwidth() * DPI))
+
+
+def test_no_text_below_9_px_on_the_page(figures):
+    shape, figs = figures
+    small = [(name, t.get_text()[:20], round(t.get_fontsize() * DPI / 72 * _scale(fig), 1))
+             for name, fig in figs for t, _ in _texts(fig) if t.get_fontsize() * DPI / 72 * _scale(fig) < MIN_PX]
+    assert not small, f"{shape}: text under {MIN_PX} px on the page: {small[:8]}"
+
+
+def test_every_text_lies_inside_the_canvas(figures):
+    shape, figs = figures
+    out = []
+    for name, fig in figs:
+        w, h = fig.get_figwidth() * fig.dpi, fig.get_figheight() * fig.dpi
+        for t, bb in _texts(fig):
+            if bb.x0 < -1 or bb.y0 < -1 or bb.x1 > w + 1 or bb.y1 > h + 1:
+                out.append((name, t.get_text()[:20]))
+    assert not out, f"{shape}: clipped text (legend entries, labels): {out[:8]}"
+
+
+def test_tick_labels_never_run_together(figures):
+    shape, figs = figures
+    clashes = []
+    for name, fig in figs:
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        drawn = {id(t) for t, _ in _texts(fig)}
+        for ax in fig.axes:
+            for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+                boxes = [lab.get_window_extent(r) for lab in labels if id(lab) in drawn]
+                for a, b in itertools.combinations(boxes, 2):
+                    if a.overlaps(b) and a.intersection(a, b).width > 1 and a.intersection(a, b).height > 1:
+                        clashes.append(name)
+                        break
+    assert not clashes, f"{shape}: overlapping tick labels in {sorted(set(clashes))}"
+
+
+def test_layer_axes_are_thinned_but_start_at_the_first_layer():
+    # layer_step keeps at most 15 labels: 30 layers -> every 2nd, 80 -> every 10th (a nice step, from layer 0)
+    assert [layer_step(n) for n in (4, 12, 18, 30, 80)] == [1, 1, 2, 2, 10]
+
+
+def test_unmeasured_cells_are_hatched_not_coloured(tmp_path):
+    # a causal pair: every title query is trivial (excluded), so the title rows of field-to-field are NaN
+    from matplotlib.patches import Rectangle
+
+    d = tmp_path / "pair"
+    synthetic_pair(d, seed=3, n_examples=8, n_layers=12, n_heads=4, length_range=(10, 16), same_field_bias=[0.5] * 12,
+                   effect=[0.3] * 12, causal=True, forms=("reductions",))
+    rep = rs.analyse(d, resamples=100, permutations=100)
+    (f2f,) = [f for s in rep.sections for f in s.figures if f.kind == "field_heatmaps"]
+    nan_cells = int(f2f.frames["field_to_field"]["mass"].isna().sum())
+    assert nan_cells > 0
+    fig = draw(f2f)
+    hatched = [p for p in fig.findobj(Rectangle) if p.get_hatch() == "///"]
+    assert len(hatched) == nan_cells  # one hatched patch per cell that was not measured
