@@ -42,6 +42,18 @@ def _pair_parts(pairs: list[RunPair], settings: AnalysisSettings) -> list[RunPai
     return pairs if mode == "all" else []
 
 
+def _pair_with_bias_off(pairs: list[RunPair]) -> tuple[RunPair, Run] | None:
+    """(the pair, its variant's bias-off run) when the pairs are one baseline/variant pair plus the bias-off
+    evaluation of that variant (``python -m runners evaluate RUN --bias off`` beside a pair); else None."""
+    from routestats.studies.decomposition import is_bias_off
+
+    off = [p.variant for p in pairs if is_bias_off(p.variant)]
+    main = [p for p in pairs if not is_bias_off(p.variant)]
+    if len(main) == 1 and len(off) == 1 and off[0].manifest.get("source_run") == main[0].variant.run_id:
+        return main[0], off[0]
+    return None
+
+
 def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progress=None,
             init_probe: str | Path | None = None, workers: int = 1, **overrides) -> Report:
     """The :class:`Report` of whatever ``path`` holds (pair, study tree, MoFA tree, regime operators).
@@ -75,6 +87,9 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
     from routestats.studies.pair_report import build_pair_report
 
     pairs = find_pairs(obj, s)
+    one = _pair_with_bias_off(pairs)
+    if one is not None:  # a pair and its variant's bias-off evaluation: still a pair, plus the decomposition
+        return build_pair_report(one[0], s, progress, bias_off=one[1])
     parts = tuple(build_pair_report(p, s, progress, within_study=len(pairs) > 1) for p in _pair_parts(pairs, s))
     if len(pairs) == 1:
         return parts[0] if parts else build_pair_report(pairs[0], s, progress)

@@ -35,8 +35,8 @@ TEMPLATES = {
     "null_check",
 }
 # kinds no synthetic run here produces, exercised on constructed tables in tests/test_claim_templates.py
-# (unnamed keys: the synthetic runs name every token; a bias-off run: written by runners only)
-CONSTRUCTED_ONLY = {"unnamed_shift", "direct_learned", "length_mixed"}
+# (unnamed keys: the synthetic runs name every token)
+CONSTRUCTED_ONLY = {"unnamed_shift", "length_mixed"}
 SEEN: set[str] = set()
 
 COLUMNS = {  # table -> (estimate, p, ci_low, ci_high) of the direction sentences
@@ -257,6 +257,41 @@ def test_pair_claims_hold_of_their_tables(tmp_path, name, kw):
     if name == "two steps, no bias-off":
         kinds = {c.kind for c in rep.claims if c.holds}
         assert {"early_share", "needs_bias_off"} <= kinds
+
+
+def test_a_pair_with_its_bias_off_evaluation_stays_a_pair(tmp_path):
+    # was: the README's bias-off step turned runs/seed1001 into a "Study of 3 runs" without the pair sections, and
+    # `routestats table effects` failed; the truth here: the bias-off run is the baseline's attention (a copy), so
+    # direct = total and learned = 0 exactly
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from routestats.cli import app
+
+    synthetic_pair(tmp_path, seed=3, n_examples=24, effect=(0.3, 0.6, -0.6, 1.0), steps=(1, 100))
+    off = tmp_path / "saab-bias-off"
+    shutil.copytree(tmp_path / "baseline", off)
+    m = json.loads((off / "run.json").read_text())
+    m.update(run_id="synthetic-saab-bias-off-seed3", factors={"variant": "saab_bias_off", "eval_bias": "off"},
+             source_run="synthetic-saab-seed3")
+    (off / "run.json").write_text(json.dumps(m))
+    rep = report_of(tmp_path)
+    assert rep.title == "synthetic-saab-seed3 vs synthetic-baseline-seed3" and not rep.parts
+    assert {"effects", "layer_contrasts", "word_map", "decomposition"} <= set(rep.tables())
+    assert any(f.kind == "attention_explorer" for sec in rep.sections for f in sec.figures)
+    d = rep.frame("decomposition").set_index(["component", "layer"])["mean_diff"]
+    eff = rep.frame("effects").set_index("layer")["mean_diff"]
+    for layer in eff.index:
+        assert d[("total", layer)] == pytest.approx(eff[layer], abs=1e-12)
+        assert d[("direct", layer)] == pytest.approx(eff[layer], abs=1e-12) and d[("learned", layer)] == 0.0
+    kinds = {c.kind for c in rep.claims if c.holds}
+    assert "direct_learned" in kinds and "needs_bias_off" not in kinds
+    SEEN.update(audit(rep, run_dirs(tmp_path)))
+    res = CliRunner().invoke(app, ["table", "effects", str(tmp_path), "--format", "csv", "--resamples", "100",
+                                   "--permutations", "100"])
+    assert res.exit_code == 0 and res.output.startswith("metric,layer"), res.output
 
 
 def _study(root: Path, seeds, n_examples=12, **kw):

@@ -46,7 +46,15 @@ def layers_phrase(xs) -> str:
 
 
 def signed(x: float, digits: int = 3) -> str:
-    return ("+" if x >= 0 else "−") + fmt_num(abs(x), digits)
+    """A signed number as the sentences print it; one that rounds to zero has no sign.
+
+    >>> signed(0.1234), signed(-0.05), signed(-0.00001)
+    ('+0.123', '−0.050', '0.000')
+    """
+    text = fmt_num(abs(x), digits)
+    if float(text) == 0:
+        return text
+    return ("+" if x >= 0 else "−") + text
 
 
 def _span_r(r) -> str:
@@ -143,6 +151,17 @@ def _shape_claim(shape, contrasts, alpha: float, conf: str) -> Claim | None:
         text += (f"; the largest contrast is {c['contrast']} = {signed(c['mean_diff'])}, per-contrast {conf} "
                  f"interval {_ci(c['ci_low'], c['ci_high'])}" + (" (it includes 0)" if inside else ""))
     return Claim("differs_across_layers", text + ".", "headline", "profile_shape", rows, "test", (("p < alpha", True),))
+
+
+def direct_learned_claim(decomp: pd.DataFrame) -> Claim:
+    """The split of the total Δ into what the bias does to the trained weights and what training changed,
+    from a bias-off evaluation (METHODS 3.4b; the one design that shows the mechanism)."""
+    w = decomp.groupby(["component", "layer"])["mean_diff"].mean().unstack("component")
+    sp = lambda c: f"{signed(w[c].min())} to {signed(w[c].max())}"  # noqa: E731
+    return Claim("direct_learned", f"With the bias switched off on the trained weights, the total Δ "
+                 f"({sp('total')} across layers) splits into a direct part, what the bias does to those weights "
+                 f"({sp('direct')}), and a learned part, what training changed ({sp('learned')}).", "headline",
+                 "decomposition", checks=(("a bias-off evaluation exists", True),))
 
 
 def _early_claims(init: pd.DataFrame | None, alpha: float, has_bias_off: bool) -> list[Claim]:
@@ -252,6 +271,9 @@ def pair_claims(rep: Report, *, n_examples: int, alpha: float, rho: float, conf:
         if c is not None:
             claims.append(c)
     claims += _early_claims(_frame(rep, "init_vs_final"), alpha, has_bias_off)
+    decomp = _frame(rep, "decomposition")
+    if decomp is not None and len(decomp):
+        claims.append(direct_learned_claim(decomp))
     scope = ("These p-values measure precision over these examples (examples as the unit) for this one checkpoint "
              "and data set; other checkpoints or data need their own runs." if pretrained else
              "These p-values measure precision within one model (examples as the unit), not the effect of the "
@@ -314,12 +336,7 @@ def study_claims(rep: Report, *, n_pairs: int, seeds: list, alpha: float, conf: 
                              f"(smallest attainable p = {fmt_p(floor)}); the t-test leans on normality of the per-seed "
                              "Δ.", "headline", "across_seeds", checks=(("min attainable p > alpha", True),)))
     if decomp is not None and len(decomp):
-        w = decomp.groupby(["component", "layer"])["mean_diff"].mean().unstack("component")
-        sp = lambda c: f"{signed(w[c].min())} to {signed(w[c].max())}"  # noqa: E731
-        out.append(Claim("direct_learned", f"With the bias switched off on the trained weights, the total Δ "
-                         f"({sp('total')} across layers) splits into a direct part, what the bias does to those weights "
-                         f"({sp('direct')}), and a learned part, what training changed ({sp('learned')}).", "headline",
-                         "decomposition", checks=(("a bias-off evaluation exists", True),)))
+        out.append(direct_learned_claim(decomp))
     if has_parts:
         out.append(Claim("parts_scope", "The per-pair parts after this report are within one seed each: they measure "
                          "precision within one model, not variation between initialisations.", "headline",

@@ -11,13 +11,35 @@ from __future__ import annotations
 
 import pandas as pd
 
+from routestats.report import Column, Table
 from routestats.rundir.collection import RunCollection, pair
 from routestats.settings import AnalysisSettings
 from routestats.studies.effects import paired_effects
 
-__all__ = ["decomposition", "COMPONENTS"]
+__all__ = ["decomposition", "decompose", "decomposition_table", "is_bias_off", "COMPONENTS", "TITLE"]
 
 COMPONENTS = ("total", "direct", "learned")
+
+
+def is_bias_off(run) -> bool:
+    """A bias-off evaluation of a trained SAAB run (``eval_bias: off`` with its ``source_run``)."""
+    return run.factors.get("eval_bias") == "off" and bool(run.manifest.get("source_run"))
+
+
+def decompose(base, on, off, settings: AnalysisSettings | None = None) -> pd.DataFrame:
+    """total, direct and learned paired effects of one SAAB run ``on``, its bias-off evaluation ``off`` and
+    their baseline ``base`` (columns as :func:`decomposition`)."""
+    s = settings or AnalysisSettings()
+    step = min(on.final_step, off.final_step, base.final_step) if s.step is None else s.step
+    kw = dict(resampling=s.resampling, examples=s.examples, step=step, trivial=s.trivial_queries, keys=s.keys)
+    frames = []
+    for name, p in (("total", pair(base, on)), ("direct", pair(off, on)), ("learned", pair(base, off))):
+        e = paired_effects(p, **kw).rename(columns={"seed": "stats_seed"})
+        e.insert(0, "seed", on.seed)
+        e.insert(1, "source_run", on.run_id)
+        e.insert(2, "component", name)
+        frames.append(e)
+    return pd.concat(frames, ignore_index=True)
 
 
 def decomposition(runs: RunCollection, settings: AnalysisSettings | None = None) -> pd.DataFrame | None:
@@ -27,24 +49,28 @@ def decomposition(runs: RunCollection, settings: AnalysisSettings | None = None)
     ``seed`` of the random procedures renamed ``stats_seed``).
     """
     s = settings or AnalysisSettings()
-    off_runs = [r for r in runs if r.factors.get("eval_bias") == "off" and r.manifest.get("source_run")]
     frames = []
-    for off in off_runs:
+    for off in [r for r in runs if is_bias_off(r)]:
         try:
             on = runs.get(off.manifest["source_run"])
         except KeyError:
             continue
         bases = [r for r in runs if r.factors.get(s.factor) == s.baseline and r.init_id == off.init_id
                  and r.data_order_id == off.data_order_id]
-        if not bases:
-            continue
-        base = bases[0]
-        step = min(on.final_step, off.final_step, base.final_step) if s.step is None else s.step
-        kw = dict(resampling=s.resampling, examples=s.examples, step=step, trivial=s.trivial_queries, keys=s.keys)
-        for name, p in (("total", pair(base, on)), ("direct", pair(off, on)), ("learned", pair(base, off))):
-            e = paired_effects(p, **kw).rename(columns={"seed": "stats_seed"})
-            e.insert(0, "seed", on.seed)
-            e.insert(1, "source_run", on.run_id)
-            e.insert(2, "component", name)
-            frames.append(e)
+        if bases:
+            frames.append(decompose(bases[0], on, off, s))
     return pd.concat(frames, ignore_index=True) if frames else None
+
+
+TITLE = "Learned vs mechanical: the bias on and off on the same weights"
+
+
+def decomposition_table(frame: pd.DataFrame, conf: str) -> Table:
+    """The shown decomposition table (METHODS 3.4b) of a pair or a study."""
+    return Table("decomposition", frame, "Learned vs mechanical (METHODS 3.4b): total = SAAB − baseline, direct = "
+                 "SAAB − the same weights with the bias removed, learned = bias-off − baseline (total = direct + "
+                 f"learned per example); mean, {conf} bootstrap CI and sign-flip p, Holm over layers within each "
+                 "component.",
+                 (Column("Seed", "seed", "int"), Column("Component", "component", "text"), Column("Layer", "layer", "int"),
+                  Column("Δ", "mean_diff"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
+                  Column("d_z", "dz", "num", 2), Column("p (Holm)", "p_holm", "p", floor="holm"), Column("n", "n", "int")))

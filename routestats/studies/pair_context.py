@@ -42,6 +42,7 @@ class PairContext:
     diffs: pd.DataFrame = field(repr=False)
     say: Callable[[str], None] = field(default=lambda label: None, repr=False, compare=False)
     within_study: bool = False
+    bias_off: object = None  # the variant's bias-off evaluation (a Run), when the input holds one
 
     @property
     def runs(self):
@@ -121,7 +122,7 @@ class PairContext:
 
 
 def pair_context(p: RunPair, settings: AnalysisSettings | None = None, say: Callable[[str], None] | None = None,
-                 within_study: bool = False) -> PairContext:
+                 within_study: bool = False, bias_off=None) -> PairContext:
     """Check the step, read both runs' attention once and build the :class:`PairContext`."""
     s = resolve_example_sets(settings or AnalysisSettings(), p.baseline)
     say = say or (lambda label: None)
@@ -137,4 +138,4 @@ def pair_context(p: RunPair, settings: AnalysisSettings | None = None, say: Call
     ids = select_examples(p.baseline, s.examples)
     n = len(p.baseline.examples(["example_id"])) if ids is None else len(ids)
     diffs = paired_differences(p, step=step, examples=s.examples, trivial=s.trivial_queries, keys=s.keys)
-    return PairContext(p, s, step, n, layers, diffs, say, within_study)
+    return PairContext(p, s, step, n, layers, diffs, say, within_study, bias_off)

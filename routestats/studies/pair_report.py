@@ -84,13 +84,15 @@ def _facts(ctx: PairContext) -> dict:
 
 
 def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
-                      progress: Callable[[str], None] | None = None, within_study: bool = False) -> Report:
+                      progress: Callable[[str], None] | None = None, within_study: bool = False,
+                      bias_off=None) -> Report:
     """Compute every section of the one-pair report, then its headline, findings and methods.
 
     ``progress`` (optional) is called with a short label before each stage; ``within_study``
-    marks a part of a study report (its headline then points at the across-seed results).
+    marks a part of a study report (its headline then points at the across-seed results);
+    ``bias_off``, the variant evaluated with its bias removed, adds the learned-vs-mechanical split.
     """
-    ctx = pair_context(p, settings, progress, within_study)
+    ctx = pair_context(p, settings, progress, within_study, bias_off)
     sections = tuple(sec for fn in pair_sections() if (sec := guarded(fn, ctx)) is not None)
     facts = _facts(ctx)
     data = {name: f.frames[key] for sec in sections for f in sec.figures if f.name in _DATA
@@ -103,5 +105,6 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
     draft = replace(draft, methods=pair_methods(draft, s), provenance=_provenance(p, s, ctx.step))
     claims = pair_claims(draft, n_examples=ctx.n_examples, alpha=s.alpha, rho=s.length_rho,
                          conf=f"{100 * s.confidence:.0f}%", pretrained=ctx.pretrained, within_study=within_study,
-                         permutations=s.permutations, censored=censoring(p, s.length_examples))
+                         permutations=s.permutations, censored=censoring(p, s.length_examples),
+                         has_bias_off=bias_off is not None)
     return with_claims(draft, claims)

@@ -190,11 +190,36 @@ def shape_section(ctx: PairContext) -> Section | None:
                   "over all contrasts.",
                   (Column("Contrast", "contrast", "text"), Column("Mean", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
-                   Column("p (raw)", "p_raw", "p"), Column("p (Holm)", "p_holm", "p"), Column("n", "n", "int"))),
+                   Column("p (raw)", "p_raw", "p"), Column("p (Holm)", "p_holm", "p"), Column("n", "n", "int")),
+                  **_contrast_page(contrasts)),
         ctx.table("profile_distance", distance, f"Profile distance ‖(Δ_1, …, Δ_L)‖₂ between the two layer-SFM profiles "
                   f"with a {conf} percentile bootstrap CI over examples ({s.resamples:,} resamples).",
                   (Column("Distance", "profile_distance", "num", 4), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
                    Column("n", "n", "int"), Column("Layers", "layers", "int")))))
+
+
+PAGE_CONTRASTS = 15  # more pairwise contrasts than this: the page shows the adjacent ones and the largest
+LARGEST_CONTRASTS = 10
+
+
+def _contrast_page(contrasts: pd.DataFrame) -> dict:
+    """Which contrasts the page shows when there are many (L(L − 1)/2: 435 at 30 layers): every adjacent
+    pair of layers and the :data:`LARGEST_CONTRASTS` largest |mean|; CSV and LaTeX keep all of them.
+
+    >>> c = pd.DataFrame({"layer_a": [0, 0, 1], "layer_b": [1, 2, 2], "mean_diff": [0.1, -0.5, 0.2]})
+    >>> _contrast_page(c)
+    {}
+    """
+    if len(contrasts) <= PAGE_CONTRASTS:
+        return {}
+    adjacent = set(np.flatnonzero((contrasts["layer_b"] - contrasts["layer_a"]).to_numpy() == 1).tolist())
+    largest = contrasts["mean_diff"].abs().to_numpy()
+    order = [i for i in np.argsort(-largest, kind="stable").tolist() if i not in adjacent][:LARGEST_CONTRASTS]
+    rows = tuple(sorted(adjacent | set(order)))
+    return {"page_rows": rows,
+            "page_note": f"The page shows the {len(adjacent)} contrasts of adjacent layers and the {len(order)} largest "
+                         f"|mean| of the others: {len(rows)} of {len(contrasts)}; tables/layer_contrasts.csv and .tex "
+                         "hold all of them (Holm runs over all)."}
 
 
 FLOW_TITLE = "Routing beyond the weights: norm-weighted and rollout SFM"
@@ -410,10 +435,23 @@ def words_section(ctx: PairContext) -> Section:
                         f"field boundaries. Example selection: {wm.selection_rule}.")
 
 
+@section("decomposition", "Learned vs mechanical: the bias on and off on the same weights")
+def decomposition_section(ctx: PairContext) -> Section | None:
+    """total = direct + learned, when the input holds the variant's bias-off evaluation (METHODS 3.4b)."""
+    from routestats.studies.decomposition import TITLE, decompose, decomposition_table
+
+    if ctx.bias_off is None:
+        return None
+    ctx.say("learned vs mechanical (bias off)")
+    t = decompose(ctx.pair.baseline, ctx.pair.variant, ctx.bias_off, ctx.settings)
+    return Section("decomposition", TITLE, (decomposition_table(t, pct(ctx.settings.confidence)),))
+
+
 def pair_sections() -> tuple:
     """The pair report's section functions, in order (a paired section per registered metric after SFM's)."""
     metrics = tuple(metric_section(m) for m in paired_metrics() if m.name != "sfm")
     return (performance_section, profile_section, effects_section, *metrics, adjusted_section, fields_section,
-            masses_section, shape_section, flow_section, init_vs_final_section, heads_section, trajectories_section,
+            masses_section, shape_section, flow_section, init_vs_final_section, decomposition_section, heads_section,
+            trajectories_section,
             gradients_section, lengths_section, words_section)
 

@@ -323,20 +323,10 @@ def init_probe_section(ctx: StudyContext) -> Section | None:
 
 @section("decomposition", "Learned vs mechanical: the bias on and off on the same weights")
 def decomposition_section(ctx: StudyContext) -> Section | None:
-    from routestats.studies.decomposition import decomposition
+    from routestats.studies.decomposition import TITLE, decomposition, decomposition_table
 
     t = _nonempty(decomposition(ctx.runs, ctx.settings))
-    return None if t is None else _one("decomposition", "Learned vs mechanical: the bias on and off on the same weights",
-                                       Table("decomposition", t, f"Learned vs mechanical (METHODS 3.4b): total = SAAB − "
-                                             "baseline, direct = SAAB − the same weights with the bias removed, learned = "
-                                             "bias-off − baseline (total = direct + learned per example); mean, "
-                                             f"{ctx.conf} bootstrap CI and sign-flip p, Holm over layers within each "
-                                             "component.",
-                                             (Column("Seed", "seed", "int"), Column("Component", "component", "text"),
-                                              Column("Layer", "layer", "int"), Column("Δ", "mean_diff"),
-                                              Column(f"{ctx.conf} CI", ("ci_low", "ci_high"), "ci"),
-                                              Column("d_z", "dz", "num", 2),
-                                              Column("p (Holm)", "p_holm", "p", floor="holm"), Column("n", "n", "int"))))
+    return None if t is None else _one("decomposition", TITLE, decomposition_table(t, ctx.conf))
 
 
 @section("gradients", "Gradient-norm ratios")
