@@ -119,7 +119,7 @@ class AnalysisSettings:
     of the primary examples and a length sample, the paired tables use the primary examples and the
     length analyses the length sample; otherwise every example), ``step`` (None: the final one),
     ``missing_fields`` (field-to-field: ``zero`` or ``exclude``), ``gradient_window``, the
-    word-map selection rule (``token_map_*``), ``length_resamples`` (Spearman bootstrap),
+    word-map selection rule (``token_map_*``; ``word_example`` names the example instead), ``length_resamples`` (Spearman bootstrap),
     ``rules`` (seed-table pattern labels), ``pairs`` (per-pair parts of a tree report: auto,
     reference, all, none), ``factor``/``baseline`` (the factor whose levels form the pairs and
     its baseline level), ``study`` (the study to analyse in a tree that holds several; None: the
@@ -150,6 +150,8 @@ class AnalysisSettings:
     token_map_max_length: int = 30
     token_map_min_tokens_per_field: int = 4
     token_map_layers: tuple[int, ...] | None = None  # default: the last two layers
+    token_map_max_words: int = 40  # a longer example is shown as a window of this many words
+    word_example: int | None = None  # the word map's example, chosen by the user (else by the rule)
     length_resamples: int = Resampling.length_resamples
     rules: PatternRules = field(default_factory=PatternRules)
     pairs: str = "auto"
@@ -179,6 +181,8 @@ class AnalysisSettings:
                 raise RoutestatsError(f"{name} must be one of {', '.join(EXAMPLE_SETS)}, got {getattr(self, name)!r}")
         if self.probes < 1:
             raise RoutestatsError("probes must be positive")
+        if self.token_map_max_words < 4:
+            raise RoutestatsError(f"token_map_max_words must be at least 4, got {self.token_map_max_words}")
         if not 0 < self.alpha < 1 or not 0 < self.length_rho < 1:
             raise RoutestatsError(f"alpha and length_rho must lie in (0, 1), got {self.alpha}, {self.length_rho}")
         if self.capped_examples not in ("exclude", "include"):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from routestats.errors import RoutestatsError
 from routestats.metrics.examples import select_examples
 from routestats.metrics.routing import word_attention
 from routestats.rundir import schema as S
@@ -15,7 +16,7 @@ from routestats.rundir.collection import RunPair
 from routestats.rundir.read import Run
 from routestats.settings import AnalysisSettings
 
-__all__ = ["WordMap", "select_token_map_example", "word_label", "word_map"]
+__all__ = ["WordMap", "select_token_map_example", "choose_word_example", "word_window", "word_label", "word_map"]
 
 
 @dataclass(frozen=True)
@@ -91,13 +92,68 @@ def word_label(pieces) -> str:
     return out or "".join(pieces)
 
 
+def _median_example(run: Run, min_tokens_per_field: int, examples=None) -> int | None:
+    """The fallback example at any cap: among the examples with ``min_tokens_per_field`` tokens in every named
+    field, the one of median length (the lower median; lowest ``source_index`` among equal lengths)."""
+    ex = run.examples(["example_id", "source_index", "field_ids"])
+    ids = select_examples(run, examples)
+    if ids is not None:
+        ex = ex[ex["example_id"].isin(ids)]
+    named = run.field_ids
+    ok = [(len(g), int(si), int(e)) for e, si, g in zip(ex["example_id"], ex["source_index"], ex["field_ids"])
+          if all((np.asarray(g) == f).sum() >= min_tokens_per_field for f in named)]
+    if not ok:
+        return None
+    ok.sort()
+    return ok[(len(ok) - 1) // 2][2]
+
+
+def choose_word_example(run: Run, settings: AnalysisSettings) -> tuple[int | None, str]:
+    """(example id, the rule that chose it), from lengths and field ids alone (no attention is looked at):
+    ``settings.word_example`` when given; else the reference rule (:func:`select_token_map_example`); else,
+    when no example is that short (a real model at a cap of 64 or more), the median-length example."""
+    s = settings
+    if s.word_example is not None:
+        have = set(run.examples(["example_id"])["example_id"].tolist())
+        if s.word_example not in have:
+            raise RoutestatsError(f"--word-example {s.word_example}: no such evaluated example "
+                                  f"(example ids {min(have)}-{max(have)})")
+        return int(s.word_example), "chosen by the user (--word-example)"
+    ex_id = select_token_map_example(run, s.token_map_min_length, s.token_map_max_length,
+                                     s.token_map_min_tokens_per_field, s.examples)
+    if ex_id is not None:
+        return ex_id, (f"lowest source_index with {s.token_map_min_length}-{s.token_map_max_length} valid tokens, "
+                       f">= {s.token_map_min_tokens_per_field} tokens in every named field; chosen before looking at "
+                       "any attention")
+    ex_id = _median_example(run, s.token_map_min_tokens_per_field, s.examples)
+    return ex_id, (f"no example has {s.token_map_min_length}-{s.token_map_max_length} tokens, so the example of "
+                   f"median length with >= {s.token_map_min_tokens_per_field} tokens in every named field (lowest "
+                   "source_index among equal lengths); chosen before looking at any attention")
+
+
+def word_window(word_fields: list[str], most: int) -> tuple[int, int]:
+    """[start, end) of at most ``most`` words around the first boundary between two named fields (half
+    before, half after; shifted to stay inside the example), so that a long example stays readable and
+    still shows both sides of a field boundary.
+
+    >>> word_window(["unnamed"] + ["title"] * 5 + ["content"] * 50, 8)
+    (2, 10)
+    >>> word_window(["title"] * 3, 8)
+    (0, 3)
+    """
+    n = len(word_fields)
+    if n <= most:
+        return 0, n
+    named = [i for i, f in enumerate(word_fields) if f != "unnamed"]
+    cut = next((j for i, j in zip(named, named[1:]) if word_fields[i] != word_fields[j]), n // 2)
+    start = min(max(0, cut - most // 2), n - most)
+    return start, start + most
+
+
 def word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) -> WordMap | None:
-    """The pair's word map at ``step`` (None when no example meets the rule or no matrices are stored)."""
-    ex_id = select_token_map_example(p.baseline, settings.token_map_min_length, settings.token_map_max_length,
-                                     settings.token_map_min_tokens_per_field, settings.examples)
-    rule = (f"lowest source_index with {settings.token_map_min_length}-{settings.token_map_max_length} valid tokens, "
-            f">= {settings.token_map_min_tokens_per_field} tokens in every named field, all tokens named; "
-            "chosen before looking at any attention")
+    """The pair's word map at ``step`` (None when no example qualifies or no matrices are stored); a long
+    example is shown as a window of ``settings.token_map_max_words`` words (:func:`word_window`)."""
+    ex_id, rule = choose_word_example(p.baseline, settings)
     if ex_id is None:
         return None
     if S.FORM_MATRICES not in p.baseline.attention_forms(step) or S.FORM_MATRICES not in p.variant.attention_forms(step):
@@ -108,21 +164,7 @@ def word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) -
     tokens = list(row["tokens"]) if row["tokens"] is not None else [str(i) for i in range(row["length"])]
     g = np.asarray(row["field_ids"])
     names = p.baseline.named_fields
-    layers = settings.token_map_layers or tuple(range(max(0, n_layers - 2), n_layers))
-    mats, per_head = {}, {}
-    groups = None
-    for role, run in (("baseline", p.baseline), ("variant", p.variant)):
-        (blk,) = list(run.iter_attention(step, examples=[ex_id]))
-        for layer in layers:
-            sel = blk.layer == layer
-            A = blk.weights[sel].astype(np.float64).mean(axis=0)  # plain mean over heads
-            W, groups = word_attention(A, word_ids)
-            mats[(role, layer)] = W
-        for r in range(len(blk.layer)):  # every layer and head, for the interactive explorer
-            per_head[(role, int(blk.layer[r]), int(blk.head[r]))] = word_attention(
-                blk.weights[r].astype(np.float64), word_ids)[0]
-    for layer in layers:
-        mats[("difference", layer)] = mats[("variant", layer)] - mats[("baseline", layer)]
+    groups = list(dict.fromkeys(word_ids.tolist()))  # word_attention's order: first appearance
     words, wfields = [], []
     for gid in groups:
         pos = np.flatnonzero(word_ids == gid)
@@ -130,4 +172,20 @@ def word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) -
         fname = names.get(int(g[pos[0]]), "unnamed")
         words.append(f"[{fname}]" if pieces == ["[FIELD_START]"] else word_label(pieces))
         wfields.append(fname)
-    return WordMap(ex_id, words, wfields, tuple(layers), mats, rule, per_head)
+    a, b = word_window(wfields, settings.token_map_max_words)
+    if (a, b) != (0, len(words)):
+        rule += (f"; {len(words)} words, shown as words {a + 1}-{b} around the first field boundary (attention to "
+                 "words outside the window is not drawn, so rows sum to less than 1)")
+    layers = settings.token_map_layers or tuple(range(max(0, n_layers - 2), n_layers))
+    mats, per_head = {}, {}
+    for role, run in (("baseline", p.baseline), ("variant", p.variant)):
+        (blk,) = list(run.iter_attention(step, examples=[ex_id]))
+        for layer in layers:
+            A = blk.weights[blk.layer == layer].astype(np.float64).mean(axis=0)  # plain mean over heads
+            mats[(role, layer)] = word_attention(A, word_ids)[0][a:b, a:b]
+        for r in range(len(blk.layer)):  # every layer and head, for the interactive explorer
+            per_head[(role, int(blk.layer[r]), int(blk.head[r]))] = word_attention(
+                blk.weights[r].astype(np.float64), word_ids)[0][a:b, a:b]
+    for layer in layers:
+        mats[("difference", layer)] = mats[("variant", layer)] - mats[("baseline", layer)]
+    return WordMap(ex_id, words[a:b], wfields[a:b], tuple(layers), mats, rule, per_head)
