@@ -198,9 +198,14 @@ def validate(
     """Check runs against the run-directory contract (every file, hash and value)."""
     from routestats.studies.discover import load
 
+    import shutil
+    import textwrap
+
     obj = load(path, _settings(skip_incomplete=skip_incomplete, study=study))
-    for r in [obj] if hasattr(obj, "manifest") else list(obj):
-        typer.echo(f"ok  {r.run_id}: " + "; ".join(r.validate(deep=not quick)))
+    width = max(60, shutil.get_terminal_size((100, 24)).columns - 1)
+    for r in [obj] if hasattr(obj, "manifest") else list(obj):  # one run a paragraph, wrapped to the terminal
+        typer.echo(textwrap.fill(f"ok  {r.run_id}: " + "; ".join(r.validate(deep=not quick)), width=width,
+                                 subsequent_indent="    ", break_on_hyphens=False, break_long_words=False))
 
 
 @command
@@ -281,6 +286,8 @@ def report(
                                                             f"{D.flow_max_mb} MB) [default: {D.flow}]."),
     figures: Optional[str] = typer.Option(None, "--figures", help="Comma list of vector copies of every figure "
                                                                   "besides the PNG: pdf, svg [default: none]."),
+    word_example: Optional[int] = typer.Option(None, "--word-example", help="The example_id of the word-level map "
+                                               "and explorer [default: the stated rule's choice]."),
 ) -> None:
     """Write OUT/report.html (self-contained), OUT/tables/*.tex|csv and OUT/figures/*.png|pdf|svg.
 
@@ -297,7 +304,7 @@ def report(
             _fail(f"--figures takes png, pdf and/or svg, got {figures!r}")
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
                   length_examples=length_examples, step=step, factor=factor, baseline=baseline, pairs=pairs,
-                  skip_incomplete=skip_incomplete, study=study, flow=flow)
+                  skip_incomplete=skip_incomplete, study=study, flow=flow, word_example=word_example)
     inputs = [path] + ([init_probe] if init_probe is not None else [])
     check_output(out, force, inputs)  # before the analysis, not after it
     with _progress() as say:

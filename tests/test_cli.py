@@ -141,3 +141,13 @@ def test_commands_use_a_memory_pool_that_returns_pages():
     out = subprocess.run([sys.executable, "-c", code], env={**env, "ARROW_DEFAULT_MEMORY_POOL": "system"},
                          capture_output=True, text=True, check=True).stdout
     assert out.split() == ["system", "system"]
+
+
+def test_validate_lines_fit_the_terminal(tree, monkeypatch):
+    # was: one line of up to 445 characters per run
+    monkeypatch.setenv("COLUMNS", "80")
+    r = runner.invoke(app, ["validate", str(tree)])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert max(len(ln) for ln in lines) <= 79 and len(lines) > sum(ln.startswith("ok  ") for ln in lines)
+    assert all(ln.startswith(("ok  ", "    ")) for ln in lines)

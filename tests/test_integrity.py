@@ -37,7 +37,7 @@ def cli(*args):
 def one_line_error(code, out, needle):
     assert code == 2, out
     # progress lines and the "ok" lines of runs checked before the broken one are not errors
-    lines = [ln for ln in out.splitlines() if ln.strip() and not re.match(r"\[\s*[\d.]+ s\] |ok  ", ln)]
+    lines = [ln for ln in out.splitlines() if ln.strip() and not re.match(r"\[\s*[\d.]+ s\] |ok  |    ", ln)]
     assert len(lines) == 1 and lines[0].startswith("error: "), out
     assert needle in out, out
     assert "Traceback" not in out
