@@ -61,7 +61,7 @@ def performance_section(ctx: PairContext) -> Section:
                    (ctx.figure("training", "training_curves", curves=c),) if c is not None else ())
 
 
-@section("profile", "Layer profile (paper Table 1)")
+@section("profile", "Layer profile")
 def profile_section(ctx: PairContext) -> Section:
     when = "of the pretrained model as evaluated" if ctx.pretrained else f"at step {ctx.step}"
     t = ctx.table("layers", ctx.layers, f"Same-field attention mass (SFM) and entropy (nats) per layer {when}, mean "
@@ -69,16 +69,16 @@ def profile_section(ctx: PairContext) -> Section:
                   (Column("Model", "role", "text"), Column("Layer", "layer", "int"), Column("SFM", "sfm"),
                    Column("Entropy", "entropy"), Column("Examples", "n_examples", "int")),
                   bold_max=("sfm",), group_by="role")
-    return Section("profile", "Layer profile (paper Table 1)", (t,),
+    return Section("profile", "Layer profile", (t,),
                    (ctx.figure("profile", "profile", layers=ctx.layers, effects=ctx.effects()),))
 
 
-@section("effects", "Paired SFM effects (paper Table 2)")
+@section("effects", "Paired SFM effects")
 def effects_section(ctx: PairContext) -> Section:
     t = ctx.table("effects", ctx.effects(), f"Paired SFM effects (variant − baseline) per layer: {_procedure(ctx)}.",
                   effects_columns(ctx, "SFM"))
     pairs = ctx.diffs[["example_id", "layer", "baseline", "variant", "diff"]]
-    return Section("effects", "Paired SFM effects (paper Table 2)", (t,),
+    return Section("effects", "Paired SFM effects", (t,),
                    (ctx.figure("paired_examples", "paired_dots", pairs=pairs),),
                    text="Each line is one example: its SFM in the baseline (left) and the variant (right); black: the "
                         "layer means.")
@@ -105,7 +105,7 @@ def metric_section(m: RoutingMetric):
     return build
 
 
-@section("adjusted", "Opportunity-adjusted SFM (paper Table 10)")
+@section("adjusted", "Opportunity-adjusted SFM")
 def adjusted_section(ctx: PairContext) -> Section:
     conf = pct(ctx.settings.confidence)
     outside = float(mass_split(ctx.pair, ctx.step, ctx.settings.examples, ctx.settings.trivial_queries)
@@ -120,7 +120,7 @@ def adjusted_section(ctx: PairContext) -> Section:
                    Column("Mean O_e", "mean_opportunity"), Column("Adj. baseline", "baseline_mean"),
                    Column("Adj. variant", "variant_mean"), Column("Δ adj.", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
-    return Section("adjusted", "Opportunity-adjusted SFM (paper Table 10)", (t,))
+    return Section("adjusted", "Opportunity-adjusted SFM", (t,))
 
 
 @section("fields", "Field-to-field attention")
@@ -355,14 +355,14 @@ def _length_tables(ctx: PairContext, f: dict, n_length: int) -> tuple[Table, ...
     s, conf = ctx.settings, pct(ctx.settings.confidence)
     ref = f["length_adjusted"]["reference_length"].iloc[0]
     return (
-        ctx.table("lengths", f["lengths"], "Evaluated token lengths (paper Table 11 layout): mean, population SD, "
+        ctx.table("lengths", f["lengths"], "Evaluated token lengths (as in the SAAB paper's Table 11): mean, population SD, "
                   "linear-interpolation quantiles and saturation at the evaluation cap.",
                   (Column("Split", "split", "text"), Column("n", "n", "int"), Column("Mean", "mean", "num", 1),
                    Column("SD", "sd_population", "num", 1), Column("Median", "median", "num", 1),
                    Column("IQR", "iqr", "num", 1), Column("P90", "p90", "num", 1), Column("P95", "p95", "num", 1),
                    Column("Cap", "cap", "int"), Column("Saturated", "saturation_count", "int"),
                    Column("Rate", "saturation_rate", "num", 3))),
-        ctx.table("length_association", f["length_association"], f"Length association (paper Table 12A): Spearman ρ "
+        ctx.table("length_association", f["length_association"], f"Length association (as in the SAAB paper's Table 12A): Spearman ρ "
                   f"between evaluated length and the per-example Δ SFM, per-layer percentile bootstrap CI "
                   f"({s.length_resamples:,} resamples), Holm over layers; {_censored(f['length_association'])}. "
                   "An association within one model, not an effect of length.",
@@ -387,7 +387,7 @@ def _length_tables(ctx: PairContext, f: dict, n_length: int) -> tuple[Table, ...
                    Column("Mean Δ", "mean_delta"), Column("Median Δ", "median_delta"))))
 
 
-@section("lengths", "Lengths (paper Tables 11 and 12A)")
+@section("lengths", "Lengths")
 def lengths_section(ctx: PairContext) -> Section | None:
     p, s = ctx.pair, ctx.settings
     ex = p.baseline.examples(["example_id", "split", "length", "cap"])
@@ -400,7 +400,7 @@ def lengths_section(ctx: PairContext) -> Section | None:
     kw = dict(step=ctx.step, examples=s.length_examples)
     c = censoring(p, s.length_examples)
     if s.capped_examples == "exclude" and c["n"] - c["n_capped"] < 8:
-        return Section("lengths", "Lengths (paper Tables 11 and 12A)", skipped=(
+        return Section("lengths", "Lengths", skipped=(
             f"Not computed: {c['n_capped']} of {c['n']} examples reached the {c['cap']}-token cap, so their true "
             f"lengths are unknown; the {c['n'] - c['n_capped']} examples below the cap are too few for the length "
             "analyses (capped_examples=include would use every example, those at the cap at the cap length)."))
@@ -410,7 +410,7 @@ def lengths_section(ctx: PairContext) -> Section | None:
               "length_bins": length_bins(p, **kw)}
     per_ex = paired_differences(p, trivial=s.trivial_queries, **kw)[["example_id", "layer", "diff"]]
     per_ex = running_mean(per_ex.merge(ex[["example_id", "length"]], on="example_id"))
-    return Section("lengths", "Lengths (paper Tables 11 and 12A)", _length_tables(ctx, frames, len(ex)),
+    return Section("lengths", "Lengths", _length_tables(ctx, frames, len(ex)),
                    (ctx.figure("lengths", "lengths", examples=per_ex),))
 
 

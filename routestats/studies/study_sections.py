@@ -104,7 +104,7 @@ def _one(id: str, title: str, table: Table, figure: Figure | None = None, text: 
     return Section(id, title, (table,), (figure,) if figure is not None else (), text=text)
 
 
-@section("seeds", "Seeds (paper Table 3)")
+@section("seeds", "Seeds")
 def seeds_section(ctx: StudyContext) -> Section | None:
     t = ctx.seeds
     if t is None:
@@ -123,7 +123,7 @@ def seeds_section(ctx: StudyContext) -> Section | None:
     mean = ref.groupby("layer")["delta"].mean().rename("delta").reset_index()
     fig = Figure("study-seeds", "study_seeds", {"lines": lines, "mean": mean},
                  {"several_datasets": bool(ref["dataset"].nunique() > 1)})
-    return _one("seeds", "Seeds (paper Table 3)", table, fig)
+    return _one("seeds", "Seeds", table, fig)
 
 
 @section("evidence", "Evidence by level: each seed, then across seeds")
@@ -265,11 +265,11 @@ def datasets_section(ctx: StudyContext) -> Section | None:
          Column("SAAB", "variant_sfm"), Column("Δ", "delta"), Column("Seeds", "n_seeds", "int"))))
 
 
-@section("corpus_lengths", "Data-set lengths (paper Table 11)")
+@section("corpus_lengths", "Data-set lengths")
 def corpus_lengths_section(ctx: StudyContext) -> Section | None:
     t = corpus_lengths(ctx.lengths)
-    return None if t is None else _one("corpus_lengths", "Data-set lengths (paper Table 11)", Table(
-        "corpus_lengths", t, "Data-set token lengths per split (paper Table 11): mean, population SD, "
+    return None if t is None else _one("corpus_lengths", "Data-set lengths", Table(
+        "corpus_lengths", t, "Data-set token lengths per split (as in the SAAB paper's Table 11): mean, population SD, "
         "linear-interpolation quantiles, and saturation at the cap.",
         (Column("Data set", "dataset", "text"), Column("Split", "split", "text"), Column("n", "n", "int"),
          Column("Mean", "mean", "num", 1), Column("SD", "sd_population", "num", 1), Column("Median", "median", "num", 1),
@@ -286,7 +286,7 @@ def standardisation_section(ctx: StudyContext) -> Section | None:
         return None
     a, b = [c.replace("standardised_delta_", "") for c in exact.columns if c.startswith("standardised_delta_")]
     return _one("standardisation", "Length-standardised data-set contrast", Table(
-        "standardisation", exact, f"Exact-length standardisation (paper Table 12B): per-layer Δ standardised over the "
+        "standardisation", exact, f"Exact-length standardisation (as in the SAAB paper's Table 12B): per-layer Δ standardised over the "
         f"shared exact lengths (weights min of the two counts), contrast {b} − {a} with a stratified bootstrap "
         f"{ctx.conf} CI ({ctx.settings.resamples:,} resamples, weights fixed).",
         (Column("Seed", "seed", "int"), Column("Layer", "layer", "int"), Column(f"Std. Δ {a}", f"standardised_delta_{a}"),
