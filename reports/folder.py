@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from routestats.errors import RoutestatsError
+from routestats.rundir.write import describe_paths
 
-__all__ = ["MARKER", "check_output", "write_folder", "copy_report", "foreign_files", "describe_paths", "SourceUnreadable"]
+__all__ = ["MARKER", "check_output", "write_folder", "copy_report", "foreign_files", "SourceUnreadable"]
 
 MARKER = ".routestats-report"
 
@@ -40,21 +41,6 @@ def _marker_text(folder: Path) -> str:
 
     return json.dumps({"written_by": "routestats", "files": [f for f in _files_under(folder) if f != MARKER]},
                       indent=0) + "\n"
-
-
-def describe_paths(paths: list[str], most: int = 3) -> str:
-    """Relative paths grouped by their top-level entry, for a one-line message.
-
-    >>> describe_paths(["NOTES.txt", "seed1001/report.html", "seed1001/tables/a.csv"])
-    'NOTES.txt, seed1001/ (2 files)'
-    """
-    groups: dict[str, int] = {}
-    for f in paths:
-        top, _, rest = f.partition("/")
-        key = top + "/" if rest or f.endswith("/") else top
-        groups[key] = groups.get(key, 0) + 1
-    shown = [k if not k.endswith("/") else f"{k} ({n} file{'s' if n > 1 else ''})" for k, n in list(groups.items())[:most]]
-    return ", ".join(shown) + (f" and {len(groups) - most} more" if len(groups) > most else "")
 
 
 def foreign_files(folder: Path) -> list[str] | None:

@@ -55,6 +55,7 @@ from routestats.errors import RoutestatsError
 from routestats.rundir import schema as S
 from routestats.rundir.write import RunWriter, software_versions
 
+from .dumps import check_replaceable
 from .fielding import POLICIES, Encoded, encode_records
 from .pretrained import Loaded, first_line, identity_of_files, load_model
 from .seam import IMPLEMENTATION, Condition, forward_batches
@@ -145,6 +146,7 @@ def check_destination(out: Path, names: Sequence[str], force: bool) -> None:
         if not p.is_dir() or not _is_capture_run(p):
             raise RoutestatsError(f"{p}: exists and is not a run written by capture (a trained run or other files); "
                                   "choose another --out")
+        check_replaceable(p)  # a capture run with a user's files inside: refused too
 
 
 @dataclass

@@ -189,6 +189,9 @@ def demo(*, out: Path, threads, echo: Echo) -> None:
 
     set_threads(threads)
     p, conds = _preset_and_conditions("tiny", "baseline,saab", eval_examples=32, final_forms=("matrices",))
+    from .dumps import check_replaceable
+
+    check_replaceable(out)  # the runs of an earlier demo only: never a folder holding anything else
     if out.exists():
         shutil.rmtree(out)
     with progress_bars() as (_, progress):
@@ -205,6 +208,9 @@ def demo_study(*, out: Path, seeds, threads, echo: Echo) -> None:
     set_threads(threads)
     p, conds = _preset_and_conditions("tiny", "baseline,saab", eval_examples=32, final_forms=("reductions",))
     p = replace(p, train=replace(p.train, checkpoint_steps=(1, 500)))
+    from .dumps import check_replaceable
+
+    check_replaceable(out)  # the runs of an earlier demo only: never a folder holding anything else
     if out.exists():
         shutil.rmtree(out)
     with progress_bars() as (_, progress):

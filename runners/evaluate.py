@@ -32,7 +32,7 @@ from .checkpoints import load_checkpoint
 from .data import resolve
 from .model import EncoderConfig, SAABEncoder
 from .msm import encode_record, load_tokenizer
-from .dumps import _cut, dump_attention, pick_device
+from .dumps import _cut, check_replaceable, dump_attention, pick_device
 
 _NAMES = {"docstrings-dbpedia": "bundled-dbpedia", "docstrings-pubmed": "bundled-pubmed"}
 
@@ -120,6 +120,7 @@ def _evaluate_run(run, ckpt: Path, out: Path, examples, recs, idx, batch_size, d
     ck = load_checkpoint(ckpt)
     model.load_state_dict(ck["model"])
     model.to(dev)
+    check_replaceable(out / run.path.name)
     w = RunWriter(out / run.path.name, run_id=f"{run.run_id}-test", study=run.study,
                   factors={**run.factors, "split": "test"}, seed=run.seed, init_id=run.init_id,
                   data_order_id=run.data_order_id, fields=run.manifest["fields"], overwrite=True)
@@ -174,6 +175,7 @@ def evaluate_bias_off(run_dir: Path, out: Path | None = None, *, batch_size: int
         recs.append(Encoded(input_ids=ids, field_ids=[int(g) for g in row.field_ids], tokens=list(row.tokens),
                             word_ids=[int(w) for w in row.word_ids], label=str(row.label)))
     out = Path(out) if out is not None else run.path.parent / f"{run.path.name}-bias-off"
+    check_replaceable(out)
     w = RunWriter(out, run_id=f"{run.run_id}-bias-off", study=run.study,
                   factors={**run.factors, "variant": "saab_bias_off", "eval_bias": "off"}, seed=run.seed,
                   init_id=run.init_id, data_order_id=run.data_order_id, fields=run.manifest["fields"], overwrite=True)

@@ -161,15 +161,16 @@ def train_run(
     ``stop_after`` ends the process-side loop after that step without finalising (tests use
     it to simulate a kill). Returns the run path, or None when stopped early.
     """
-    if (run_dir / S.MANIFEST).is_file():
-        return run_dir  # complete: nothing to do
-    dev = pick_device(device)
     tc = preset.train
     spec = prep.spec
     cfg = EncoderConfig(
         vocab_size=preset.vocab_size, field_vocab_size=spec.field_vocab_size, max_length=prep.max_length,
         num_labels=spec.num_labels, attention_impl=attention_impl, **preset.model, **condition.model_overrides(),
     )
+    if (run_dir / S.MANIFEST).is_file():
+        check_same_settings(run_dir, {"training": tc.to_dict(), "model": cfg.to_dict(), "seed": seed})
+        return run_dir  # complete, with these settings: nothing to do
+    dev = pick_device(device)
     seed_everything(seed)
     model = SAABEncoder(cfg)  # on CPU, before any other torch RNG use
     init_hash = state_hash(model)
@@ -300,6 +301,28 @@ def train_run(
         git_commit=git_commit(),
         condition=condition.name,
     )
+
+
+def check_same_settings(run_dir: Path, wanted: dict) -> None:
+    """A complete run is reused only when it was made with ``wanted`` (its manifest's sections of those names);
+    otherwise refused in one line naming the first settings that differ (it is never silently kept or replaced)."""
+    try:
+        have = json.loads((run_dir / S.MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RoutestatsError(f"{run_dir}: its {S.MANIFEST} cannot be read ({exc}); remove the folder to retrain") from None
+    norm = lambda x: json.loads(json.dumps(x, sort_keys=True, default=str))  # noqa: E731  (tuples as lists)
+    diffs = []
+    for section, want in wanted.items():
+        got = have.get(section) if isinstance(have, dict) else None
+        if isinstance(want, dict) and isinstance(got, dict):
+            diffs += [f"{k} {norm(want.get(k))} here vs {norm(got.get(k))} there" for k in sorted(set(want) | set(got))
+                      if norm(want.get(k)) != norm(got.get(k))]
+        elif norm(want) != norm(got):
+            diffs.append(f"{section} {norm(want)} here vs {norm(got)} there")
+    if diffs:
+        more = f" and {len(diffs) - 2} more" if len(diffs) > 2 else ""
+        raise RoutestatsError(f"{run_dir}: a complete run made with other settings ({'; '.join(diffs[:2])}{more}); "
+                              "choose another --out, or remove that folder to train it again")
 
 
 def train_study(

@@ -220,3 +220,15 @@ def test_a_broken_config_json_is_one_line(bert, tmp_path, capsys, config):
     errors = [ln for ln in err.splitlines() if ln.startswith("error")]
     assert code == 2 and len(errors) == 1 and "cannot load the model" in errors[0] and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_force_keeps_a_capture_run_that_holds_a_users_file(bert, tmp_path, capsys):
+    # --force replaces an earlier capture only when it holds nothing but that capture's own files
+    out = tmp_path / "cap"
+    args = ["--model", bert, "--records", RECORDS, "--out", out, "--limit", "3", "--cap", "20"]
+    assert run_cli(args, capsys)[0] == 0
+    (out / "baseline" / "NOTES.txt").write_text("mine")
+    before = tree_bytes(out)
+    code, _, err = run_cli([*args, "--force"], capsys)
+    assert code == 2 and "holds files no run there wrote (NOTES.txt)" in err, err
+    assert tree_bytes(out) == before

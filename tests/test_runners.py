@@ -504,3 +504,52 @@ def test_thread_default_and_hint_on_a_busy_machine(monkeypatch, capsys):
         assert threads.set_threads(2) == 2 and capsys.readouterr().err == ""
     finally:
         torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------ writers that never destroy (issue 32)
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+def test_a_complete_run_with_other_settings_is_refused_not_kept(smoke_study):
+    # was: re-running a finished folder with another --max-steps printed "run complete" for the old runs
+    from routestats.errors import RoutestatsError
+
+    out, _ = smoke_study
+    p = get_preset("smoke")
+    data = resolve("bundled-dbpedia")
+    prep = prepare(data, out, p.vocab_size, p.max_length or data.max_length)
+    cond = parse_condition("baseline", p.model["num_layers"])
+    same = train_run(out / "baseline", prep=prep, preset=p, condition=cond, seed=3, study="saab", device="cpu")
+    assert same == out / "baseline"  # the same settings: reused as it is
+    from dataclasses import replace
+
+    other = replace(p, train=replace(p.train, max_steps=p.train.max_steps + 1))
+    before = _tree(out / "baseline")
+    with pytest.raises(RoutestatsError, match=r"a complete run made with other settings \(max_steps "
+                                              rf"{p.train.max_steps + 1} here vs {p.train.max_steps} there"):
+        train_run(out / "baseline", prep=prep, preset=other, condition=cond, seed=3, study="saab", device="cpu")
+    assert _tree(out / "baseline") == before
+
+
+def test_bias_off_and_demo_never_replace_a_folder_with_other_files(smoke_study, tmp_path):
+    from routestats.errors import RoutestatsError
+    from runners.commands import demo
+    from runners.evaluate import evaluate_bias_off
+
+    out, _ = smoke_study
+    target = tmp_path / "saab-off"
+    evaluate_bias_off(out / "saab", target)
+    (target / "NOTES.txt").write_text("mine")
+    before = _tree(target)
+    with pytest.raises(RoutestatsError, match=r"holds files no run there wrote \(NOTES.txt\)"):
+        evaluate_bias_off(out / "saab", target)
+    assert _tree(target) == before
+    (target / "NOTES.txt").unlink()
+    evaluate_bias_off(out / "saab", target)  # only its own files: replaced
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("mine")
+    with pytest.raises(RoutestatsError, match="holds files no run there wrote"):
+        demo(out=mine, threads=1, echo=print)  # was: shutil.rmtree(out) before training
+    assert (mine / "thesis.tex").read_text() == "mine"

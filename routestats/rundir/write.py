@@ -40,7 +40,7 @@ from routestats.errors import RoutestatsError, RunFormatError
 from routestats.rundir.blocks import _check_reductions, check_probabilities
 from routestats.rundir.reductions import reduce_queries
 
-__all__ = ["RunWriter", "software_versions"]
+__all__ = ["RunWriter", "software_versions", "unlisted_files", "describe_paths", "TREE_FILES"]
 
 
 def software_versions(extra: Iterable[str] = ()) -> dict:
@@ -424,3 +424,58 @@ class RunWriter:
         manifest.update(extra)
         write_json_atomic(self.path / S.MANIFEST, manifest)
         return self.path
+
+
+TREE_FILES = ("tokenizer.json", "plan.json")  # written beside the runs of a tree by training and sweeps
+
+
+def describe_paths(paths: list[str], most: int = 3) -> str:
+    """Relative paths grouped by their top-level entry, for a one-line message.
+
+    >>> describe_paths(["NOTES.txt", "seed1001/report.html", "seed1001/tables/a.csv"])
+    'NOTES.txt, seed1001/ (2 files)'
+    """
+    groups: dict[str, int] = {}
+    for f in paths:
+        top, _, rest = f.partition("/")
+        key = top + "/" if rest or f.endswith("/") else top
+        groups[key] = groups.get(key, 0) + 1
+    shown = [k if not k.endswith("/") else f"{k} ({n} file{'s' if n > 1 else ''})" for k, n in list(groups.items())[:most]]
+    return ", ".join(shown) + (f" and {len(groups) - most} more" if len(groups) > most else "")
+
+
+def unlisted_files(folder: Path) -> list[str]:
+    """Relative paths of the files under ``folder`` that no run there wrote: neither listed in the manifest
+    of the run holding them (nor that ``run.json`` itself) nor a tree file of :data:`TREE_FILES` outside the
+    runs. A writer may replace a folder only when this is empty (links are not followed).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "tokenizer.json").write_text("{}"); _ = (d / "NOTES.txt").write_text("mine")
+    >>> unlisted_files(d)
+    ['NOTES.txt']
+    """
+    import json
+
+    folder = Path(folder)
+    out = []
+    for dirpath, dirnames, names in os.walk(folder):
+        here = Path(dirpath)
+        dirnames.sort()
+        links = [d for d in dirnames if (here / d).is_symlink()]
+        if S.MANIFEST in names:  # a run: everything under it must be in its manifest
+            try:
+                m = json.loads((here / S.MANIFEST).read_text(encoding="utf-8"))
+                listed = {e["path"] for e in m.get("files", []) if isinstance(e, dict) and isinstance(e.get("path"), str)}
+            except (OSError, ValueError, AttributeError):
+                listed = set()
+            for sub, _, files in os.walk(here):
+                for f in files:
+                    rel = (Path(sub) / f).relative_to(here).as_posix()
+                    if rel != S.MANIFEST and rel not in listed:
+                        out.append((Path(sub) / f).relative_to(folder).as_posix())
+            dirnames[:] = []
+            continue
+        out += [(here / n).relative_to(folder).as_posix() for n in names + links if n not in TREE_FILES]
+        dirnames[:] = [d for d in dirnames if d not in links]
+    return sorted(out)
