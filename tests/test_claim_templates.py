@@ -2,6 +2,8 @@
 per branch. Every expected sentence is written out from the constructed frames by hand: the
 numbers in it are the cells put into the frame, formatted as the tables format them."""
 
+from dataclasses import replace
+
 import pandas as pd
 
 from routestats.report import Column, Report, Section, Table
@@ -178,11 +180,36 @@ def test_unnamed_shift_quotes_raw_and_named_key_changes():
                            "unnamed_mass": [0.10, 0.30, 0.105, 0.22], "sfm": [0.5, 0.40, 0.52, 0.45],
                            "sfm_named": [0.55, 0.60, 0.56, 0.58]})
     c = [x for x in pair(report(effects=eff, masses=masses)) if x.kind == "unnamed_shift"]
+    # the accounting: 0.08 left the unnamed keys; at the baseline's named-key SFM 0.60 that is 0.08 x 0.60 = +0.048,
+    # 96% of the raw +0.050 (by hand from the frame above)
     assert c[0].sentence == ("Part of the raw SFM change is attention moving to or from keys outside the named fields "
                              "(special tokens, separators, the first token): in layer 1 raw SFM changed by +0.050 "
-                             "while SFM over the named keys changed by −0.020, and the mass on unnamed keys by −0.080.")
+                             "while SFM over the named keys changed by −0.020, and the mass on unnamed keys by −0.080; "
+                             "at the baseline's named-key SFM (0.600) that mass alone comes to about +0.048, 96% of "
+                             "the raw change.")
+    # mass entering the unnamed keys while raw SFM rises: no share is claimed
+    into = masses.assign(unnamed_mass=[0.10, 0.30, 0.105, 0.38])
+    c = [x for x in pair(report(effects=eff, masses=into)) if x.kind == "unnamed_shift"]
+    assert c[0].sentence.endswith("and the mass on unnamed keys by +0.080.")
     still = masses.assign(unnamed_mass=[0.1, 0.3, 0.105, 0.305])  # |change| <= 0.01 everywhere: not said
     assert not any(x.kind == "unnamed_shift" for x in pair(report(effects=eff, masses=still)))
+
+
+def test_an_attention_sink_on_a_named_first_token_is_said():
+    eff = effects([0.1, 0.02], [0.001, 0.01], [0.05, 0.01], [0.15, 0.03])
+    masses = pd.DataFrame({"role": ["baseline"] * 2 + ["variant"] * 2, "layer": [0, 1, 0, 1],
+                           "unnamed_mass": [0.0] * 4, "sfm": [0.5, 0.4, 0.52, 0.45], "sfm_named": [0.5, 0.4, 0.52, 0.45],
+                           "first_mass": [0.10, 0.78, 0.09, 0.74]})
+    rep = report(effects=eff, masses=masses)
+    rep = replace(rep, facts={**rep.facts, "first_key_fields": {"title": 30, "content": 2}})
+    c = [x for x in pair(rep) if x.kind == "first_key_sink"]
+    # 0.78: the largest first-key mass (baseline, layer 1); title: the first position of 30 of 32 examples
+    assert c[0].sentence == ("The first token takes up to 78% of a layer's attention (layer 1, baseline; an attention "
+                             "sink). It is a token of the title field in 30 of 32 examples, so for every query outside "
+                             "the title field that mass counts as cross-field; the first-key column of the mass table "
+                             "shows it per layer.") and c[0].rows == (1,)
+    weak = replace(rep, facts={**rep.facts, "first_key_fields": {"title": 10}})  # named in 10 of 32: not said
+    assert not any(x.kind == "first_key_sink" for x in pair(weak))
 
 
 def test_direct_and_learned_parts_only_with_a_bias_off_run():

@@ -248,11 +248,39 @@ def _unnamed_claim(masses) -> Claim | None:
     layer = int(dU.abs().idxmax())
     d_raw = float(v.loc[layer, "sfm"] - b.loc[layer, "sfm"])
     d_named = float(v.loc[layer, "sfm_named"] - b.loc[layer, "sfm_named"])
-    return Claim("unnamed_shift", f"Part of the raw SFM change is attention moving to or from keys outside the named "
-                 f"fields (special tokens, separators, the first token): in layer {layer} raw SFM changed by "
-                 f"{signed(d_raw)} while SFM over the named keys changed by {signed(d_named)}, and the mass on unnamed "
-                 f"keys by {signed(float(dU.loc[layer]))}.", "headline", "masses", (layer,),
+    du = float(dU.loc[layer])
+    text = (f"Part of the raw SFM change is attention moving to or from keys outside the named fields (special "
+            f"tokens, separators, the first token): in layer {layer} raw SFM changed by {signed(d_raw)} while SFM over "
+            f"the named keys changed by {signed(d_named)}, and the mass on unnamed keys by {signed(du)}")
+    # S = (1 - U) * S_named per query: at the baseline's named-key SFM, mass leaving (entering) the unnamed keys
+    # adds -dU * S_named to SFM -- an accounting of the layer means, said as "about"
+    part = -du * float(b.loc[layer, "sfm_named"])
+    share = part / d_raw if abs(d_raw) > 0.005 else float("nan")
+    if share > 0:
+        text += (f"; at the baseline's named-key SFM ({fmt_num(b.loc[layer, 'sfm_named'])}) that mass alone comes to "
+                 f"about {signed(part)}, {100 * share:.0f}% of the raw change")
+    return Claim("unnamed_shift", text + ".", "headline", "masses", (layer,),
                  checks=(("|change of unnamed mass| > 0.01", True),))
+
+
+SINK = 0.3  # a layer whose first key holds this share of the attention has an attention sink worth saying
+
+
+def _sink_claim(masses, first_fields: dict, n_examples: int) -> Claim | None:
+    """When the first token holds much of a layer's attention (an attention sink) and is a named token, its mass
+    counts as same-field for its own field's queries and as cross-field for the others': say so, with where."""
+    if masses is None or not len(masses) or "first_mass" not in masses or not first_fields:
+        return None
+    top = masses.loc[masses["first_mass"].idxmax()]
+    field, count = max(first_fields.items(), key=lambda kv: kv[1])
+    if float(top["first_mass"]) < SINK or count * 2 < n_examples:
+        return None
+    return Claim("first_key_sink", f"The first token takes up to {100 * float(top['first_mass']):.0f}% of a layer's "
+                 f"attention (layer {int(top['layer'])}, {top['role']}; an attention sink). It is a token of the "
+                 f"{field} field in {count} of {n_examples} examples, so for every query outside the {field} field "
+                 "that mass counts as cross-field; the first-key column of the mass table shows it per layer.",
+                 "headline", "masses", (int(top["layer"]),),
+                 checks=((f"first-key mass >= {SINK:g}", True), ("the first token is named in most examples", True)))
 
 
 def pair_claims(rep: Report, *, n_examples: int, alpha: float, rho: float, conf: str, pretrained: bool,
@@ -267,7 +295,8 @@ def pair_claims(rep: Report, *, n_examples: int, alpha: float, rho: float, conf:
                               hi="ci_high", alpha=alpha, metric="SFM", table="effects", conf=conf, floor=floor,
                               family=f"Holm over {n_layers} layers")]
     u = _unnamed_claim(_frame(rep, "masses"))
-    for c in (_shape_claim(_frame(rep, "profile_shape"), _frame(rep, "layer_contrasts"), alpha, conf), u):
+    sink = _sink_claim(_frame(rep, "masses"), (rep.facts or {}).get("first_key_fields") or {}, n_examples)
+    for c in (_shape_claim(_frame(rep, "profile_shape"), _frame(rep, "layer_contrasts"), alpha, conf), u, sink):
         if c is not None:
             claims.append(c)
     claims += _early_claims(_frame(rep, "init_vs_final"), alpha, has_bias_off)

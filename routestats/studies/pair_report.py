@@ -80,7 +80,18 @@ def _facts(ctx: PairContext) -> dict:
                 layers[layers.role == "variant"].sort_values("layer")["sfm"].to_numpy()),
             "causal": ctx.causal, "pretrained": ctx.pretrained, "trivial": ctx.trivial,
             "field_names": dict(ctx.pair.baseline.named_fields), "capture": ctx.pair.baseline.capture,
-            "capture_variant": ctx.pair.variant.capture, "confidence": ctx.settings.confidence}
+            "capture_variant": ctx.pair.variant.capture, "confidence": ctx.settings.confidence,
+            "first_key_fields": _first_key_fields(ctx)}
+
+
+def _first_key_fields(ctx: PairContext) -> dict:
+    """Named field -> number of evaluated examples whose first position lies in it (the attention sink's field)."""
+    names = ctx.pair.baseline.named_fields
+    out: dict = {}
+    for g in ctx.pair.baseline.examples(["field_ids"])["field_ids"]:
+        if len(g) and int(g[0]) in names:
+            out[names[int(g[0])]] = out.get(names[int(g[0])], 0) + 1
+    return out
 
 
 def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
