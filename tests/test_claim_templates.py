@@ -212,6 +212,18 @@ def test_an_attention_sink_on_a_named_first_token_is_said():
     assert not any(x.kind == "first_key_sink" for x in pair(weak))
 
 
+def test_thirty_layers_quote_the_extremes_and_point_at_the_table():
+    d = [0.05 + 0.001 * k for k in range(30)]
+    d[7] = 0.2  # the largest
+    d[20] = -0.01  # the smallest
+    eff = effects(d, [0.001] * 30, [x - 0.01 for x in d], [x + 0.01 for x in d])
+    f = printed(pair(report(effects=eff)), "finding")
+    layer_lines = [x for x in f if x.startswith("Layer ")]
+    assert [x.split(":")[0] for x in layer_lines] == ["Layer 7", "Layer 20"]
+    assert "Per layer, for all 30 layers: the effects table; below, the layers with the largest and the smallest Δ." in f
+    assert len([x for x in printed(pair(report(effects=eff.head(12))), "finding") if x.startswith("Layer ")]) == 12
+
+
 def test_direct_and_learned_parts_only_with_a_bias_off_run():
     a = across([0.1, 0.05], [0.01, 0.2], [0.05, -0.01], [0.15, 0.11])
     decomp = pd.DataFrame({"seed": 1, "component": ["total"] * 2 + ["direct"] * 2 + ["learned"] * 2,

@@ -32,11 +32,11 @@ TEMPLATES = {
     "early_share", "needs_bias_off", "scope", "censoring", "depends_on_length", "length_mixed", "layer_effect",
     "highest_layer", "profile_distance", "adjusted_counts", "no_across_seed", "same_sign", "signflip_floor",
     "direct_learned", "shared_examples", "parts_scope", "counts", "patterns", "seed_layer", "mixed_not_converged",
-    "null_check", "first_key_sink",
+    "null_check", "first_key_sink", "layers_listed",
 }
 # kinds no synthetic run here produces, exercised on constructed tables in tests/test_claim_templates.py
 # (unnamed keys: the synthetic runs name every token)
-CONSTRUCTED_ONLY = {"unnamed_shift", "length_mixed", "first_key_sink"}
+CONSTRUCTED_ONLY = {"unnamed_shift", "length_mixed", "first_key_sink", "layers_listed"}
 SEEN: set[str] = set()
 
 COLUMNS = {  # table -> (estimate, p, ci_low, ci_high) of the direction sentences

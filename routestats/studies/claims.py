@@ -314,9 +314,20 @@ def pair_claims(rep: Report, *, n_examples: int, alpha: float, rho: float, conf:
     return claims
 
 
+MAX_LAYER_FINDINGS = 12  # beyond, the findings quote the largest and smallest change and point at the table
+
+
 def _pair_findings(rep: Report, conf: str) -> list[Claim]:
     out = []
-    for r in rep.frame("effects").sort_values("layer").itertuples():
+    eff = rep.frame("effects").sort_values("layer")
+    rows = eff
+    if len(eff) > MAX_LAYER_FINDINGS:  # 30 lines of one shape bury the rest: the extremes, then the table
+        order = eff["mean_diff"].to_numpy().argsort(kind="stable")
+        rows = eff.iloc[sorted({int(order[-1]), int(order[0])})]
+        out.append(Claim("layers_listed", f"Per layer, for all {len(eff)} layers: the effects table; below, the layers "
+                         "with the largest and the smallest Δ.", "finding", "effects",
+                         checks=((f"more than {MAX_LAYER_FINDINGS} layers", True),)))
+    for r in rows.itertuples():
         out.append(Claim("layer_effect", f"Layer {r.layer}: SFM {fmt_num(r.baseline_mean)} → {fmt_num(r.variant_mean)}, "
                          f"Δ = {signed(r.mean_diff)}, per-layer {conf} CI {_ci(r.ci_low, r.ci_high)}, d_z = "
                          f"{fmt_num(r.dz, 2)}, p_Holm {_eq(r.p_holm)}.",
