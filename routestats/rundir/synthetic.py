@@ -78,12 +78,8 @@ def synthetic_pair(
     """
     if len(same_field_bias) != n_layers or len(effect) != n_layers:
         raise ValueError("same_field_bias and effect need one value per layer")
-    if n_fields not in (2, 3):
-        raise ValueError("n_fields is 2 (title, content) or 3 (title, content, notes)")
     rng = np.random.default_rng(seed)
-    rows = [_synthetic_example(rng, e, length_range, cap) for e in range(n_examples)]
-    if n_fields == 3:
-        rows = [_third_field(r) for r in rows]
+    rows = _synthetic_examples(rng, n_examples, length_range, cap, n_fields)
     noise = {ex["example_id"]: rng.standard_normal((len(steps), n_layers, n_heads, len(ex["field_ids"]),
                                                     len(ex["field_ids"]))) for ex in rows}
     extra = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows}
@@ -131,6 +127,14 @@ def _synthetic_example(rng, e: int, length_range, cap: int) -> dict:
     return {"example_id": e, "split": "val", "source_index": e, "row_id": f"row_{e}", "label": "synthetic",
             "prepared_length": n, "cap": cap, "field_ids": ([4] * n_title + [3] * (n - n_title))[:kept],
             "tokens": tokens[:kept], "word_ids": words[:kept], "is_primary": True}
+
+
+def _synthetic_examples(rng, n_examples: int, length_range, cap: int, n_fields: int) -> list[dict]:
+    """The example rows of a synthetic pair (2 fields, or 3 with the second half of the content as notes)."""
+    if n_fields not in (2, 3):
+        raise ValueError("n_fields is 2 (title, content) or 3 (title, content, notes)")
+    rows = [_synthetic_example(rng, e, length_range, cap) for e in range(n_examples)]
+    return [_third_field(r) for r in rows] if n_fields == 3 else rows
 
 
 def _third_field(row: dict) -> dict:
