@@ -18,8 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from reports.axes import (DISPLAY_PX, MAX_LEGEND_LAYERS, MAX_TICKS, integer_ticks, layer_colors,  # noqa: E402,F401
-                          layer_key, layer_step, layer_ticks, step_axis)
+from reports.axes import (DISPLAY_PX, MAX_LEGEND_LAYERS, integer_ticks, layer_colors, layer_key,  # noqa: E402
+                          layer_step, layer_ticks, step_axis)
 from reports.theme import RC  # noqa: E402
 
 PALETTE = {"baseline": "#4C72B0", "variant": "#DD8452"}

@@ -6,6 +6,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from reports import figures as F
+from reports.axes import layer_ticks
+from reports.theme import palette
 
 DRAWERS: dict = {}
 drawer = F.registrar(DRAWERS)
@@ -39,13 +41,13 @@ def entropy(frames, params):
     ent = frames["entropy_layer"]
     ratios = params["ratios"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
-    colors = dict(zip(ratios, F.palette("viridis", len(ratios))))
+    colors = dict(zip(ratios, palette("viridis", len(ratios))))
     for ax, htype in zip(axes, ("softmax", "sigmoid")):
         t = ent[ent["head_type"] == htype]
         for r, g in t.groupby("ratio"):
             ax.plot(g["layer"], g["entropy"], marker="o", color=colors[r], label=r)
         ax.set(title=f"{htype} heads", xlabel="layer", ylabel="row-normalised entropy (nats)")
-        F.layer_ticks(ax, ent["layer"].unique())
+        layer_ticks(ax, ent["layer"].unique())
         if len(t):
             ax.legend(fontsize=8, title="ratio")
     fig.tight_layout()

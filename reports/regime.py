@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from reports import figures as F
+from reports.theme import palette
 
 DRAWERS: dict = {}
 drawer = F.registrar(DRAWERS)
@@ -35,7 +36,7 @@ def spectrum(frames, params):
     summ = t["summary"].reset_index(drop=True)
     keys = [tuple(int(x) for x in r[["layer", "example", "token"]]) for _, r in summ.iterrows()]
     labels = [_point(r) for _, r in summ.iterrows()]
-    pal = F.palette("viridis", max(len(keys), 2))
+    pal = palette("viridis", max(len(keys), 2))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4))
     for i, (k, lab) in enumerate(zip(keys, labels)):
         sp = _at(t["spectrum"], k) if "spectrum" in t else None
@@ -129,7 +130,7 @@ def overlap(frames, params):
         m = _at(ov, k)
         fig, ax = plt.subplots(figsize=(6.2, 4.2))
         heads = sorted(m["head"].unique())
-        hp = F.palette("tab10", max(len(heads), 1))
+        hp = palette("tab10", max(len(heads), 1))
         for i, h in enumerate(heads):
             g = m[m["head"] == h]
             ax.scatter(g["overlap"], g["response"], s=8, alpha=0.6, color=hp[i % 10], label=f"head {h}")

@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from reports import figures as F
+from reports.axes import layer_colors, layer_key, layer_ticks, step_axis
 
 DRAWERS: dict = {}
 drawer = F.registrar(DRAWERS)
@@ -21,7 +22,7 @@ def seeds(frames, params):
     ax.plot(mean["layer"], mean["delta"], color="black", lw=2.5, marker="s", label="mean over seeds")
     ax.axhline(0, color="0.4", ls="--", lw=1)
     ax.set(xlabel="layer", ylabel="Δ SFM (SAAB − baseline)", title="Per-seed paired differences")
-    F.layer_ticks(ax, lines["layer"].unique())
+    layer_ticks(ax, lines["layer"].unique())
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     return fig
@@ -32,14 +33,14 @@ def sweep(frames, params):
     points, mean = frames["points"], frames["mean"]
     fig, ax = plt.subplots(figsize=(7, 3.6))
     layers = sorted(points["layer"].unique())
-    for c, layer in zip(F.layer_colors(len(layers)), layers):
+    for c, layer in zip(layer_colors(len(layers)), layers):
         g = points[points["layer"] == layer]
         ax.scatter(g["w_f"], g["delta"], color=c, s=12, alpha=0.6)
         m = mean[mean["layer"] == layer]
         ax.plot(m["w_f"], m["delta"], color=c, marker="o", label=f"layer {layer}")
     ax.axhline(0, color="0.4", ls="--", lw=1)
     ax.set(xlabel="bias strength w_f", ylabel="Δ SFM", title="Bias-strength sweep (points: seeds)")
-    F.layer_key(ax, F.layer_colors(len(layers)), layers)
+    layer_key(ax, layer_colors(len(layers)), layers)
     fig.tight_layout()
     return fig
 
@@ -54,7 +55,7 @@ def shuffled(frames, params):
         ax.fill_between(m["layer"], m["min"], m["max"], color=color, alpha=0.15)
     ax.axhline(0, color="0.4", ls="--", lw=1)
     ax.set(xlabel="layer", ylabel="Δ SFM", title="Shuffled control (band: range over seeds)")
-    F.layer_ticks(ax, bands["layer"].unique())
+    layer_ticks(ax, bands["layer"].unique())
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -65,16 +66,16 @@ def trajectories(frames, params):
     lines, mean = frames["lines"], frames["mean"]
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     layers = sorted(lines["layer"].unique())
-    for c, layer in zip(F.layer_colors(len(layers)), layers):
+    for c, layer in zip(layer_colors(len(layers)), layers):
         g = lines[lines["layer"] == layer]
         for _, gs in g.groupby("seed"):
             ax.plot(gs["step"], gs["delta"], color=c, lw=0.8, alpha=0.35)
         m = mean[mean["layer"] == layer]
         ax.plot(m["step"], m["delta"], color=c, lw=2, marker="o", ms=3, label=f"layer {layer}")
     ax.axhline(0, color="0.4", ls="--", lw=1)
-    F.step_axis(ax, lines["step"])
+    step_axis(ax, lines["step"])
     ax.set(xlabel="training step", ylabel="Δ SFM (SAAB − baseline)", title="Trajectories (thin: seeds, thick: mean)")
-    F.layer_key(ax, F.layer_colors(len(layers)), layers)
+    layer_key(ax, layer_colors(len(layers)), layers)
     fig.tight_layout()
     return fig
 

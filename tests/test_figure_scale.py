@@ -1,7 +1,7 @@
 """Figures that read at 4, 12, 18 and 30 layers, with 2 and 3 fields and 4-12 heads (issue 32).
 
 Every figure of a pair report is drawn from synthetic pairs of those shapes and checked at the pixel
-level, as the page shows it (``reports.figures.DISPLAY_PX`` wide at most, PNG at 130 dpi):
+level, as the page shows it (``reports.axes.DISPLAY_PX`` wide at most, PNG at 130 dpi):
 
 * no text smaller than 9 px on the page;
 * every text (titles, tick labels, legend entries, colour-bar labels) inside the canvas;
@@ -18,7 +18,7 @@ import pytest
 
 import routestats as rs
 from reports.drawing import draw
-from reports.figures import DISPLAY_PX, layer_step
+from reports.axes import DISPLAY_PX, layer_step
 from routestats.rundir.synthetic import synthetic_pair
 
 DPI = 130  # reports.figures.save
