@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 
 from reports import figures as F
@@ -101,6 +102,7 @@ def forest(frames, params):
         ax.axvline(0, color="0.4", ls="--", lw=1)
         ax.set_yticks(y, [F.plain(x) for x in labels], fontsize=8)
         ax.set(title=f"layer {layer}", xlabel="Δ SFM")
+        ax.xaxis.set_major_locator(MaxNLocator(4))  # "−0.0125 −0.0100" ran together in a narrow panel
     for ax in axes.ravel()[len(layers):]:
         ax.axis("off")
     fig.tight_layout()

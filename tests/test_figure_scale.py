@@ -1,7 +1,8 @@
 """Figures that read at 4, 12, 18 and 30 layers, with 2 and 3 fields and 4-12 heads (issue 32).
 
-Every figure of a pair report is drawn from synthetic pairs of those shapes and checked at the pixel
-level, as the page shows it (``reports.axes.DISPLAY_PX`` wide at most, PNG at 130 dpi):
+Every figure of a pair report is drawn from synthetic pairs of those shapes, and every figure of a
+study (3 seeds at 4 and 30 layers; a tree with sweep and shuffled conditions) and of a MoFA tree (2 and
+30 layers), and checked at the pixel level, as the page shows it (``reports.axes.DISPLAY_PX`` wide at most, PNG at 130 dpi):
 
 * no text smaller than 9 px on the page;
 * every text (titles, tick labels, legend entries, colour-bar labels) inside the canvas;
@@ -23,19 +24,40 @@ from routestats.rundir.synthetic import synthetic_pair
 
 DPI = 130  # reports.figures.save
 MIN_PX = 9.0
-SHAPES = [(4, 4, 2), (12, 12, 3), (18, 6, 3), (30, 9, 2)]  # layers, heads, fields
+SHAPES = [("pair", 4, 4, 2), ("pair", 12, 12, 3), ("pair", 18, 6, 3), ("pair", 30, 9, 2),  # layers, heads, fields
+          ("study", 4, 4, 2), ("study", 30, 4, 2), ("study-conditions", 3, 2, 2), ("mofa", 2, 2, 1),
+          ("mofa", 30, 4, 1)]
+FIGURES_AT_LEAST = {"pair": 6, "study": 3, "study-conditions": 4, "mofa": 3}
 
 
-@pytest.fixture(scope="module", params=SHAPES, ids=lambda s: f"L{s[0]}-H{s[1]}-F{s[2]}")
+def _tree(kind: str, d, layers: int, heads: int, fields: int):
+    """A synthetic pair, study (3 seeds of pairs), study with conditions, or MoFA tree of this shape."""
+    from tests.conftest import synthetic_mofa_tree, synthetic_study_tree
+
+    def pair(out, seed):
+        synthetic_pair(out, seed=seed, n_examples=8, n_layers=layers, n_heads=heads, length_range=(10, 16),
+                       same_field_bias=[0.5] * layers, effect=list(np.linspace(-0.3, 0.6, layers)), n_fields=fields,
+                       forms=("matrices", "reductions") if kind == "pair" else ("reductions",), steps=(1, 10))
+
+    if kind == "pair":
+        pair(d, 7)
+    elif kind == "study":
+        for seed in (1, 2, 3):
+            pair(d / f"seed{seed}", seed)
+    elif kind == "study-conditions":
+        synthetic_study_tree(d)
+    else:
+        synthetic_mofa_tree(d, n_layers=layers, n_heads=heads)
+
+
+@pytest.fixture(scope="module", params=SHAPES, ids=lambda s: f"{s[0]}-L{s[1]}-H{s[2]}-F{s[3]}")
 def figures(request, tmp_path_factory):
-    layers, heads, fields = request.param
-    d = tmp_path_factory.mktemp("scale") / "pair"
-    synthetic_pair(d, seed=7, n_examples=8, n_layers=layers, n_heads=heads, length_range=(10, 16),
-                   same_field_bias=[0.5] * layers, effect=list(np.linspace(-0.3, 0.6, layers)), n_fields=fields,
-                   forms=("matrices", "reductions"))
+    kind, layers, heads, fields = request.param
+    d = tmp_path_factory.mktemp("scale") / kind
+    _tree(kind, d, layers, heads, fields)
     rep = rs.analyse(d, resamples=100, permutations=100)
     figs = [f for s in rep.sections for f in s.figures if f.kind != "attention_explorer"]
-    assert len(figs) >= 6
+    assert len(figs) >= FIGURES_AT_LEAST[kind]
     drawn = [(f.name, draw(f)) for f in figs]
     yield request.param, drawn
     import matplotlib.pyplot as plt
