@@ -77,7 +77,7 @@ def test_summarise_batch_is_summarise_queries_per_example(rng):
                     assert np.array_equal(np.asarray(v), b[k][e], equal_nan=True), (n, k)
 
 
-def test_field_to_field_sums_run_in_query_order():
+def test_field_to_field_sums_equal_the_query_loop_within_rounding():
     # expected: a plain Python loop over the queries of each source field in order, one float64
     # addition at a time, divided by the source field's query count. The matrix product sums in the
     # BLAS kernel's order, which is the loop's bit for bit on some CPUs and not on others (OpenBLAS's

@@ -1,12 +1,14 @@
 """Golden hashes of every report table and every HTML table cell (written before the [shape] move).
 
-The expected hashes in ``tests/golden/reports.json`` were produced by this file on the code as it
-stood before the layers were moved into subpackages (``ROUTESTATS_UPDATE_GOLDEN=1 pytest
-tests/test_golden.py`` rewrites them). A refactor that changes any number, column, dtype or
-rendered cell text fails here. Each table is hashed from its CSV with 12 significant digits: any
-change beyond 1e-12 relative shows, while the last-bit differences of the CPU's own vector maths do
-not (numpy's ``exp`` gives perplexities that differ in the 16th digit with AVX-512 and without it, so
-17-digit hashes written on one machine failed on the next).
+``ROUTESTATS_UPDATE_GOLDEN=1 pytest tests/test_golden.py`` rewrites the expected hashes in
+``tests/golden/reports.json``. They were first written on the code as it stood before the layers were
+moved into subpackages, and rewritten once at 12 digits (commit 734f78f) from code whose 17-digit
+hashes equal those of 07f61e2 on the same machine. A refactor that changes any number, column, dtype
+or rendered cell text fails here. Each table is hashed from its CSV with 12 significant digits: any
+change beyond 1e-12 relative shows, while the last-bit differences of machine-specific vector maths
+do not (numpy's SIMD loops and the OpenBLAS kernel are chosen per CPU: on an AVX2 machine 11 tables,
+the perplexities among them, differed from 17-digit hashes written on another machine). To prove a
+refactor bitwise, compare two commits' 17-digit hashes on one machine.
 """
 
 from __future__ import annotations
