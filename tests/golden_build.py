@@ -17,5 +17,6 @@ def build_all(tmp: Path, kw: dict) -> dict:
     for name, path in (("pair", demo_run_dir()), ("study", tmp / "study"), ("mofa", tmp / "mofa")):
         rep = rs.analyse(path, **kw)
         reports.write(rep, tmp / f"{name}-out", ("html",))
-        out[name] = (rep.tables(), (tmp / f"{name}-out" / "report.html").read_text())
+        out[name] = (rep.tables(), (tmp / f"{name}-out" / "report.html").read_text(),
+                     (tmp / f"{name}-out" / "claims.csv").read_text())
     return out

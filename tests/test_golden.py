@@ -4,7 +4,8 @@
 ``tests/golden/reports.json``. They were first written on the code as it stood before the layers were
 moved into subpackages, and rewritten once at 12 digits (commit 734f78f) from code whose 17-digit
 hashes equal those of 07f61e2 on the same machine. A refactor that changes any number, column, dtype
-or rendered cell text fails here. Each table is hashed from its CSV with 12 significant digits: any
+or rendered cell text fails here, and so does any change of ``claims.csv`` (every sentence the report
+considered, its rows and its preconditions), hashed byte for byte since the [compose] move. Each table is hashed from its CSV with 12 significant digits: any
 change beyond 1e-12 relative shows, while the last-bit differences of machine-specific vector maths
 do not (numpy's SIMD loops and the OpenBLAS kernel are chosen per CPU: on an AVX2 machine 11 tables,
 the perplexities among them, differed from 17-digit hashes written on another machine). To prove a
@@ -50,8 +51,9 @@ def _reports(tmp: Path) -> dict:
 
 def _current(tmp: Path) -> dict:
     got = {}
-    for name, (tables, html) in _reports(tmp).items():
-        got[name] = {"tables": {k: frame_hash(v) for k, v in sorted(tables.items())}, "html": html_cells(html)}
+    for name, (tables, html, claims) in _reports(tmp).items():
+        got[name] = {"tables": {k: frame_hash(v) for k, v in sorted(tables.items())}, "html": html_cells(html),
+                     "claims": hashlib.sha256(claims.encode()).hexdigest()[:16]}
     return got
 
 
@@ -65,3 +67,4 @@ def test_report_tables_and_cells_unchanged(tmp_path):
     for name in want:
         assert got[name]["tables"] == want[name]["tables"], name
         assert got[name]["html"] == want[name]["html"], name
+        assert got[name]["claims"] == want[name]["claims"], name  # claims.csv, byte for byte
