@@ -5,7 +5,7 @@ the renderer writes such figures into the page instead of drawing them. The expl
 words of one example coloured by field; clicking a word shades every word by the attention the
 clicked word (the query) pays it, for a chosen layer and head (or the head mean) in the baseline,
 the variant or their difference. Its data are the word-level matrices of
-:meth:`routestats.studies.pair_report.WordMap.explorer_frames`, embedded as JSON.
+:meth:`routestats.compose.pair.build.WordMap.explorer_frames`, embedded as JSON.
 """
 
 from __future__ import annotations

@@ -64,16 +64,16 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
     s = AnalysisSettings.of(settings, **overrides)
     path = Path(path)
     if path.is_file() and path.suffix == ".npz":
-        from routestats.regime.report import build_regime_report
+        from routestats.compose.regime.build import build_regime_report
 
         return build_regime_report(path, s, progress)
     obj = load(path, s)
     if isinstance(obj, Run):
         if (obj.path / S.OPERATOR_DIR / S.OPERATOR_INDEX).is_file():
-            from routestats.regime.report import build_regime_report
+            from routestats.compose.regime.build import build_regime_report
 
             return build_regime_report(obj.path, s, progress)
-        from routestats.studies.run_report import build_run_report
+        from routestats.compose.run.build import build_run_report
 
         return build_run_report(obj, s, progress)  # a single run: descriptive, no paired statistics
     if workers > 1:
@@ -81,10 +81,10 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
 
         warm_cache(obj, workers=workers)
     if is_mofa_tree(obj, s):
-        from routestats.studies.mofa_report import build_mofa_report
+        from routestats.compose.mofa.build import build_mofa_report
 
         return build_mofa_report(obj, s, progress)
-    from routestats.studies.pair_report import build_pair_report
+    from routestats.compose.pair.build import build_pair_report
 
     pairs = find_pairs(obj, s)
     one = _pair_with_bias_off(pairs)
@@ -93,7 +93,7 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
     parts = tuple(build_pair_report(p, s, progress, within_study=len(pairs) > 1) for p in _pair_parts(pairs, s))
     if len(pairs) == 1:
         return parts[0] if parts else build_pair_report(pairs[0], s, progress)
-    from routestats.studies.study_report import build_study_report
+    from routestats.compose.study.build import build_study_report
 
     probe = init_probe or (path / "init_probe" if (path / "init_probe" / "probe.json").is_file() else None)
     lengths = path / "lengths" if (path / "lengths").is_dir() else None

@@ -370,7 +370,7 @@ def regime(
 ) -> None:
     """Spectral certification of gating-induced regime switching at one operating point or over a grid."""
     from reports.folder import check_output
-    from routestats.regime.report import build_regime_report, terminal_tables
+    from routestats.compose.regime.build import build_regime_report, terminal_tables
 
     if not source.exists():
         _fail(f"{source}: no such file or directory")

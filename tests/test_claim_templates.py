@@ -1,4 +1,4 @@
-"""The sentence templates of routestats.studies.claims (METHODS 3.7) on constructed tables, one test
+"""The sentence templates of routestats.compose.claims (METHODS 3.7) on constructed tables, one test
 per branch. Every expected sentence is written out from the constructed frames by hand: the
 numbers in it are the cells put into the frame, formatted as the tables format them."""
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 import pandas as pd
 
 from routestats.report import Column, Report, Section, Table
-from routestats.studies.claims import direction_claim, pair_claims, study_claims
+from routestats.compose.claims import direction_claim, pair_claims, study_claims
 
 
 def effects(d, p, lo, hi):

@@ -2,7 +2,7 @@
 each report's printed sentences, its claims frame and its tables, and asserts every printed
 sentence holds of them.
 
-The checker shares no code with :mod:`routestats.studies.claims`: it parses the sentences back
+The checker shares no code with :mod:`routestats.compose.claims`: it parses the sentences back
 with its own regular expressions, recomputes what each one says from the tables (and, for
 censoring and shared example sets, from the runs' ``examples.parquet`` read with pandas), and
 looks for forbidden sentences (no "no change" beside an interval, no mechanism without a bias-off

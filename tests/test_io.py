@@ -328,7 +328,7 @@ def test_killed_run_reads_as_incomplete(tmp_path, rng):
 def test_import_routestats_loads_no_torch_runners_or_jinja():
     # the whole analysis core (every layer below the CLI) loads none of the torch/rendering/CLI stack
     code = ("import sys, routestats, routestats.analysis, routestats.rundir.synthetic, routestats.studies, "
-            "routestats.regime.report; print(sorted(m for m in ('torch', 'runners', 'jinja2', 'reports', "
+            "routestats.compose.regime.build; print(sorted(m for m in ('torch', 'runners', 'jinja2', 'reports', "
             "'matplotlib', 'seaborn', 'typer', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import routestats as rs  # noqa: E402
-from routestats.studies.mofa_report import build_mofa_report  # noqa: E402
+from routestats.compose.mofa.build import build_mofa_report  # noqa: E402
 from runners.mofa import GPTConfig, MoFAGPT, MoFATrain, blocks_of, encode, train_mofa_run  # noqa: E402
 from runners.train import seed_everything  # noqa: E402
 from runners.model import state_hash  # noqa: E402

@@ -14,7 +14,8 @@ from routestats.errors import RoutestatsError, RunFormatError
 from routestats.regime.certify import Operators, certify, directional, probe_sweep, severity_certificate, severity_sweep
 from routestats.regime.geometry import overlap_sweep, query_gating_geometry, routing_decomposition, support_overlap
 from routestats.regime.maps import adjacency, agreement, fibonacci_sphere, regime_map, slice_basis
-from routestats.regime.report import analyse_point, build_regime_report, load_operator_points
+from routestats.compose.regime.build import build_regime_report
+from routestats.regime.points import analyse_point, load_operator_points
 from routestats.settings import AnalysisSettings
 from tests.test_regime import operators
 

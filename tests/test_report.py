@@ -17,7 +17,7 @@ from reports.render import build_context, render
 from routestats.cli import app
 from routestats.rundir.synthetic import demo_run_dir, synthetic_pair
 from routestats.settings import AnalysisSettings
-from routestats.studies.pair_report import build_pair_report, select_token_map_example
+from routestats.compose.pair.build import build_pair_report, select_token_map_example
 from tests.conftest import chromium_console, compile_tex, console_errors, need, random_attention, write_run
 
 runner = CliRunner()
@@ -356,7 +356,8 @@ def test_our_caption_symbols_typeset_in_latex():
     # every non-Latin-1 symbol the core's captions use has a LaTeX form (none falls back to "?")
     from pathlib import Path as _P
 
-    src = "".join(p.read_text() for d in ("routestats/studies", "routestats/regime") for p in _P(d).glob("*.py"))
+    src = "".join(p.read_text() for d in ("routestats/studies", "routestats/regime", "routestats/compose")
+                  for p in _P(d).rglob("*.py"))
     src += _P("routestats/report.py").read_text()
     wordpiece = set("ĠĊ▁⏎")  # tokenizer markers, stripped from words before they reach a table
     used = {ch for ch in src if ord(ch) > 255} - wordpiece

@@ -26,7 +26,7 @@ def model():
 
 def test_smollm2_operating_point(model, tmp_path):
     from routestats.regime.certify import Operators, certify, directional, severity_certificate, tau_max_dual
-    from routestats.regime.report import build_regime_report
+    from routestats.compose.regime.build import build_regime_report
     from routestats.settings import AnalysisSettings
     from runners.operators import operating_point
     from runners.regime import build_point

@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 import routestats as rs
 from routestats.cli import app
 from routestats.settings import AnalysisSettings
-from routestats.studies.study_report import build_study_report
+from routestats.compose.study.build import build_study_report
 from routestats.studies.seeds import across_seed_tests, paired_deltas
 from tests.conftest import compile_tex, need
 
@@ -83,7 +83,7 @@ def test_evidence_levels_forest_and_disagreement(tree):  # noqa: F811
     import pandas as pd
 
     from routestats.stats.inference import bootstrap_means
-    from routestats.studies.study_report import disagreement
+    from routestats.compose.study.build import disagreement
 
     rep = build_study_report(tree, AnalysisSettings(resamples=300, seed=4))
     f = rep.frame("forest")

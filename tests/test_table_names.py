@@ -1,7 +1,7 @@
 """`routestats table --help` lists every table a report writes (routestats.table_names)."""
 
 import routestats as rs
-from routestats.regime.report import build_regime_report
+from routestats.compose.regime.build import build_regime_report
 from routestats.table_names import REPORT_TABLES
 from tests.conftest import synthetic_mofa_tree, synthetic_study_tree
 from tests.test_regime_report import write_points

@@ -1,0 +1,252 @@
+"""The MoFA report for a tree of ratios x seeds: tables, figures and sentences (A.4)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from routestats.errors import RoutestatsError
+from routestats.rundir.collection import RunCollection
+from routestats.report import (
+    Claim, Column, Figure, Report, Section, Table, fmt_num, fmt_p, guarded, section, with_claims,
+)
+from routestats.settings import AnalysisSettings
+from routestats.studies.mofa import (
+    PCAResult,
+    consecutive_ratio_tests,
+    domain_ranking,
+    entropy_by_layer,
+    entropy_by_type,
+    head_entropy,
+    pca_domain_response,
+    ppl_table,
+    ratio_tests,
+    worst_vs_best,
+)
+
+__all__ = ["build_mofa_report"]
+
+
+def _tables(t: dict, ratios: list, pca: PCAResult | None, s: AnalysisSettings) -> dict[str, Table]:
+    out = {}
+    mean_cols = tuple(Column(f"PPL {r}", f"mean_{r}", "num", 2) for r in ratios)
+    out["ranking"] = Table(
+        "ranking", t["ranking"], "Zero-shot perplexity per domain (mean over seeds, exact token pooling), best and "
+                                 "worst ratio, and spread (max − min over ratios).",
+        (Column("Domain", "domain", "text"), *mean_cols, Column("Best", "best", "text"), Column("Worst", "worst", "text"),
+         Column("Spread", "spread", "num", 2)))
+    out["per_ratio"] = Table("per_ratio", t["per_ratio"], "Number of domains where each ratio is best and worst.",
+                             (Column("Ratio", "ratio", "text"), Column("Best", "n_best", "int"),
+                              Column("Worst", "n_worst", "int")))
+    if len(t["worst_best"]):
+        out["worst_best"] = Table(
+            "worst_best", t["worst_best"], f"Worst vs best ratio per domain: paired {s.test}-test across seeds (unit = "
+                                           "seed; no multiplicity correction, as in the paper). Δ = worst − best.",
+            (Column("Domain", "stratum", "text"), Column("Best", "ratio_a", "text"), Column("Worst", "ratio_b", "text"),
+             Column("Seeds", "n_seeds", "int"), Column("Δ PPL", "mean_diff", "num", 2), Column("d_z", "dz", "num", 2),
+             Column("p", "p_raw", "p"), Column("min p", "min_attainable_p", "p")))
+    else:
+        out["worst_best"] = Table("worst_best", t["worst_best"])
+    if t["in_domain"] is not None:
+        out["in_domain"] = Table(
+            "in_domain", t["in_domain"], "In-domain perplexity of each ratio against the all-softmax baseline: paired "
+                                         "test across seeds.",
+            (Column("Baseline", "ratio_a", "text"), Column("Ratio", "ratio_b", "text"), Column("Seeds", "n_seeds", "int"),
+             Column("PPL baseline", "mean_a", "num", 3), Column("PPL ratio", "mean_b", "num", 3),
+             Column("Δ", "mean_diff", "num", 3), Column("p", "p_raw", "p")))
+    if pca is not None:
+        out["pca"] = Table(
+            "pca", pca.scores, f"PC1 of the row-z-scored (sample SD) domain × ratio mean-PPL matrix, columns centred; "
+                               f"PC1 explains {100 * pca.explained_ratio[0]:.1f}% of the variance; oriented so the "
+                               "all-sigmoid loading is positive (positive score = relatively worse with sigmoid heads = "
+                               "softmax-leaning).",
+            (Column("Rank", "rank", "int"), Column("Domain", "domain", "text"), Column("PC1", "pc1", "num", 2),
+             Column("Label", "label", "text")))
+    if t["consecutive"] is not None:
+        out["consecutive"] = Table(
+            "consecutive", t["consecutive"], "Row-normalised head entropy (nats) by head type: paired t-tests across "
+                                             "seeds between adjacent ratios where the type exists; Δ = later − earlier "
+                                             "ratio.",
+            (Column("Head type", "head_type", "text"), Column("From", "ratio_a", "text"), Column("To", "ratio_b", "text"),
+             Column("H from", "mean_a"), Column("H to", "mean_b"), Column("Δ", "mean_diff"),
+             Column("t", "statistic", "num", 2), Column("p", "p_raw", "p")))
+    return out
+
+
+@dataclass(frozen=True)
+class MofaContext:
+    """What every MoFA section reads: the perplexity table, the ratio order, the in-domain domain and
+    the frames several sections share (computed once)."""
+
+    runs: RunCollection
+    settings: AnalysisSettings
+    ppl: pd.DataFrame = field(repr=False)
+    say: Callable[[str], None] = field(default=lambda label: None, repr=False, compare=False)
+
+    @functools.cached_property
+    def order(self) -> list:
+        return self.ppl.drop_duplicates("ratio").sort_values("n_sigmoid")["ratio"].tolist()
+
+    @property
+    def in_domain(self) -> str | None:
+        return self.settings.in_domain if self.settings.in_domain in set(self.ppl["domain"]) else None
+
+    @property
+    def n_seeds(self) -> int:
+        return int(self.ppl["seed"].nunique())
+
+    @functools.cached_property
+    def ranking(self):
+        return domain_ranking(self.ppl, in_domain=self.in_domain)
+
+    @functools.cached_property
+    def Y(self) -> pd.DataFrame:
+        return self.ppl.groupby(["domain", "ratio"])["ppl"].mean().unstack("ratio")[self.order]
+
+    @functools.cached_property
+    def pca(self) -> PCAResult | None:
+        return pca_domain_response(self.Y) if len(self.Y) >= 2 and len(self.order) >= 2 else None
+
+    @functools.cached_property
+    def entropy(self):
+        """(by type, by layer) head entropies, or (None, None) when runs hold no attention."""
+        if not all(r.attention_steps for r in self.runs):
+            return None, None
+        self.say("head entropy")
+        h = head_entropy(self.runs)
+        return entropy_by_type(h), entropy_by_layer(h)
+
+    def tables(self) -> dict[str, Table]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the attainable-p caveat is shown in the tables themselves
+            wb = worst_vs_best(self.ppl, test=self.settings.test, holm_family=self.settings.holm_family) \
+                if self.n_seeds >= 2 else None
+            ind = None
+            if self.in_domain is not None and self.n_seeds >= 2 and len(self.order) > 1:
+                values = self.ppl[self.ppl["domain"] == self.in_domain].rename(columns={"domain": "stratum"})
+                ind = ratio_tests(values, [(self.in_domain, self.order[0], r) for r in self.order[1:]],
+                                  test=self.settings.test)
+        cons = None
+        ent_t = self.entropy[0]
+        if ent_t is not None and self.n_seeds >= 2:
+            try:
+                cons = consecutive_ratio_tests(ent_t)
+            except RoutestatsError:
+                cons = None
+        ranking, per_ratio = self.ranking
+        t = {"ranking": ranking, "per_ratio": per_ratio, "worst_best": wb if wb is not None else pd.DataFrame(),
+             "in_domain": ind, "consecutive": cons}
+        try:
+            pca = self.pca
+        except RoutestatsError:  # its own section says why (pca_section)
+            pca = None
+        return _tables(t, self.order, pca, self.settings)
+
+
+@section("ranking", "Zero-shot perplexity by domain")
+def ranking_section(ctx: MofaContext) -> Section:
+    tables = ctx.__dict__.setdefault("_tables", ctx.tables())
+    Y = ctx.Y
+    z = Y.sub(Y.mean(axis=1), axis=0).div(Y.std(axis=1, ddof=1), axis=0)  # row z-scores (colour of the heatmap)
+    return Section("ranking", "Zero-shot perplexity by domain",
+                   (Table("ppl", ctx.ppl), tables["ranking"], tables["per_ratio"]),
+                   (Figure("mofa-heatmap", "mofa_heatmap", {"mean_ppl": Y, "zscore": z}),))
+
+
+def _shown(id: str, title: str):
+    @section(id, title)
+    def build(ctx: MofaContext) -> Section | None:
+        tables = ctx.__dict__.setdefault("_tables", ctx.tables())
+        return Section(id, title, (tables[id],)) if id in tables else None
+
+    return build
+
+
+@section("pca", "PCA of the domain response")
+def pca_section(ctx: MofaContext) -> Section | None:
+    ctx.say("PCA")
+    if ctx.pca is None:  # a failed fit raises here, and the section says why
+        return None
+    tables = ctx.__dict__.setdefault("_tables", ctx.tables())
+    return Section("pca", "PCA of the domain response", (tables["pca"],),
+                   (Figure("mofa-pca", "mofa_pca", {"scores": ctx.pca.scores},
+                           {"explained": float(ctx.pca.explained_ratio[0])}),))
+
+
+@section("consecutive", "Head entropy by type")
+def entropy_section(ctx: MofaContext) -> Section | None:
+    tables = ctx.__dict__.setdefault("_tables", ctx.tables())
+    ent_t, ent_l = ctx.entropy
+    if "consecutive" not in tables and ent_l is None:
+        return None
+    ent = tuple(Table(n, f) for n, f in (("entropy_type", ent_t), ("entropy_layer", ent_l)) if f is not None)
+    return Section("consecutive", "Head entropy by type",
+                   ((tables["consecutive"],) if "consecutive" in tables else ()) + ent,
+                   (Figure("mofa-entropy", "mofa_entropy", {"entropy_layer": ent_l}, {"ratios": ctx.order}),)
+                   if ent_l is not None else ())
+
+
+MOFA_SECTIONS = (ranking_section, _shown("worst_best", "Worst vs best ratio"),
+                 _shown("in_domain", "In-domain comparison"), pca_section, entropy_section)
+
+
+def mofa_claims(report: Report, ctx: MofaContext) -> list[Claim]:
+    """The findings of a MoFA report as claims on its tables."""
+    ranking = report.frame("ranking")
+    n_end = int(ctx.ranking[0].attrs.get("pure_endpoint_worst", 0))
+    out = [Claim("counts", f"{len(ctx.runs)} runs: ratios {', '.join(ctx.order)} × seeds "
+                 f"{', '.join(map(str, sorted(ctx.ppl['seed'].unique())))}."),
+           Claim("endpoint_worst", f"The worst ratio is a pure endpoint (all-softmax or all-sigmoid) in {n_end} of "
+                 f"{len(ranking)} domains.", "finding", "ranking", key="domain")]
+    wb = report.frame("worst_best") if "worst_best" in report.tables() else pd.DataFrame()
+    if len(wb):
+        alpha = ctx.settings.alpha
+        p = "p_holm" if "p_holm" in wb else "p_raw"
+        floor = wb["min_attainable_p"].max()
+        reach = not (np.isfinite(floor) and floor > alpha)
+        out.append(Claim("worst_best", f"Worst − best PPL reaches p < {alpha:g} ({ctx.settings.test}-test across "
+                         f"seeds, {'Holm over domains' if p == 'p_holm' else 'per domain, unadjusted'}) in "
+                         f"{int((wb[p] < alpha).sum())} of {len(wb)} domains; worst and best are picked from the same "
+                         "perplexities, so these p-values are optimistic.", "finding", "worst_best",
+                         tuple(wb["stratum"]), "stratum", checks=(("the test can reach alpha", bool(reach)),)))
+        if not reach:
+            out.append(Claim("floor", f"With {int(wb['n_seeds'].min())} seeds the {ctx.settings.test} test cannot "
+                             f"reach p < {alpha:g} (smallest attainable p = {fmt_p(floor)}).", "finding", "worst_best",
+                             checks=(("smallest attainable p > alpha", True),)))
+    if "pca" in report.tables():
+        top = report.frame("pca").iloc[0]
+        out.append(Claim("pca", f"PC1 explains {100 * ctx.pca.explained_ratio[0]:.1f}% of the domain response; most "
+                         f"softmax-leaning domain: {top['domain']} ({fmt_num(top['pc1'], 2)}).", "finding", "pca",
+                         (str(top["domain"]),), "domain"))
+    return out
+
+
+def build_mofa_report(runs: RunCollection, settings: AnalysisSettings | None = None, progress=None) -> Report:
+    """Compute the MoFA tables (A.4) for a run tree whose runs have ``ratio``/``n_sigmoid`` factors."""
+    s = settings or AnalysisSettings()
+    say = progress or (lambda label: None)
+    say("perplexity")
+    ctx = MofaContext(runs, s, ppl_table(runs), say)
+    sections = tuple(sec for fn in MOFA_SECTIONS if (sec := guarded(fn, ctx)) is not None)
+    methods = ("PPL per domain pools summed next-token NLL over all blocks (documents concatenated without separator, "
+               "cut into fixed blocks, remainder dropped, first token of a block unscored). Ratios at one seed share "
+               "initial tensors and data order, so tests pair by seed. Head entropy is computed after row-normalising "
+               "attention (natural log), averaged over query positions and blocks, then heads of a type, layers and "
+               "domains.")
+    draft = Report(
+        title=f"MoFA: {len(ctx.order)} ratios x {ctx.n_seeds} seeds",
+        subtitle=f"{len(runs)} runs · domains {', '.join(ctx.ranking[0]['domain'])}",
+        sections=sections, methods=methods,
+        provenance={"runs": runs.index.astype(str).to_dict(orient="records"),
+                    "verified_files": runs.verified_files(),
+                    "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                                 "settings": asdict(s)}},
+        facts={"n_runs": len(runs), "seeds": sorted(ctx.ppl["seed"].unique().tolist()), "ratios": ctx.order},
+    )
+    return with_claims(draft, mofa_claims(draft, ctx))

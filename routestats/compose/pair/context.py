@@ -1,0 +1,141 @@
+"""What every section of a pair report reads: :class:`PairContext`, built once per pair.
+
+It holds the pair, the settings with concrete example sets, the step, the paired example count,
+the layer summary and the paired SFM differences (computed once, shared by every section that
+needs them), and small helpers: :meth:`PairContext.per_role` (a per-run table for both runs with
+a ``role`` column), :meth:`PairContext.effects` (the paired table of a metric with the report's
+settings, computed once each), :meth:`PairContext.table` and :meth:`PairContext.figure` (a table
+or figure with the report's subject and labels). Sections are named with
+:func:`routestats.report.section` and run through :func:`routestats.report.guarded`, the one rule
+that turns a section's :class:`~routestats.errors.RoutestatsError` into "Not computed: ...".
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from routestats.errors import RoutestatsError
+from routestats.metrics.examples import resolve_example_sets, select_examples
+from routestats.metrics.passes import reduce_attention, trivial_default
+from routestats.metrics.routing import layer_summary
+from routestats.report import Figure, Table, guarded, section  # noqa: F401  (section helpers, re-exported)
+from routestats.rundir.collection import RunPair
+from routestats.settings import AnalysisSettings
+from routestats.studies.effects import paired_differences, paired_effects
+
+__all__ = ["PairContext", "pair_context", "section", "guarded"]
+
+
+@dataclass(frozen=True)
+class PairContext:
+    """The inputs of every pair-report section (see the module docstring)."""
+
+    pair: RunPair
+    settings: AnalysisSettings
+    step: int
+    n_examples: int
+    layers: pd.DataFrame = field(repr=False)
+    diffs: pd.DataFrame = field(repr=False)
+    say: Callable[[str], None] = field(default=lambda label: None, repr=False, compare=False)
+    within_study: bool = False
+    bias_off: object = None  # the variant's bias-off evaluation (a Run), when the input holds one
+
+    @property
+    def runs(self):
+        return (("baseline", self.pair.baseline), ("variant", self.pair.variant))
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.layers["layer"].nunique())
+
+    @property
+    def pretrained(self) -> bool:
+        return self.pair.baseline.pretrained and self.pair.variant.pretrained
+
+    @property
+    def causal(self) -> bool:
+        return self.pair.baseline.causal
+
+    @property
+    def trivial(self) -> str:
+        return trivial_default(self.pair.baseline, self.settings.trivial_queries)
+
+    @property
+    def subject(self) -> str:
+        return f"{self.pair.variant.run_id} vs {self.pair.baseline.run_id}"
+
+    @property
+    def labels(self) -> dict:
+        return {"baseline": f"baseline ({self.pair.baseline.run_id})", "variant": f"variant ({self.pair.variant.run_id})",
+                "difference": "variant − baseline"}
+
+    @functools.cached_property
+    def D(self) -> pd.DataFrame:
+        """The paired SFM differences as an example x layer matrix (layers ascending)."""
+        return self.diffs.pivot(index="example_id", columns="layer", values="diff").sort_index(axis=1)
+
+    @functools.cached_property
+    def common_steps(self) -> list[int]:
+        return sorted(set(self.pair.baseline.attention_steps) & set(self.pair.variant.attention_steps))
+
+    @property
+    def inference(self) -> dict:
+        """The keyword arguments of every paired table: resampling, example set, step, trivial queries."""
+        s = self.settings
+        return dict(resampling=s.resampling, examples=s.examples, step=self.step, trivial=s.trivial_queries)
+
+    def effects(self, metric: str = "sfm", **kw) -> pd.DataFrame:
+        """The paired-effects table of ``metric`` (keyword variants: adjusted, weighting), computed once."""
+        key = (metric, tuple(sorted(kw.items())))
+        memo = self.__dict__.setdefault("_effects", {})
+        if key not in memo:
+            extra = {"keys": self.settings.keys} if metric == "sfm" and kw.get("weighting", "attention") == "attention" \
+                else {}
+            memo[key] = paired_effects(self.pair, metric=metric, **self.inference, **extra, **kw)
+        return memo[key]
+
+    def per_role(self, fn: Callable, *args, **kw) -> pd.DataFrame:
+        """``fn(run, *args, **kw)`` for the baseline and the variant, stacked with a leading ``role``."""
+        frames = []
+        for role, run in self.runs:
+            t = fn(run, *args, **kw)
+            t.insert(0, "role", role)
+            frames.append(t)
+        return pd.concat(frames, ignore_index=True)
+
+    def with_difference(self, frame: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+        """``frame`` (a :meth:`per_role` table) with the rows ``role == "difference"`` (variant − baseline)."""
+        idx = lambda role: frame[frame.role == role].set_index(keys)[value]  # noqa: E731
+        diff = (idx("variant") - idx("baseline")).reset_index()
+        diff["role"] = "difference"
+        return pd.concat([frame[["role", *keys, value]], diff], ignore_index=True)[["role", *keys, value]]
+
+    def table(self, name: str, frame: pd.DataFrame, caption: str = "", columns=(), **kw) -> Table:
+        return Table(name, frame, caption, tuple(columns), subject=self.subject if columns else "", **kw)
+
+    def figure(self, name: str, kind: str, **frames) -> Figure:
+        return Figure(name, kind, frames, {"labels": self.labels})
+
+
+def pair_context(p: RunPair, settings: AnalysisSettings | None = None, say: Callable[[str], None] | None = None,
+                 within_study: bool = False, bias_off=None) -> PairContext:
+    """Check the step, read both runs' attention once and build the :class:`PairContext`."""
+    s = resolve_example_sets(settings or AnalysisSettings(), p.baseline)
+    say = say or (lambda label: None)
+    step = p.baseline.final_step if s.step is None else s.step
+    for run in (p.baseline, p.variant):
+        if step not in run.attention_steps:
+            raise RoutestatsError(f"no attention at step {step} in {run.run_id}; stored steps: {run.attention_steps}")
+    for role, run in (("baseline", p.baseline), ("variant", p.variant)):  # most of a large report's time
+        say(f"reading the {role}'s attention ({run.run_id}, step {step}, {len(run.examples(['example_id'])):,} examples)")
+        reduce_attention(run, step, s.trivial_queries)
+    say("layer summary")
+    layers = layer_summary(p, step, s.examples, s.trivial_queries).drop(columns=["run_id"])
+    ids = select_examples(p.baseline, s.examples)
+    n = len(p.baseline.examples(["example_id"])) if ids is None else len(ids)
+    diffs = paired_differences(p, step=step, examples=s.examples, trivial=s.trivial_queries, keys=s.keys)
+    return PairContext(p, s, step, n, layers, diffs, say, within_study, bias_off)

@@ -1,0 +1,249 @@
+"""The regime report: certificate, severity, geometry, regime maps and search over stored operating points."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from routestats.regime.points import analyse_point, load_operator_points
+from routestats.report import (
+    Claim, Column, Figure, Report, Section, Table, fmt_sig, guarded, point_label, section, with_claims,
+)
+from routestats.settings import AnalysisSettings
+
+__all__ = ["build_regime_report", "terminal_tables"]
+
+KEY_COLUMNS = (Column("Layer", "layer", "int"), Column("Example", "example", "int"), Column("Token", "token", "int"))
+MAX_POINTS_LISTED = 6
+
+
+_FIXED_SPECS = {  # the tables whose columns do not depend on the input
+    "agreement": (
+        "Analytic vs finite-forward classification of the slice lattice (METHODS B.8.4); directions "
+        "within the margin of a sign boundary are flagged and left out of the shares.",
+        (*KEY_COLUMNS, Column("Directions", "directions", "int"), Column("Flagged", "flagged", "int"),
+         Column("Switch agree", "switch_agreement", "num", 4), Column("Mechanism agree", "mechanism_agreement", "num", 4),
+         Column("Pearson r", "pearson_r", "num", 6), Column("max |Δg_full|", "max_abs_diff_g_full", "sig", 2))),
+    "probes": (
+        "Random-probe projected analysis (METHODS B.9): nested orthonormal probes (first p columns of one "
+        "seeded matrix); S_proj = negative eigenspace of Πᵀ G_T Π; normalised d_sw = d_sw / dim S_proj.",
+        (*KEY_COLUMNS, Column("Probe p", "probe", "int"), Column("dim S_proj", "dim_S_proj", "int"),
+         Column("λ_max", "lambda_max", "sig"), Column("d_sw", "d_sw", "int"),
+         Column("normalised d_sw", "normalised_d_sw", "num", 3))),
+    "routing": (
+        "Directional routing decomposition per softmax head (METHODS B.4, App. 9.6): diversity D_v, "
+        "routing sensitivity S_v, I_gate = Σ α a b = vᵀ J_q^h v and alignment ρ = I_gate / (D_v S_v).",
+        (*KEY_COLUMNS, Column("Direction", "direction", "text"), Column("Head", "head", "int"),
+         Column("D_v", "diversity", "sig", 3), Column("S_v", "sensitivity", "sig", 3),
+         Column("I_gate", "I_gate", "sig", 3), Column("ρ", "alignment", "num", 3))),
+    "cost": (
+        "Amortised cost on the machine that built the operators (METHODS B.10; hardware-dependent, "
+        "reported, not asserted): setup = closed forms + eigendecompositions; per direction, 4 quadratic "
+        "forms (c_q) vs finite forwards (c_f); break-even number of directions N* = setup / (c_f − c_q).",
+        (*KEY_COLUMNS, Column("Task", "task", "text"), Column("setup (s)", "t_setup", "sig", 3),
+         Column("c_q (s)", "c_q", "sig", 3), Column("c_f (s)", "c_f", "sig", 3),
+         Column("N*", "break_even_directions", "num", 0))),
+    "search": (
+        "Search quality (METHODS B.10): blind ambient and oracle-in-S random directions vs the spectral "
+        "certificate; best τ among switching directions (spectral: τ_cert).",
+        (*KEY_COLUMNS, Column("Search", "search", "text"), Column("Directions", "directions", "int"),
+         Column("Switching", "switching", "int"), Column("Share", "share", "num", 3), Column("best τ", "best_tau", "num", 4))),
+}
+
+
+def _tables(t: dict) -> dict[str, Table]:
+    K = KEY_COLUMNS
+    specs = {"summary": (
+        "Spectral certificate per operating point (METHODS B.5-B.6): dim S (eigenvalues of G_T below "
+        "−tol), λ_max(W) from eigh(R, C), d_sw = #{λ > 1} with its band for ε_W = max |analytic − autograd|, "
+        "τ_cert (binary search over nested severity subspaces) and τ_max (convex dual; ours, not in the paper).",
+        (*K, Column("d", "dim", "int"), Column("dim S", "dim_S", "int"), Column("λ_max", "lambda_max", "sig"),
+         Column("d_sw", "d_sw", "int"), Column("band", ("d_sw_low", "d_sw_high"), "range"),
+         Column("τ_cert", "tau_cert", "num", 4), Column("τ_max", "tau_max_dual", "num", 4),
+         Column("max error", "max_error", "sig", 2), Column("forward error", "forward_error", "sig", 2))),
+        "counterfactual": (
+        "Counterfactual growth of the relative-switching direction v_rel and the certified severe "
+        "direction v_sev: analytic quadratic forms and finite forwards at two step sizes (METHODS B.8.3).",
+        (*K, Column("Direction", "direction", "text"), Column("Method", "method", "text"),
+         Column("g_T", "g_T", "sig", 5), Column("g_T+Q", "g_TQ", "sig", 5), Column("g_T+K", "g_TK", "sig", 5),
+         Column("g_full", "g_full", "sig", 5), Column("Regime", "regime", "text")))}
+    if "geometry" in t:
+        specs["geometry"] = (
+            "Query-gating geometry per head (METHODS B.7, Prop. 1): dim U_r, rank J_q (≤ dim U_r for softmax "
+            "heads), relative residuals of range ⊆ W_VO U_r and of the null-direction check, |J_q|_2 against "
+            "the paper's bound and a Cauchy–Schwarz bound, and the finite-forward routing shift |Δα|/ε for "
+            "directions outside vs inside the query support. Sigmoid heads are outside Prop. 1.",
+            (*K, Column("Head", "head", "int"), Column("Type", "head_type", "text"), Column("|A_r|", "n_attended", "int"),
+             Column("dim U_r", "dim_U", "int"), Column("rank J_q", "rank_Jq", "int"),
+             Column("range res.", "range_residual", "sig", 2), Column("null res.", "null_residual", "sig", 2),
+             Column("|J_q|", "norm_Jq", "sig", 3), Column("bound", "bound_paper", "sig", 3),
+             Column("CS bound", "bound_cs", "sig", 3),
+             *((Column("shift null", "routing_null", "sig", 2), Column("shift active", "routing_active", "sig", 2))
+               if "routing_null" in t["geometry"] else ())))
+    specs.update(_FIXED_SPECS)
+    out = {name: Table(name, t[name], caption, cols) for name, (caption, cols) in specs.items() if name in t}
+    for name in t:  # every other frame is exported, not shown (figures draw some of them)
+        if name not in out and name not in ("lattice", "overlap"):
+            out[name] = Table(name, t[name])
+    return out
+
+
+def _findings(t: dict) -> list[Claim]:
+    s = t["summary"]
+    pts = tuple(point_label(r) for _, r in s.iterrows())
+    out = [Claim("counts", f"{len(s)} operating point(s); transport-contractive subspace S non-empty at "
+                 f"{(s['dim_S'] > 0).sum()}, switching certified (λ_max > 1) at {int(s['switches'].sum())}.",
+                 "finding", "summary", pts, "point")]
+    for (_, r), label in zip(s.iterrows(), pts):
+        if len(out) > MAX_POINTS_LISTED:
+            out.append(Claim("more_points", "… (all points in the summary table)", "finding", "summary"))
+            break
+        out.append(Claim("point", f"{label}: dim S {int(r['dim_S'])} of {int(r['dim'])}, λ_max "
+                         f"{fmt_sig(r['lambda_max'])}, d_sw {int(r['d_sw'])}, τ_cert {fmt_sig(r['tau_cert'], 4)} ≤ "
+                         f"τ_max {fmt_sig(r['tau_max_dual'], 4)}; max |analytic − autograd| "
+                         f"{fmt_sig(r['max_error'], 2)}.", "finding", "summary", (label,), "point"))
+    ag = t.get("agreement")
+    if ag is not None and len(ag):
+        out.append(Claim("agreement", f"Slice lattices: analytic and finite-forward labels agree for "
+                         f"{100 * ag['mechanism_agreement'].min():.2f}–{100 * ag['mechanism_agreement'].max():.2f}% of "
+                         f"unflagged directions; Pearson r of g_full ≥ {ag['pearson_r'].min():.6f}.", "finding",
+                         "agreement"))
+    geo = t.get("geometry")
+    if geo is not None and len(geo):
+        soft = geo[geo["head_type"] == "softmax"]
+        if len(soft):
+            out.append(Claim("prop1", f"Prop. 1 on {len(soft)} softmax head(s): rank J_q ≤ dim U_r everywhere: "
+                             f"{'yes' if soft['rank_bound_holds'].all() else 'NO'}; max range residual "
+                             f"{fmt_sig(soft['range_residual'].max(), 2)}, max null residual "
+                             f"{fmt_sig(soft['null_residual'].max(), 2)}.", "finding", "geometry"))
+    return out
+
+
+@dataclass(frozen=True)
+class RegimeContext:
+    """What every regime section reads: the per-point tables concatenated over the grid (``t``), their
+    shown forms (``tables``) and the frames the figures draw."""
+
+    t: dict = field(repr=False)
+    tables: dict = field(repr=False)
+
+    def get(self, *names) -> tuple:
+        return tuple(self.tables[n] for n in names if n in self.tables)
+
+    def figure(self, name: str, kind: str) -> Figure:
+        frames = {k: self.t[k] for k in ("summary", "spectrum", "sweep", "counterfactual", "regimes", "overlap",
+                                         "lattice") if k in self.t}
+        return Figure(name, kind, frames)
+
+
+@section("certificate", "Spectral certificate")
+def certificate_section(ctx: RegimeContext) -> Section:
+    return Section("certificate", "Spectral certificate", ctx.get("summary", "spectrum", "sweep"),
+                   (ctx.figure("regime-spectrum", "regime_spectrum"),),
+                   text="W = C^{-1/2} R C^{-1/2} on the transport-contractive subspace S; eigenvalues above 1 are "
+                        "switching directions. The sweep restricts S to directions at least τ0 severe.")
+
+
+@section("counterfactual", "Counterfactual growth")
+def counterfactual_section(ctx: RegimeContext) -> Section:
+    return Section("counterfactual", "Counterfactual growth", ctx.get("counterfactual", "mechanisms"),
+                   (ctx.figure("regime-counterfactual", "regime_counterfactual"),) if "counterfactual" in ctx.t else (),
+                   text="Labels record signs only (NC, NS, Q, K, E, J); they are not additive shares.")
+
+
+@section("geometry", "Geometry of query gating")
+def geometry_section(ctx: RegimeContext) -> Section | None:
+    if "geometry" not in ctx.t:
+        return None
+    return Section("geometry", "Geometry of query gating", ctx.get("geometry", "routing"),
+                   (ctx.figure("regime-overlap", "regime_overlap"),) if "overlap" in ctx.t else (),
+                   text="Directions whose query map misses the centred keys (overlap 0) leave both the routing and "
+                        "J_q v unchanged (Prop. 1).")
+
+
+@section("shares", "Regime shares and maps")
+def shares_section(ctx: RegimeContext) -> Section:
+    return Section("shares", "Regime shares and maps", ctx.get("agreement", "regimes", "adjacency"),
+                   (ctx.figure("regime-shares", "regime_shares"),) if "regimes" in ctx.t else ())
+
+
+@section("map", "Regime map")
+def map_section(ctx: RegimeContext) -> Section | None:
+    if "lattice" not in ctx.t:
+        return None
+    return Section("map", "Regime map", (), (ctx.figure("regime-map", "regime_map"),),
+                   text="Each dot is a direction v = E w on the unit sphere of the 3-D slice (longitude/latitude of w).")
+
+
+_SHOWN_ABOVE = {"summary", "spectrum", "sweep", "counterfactual", "mechanisms", "geometry", "routing", "agreement",
+                "regimes", "adjacency"}
+
+
+@section("search", "Search quality and random probes")
+def search_section(ctx: RegimeContext) -> Section | None:
+    rest = tuple(tb for n, tb in ctx.tables.items() if n not in _SHOWN_ABOVE and n not in ("search", "probes", "cost"))
+    if "search" in ctx.t:
+        return Section("search", "Search quality and random probes", ctx.get("search", "probes", "cost") + rest)
+    return Section("other", "Further tables", rest) if rest else None
+
+
+REGIME_SECTIONS = (certificate_section, counterfactual_section, geometry_section, shares_section, map_section,
+                   search_section)
+
+
+def build_regime_report(path: str | Path, settings: AnalysisSettings | None = None, progress=None) -> Report:
+    """Analyse every selected operating point and concatenate the tables (grid over layers/examples).
+
+    ``settings.layer`` / ``example`` / ``token`` select points (None: all stored), ``settings.probes``
+    and ``settings.seed`` drive the random directions.
+    """
+    s = settings or AnalysisSettings()
+    pts = load_operator_points(path, s.layer, s.example, s.token)
+    per = []
+    for pt in pts:
+        if progress:
+            progress(f"regime: layer {pt.layer}, example {pt.example}, token {pt.token}")
+        per.append(analyse_point(pt, probes=s.probes, seed=s.resampling.seed))
+    names = sorted({k for p in per for k in p})
+    t = {k: pd.concat([p[k] for p in per if k in p and len(p[k])], ignore_index=True) for k in names
+         if any(k in p and len(p[k]) for p in per)}
+    path = Path(path)
+    prov = {"analysis": {"generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                         "settings": {"probes": s.probes, "seed": s.seed, "layer": s.layer, "example": s.example,
+                                      "token": s.token}},
+            "points": [{**pt.key, "file": pt.source, "errors": pt.meta.get("errors"),
+                        "checkpoint_sha256": pt.meta.get("checkpoint_sha256")} for pt in pts]}
+    ctx = RegimeContext(t, _tables(t))
+    sections = tuple(sec for fn in REGIME_SECTIONS if (sec := guarded(fn, ctx)) is not None)
+    methods = ("Operators are the value-transport, query-gating and key-gating Jacobians of the residual attention "
+               "sublayer at the query token (perturbed token m = r), in float64, checked against autograd of the "
+               "pathway-split forward F(x_V, x_Q, x_K) and against finite forwards. Growth G = JᵀJ − I; "
+               "S = span of G_T eigenvectors below −tol with tol = 1e-9·max(1, |G_T|); switching certified by the "
+               "symmetric-definite eigenproblem R u = λ C u.")
+    model_kind = pts[0].meta.get("model_kind")
+    draft = Report(title=f"regime switching: {path.name}",
+                   subtitle=f"{len(pts)} operating point(s) · model {model_kind or 'unknown'} · {path}",
+                   sections=sections, methods=methods, provenance=prov,
+                   data={k: t[k] for k in ("overlap", "lattice") if k in t},
+                   facts={"n_points": len(pts), "model_kind": model_kind, "source": str(path)})
+    return with_claims(draft, _findings({k: draft.frame(k) for k in ("summary", "agreement", "geometry")
+                                         if k in draft.tables()}))
+
+
+def terminal_tables(rep: Report) -> list[tuple[str, pd.DataFrame]]:
+    """(title, frame) pairs the ``routestats regime`` command prints: summary, regime counts, search quality."""
+    cols = ["layer", "example", "token", "dim_S", "lambda_max", "d_sw", "tau_cert", "tau_max_dual", "max_error"]
+    summ = rep.frame("summary")
+    out = [(f"regime switching: {Path(rep.facts['source']).name}", summ[[c for c in cols if c in summ]])]
+    tables = rep.tables()
+    if "regimes" in tables:
+        counts = (tables["regimes"].pivot_table(index=["layer", "example", "token", "source"], columns="regime",
+                                                values="count", sort=False, dropna=False, aggfunc="sum")
+                  .fillna(0).astype(int).reset_index())
+        out.append(("regime counts by direction set", counts))
+    if "search" in tables:
+        out.append(("search quality: blind ambient vs oracle in S vs spectral", tables["search"]))
+    return out

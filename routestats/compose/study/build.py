@@ -1,0 +1,89 @@
+"""The multi-run (study) report: tables, figures and sentences; sections appear when applicable.
+
+:func:`build_study_report` runs the section functions of :mod:`routestats.compose.study.sections`
+over one :class:`~routestats.compose.study.sections.StudyContext` (a section that fails says why),
+then writes the headline, findings and methods from the finished sections.
+
+Examples
+--------
+>>> import tempfile
+>>> from routestats.rundir.collection import load_runs
+>>> from routestats.rundir.synthetic import synthetic_pair
+>>> d = tempfile.mkdtemp()
+>>> for s in (1, 2):
+...     _ = synthetic_pair(f"{d}/seed{s}", seed=s, n_examples=5)
+>>> rep = build_study_report(load_runs(d), AnalysisSettings(resamples=100))
+>>> sorted(rep.tables())
+['across_seeds', 'deltas', 'forest', 'gradients', 'hierarchical', 'seeds', 'shared_examples', 'variance_components']
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict
+
+import pandas as pd
+
+from routestats.report import Claim, Report, guarded, with_claims
+from routestats.rundir.collection import RunCollection
+from routestats.settings import AnalysisSettings
+from routestats.compose.claims import study_claims
+from routestats.studies.seeds import null_check
+from routestats.compose.study.inputs import disagreement  # noqa: F401  (public name)
+from routestats.compose.study.sections import STUDY_SECTIONS, study_context
+
+__all__ = ["build_study_report", "disagreement"]
+
+
+def study_methods(s: AnalysisSettings) -> str:
+    return ("Each variant run is paired with the baseline run sharing its initial tensors and data order. Per pair "
+            "and layer, Δ is the mean over examples of the per-example SFM difference (variant − baseline). "
+            "Across-seed tests treat the seed as the unit (paired t with k − 1 degrees of freedom and the exact "
+            "sign-flip test, Holm over layers; the intervals beside them are per layer, not adjusted for "
+            "multiplicity). The two-stage bootstrap combines variation between initialisations with variation "
+            "between examples in one interval; the mixed model estimates the two variance components. Pattern "
+            "labels follow fixed, documented rules over the two top layers (routestats.settings.PatternRules, first "
+            f"match wins): upper-layer-dominant when Δ_up > 0 and Δ_up ≥ {s.rules.dominance_ratio:g} × |Δ_lo|; "
+            f"ordering reverses when the baseline's gap g = SFM_up − SFM_lo is ≥ 0 and the variant's ≤ "
+            f"−{s.rules.gap_tol:g}; relatively strong paired change when Δ_lo ≤ −{s.rules.strong_delta:g}; gap "
+            f"narrows when |g| shrinks by at least {s.rules.gap_tol:g}; otherwise small change.")
+
+
+def _null_claim(rep: Report) -> list[Claim]:
+    if "sweep" not in rep.tables() or (v := null_check(rep.frame("sweep"))) is None:
+        return []
+    return [Claim("null_check", f"Null check w_f = 0 against the baseline: largest |ΔSFM| = {v['max_abs_diff']:.2e} "
+                  f"({'passes' if v['passes'] else 'FAILS'} the {v['tolerance']:.1e} criterion).", "finding", "sweep",
+                  checks=(("a w_f = 0 run exists", True),))]
+
+
+def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = None, progress=None,
+                       init_probe=None, lengths=None, has_parts: bool = False) -> Report:
+    """Compute every applicable multi-run table for a run tree.
+
+    ``init_probe``: folder of ``python -m runners init-probe`` outputs; its correlations with
+    the seed table's displacement score become a section. ``lengths``: folder searched for
+    ``lengths.parquet`` files (``python -m runners lengths``), summarised per data set and split.
+    ``has_parts``: per-pair parts will follow this report (its headline then says what they measure).
+    """
+    ctx = study_context(runs, settings, progress, init_probe, lengths)
+    s, deltas = ctx.settings, ctx.deltas
+    sections = tuple(sec for fn in STUDY_SECTIONS if (sec := guarded(fn, ctx)) is not None)
+    seeds = sorted(deltas["seed"].dropna().unique().tolist())
+    n_pairs = int(deltas["variant_run"].nunique())
+    draft = Report(
+        title=f"Study of {len(runs)} runs",
+        subtitle=f"{len(runs)} runs · {n_pairs} pairs · seeds {', '.join(map(str, seeds))} · "
+                 f"data sets {', '.join(sorted(map(str, deltas['dataset'].unique())))}",
+        sections=sections, methods=study_methods(s),
+        provenance={"runs": [{k: (None if pd.isna(v) else v.item() if hasattr(v, "item") else v)
+                              for k, v in rec.items()}  # a factor a run lacks is null, not NaN (valid JSON)
+                             for rec in runs.index.astype(object).to_dict(orient="records")],
+                    "verified_files": runs.verified_files(),
+                    "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                                 "settings": asdict(s)}},
+        data={"conditions": runs.index.drop(columns=["path", "init_id", "data_order_id"])},
+        facts={"n_runs": len(runs), "seeds": seeds, "n_pairs": n_pairs, "confidence": s.confidence})
+    claims = study_claims(draft, n_pairs=n_pairs, seeds=seeds, alpha=s.alpha, conf=f"{100 * s.confidence:.0f}%",
+                          has_parts=has_parts) + _null_claim(draft)
+    return with_claims(draft, claims)
