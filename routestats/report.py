@@ -36,7 +36,7 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["Column", "Table", "Figure", "Section", "Report", "Claim", "claims_frame", "with_claims", "section",
+__all__ = ["Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "section",
            "guarded", "fmt_num", "fmt_sig", "fmt_int",
            "fmt_p", "fmt_ci", "pct", "point_label", "DASH"]
 
@@ -155,15 +155,55 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class Section:
-    """One titled part of a report; ``skipped`` says why it has nothing to show."""
+class Check:
+    """One precondition of a :class:`Claim`, computed from the claim's own evidence by :func:`evaluate`.
 
-    id: str
-    title: str
-    tables: tuple[Table, ...] = ()
-    figures: tuple[Figure, ...] = ()
-    text: str = ""
-    skipped: str = ""
+    ``test`` is a pandas expression over the columns of the evidence rows (``on="rows"``; only the rows
+    matching the ``where`` expression, if given) or over the claim's ``design`` values and ``rows``, the
+    number of evidence rows matching ``where`` (``on="design"``). ``every`` says how a row-wise test is
+    reduced: ``"all"`` rows (true when none match), ``"any"`` row, or ``"same"`` (every row gives the
+    same answer: one sign, one verdict).
+
+    >>> import pandas as pd
+    >>> ev = pd.DataFrame({"layer": [0, 1], "p": [0.01, 0.2], "lo": [0.1, -0.1], "asserted": ["rose", "includes"]})
+    >>> c = Check("rose: p < alpha and lo > 0", "p < 0.05 and lo > 0", where="asserted == 'rose'")
+    >>> evaluate(c, ev, {}), evaluate(Check("two layers", "rows == 2", on="design"), ev, {})
+    (True, True)
+    >>> evaluate(c, ev.assign(p=0.3), {})  # a raised p turns the precondition false
+    False
+    """
+
+    name: str
+    test: str
+    where: str = ""
+    on: str = "rows"  # rows | design
+    every: str = "all"  # all | any | same
+
+    def __post_init__(self):
+        if self.on not in ("rows", "design") or self.every not in ("all", "any", "same"):
+            raise ValueError(f"check {self.name!r}: on={self.on!r}, every={self.every!r}")
+
+
+def evaluate(check: Check, evidence: pd.DataFrame | None, design: Mapping[str, Any]) -> bool:
+    """Whether ``check`` holds of a claim's ``evidence`` rows and ``design`` values (see :class:`Check`).
+
+    It shares no code with the sentence builders: it reads the rows the claim cites, as they are, and
+    evaluates the check's own expression over them with pandas.
+    """
+    rows = evidence if evidence is not None else pd.DataFrame()
+    if check.where:
+        rows = rows.query(check.where, engine="python") if len(rows) else rows
+    if check.on == "design":
+        env = pd.DataFrame([{**design, "rows": len(rows)}])
+        return bool(env.eval(check.test, engine="python").iloc[0])
+    if not len(rows):
+        return check.every in ("all", "same")
+    verdict = rows.eval(check.test, engine="python").astype(bool)
+    if check.every == "any":
+        return bool(verdict.any())
+    if check.every == "same":
+        return bool(verdict.all() or not verdict.any())
+    return bool(verdict.all())
 
 
 @dataclass(frozen=True)
@@ -172,8 +212,11 @@ class Claim:
 
     ``kind`` names the template (``rose``, ``no_evidence``, ``differs_across_layers``, ...);
     ``where`` is ``headline``, ``finding``, ``methods`` or a section id; ``table`` and ``rows`` (values
-    of its ``key`` column) are the cells it rests on; ``checks`` are the named preconditions and
-    whether each holds. A claim is printed only when every check holds (:attr:`holds`).
+    of its ``key`` column) are the cells it rests on; ``evidence`` holds those rows as the section had
+    them in hand, and ``design`` the facts of the design it relies on (counts, runs present).
+    ``requires`` are its preconditions (:class:`Check` s), computed from ``evidence`` and ``design``
+    by :func:`evaluate` whenever they are read; ``because`` are reasons that hold by the design of the
+    report and are shown, not tested. A claim is printed only when every check holds (:attr:`holds`).
     """
 
     kind: str
@@ -182,51 +225,97 @@ class Claim:
     table: str = ""
     rows: tuple = ()
     key: str = "layer"
-    checks: tuple[tuple[str, bool], ...] = ()
+    requires: tuple[Check, ...] = ()
+    because: tuple[str, ...] = ()
+    evidence: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    design: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def checks(self) -> tuple[tuple[str, bool], ...]:
+        """Each precondition's name and whether it holds now, computed from the evidence."""
+        return tuple((c.name, evaluate(c, self.evidence, self.design)) for c in self.requires)
 
     @property
     def holds(self) -> bool:
         return all(ok for _, ok in self.checks)
 
 
+@dataclass(frozen=True)
+class Section:
+    """One titled part of a report; ``skipped`` says why it has nothing to show; ``claims`` are the
+    sentences that rest on this section's own frames."""
+
+    id: str
+    title: str
+    tables: tuple[Table, ...] = ()
+    figures: tuple[Figure, ...] = ()
+    text: str = ""
+    skipped: str = ""
+    claims: tuple[Claim, ...] = ()
+
+
 def claims_frame(claims) -> pd.DataFrame:
     """The tidy frame of claims (what ``claims.csv`` holds): sentence, kind, where, table, key, rows,
-    checks (``name=True;...``) and printed.
+    checks (``name=True;...``, computed), printed and because (reasons, ``;``-separated).
 
-    >>> f = claims_frame([Claim("rose", "SFM rose.", "headline", "effects", (1,), checks=(("p_holm < 0.05", True),))])
+    >>> import pandas as pd
+    >>> ev = pd.DataFrame({"layer": [1], "p_holm": [0.01]})
+    >>> f = claims_frame([Claim("rose", "SFM rose.", "headline", "effects", (1,),
+    ...                         requires=(Check("p_holm < 0.05", "p_holm < 0.05"),), evidence=ev)])
     >>> f[["kind", "rows", "checks", "printed"]].values.tolist()
     [['rose', '1', 'p_holm < 0.05=True', True]]
     """
     return pd.DataFrame([{"sentence": c.sentence, "kind": c.kind, "where": c.where, "table": c.table, "key": c.key,
                           "rows": ",".join(str(r) for r in c.rows),
-                          "checks": ";".join(f"{name}={ok}" for name, ok in c.checks), "printed": c.holds}
+                          "checks": ";".join(f"{name}={ok}" for name, ok in c.checks), "printed": c.holds,
+                          "because": ";".join(c.because)}
                          for c in claims], columns=["sentence", "kind", "where", "table", "key", "rows", "checks",
-                                                    "printed"])
+                                                    "printed", "because"])
 
 
 @dataclass(frozen=True)
 class Report:
     """Everything one analysis shows: sections, generated sentences, methods and provenance.
 
-    ``claims`` holds every sentence the report considered as :class:`Claim` s; ``headline`` and
-    ``findings`` are the printed ones' words (:func:`with_claims` fills them from the claims).
-    ``headline`` holds the generated answer and its scope (the first thing every output shows);
-    ``data`` holds frames that are inputs of figures or of further analysis but no table;
-    ``facts`` holds the scalars the sentences were generated from (counts, steps, ...);
-    ``parts`` holds sub-reports shown after this one (the per-pair parts of a study).
+    :attr:`claims` are derived from the sections (each section's claims rest on its own frames) plus
+    ``scope``, the report-wide claims its context states, ordered by ``claim_order`` (claim kinds in
+    rank order; kinds it does not name follow in section order). :attr:`headline` and :attr:`findings`
+    are the printed claims' words (claims whose preconditions fail are kept in ``claims`` but not
+    printed). ``data`` holds frames that are inputs of figures or of further analysis but no table;
+    ``facts`` holds descriptive scalars (counts, steps, ...) for the caller; ``parts`` holds
+    sub-reports shown after this one (the per-pair parts of a study).
     """
 
     title: str
     subtitle: str
     sections: tuple[Section, ...]
-    findings: tuple[str, ...] = ()
-    headline: tuple[str, ...] = ()
     methods: str = ""
     provenance: Mapping[str, Any] = field(default_factory=dict, repr=False)
     data: Mapping[str, Any] = field(default_factory=dict, repr=False)
     facts: Mapping[str, Any] = field(default_factory=dict)
     parts: tuple["Report", ...] = ()
-    claims: tuple[Claim, ...] = ()
+    scope: tuple[Claim, ...] = ()
+    claim_order: tuple[str, ...] = ()
+
+    @property
+    def claims(self) -> tuple[Claim, ...]:
+        """Every claim of this report (sections, then scope), in ``claim_order`` rank."""
+        every = [c for s in self.sections for c in s.claims] + list(self.scope)
+        rank = {k: i for i, k in enumerate(self.claim_order)}
+        return tuple(sorted(every, key=lambda c: rank.get(c.kind, len(rank))))
+
+    def _printed(self, where: str) -> tuple[str, ...]:
+        return tuple(c.sentence for c in self.claims if c.where == where and c.holds)
+
+    @property
+    def headline(self) -> tuple[str, ...]:
+        """The printed headline sentences: the answer first, then its scope and qualifications."""
+        return self._printed("headline")
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        """The printed per-layer (per-domain, per-point) sentences under the headline."""
+        return self._printed("finding")
 
     def claims_frame(self) -> pd.DataFrame:
         """Every claim of this report (not of its parts) as a tidy frame (see :func:`claims_frame`)."""
@@ -298,13 +387,3 @@ def guarded(fn, ctx) -> Section | None:
         return fn(ctx)
     except RoutestatsError as exc:
         return Section(fn.section_id, fn.section_title, skipped=f"Not computed: {str(exc).rstrip('.')}.")
-
-
-def with_claims(report: "Report", claims) -> "Report":
-    """``report`` with its claims, and with headline and findings set to the printed claims' words
-    (claims whose preconditions fail are kept in ``claims`` but not printed)."""
-    from dataclasses import replace
-
-    claims = tuple(claims)
-    shown = lambda where: tuple(c.sentence for c in claims if c.where == where and c.holds)  # noqa: E731
-    return replace(report, claims=claims, headline=shown("headline"), findings=shown("finding"))

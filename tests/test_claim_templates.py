@@ -1,13 +1,15 @@
-"""The sentence templates of routestats.compose.claims (METHODS 3.7) on constructed tables, one test
+"""The sentence templates of the pair and study sections (METHODS 3.7) on constructed tables, one test
 per branch. Every expected sentence is written out from the constructed frames by hand: the
-numbers in it are the cells put into the frame, formatted as the tables format them."""
+numbers in it are the cells put into the frame, formatted as the tables format them.
 
-from dataclasses import replace
+Each section builds its claims from its own frames; :func:`pair` and :func:`study` here call the
+section builders on constructed frames, as the sections do, and rank them as the reports do."""
 
 import pandas as pd
 
-from routestats.report import Column, Report, Section, Table
-from routestats.compose.claims import direction_claim, pair_claims, study_claims
+from routestats.compose.claims import direct_learned_claim, direction_claim
+from routestats.compose.pair import claims as P
+from routestats.compose.study import claims as St
 
 
 def effects(d, p, lo, hi):
@@ -16,19 +18,34 @@ def effects(d, p, lo, hi):
                          "baseline_mean": [0.5] * n, "variant_mean": [0.5 + x for x in d], "dz": [1.0] * n})
 
 
-def report(**frames) -> Report:
-    n = len(frames["effects"]) if "effects" in frames else 2
+def report(**frames) -> dict:
+    """The frames the sections would hold, with the layer profile every pair report has."""
     frames.setdefault("layers", pd.DataFrame({"role": ["baseline", "variant"], "layer": [0, 0], "sfm": [0.5, 0.6],
                                               "is_max_sfm": [True, True]}))
-    tables = tuple(Table(k, v, "", (Column("x", v.columns[0]),)) for k, v in frames.items())
-    return Report("t", "s", (Section("all", "All", tables),), facts={"profile_distance": 0.1, "n_runs": 2 * n,
-                                                                      "confidence": 0.95})
+    return frames
 
 
-def pair(rep, **kw):
-    args = dict(n_examples=32, alpha=0.05, rho=0.5, conf="95%", pretrained=False, within_study=False,
-                permutations=9999, censored=None)
-    return pair_claims(rep, **{**args, **kw})
+def ranked(claims, order):
+    rank = {k: i for i, k in enumerate(order)}
+    return sorted(claims, key=lambda c: rank.get(c.kind, len(rank)))
+
+
+def pair(t, n_examples=32, alpha=0.05, rho=0.5, conf="95%", pretrained=False, within_study=False, permutations=9999,
+         censored=None, has_bias_off=False, first_key_fields=None):
+    """The claims each pair section makes of its frames ``t``, in the report's rank order."""
+    out = P.effects_claims(t["effects"], n_examples=n_examples, pretrained=pretrained, alpha=alpha, confidence=0.95,
+                           permutations=permutations)
+    out += P.shape_claims(t.get("profile_shape"), t.get("layer_contrasts"), alpha, conf)
+    out += P.unnamed_claims(t.get("masses")) + P.sink_claims(t.get("masses"), first_key_fields or {}, n_examples)
+    out += P.early_claims(t.get("init_vs_final"), alpha, int(has_bias_off))
+    if "decomposition" in t:
+        out.append(direct_learned_claim(t["decomposition"], int(has_bias_off)))
+    out.append(P.scope_claim(pretrained, within_study, n_examples))
+    assoc = t.get("length_association")
+    out += P.censoring_claims(censored, assoc is not None and assoc["capped"].iloc[0] == "exclude")
+    out += P.length_claims(assoc, t.get("length_adjusted"), rho)
+    out += P.profile_claims(t["layers"], 0.1)
+    return ranked(out, P.CLAIM_ORDER)
 
 
 def printed(claims, where="headline"):
@@ -139,8 +156,19 @@ def across(d, p, lo, hi):
                          "min_attainable_p": 0.25})
 
 
-def study(rep, **kw):
-    return study_claims(rep, **{**dict(n_pairs=6, seeds=[42, 99, 1001], alpha=0.05, conf="95%", has_parts=False), **kw})
+def study(t, n_pairs=6, seeds=(42, 99, 1001), alpha=0.05, conf="95%", has_parts=False):
+    """The claims each study section makes of its frames ``t``, in the report's rank order."""
+    seeds = list(seeds)
+    out = St.across_seed_claims(t["across_seeds"], alpha, conf) if "across_seeds" in t else []
+    if "decomposition" in t:
+        out.append(direct_learned_claim(t["decomposition"], 1))
+    out += list(St.scope_claims(n_runs=2 * n_pairs, n_pairs=n_pairs, seeds=seeds,
+                                n_ref_seeds=len(seeds) if "across_seeds" in t else 1, has_parts=has_parts))
+    if "variance_components" in t:
+        out += St.convergence_claims(t["variance_components"])
+    if "shared_examples" in t:
+        out += St.shared_example_claims(t["shared_examples"])
+    return ranked(out, St.CLAIM_ORDER)
 
 
 def test_study_leads_with_the_across_seed_result():
@@ -201,15 +229,14 @@ def test_an_attention_sink_on_a_named_first_token_is_said():
                            "unnamed_mass": [0.0] * 4, "sfm": [0.5, 0.4, 0.52, 0.45], "sfm_named": [0.5, 0.4, 0.52, 0.45],
                            "first_mass": [0.10, 0.78, 0.09, 0.74]})
     rep = report(effects=eff, masses=masses)
-    rep = replace(rep, facts={**rep.facts, "first_key_fields": {"title": 30, "content": 2}})
-    c = [x for x in pair(rep) if x.kind == "first_key_sink"]
+    c = [x for x in pair(rep, first_key_fields={"title": 30, "content": 2}) if x.kind == "first_key_sink"]
     # 0.78: the largest first-key mass (baseline, layer 1); title: the first position of 30 of 32 examples
     assert c[0].sentence == ("The first token takes up to 78% of a layer's attention (layer 1, baseline; an attention "
                              "sink). It is a token of the title field in 30 of 32 examples, so for every query outside "
                              "the title field that mass counts as cross-field; the first-key column of the mass table "
                              "shows it per layer.") and c[0].rows == (1,)
-    weak = replace(rep, facts={**rep.facts, "first_key_fields": {"title": 10}})  # named in 10 of 32: not said
-    assert not any(x.kind == "first_key_sink" for x in pair(weak))
+    # named in 10 of 32: not said
+    assert not any(x.kind == "first_key_sink" for x in pair(rep, first_key_fields={"title": 10}))
 
 
 def test_thirty_layers_quote_the_extremes_and_point_at_the_table():

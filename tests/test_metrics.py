@@ -230,7 +230,7 @@ def test_pass_frame_is_narrow_and_callers_get_int64(tmp_path, rng):
 
     fields = [[4, 4, 3, 3, 3], [4, 3, 3]]
     run = rs.load_run(write_run(tmp_path / "r", [random_attention(rng, 2, 3, len(g)) for g in fields], fields))
-    inner = routing._pass(run).heads
+    inner = routing.head_pass(run).heads
     assert (inner["head"].dtype, inner["n_valid"].dtype, inner["n_trivial"].dtype) == (np.int16, np.int32, np.int32)
     h = rs.head_metrics(run)
     assert {c: str(h[c].dtype) for c in ("layer", "head", "n_valid", "n_trivial")} == dict.fromkeys(

@@ -27,11 +27,14 @@ from routestats.rundir.reductions import SUMMARIES, reduce_queries, summarise_ba
 from routestats.rundir.verify import cache_dir
 
 __all__ = ["WEIGHTINGS", "norm_weighted", "rollout", "trivial_default", "reduce_attention", "warm_cache",
-           "code_version"]
+           "code_version", "HeadPass", "head_pass", "resolve_step", "with_run_ids"]
 
 
 @dataclass(frozen=True)
-class _Pass:
+class HeadPass:
+    """One reduction pass over a run's attention at one step: per example x layer x head metrics
+    (``heads``), field-to-field masses aligned with its rows, and which source fields each row has."""
+
     heads: pd.DataFrame
     f2f: np.ndarray  # (rows, F, F) aligned with heads
     has_source: np.ndarray  # (rows, F)
@@ -148,7 +151,7 @@ def _weighted_blocks(run: Run, step: int, weighting: str):
                                    np.full(len(layers), "softmax", dtype=object), rollout(blk.weights, len(layers)))
 
 
-def _cache_load(path: Path) -> _Pass | None:
+def _cache_load(path: Path) -> HeadPass | None:
     """The cached pass at ``path``, only when its seal matches (an edited or planted entry is recomputed)."""
     import io as _io
 
@@ -160,12 +163,12 @@ def _cache_load(path: Path) -> _Pass | None:
             return None
         with np.load(_io.BytesIO(data), allow_pickle=False) as z:
             heads = pd.DataFrame({k[2:]: z[k] for k in z.files if k.startswith("h_") and k not in ("h_run_id", "h_step")})
-            return _Pass(heads, z["f2f"], z["has_source"])
+            return HeadPass(heads, z["f2f"], z["has_source"])
     except (OSError, KeyError, ValueError):
         return None
 
 
-def _cache_save(path: Path, p: _Pass) -> None:
+def _cache_save(path: Path, p: HeadPass) -> None:
     import io as _io
 
     from routestats.rundir.atomic import write_bytes_atomic
@@ -186,7 +189,8 @@ def _cache_save(path: Path, p: _Pass) -> None:
         pass
 
 
-def _step(run: Run, step: int | None) -> int:
+def resolve_step(run: Run, step: int | None) -> int:
+    """``step``, or the run's final step when None."""
     return run.final_step if step is None else int(step)
 
 
@@ -195,19 +199,19 @@ def _step(run: Run, step: int | None) -> int:
 _NARROW = {"head": np.int16, "n_valid": np.int32, "n_trivial": np.int32}
 
 
-def _with_ids(frame: pd.DataFrame, run: Run, step: int | None) -> pd.DataFrame:
+def with_run_ids(frame: pd.DataFrame, run: Run, step: int | None) -> pd.DataFrame:
     """``frame`` with the run_id and step columns first (the pass's frame does not store them), and its
     narrow integer columns as int64."""
     for c in _NARROW:
         if c in frame.columns:
             frame[c] = frame[c].astype(np.int64)
-    frame.insert(0, "step", _step(run, step))
+    frame.insert(0, "step", resolve_step(run, step))
     frame.insert(0, "run_id", run.run_id)
     return frame
 
 
-def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: str | None = None,
-          weighting: str = "attention") -> _Pass:
+def head_pass(run: Run, step: int | None = None, form: str | None = None, trivial: str | None = None,
+          weighting: str = "attention") -> HeadPass:
     """Reduce a run's attention at one step once; cached on the run object and on disk
     (keyed by the input files' SHA-256, see :func:`cache_dir`).
 
@@ -215,7 +219,7 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
     (one "head" per layer: the rolled-out attention); the last two need full matrices."""
     if weighting not in WEIGHTINGS:
         raise RoutestatsError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
-    step = _step(run, step)
+    step = resolve_step(run, step)
     if weighting != "attention":
         if S.FORM_MATRICES not in run.attention_forms(step):
             raise RoutestatsError(f"{run.run_id}: {weighting} attention needs full matrices, and step {step} stores "
@@ -245,12 +249,12 @@ def _pass(run: Run, step: int | None = None, form: str | None = None, trivial: s
     heads = pd.DataFrame(cols, copy=False)  # the columns are fresh arrays: no second copy of them
     del cols
     heads["layer"] = heads["layer"].astype(np.int64)
-    for c, narrow in _NARROW.items():  # int64 again wherever a caller is given rows (_with_ids)
+    for c, narrow in _NARROW.items():  # int64 again wherever a caller is given rows (with_run_ids)
         heads[c] = heads[c].astype(narrow)  # lazy under copy-on-write: no copy when already narrow
     # run_id and step are the same on every row: kept out of the frame (37 MB a run at 70,000 examples)
-    # and put back by _with_ids where a caller is given rows
+    # and put back by with_run_ids where a caller is given rows
     release_unused_memory()  # the pass's freed batches, before the tables allocate their own
-    out = _Pass(heads, f2f, has)
+    out = HeadPass(heads, f2f, has)
     cache[key] = out
     if disk is not None:
         _cache_save(disk, out)
@@ -361,7 +365,7 @@ def reduce_attention(run: Run, step: int | None = None, trivial: str | None = No
     >>> len(run.__dict__["_metric_cache"])   # what the metrics of that step read from now on
     1
     """
-    _pass(run, step, trivial=trivial)
+    head_pass(run, step, trivial=trivial)
 
 
 def _warm_one(args) -> int:
@@ -370,7 +374,7 @@ def _warm_one(args) -> int:
     path, steps = args
     run = load_run(path)
     for s in steps or run.attention_steps:
-        _pass(run, s)
+        head_pass(run, s)
     return len(steps or run.attention_steps)
 
 

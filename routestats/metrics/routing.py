@@ -35,7 +35,7 @@ from routestats.errors import RoutestatsError
 from routestats.metrics.definitions import metric as _metric
 from routestats.metrics.examples import example_protocol, resolve_example_sets, select_examples  # noqa: F401
 from routestats.metrics.passes import (  # noqa: F401  (the public names of the pass, re-exported)
-    _pass, _step, _with_ids, norm_weighted, reduce_attention, rollout, trivial_default, warm_cache,
+    head_pass, resolve_step, with_run_ids, norm_weighted, reduce_attention, rollout, trivial_default, warm_cache,
 )
 from routestats.rundir.collection import RunPair
 from routestats.rundir.read import Run
@@ -60,7 +60,7 @@ __all__ = [
 
 
 def _selected(run: Run, step, examples, trivial=None, weighting="attention") -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    p = _pass(run, step, trivial=trivial, weighting=weighting)
+    p = head_pass(run, step, trivial=trivial, weighting=weighting)
     ids = select_examples(run, examples)
     if ids is None:
         return p.heads, p.f2f, p.has_source
@@ -74,10 +74,11 @@ def head_metrics(run: Run, step: int | None = None, form: str | None = None) -> 
     ``form`` picks the storage form to read (default: reductions when stored, else
     matrices); both give identical numbers.
     """
-    return _with_ids(_pass(run, step, form).heads.copy(), run, step)
+    return with_run_ids(head_pass(run, step, form).heads.copy(), run, step)
 
 
-def _runs(obj) -> list[tuple[str | None, Run]]:
+def runs_by_role(obj) -> list[tuple[str | None, Run]]:
+    """(role, run) for a pair's two runs ("baseline", "variant"), or (None, run) for one run."""
     if isinstance(obj, RunPair):
         return [("baseline", obj.baseline), ("variant", obj.variant)]
     if isinstance(obj, Run):
@@ -87,10 +88,10 @@ def _runs(obj) -> list[tuple[str | None, Run]]:
 
 def _per_example(obj, metric: str, step=None, examples=None, trivial=None, weighting="attention") -> pd.DataFrame:
     frames = []
-    for role, run in _runs(obj):
+    for role, run in runs_by_role(obj):
         h = _selected(run, step, examples, trivial, weighting)[0]
         # grouped by the two keys that vary (run_id and step are constant within a pass)
-        g = _with_ids(h.groupby(["example_id", "layer"], sort=False)[metric].mean().reset_index(), run, step)
+        g = with_run_ids(h.groupby(["example_id", "layer"], sort=False)[metric].mean().reset_index(), run, step)
         if role is not None:
             g.insert(1, "role", role)
         frames.append(g)
@@ -139,7 +140,7 @@ def mass_split(obj, step: int | None = None, examples=None, trivial: str | None 
     sfm_named, n_examples."""
     frames = []
     cols = ["sfm", "row_mass", "unnamed_mass", "first_mass", "sfm_named"]
-    for role, run in _runs(obj):
+    for role, run in runs_by_role(obj):
         h = _selected(run, step, examples, trivial)[0]
         per_ex = h.groupby(["example_id", "layer"], sort=False)[cols].mean()
         t = per_ex.groupby("layer").agg(**{c: (c, "mean") for c in cols}, n_examples=("sfm", "count")).reset_index()
@@ -164,13 +165,13 @@ def layer_summary(obj, step: int | None = None, examples=None, trivial: str | No
     with the highest SFM within the run).
     """
     frames = []
-    for role, run in _runs(obj):
+    for role, run in runs_by_role(obj):
         h = _selected(run, step, examples, trivial)[0]
         per_ex = h.groupby(["example_id", "layer"], sort=False)[["sfm", "entropy"]].mean()
         t = per_ex.groupby("layer").agg(sfm=("sfm", "mean"), entropy=("entropy", "mean"), n_examples=("sfm", "size"))
         t = t.reset_index()
         t["is_max_sfm"] = t["sfm"] == t["sfm"].max()
-        t.insert(0, "step", _step(run, step))
+        t.insert(0, "step", resolve_step(run, step))
         if role is not None:
             t.insert(0, "role", role)
         t.insert(0, "run_id", run.run_id)
@@ -186,7 +187,7 @@ def head_sfm(run: Run, step: int | None = None, examples=None, trivial: str | No
     """
     h = _selected(run, step, examples, trivial)[0]
     t = h.groupby(["layer", "head", "head_type"]).agg(sfm=("sfm", "mean"), n_examples=("sfm", "size"))
-    return _with_ids(t.reset_index(), run, step)
+    return with_run_ids(t.reset_index(), run, step)
 
 
 def field_to_field(run: Run, step: int | None = None, missing: str = "zero", examples=None,
@@ -214,7 +215,7 @@ def field_to_field(run: Run, step: int | None = None, missing: str = "zero", exa
     ids = list(names)
     layers = heads["layer"].to_numpy()
     ex = heads["example_id"].to_numpy()
-    step_value = _step(run, step)
+    step_value = resolve_step(run, step)
     rows = []
     for layer in np.unique(layers):
         sel = layers == layer
@@ -298,7 +299,7 @@ def adjusted_sfm(obj, step: int | None = None, examples=None, trivial: str | Non
     """
     s = sfm(obj, step, examples, trivial, keys)
     frames = []
-    for role, run in _runs(obj):
+    for role, run in runs_by_role(obj):
         o = opportunity(run, trivial)[["example_id", "opportunity"]]
         part = s[s["run_id"] == run.run_id] if role is None else s[s["role"] == role]
         part = part.merge(o, on="example_id", how="left", validate="many_to_one")

@@ -30,10 +30,10 @@ def trajectory(obj, metric: str = "sfm", steps: Sequence[int] | None = None) -> 
     Columns: run_id, [role], step, layer, value, n_examples. Works for a Run or a RunPair
     (pairs use the steps both runs hold).
     """
-    from routestats.metrics.passes import _pass
-    from routestats.metrics.routing import _runs
+    from routestats.metrics.passes import head_pass
+    from routestats.metrics.routing import runs_by_role
 
-    runs = _runs(obj)
+    runs = runs_by_role(obj)
     common = sorted(set.intersection(*(set(r.attention_steps) for _, r in runs)))
     if steps is not None:
         missing = sorted(set(steps) - set(common))
@@ -45,7 +45,7 @@ def trajectory(obj, metric: str = "sfm", steps: Sequence[int] | None = None) -> 
     rows = []
     for role, run in runs:
         for step in common:
-            h = _pass(run, step).heads
+            h = head_pass(run, step).heads
             per_ex = h.groupby(["example_id", "layer"])[metric].mean()
             t = per_ex.groupby("layer").agg(value="mean", n_examples="size").reset_index()
             t.insert(0, "step", step)

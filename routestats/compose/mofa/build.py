@@ -1,8 +1,12 @@
-"""The MoFA report for a tree of ratios x seeds: tables, figures and sentences (A.4)."""
+"""The MoFA report for a tree of ratios x seeds: tables, figures and sentences (A.4).
+
+The :class:`MofaContext` computes the perplexity tests, the PCA and the head entropies once
+(``cached_property``); each section function shows its tables with the claims that rest on them, and
+:func:`build_mofa_report` assembles them through the one build skeleton.
+"""
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -13,9 +17,8 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunCollection
-from routestats.report import (
-    Claim, Column, Figure, Report, Section, Table, fmt_num, fmt_p, guarded, section, with_claims,
-)
+from routestats.compose.skeleton import build_report, generated_now
+from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_num, fmt_p, section
 from routestats.settings import AnalysisSettings
 from routestats.studies.mofa import (
     PCAResult,
@@ -30,10 +33,13 @@ from routestats.studies.mofa import (
     worst_vs_best,
 )
 
-__all__ = ["build_mofa_report"]
+__all__ = ["build_mofa_report", "MofaContext", "MOFA_SECTIONS", "CLAIM_ORDER"]
+
+CLAIM_ORDER = ("counts", "endpoint_worst", "worst_best", "floor", "pca")
 
 
-def _tables(t: dict, ratios: list, pca: PCAResult | None, s: AnalysisSettings) -> dict[str, Table]:
+def shown_tables(t: dict, ratios: list, pca: PCAResult | None, s: AnalysisSettings) -> dict[str, Table]:
+    """The MoFA tables as shown (captions and columns), from the computed frames ``t``."""
     out = {}
     mean_cols = tuple(Column(f"PPL {r}", f"mean_{r}", "num", 2) for r in ratios)
     out["ranking"] = Table(
@@ -122,7 +128,9 @@ class MofaContext:
         h = head_entropy(self.runs)
         return entropy_by_type(h), entropy_by_layer(h)
 
+    @functools.cached_property
     def tables(self) -> dict[str, Table]:
+        """Every shown MoFA table, computed once (the tests, the PCA and the entropy tests)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the attainable-p caveat is shown in the tables themselves
             wb = worst_vs_best(self.ppl, test=self.settings.test, holm_family=self.settings.holm_family) \
@@ -146,24 +154,51 @@ class MofaContext:
             pca = self.pca
         except RoutestatsError:  # its own section says why (pca_section)
             pca = None
-        return _tables(t, self.order, pca, self.settings)
+        return shown_tables(t, self.order, pca, self.settings)
 
 
 @section("ranking", "Zero-shot perplexity by domain")
 def ranking_section(ctx: MofaContext) -> Section:
-    tables = ctx.__dict__.setdefault("_tables", ctx.tables())
+    tables = ctx.tables
     Y = ctx.Y
     z = Y.sub(Y.mean(axis=1), axis=0).div(Y.std(axis=1, ddof=1), axis=0)  # row z-scores (colour of the heatmap)
+    ranking = tables["ranking"].frame
+    n_end = int(ctx.ranking[0].attrs.get("pure_endpoint_worst", 0))
+    claim = Claim("endpoint_worst", f"The worst ratio is a pure endpoint (all-softmax or all-sigmoid) in {n_end} of "
+                  f"{len(ranking)} domains.", "finding", "ranking", key="domain", evidence=ranking)
     return Section("ranking", "Zero-shot perplexity by domain",
                    (Table("ppl", ctx.ppl), tables["ranking"], tables["per_ratio"]),
-                   (Figure("mofa-heatmap", "mofa_heatmap", {"mean_ppl": Y, "zscore": z}),))
+                   (Figure("mofa-heatmap", "mofa_heatmap", {"mean_ppl": Y, "zscore": z}),), claims=(claim,))
+
+
+def worst_best_claims(wb: pd.DataFrame, alpha: float, test: str) -> list[Claim]:
+    """How many domains the worst-vs-best test separates, and its floor when few seeds cannot reach alpha."""
+    if not len(wb):
+        return []
+    p = "p_holm" if "p_holm" in wb else "p_raw"
+    floor = wb["min_attainable_p"].max()
+    reach = not (np.isfinite(floor) and floor > alpha)
+    out = [Claim("worst_best", f"Worst − best PPL reaches p < {alpha:g} ({test}-test across seeds, "
+                 f"{'Holm over domains' if p == 'p_holm' else 'per domain, unadjusted'}) in {int((wb[p] < alpha).sum())} "
+                 f"of {len(wb)} domains; worst and best are picked from the same perplexities, so these p-values are "
+                 "optimistic.", "finding", "worst_best", tuple(wb["stratum"]), "stratum",
+                 requires=(Check("the test can reach alpha", f"not (min_attainable_p > {alpha!r})"),), evidence=wb)]
+    if not reach:
+        out.append(Claim("floor", f"With {int(wb['n_seeds'].min())} seeds the {test} test cannot reach p < {alpha:g} "
+                         f"(smallest attainable p = {fmt_p(floor)}).", "finding", "worst_best",
+                         requires=(Check("smallest attainable p > alpha", f"min_attainable_p > {alpha!r}", every="any"),),
+                         evidence=wb))
+    return out
 
 
 def _shown(id: str, title: str):
     @section(id, title)
     def build(ctx: MofaContext) -> Section | None:
-        tables = ctx.__dict__.setdefault("_tables", ctx.tables())
-        return Section(id, title, (tables[id],)) if id in tables else None
+        tables = ctx.tables
+        if id not in tables:
+            return None
+        claims = worst_best_claims(tables[id].frame, ctx.settings.alpha, ctx.settings.test) if id == "worst_best" else []
+        return Section(id, title, (tables[id],), claims=tuple(claims))
 
     return build
 
@@ -173,15 +208,19 @@ def pca_section(ctx: MofaContext) -> Section | None:
     ctx.say("PCA")
     if ctx.pca is None:  # a failed fit raises here, and the section says why
         return None
-    tables = ctx.__dict__.setdefault("_tables", ctx.tables())
-    return Section("pca", "PCA of the domain response", (tables["pca"],),
+    scores = ctx.tables["pca"].frame
+    top = scores.iloc[0]
+    claim = Claim("pca", f"PC1 explains {100 * ctx.pca.explained_ratio[0]:.1f}% of the domain response; most "
+                  f"softmax-leaning domain: {top['domain']} ({fmt_num(top['pc1'], 2)}).", "finding", "pca",
+                  (str(top["domain"]),), "domain", evidence=scores.iloc[:1])
+    return Section("pca", "PCA of the domain response", (ctx.tables["pca"],),
                    (Figure("mofa-pca", "mofa_pca", {"scores": ctx.pca.scores},
-                           {"explained": float(ctx.pca.explained_ratio[0])}),))
+                           {"explained": float(ctx.pca.explained_ratio[0])}),), claims=(claim,))
 
 
 @section("consecutive", "Head entropy by type")
 def entropy_section(ctx: MofaContext) -> Section | None:
-    tables = ctx.__dict__.setdefault("_tables", ctx.tables())
+    tables = ctx.tables
     ent_t, ent_l = ctx.entropy
     if "consecutive" not in tables and ent_l is None:
         return None
@@ -196,57 +235,24 @@ MOFA_SECTIONS = (ranking_section, _shown("worst_best", "Worst vs best ratio"),
                  _shown("in_domain", "In-domain comparison"), pca_section, entropy_section)
 
 
-def mofa_claims(report: Report, ctx: MofaContext) -> list[Claim]:
-    """The findings of a MoFA report as claims on its tables."""
-    ranking = report.frame("ranking")
-    n_end = int(ctx.ranking[0].attrs.get("pure_endpoint_worst", 0))
-    out = [Claim("counts", f"{len(ctx.runs)} runs: ratios {', '.join(ctx.order)} × seeds "
-                 f"{', '.join(map(str, sorted(ctx.ppl['seed'].unique())))}."),
-           Claim("endpoint_worst", f"The worst ratio is a pure endpoint (all-softmax or all-sigmoid) in {n_end} of "
-                 f"{len(ranking)} domains.", "finding", "ranking", key="domain")]
-    wb = report.frame("worst_best") if "worst_best" in report.tables() else pd.DataFrame()
-    if len(wb):
-        alpha = ctx.settings.alpha
-        p = "p_holm" if "p_holm" in wb else "p_raw"
-        floor = wb["min_attainable_p"].max()
-        reach = not (np.isfinite(floor) and floor > alpha)
-        out.append(Claim("worst_best", f"Worst − best PPL reaches p < {alpha:g} ({ctx.settings.test}-test across "
-                         f"seeds, {'Holm over domains' if p == 'p_holm' else 'per domain, unadjusted'}) in "
-                         f"{int((wb[p] < alpha).sum())} of {len(wb)} domains; worst and best are picked from the same "
-                         "perplexities, so these p-values are optimistic.", "finding", "worst_best",
-                         tuple(wb["stratum"]), "stratum", checks=(("the test can reach alpha", bool(reach)),)))
-        if not reach:
-            out.append(Claim("floor", f"With {int(wb['n_seeds'].min())} seeds the {ctx.settings.test} test cannot "
-                             f"reach p < {alpha:g} (smallest attainable p = {fmt_p(floor)}).", "finding", "worst_best",
-                             checks=(("smallest attainable p > alpha", True),)))
-    if "pca" in report.tables():
-        top = report.frame("pca").iloc[0]
-        out.append(Claim("pca", f"PC1 explains {100 * ctx.pca.explained_ratio[0]:.1f}% of the domain response; most "
-                         f"softmax-leaning domain: {top['domain']} ({fmt_num(top['pc1'], 2)}).", "finding", "pca",
-                         (str(top["domain"]),), "domain"))
-    return out
-
-
 def build_mofa_report(runs: RunCollection, settings: AnalysisSettings | None = None, progress=None) -> Report:
     """Compute the MoFA tables (A.4) for a run tree whose runs have ``ratio``/``n_sigmoid`` factors."""
     s = settings or AnalysisSettings()
     say = progress or (lambda label: None)
     say("perplexity")
     ctx = MofaContext(runs, s, ppl_table(runs), say)
-    sections = tuple(sec for fn in MOFA_SECTIONS if (sec := guarded(fn, ctx)) is not None)
     methods = ("PPL per domain pools summed next-token NLL over all blocks (documents concatenated without separator, "
                "cut into fixed blocks, remainder dropped, first token of a block unscored). Ratios at one seed share "
                "initial tensors and data order, so tests pair by seed. Head entropy is computed after row-normalising "
                "attention (natural log), averaged over query positions and blocks, then heads of a type, layers and "
                "domains.")
-    draft = Report(
-        title=f"MoFA: {len(ctx.order)} ratios x {ctx.n_seeds} seeds",
-        subtitle=f"{len(runs)} runs · domains {', '.join(ctx.ranking[0]['domain'])}",
-        sections=sections, methods=methods,
+    counts = Claim("counts", f"{len(runs)} runs: ratios {', '.join(ctx.order)} × seeds "
+                   f"{', '.join(map(str, sorted(ctx.ppl['seed'].unique())))}.")
+    return build_report(
+        ctx, MOFA_SECTIONS, title=f"MoFA: {len(ctx.order)} ratios x {ctx.n_seeds} seeds",
+        subtitle=f"{len(runs)} runs · domains {', '.join(ctx.ranking[0]['domain'])}", methods=methods,
         provenance={"runs": runs.index.astype(str).to_dict(orient="records"),
                     "verified_files": runs.verified_files(),
-                    "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                                 "settings": asdict(s)}},
+                    "analysis": {"generated": generated_now(), "settings": asdict(s)}},
         facts={"n_runs": len(runs), "seeds": sorted(ctx.ppl["seed"].unique().tolist()), "ratios": ctx.order},
-    )
-    return with_claims(draft, mofa_claims(draft, ctx))
+        scope=(counts,), claim_order=CLAIM_ORDER)

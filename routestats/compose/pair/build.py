@@ -1,9 +1,9 @@
 """The one-pair report: every table, figure and sentence for a baseline and its variant.
 
 :func:`build_pair_report` runs the section functions of :mod:`routestats.compose.pair.sections`
-over one :class:`~routestats.compose.pair.context.PairContext` (a section that cannot be computed
-says why instead of ending the report), then writes the headline, findings and methods from the
-finished sections into a frozen :class:`routestats.report.Report`; ``report.tables()`` returns every
+over one :class:`~routestats.compose.pair.context.PairContext` through the one build skeleton
+(:func:`routestats.compose.skeleton.build_report`): each section returns its tables, figures and the
+claims resting on them; the headline and findings are those claims in rank order (:data:`CLAIM_ORDER`); ``report.tables()`` returns every
 table as a DataFrame (the same frames the HTML and LaTeX outputs are rendered from).
 
 Examples
@@ -20,31 +20,28 @@ Examples
 
 from __future__ import annotations
 
-import datetime as _dt
 from dataclasses import asdict, replace
 from typing import Callable
 
-from routestats.metrics.passes import _pass
-from routestats.metrics.routing import profile_distance
-from routestats.report import Report, with_claims
-from routestats.rundir.collection import RunPair
-from routestats.settings import AnalysisSettings
-from routestats.compose.claims import pair_claims
-from routestats.studies.lengths import censoring
-from routestats.report import guarded
+from routestats.compose.pair.claims import CLAIM_ORDER, scope_claim
 from routestats.compose.pair.context import PairContext, pair_context
 from routestats.compose.pair.methods import pair_methods
 from routestats.compose.pair.sections import pair_sections
+from routestats.compose.skeleton import build_report, generated_now
+from routestats.report import Report
+from routestats.rundir.collection import RunPair
+from routestats.settings import AnalysisSettings
 from routestats.studies.word_map import WordMap, select_token_map_example, word_label  # noqa: F401  (public names)
 
 __all__ = ["build_pair_report", "select_token_map_example", "WordMap"]
 
 # frames drawn by a figure that are not tables, kept in Report.data under these names
-_DATA = {"training": ("curves", "curves"), "gradients": ("steps", "gradient_steps"),
-         "lengths": ("examples", "length_examples")}
+FIGURE_DATA = {"training": ("curves", "curves"), "gradients": ("steps", "gradient_steps"),
+               "lengths": ("examples", "length_examples")}
 
 
-def _provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
+def provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
+    """What the pair report read and how: each run's identity and verified files, the settings."""
     from routestats.rundir.write import software_versions
 
     runs = {}
@@ -62,7 +59,7 @@ def _provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
     return {
         "runs": runs,
         "analysis": {
-            "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "generated": generated_now(),
             "step": step,
             "settings": asdict(settings),
             "software": software_versions(("statsmodels", "jinja2", "matplotlib")),
@@ -70,52 +67,34 @@ def _provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
     }
 
 
-def _facts(ctx: PairContext) -> dict:
-    layers = ctx.layers
-    heads = _pass(ctx.pair.baseline, ctx.step, trivial=ctx.settings.trivial_queries).heads
+def facts(ctx: PairContext) -> dict:
+    """The descriptive scalars of a pair report (``Report.facts``), from the context's typed fields."""
     return {"baseline_id": ctx.pair.baseline.run_id, "variant_id": ctx.pair.variant.run_id, "step": ctx.step,
-            "n_examples": ctx.n_examples, "n_layers": ctx.n_layers, "n_heads": int(heads["head"].nunique()),
-            "profile_distance": profile_distance(
-                layers[layers.role == "baseline"].sort_values("layer")["sfm"].to_numpy(),
-                layers[layers.role == "variant"].sort_values("layer")["sfm"].to_numpy()),
-            "causal": ctx.causal, "pretrained": ctx.pretrained, "trivial": ctx.trivial,
-            "field_names": dict(ctx.pair.baseline.named_fields), "capture": ctx.pair.baseline.capture,
-            "capture_variant": ctx.pair.variant.capture, "confidence": ctx.settings.confidence,
-            "first_key_fields": _first_key_fields(ctx)}
-
-
-def _first_key_fields(ctx: PairContext) -> dict:
-    """Named field -> number of evaluated examples whose first position lies in it (the attention sink's field)."""
-    names = ctx.pair.baseline.named_fields
-    out: dict = {}
-    for g in ctx.pair.baseline.examples(["field_ids"])["field_ids"]:
-        if len(g) and int(g[0]) in names:
-            out[names[int(g[0])]] = out.get(names[int(g[0])], 0) + 1
-    return out
+            "n_examples": ctx.n_examples, "n_layers": ctx.n_layers, "n_heads": ctx.n_heads,
+            "profile_distance": ctx.profile_distance, "causal": ctx.causal, "pretrained": ctx.pretrained,
+            "trivial": ctx.trivial, "field_names": dict(ctx.pair.baseline.named_fields),
+            "capture": ctx.pair.baseline.capture, "capture_variant": ctx.pair.variant.capture,
+            "confidence": ctx.settings.confidence, "first_key_fields": ctx.first_key_fields}
 
 
 def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                       progress: Callable[[str], None] | None = None, within_study: bool = False,
                       bias_off=None) -> Report:
-    """Compute every section of the one-pair report, then its headline, findings and methods.
+    """Compute every section of the one-pair report, with its claims, then its methods.
 
     ``progress`` (optional) is called with a short label before each stage; ``within_study``
     marks a part of a study report (its headline then points at the across-seed results);
     ``bias_off``, the variant evaluated with its bias removed, adds the learned-vs-mechanical split.
     """
     ctx = pair_context(p, settings, progress, within_study, bias_off)
-    sections = tuple(sec for fn in pair_sections() if (sec := guarded(fn, ctx)) is not None)
-    facts = _facts(ctx)
-    data = {name: f.frames[key] for sec in sections for f in sec.figures if f.name in _DATA
-            for key, name in [_DATA[f.name]]}
-    when = "pretrained, evaluated as it is" if ctx.pretrained else f"step {ctx.step}"
-    draft = Report(title=ctx.subject, subtitle=f"Baseline {p.baseline.run_id} · variant {p.variant.run_id} · {when} · "
-                   f"{ctx.n_examples} examples · {facts['n_layers']} layers × {facts['n_heads']} heads",
-                   sections=sections, data=data, facts=facts)
     s = ctx.settings
-    draft = replace(draft, methods=pair_methods(draft, s), provenance=_provenance(p, s, ctx.step))
-    claims = pair_claims(draft, n_examples=ctx.n_examples, alpha=s.alpha, rho=s.length_rho,
-                         conf=f"{100 * s.confidence:.0f}%", pretrained=ctx.pretrained, within_study=within_study,
-                         permutations=s.permutations, censored=censoring(p, s.length_examples),
-                         has_bias_off=bias_off is not None)
-    return with_claims(draft, claims)
+    when = "pretrained, evaluated as it is" if ctx.pretrained else f"step {ctx.step}"
+    rep = build_report(
+        ctx, pair_sections(), title=ctx.subject,
+        subtitle=f"Baseline {p.baseline.run_id} · variant {p.variant.run_id} · {when} · {ctx.n_examples} examples · "
+                 f"{ctx.n_layers} layers × {ctx.n_heads} heads",
+        methods=lambda draft: pair_methods(draft, s), provenance=provenance(p, s, ctx.step), facts=facts(ctx),
+        scope=(scope_claim(ctx.pretrained, within_study, ctx.n_examples),), claim_order=CLAIM_ORDER)
+    data = {name: f.frames[key] for sec in rep.sections for f in sec.figures if f.name in FIGURE_DATA
+            for key, name in [FIGURE_DATA[f.name]]}
+    return replace(rep, data=data)

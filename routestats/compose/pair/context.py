@@ -20,8 +20,8 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.metrics.examples import resolve_example_sets, select_examples
-from routestats.metrics.passes import reduce_attention, trivial_default
-from routestats.metrics.routing import layer_summary
+from routestats.metrics.passes import head_pass, reduce_attention, trivial_default
+from routestats.metrics.routing import layer_summary, profile_distance
 from routestats.report import Figure, Table, guarded, section  # noqa: F401  (section helpers, re-exported)
 from routestats.rundir.collection import RunPair
 from routestats.settings import AnalysisSettings
@@ -77,6 +77,33 @@ class PairContext:
     def D(self) -> pd.DataFrame:
         """The paired SFM differences as an example x layer matrix (layers ascending)."""
         return self.diffs.pivot(index="example_id", columns="layer", values="diff").sort_index(axis=1)
+
+    @functools.cached_property
+    def profile_distance(self) -> float:
+        """The distance between the two models' layer-SFM profiles (their layer means)."""
+        lay = self.layers
+        return profile_distance(lay[lay.role == "baseline"].sort_values("layer")["sfm"].to_numpy(),
+                                lay[lay.role == "variant"].sort_values("layer")["sfm"].to_numpy())
+
+    @functools.cached_property
+    def n_heads(self) -> int:
+        return int(head_pass(self.pair.baseline, self.step, trivial=self.settings.trivial_queries)
+                   .heads["head"].nunique())
+
+    @functools.cached_property
+    def first_key_fields(self) -> dict:
+        """Named field -> number of evaluated examples whose first position lies in it (the attention sink's field)."""
+        names = self.pair.baseline.named_fields
+        out: dict = {}
+        for g in self.pair.baseline.examples(["field_ids"])["field_ids"]:
+            if len(g) and int(g[0]) in names:
+                out[names[int(g[0])]] = out.get(names[int(g[0])], 0) + 1
+        return out
+
+    @property
+    def bias_off_runs(self) -> int:
+        """How many bias-off evaluations of the variant the input holds (0 or 1)."""
+        return int(self.bias_off is not None)
 
     @functools.cached_property
     def common_steps(self) -> list[int]:

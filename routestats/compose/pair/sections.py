@@ -14,7 +14,13 @@ import pandas as pd
 from routestats.errors import RoutestatsError
 from routestats.metrics.definitions import RoutingMetric, paired_metrics
 from routestats.metrics.examples import select_examples
+from routestats.metrics.passes import head_pass
 from routestats.metrics.routing import field_to_field, head_sfm, mass_split
+from routestats.compose.claims import direct_learned_claim
+from routestats.compose.pair.claims import (
+    adjusted_claims, censoring_claims, early_claims, effects_claims, length_claims, profile_claims, shape_claims,
+    sink_claims, unnamed_claims,
+)
 from routestats.report import Column, Section, Table, pct
 from routestats.rundir import schema as S
 from routestats.stats.profile import layer_contrasts, profile_distance_ci, profile_shape
@@ -70,7 +76,8 @@ def profile_section(ctx: PairContext) -> Section:
                    Column("Entropy", "entropy"), Column("Examples", "n_examples", "int")),
                   bold_max=("sfm",), group_by="role")
     return Section("profile", "Layer profile", (t,),
-                   (ctx.figure("profile", "profile", layers=ctx.layers, effects=ctx.effects()),))
+                   (ctx.figure("profile", "profile", layers=ctx.layers, effects=ctx.effects()),),
+                   claims=tuple(profile_claims(ctx.layers, ctx.profile_distance)))
 
 
 @section("effects", "Paired SFM effects")
@@ -81,7 +88,10 @@ def effects_section(ctx: PairContext) -> Section:
     return Section("effects", "Paired SFM effects", (t,),
                    (ctx.figure("paired_examples", "paired_dots", pairs=pairs),),
                    text="Each line is one example: its SFM in the baseline (left) and the variant (right); black: the "
-                        "layer means.")
+                        "layer means.",
+                   claims=tuple(effects_claims(t.frame, n_examples=ctx.n_examples, pretrained=ctx.pretrained,
+                                               alpha=ctx.settings.alpha, confidence=ctx.settings.confidence,
+                                               permutations=ctx.settings.permutations)))
 
 
 def metric_section(m: RoutingMetric):
@@ -120,7 +130,7 @@ def adjusted_section(ctx: PairContext) -> Section:
                    Column("Mean O_e", "mean_opportunity"), Column("Adj. baseline", "baseline_mean"),
                    Column("Adj. variant", "variant_mean"), Column("Δ adj.", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
-    return Section("adjusted", "Opportunity-adjusted SFM", (t,))
+    return Section("adjusted", "Opportunity-adjusted SFM", (t,), claims=tuple(adjusted_claims(t.frame)))
 
 
 @section("fields", "Field-to-field attention")
@@ -151,10 +161,11 @@ def masses_section(ctx: PairContext) -> Section:
     ctx.say("mass outside the named fields")
     m = mass_split(ctx.pair, ctx.step, ctx.settings.examples, ctx.settings.trivial_queries)
     outside = float(np.nanmax(m["unnamed_mass"].to_numpy())) if len(m) else 0.0
+    claims = tuple(unnamed_claims(m) + sink_claims(m, ctx.first_key_fields, ctx.n_examples))
     if outside <= 0.01 and not ctx.pretrained:
         return Section("masses", "Mass outside the named fields", (Table("masses", m),),
                        skipped="All attention lies on named keys (U = 0 in every layer), so SFM over all keys and "
-                               "over the named keys are the same.")
+                               "over the named keys are the same.", claims=claims)
     t = ctx.table("masses", m, "Where each query's attention goes, per layer (mean over valid queries, heads and "
                   "examples): same-field (S), other named fields (C) and keys outside the named fields (U: special "
                   "tokens, separators, unnamed positions; S + C + U = 1 for softmax heads), the first key's mass (the "
@@ -164,7 +175,8 @@ def masses_section(ctx: PairContext) -> Section:
                    Column("SFM named", "sfm_named"), Column("Examples", "n_examples", "int")))
     return Section("masses", "Mass outside the named fields", (t,), (ctx.figure("masses", "mass_split", masses=m),),
                    text=f"Up to {100 * outside:.0f}% of a layer's attention lies on keys outside the named fields "
-                        "(special tokens, separators, the first token); SFM counts none of it as same-field.")
+                        "(special tokens, separators, the first token); SFM counts none of it as same-field.",
+                   claims=claims)
 
 
 @section("shape", "Does the change differ across layers?")
@@ -195,7 +207,8 @@ def shape_section(ctx: PairContext) -> Section | None:
         ctx.table("profile_distance", distance, f"Profile distance ‖(Δ_1, …, Δ_L)‖₂ between the two layer-SFM profiles "
                   f"with a {conf} percentile bootstrap CI over examples ({s.resamples:,} resamples).",
                   (Column("Distance", "profile_distance", "num", 4), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
-                   Column("n", "n", "int"), Column("Layers", "layers", "int")))))
+                   Column("n", "n", "int"), Column("Layers", "layers", "int")))),
+        claims=tuple(shape_claims(shape, contrasts, s.alpha, conf)))
 
 
 PAGE_CONTRASTS = 15  # more pairwise contrasts than this: the page shows the adjacent ones and the largest
@@ -267,11 +280,9 @@ def flow_section(ctx: PairContext) -> Section:
 def _undefined_norms(ctx: PairContext) -> str:
     """The caption's count of heads whose transported vectors are all zero (a pruned head): they have no
     norm-weighted attention and are left out of the head means, never counted as 0."""
-    from routestats.metrics.passes import _pass
-
     out = []
     for role, run in (("baseline", ctx.pair.baseline), ("variant", ctx.pair.variant)):
-        h = _pass(run, ctx.step, trivial=ctx.settings.trivial_queries, weighting="norm").heads
+        h = head_pass(run, ctx.step, trivial=ctx.settings.trivial_queries, weighting="norm").heads
         bad = h[h["sfm"].isna()]
         if len(bad):
             heads = bad[["layer", "head"]].drop_duplicates()
@@ -293,7 +304,8 @@ def init_vs_final_section(ctx: PairContext) -> Section | None:
                   (Column("Layer", "layer", "int"), Column("Δ init", "delta_init"), Column("Δ final", "delta_final"),
                    Column("Share at init", "share_at_init", "num", 2), Column("Change", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
-    return Section("init_vs_final", "Learned vs mechanical: the difference at the start of training", (t,))
+    return Section("init_vs_final", "Learned vs mechanical: the difference at the start of training", (t,),
+                   claims=tuple(early_claims(f, ctx.settings.alpha, ctx.bias_off_runs)))
 
 
 @section("heads", "Head-level SFM")
@@ -351,7 +363,8 @@ def _censored(frame) -> str:
     return f"the {k} examples at the cap are included at the cap length (censored)"
 
 
-def _length_tables(ctx: PairContext, f: dict, n_length: int) -> tuple[Table, ...]:
+def length_tables(ctx: PairContext, f: dict) -> tuple[Table, ...]:
+    """The four shown length tables (SAAB paper Tables 11 and 12A, the length-adjusted Δ, the bins)."""
     s, conf = ctx.settings, pct(ctx.settings.confidence)
     ref = f["length_adjusted"]["reference_length"].iloc[0]
     return (
@@ -394,24 +407,33 @@ def lengths_section(ctx: PairContext) -> Section | None:
     ids = select_examples(p.baseline, s.length_examples)
     if ids is not None:
         ex = ex[ex["example_id"].isin(ids)]
+    c = censoring(p, s.length_examples)
     if ex["length"].nunique() < 3 or len(ex) < 8:
-        return None
+        if not c["n_capped"]:
+            return None
+        return Section("lengths", "Lengths", skipped=f"Not computed: {len(ex)} examples with {ex['length'].nunique()} "
+                       "distinct lengths are too few for the length analyses (they need 8 examples and 3 lengths).",
+                       claims=tuple(censoring_claims(c, left_out=False)))
     ctx.say("length analyses")
     kw = dict(step=ctx.step, examples=s.length_examples)
-    c = censoring(p, s.length_examples)
     if s.capped_examples == "exclude" and c["n"] - c["n_capped"] < 8:
         return Section("lengths", "Lengths", skipped=(
             f"Not computed: {c['n_capped']} of {c['n']} examples reached the {c['cap']}-token cap, so their true "
             f"lengths are unknown; the {c['n'] - c['n_capped']} examples below the cap are too few for the length "
-            "analyses (capped_examples=include would use every example, those at the cap at the cap length)."))
+            "analyses (capped_examples=include would use every example, those at the cap at the cap length)."),
+            claims=tuple(censoring_claims(c, left_out=False)))
     frames = {"lengths": length_table(ex[["split", "length"]], cap=int(ex["cap"].max())),
               "length_association": length_association(p, resampling=s.resampling, capped=s.capped_examples, **kw),
               "length_adjusted": length_adjusted_effects(p, resampling=s.resampling, capped=s.capped_examples, **kw),
               "length_bins": length_bins(p, **kw)}
     per_ex = paired_differences(p, trivial=s.trivial_queries, **kw)[["example_id", "layer", "diff"]]
     per_ex = running_mean(per_ex.merge(ex[["example_id", "length"]], on="example_id"))
-    return Section("lengths", "Lengths", _length_tables(ctx, frames, len(ex)),
-                   (ctx.figure("lengths", "lengths", examples=per_ex),))
+    assoc = frames["length_association"]
+    left_out = bool(len(assoc)) and assoc["capped"].iloc[0] == "exclude"
+    return Section("lengths", "Lengths", length_tables(ctx, frames),
+                   (ctx.figure("lengths", "lengths", examples=per_ex),),
+                   claims=tuple(censoring_claims(c, left_out)
+                                + length_claims(assoc, frames["length_adjusted"], s.length_rho)))
 
 
 @section("words", "Word-level attention")
@@ -444,7 +466,8 @@ def decomposition_section(ctx: PairContext) -> Section | None:
         return None
     ctx.say("learned vs mechanical (bias off)")
     t = decompose(ctx.pair.baseline, ctx.pair.variant, ctx.bias_off, ctx.settings)
-    return Section("decomposition", TITLE, (decomposition_table(t, pct(ctx.settings.confidence)),))
+    return Section("decomposition", TITLE, (decomposition_table(t, pct(ctx.settings.confidence)),),
+                   claims=(direct_learned_claim(t, ctx.bias_off_runs),))
 
 
 def pair_sections() -> tuple:

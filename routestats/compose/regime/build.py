@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 from routestats.regime.points import analyse_point, load_operator_points
-from routestats.report import (
-    Claim, Column, Figure, Report, Section, Table, fmt_sig, guarded, point_label, section, with_claims,
-)
+from routestats.compose.skeleton import build_report, generated_now
+from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_sig, point_label, section
 from routestats.settings import AnalysisSettings
 
 __all__ = ["build_regime_report", "terminal_tables"]
@@ -54,7 +54,8 @@ _FIXED_SPECS = {  # the tables whose columns do not depend on the input
 }
 
 
-def _tables(t: dict) -> dict[str, Table]:
+def shown_tables(t: dict) -> dict[str, Table]:
+    """The regime tables as shown (captions, columns), from the concatenated per-point frames."""
     K = KEY_COLUMNS
     specs = {"summary": (
         "Spectral certificate per operating point (METHODS B.5-B.6): dim S (eigenvalues of G_T below "
@@ -91,35 +92,51 @@ def _tables(t: dict) -> dict[str, Table]:
     return out
 
 
-def _findings(t: dict) -> list[Claim]:
-    s = t["summary"]
+def summary_claims(s: pd.DataFrame) -> list[Claim]:
+    """The count of points with a non-empty S and a certified switch, and each point's certificate in words."""
     pts = tuple(point_label(r) for _, r in s.iterrows())
     out = [Claim("counts", f"{len(s)} operating point(s); transport-contractive subspace S non-empty at "
                  f"{(s['dim_S'] > 0).sum()}, switching certified (λ_max > 1) at {int(s['switches'].sum())}.",
-                 "finding", "summary", pts, "point")]
-    for (_, r), label in zip(s.iterrows(), pts):
+                 "finding", "summary", pts, "point", evidence=s)]
+    for i, label in enumerate(pts):
+        r = s.iloc[i]
         if len(out) > MAX_POINTS_LISTED:
-            out.append(Claim("more_points", "… (all points in the summary table)", "finding", "summary"))
+            out.append(Claim("more_points", "… (all points in the summary table)", "finding", "summary",
+                             requires=(Check(f"more than {MAX_POINTS_LISTED} points", f"rows > {MAX_POINTS_LISTED}",
+                                             on="design"),), evidence=s))
             break
         out.append(Claim("point", f"{label}: dim S {int(r['dim_S'])} of {int(r['dim'])}, λ_max "
                          f"{fmt_sig(r['lambda_max'])}, d_sw {int(r['d_sw'])}, τ_cert {fmt_sig(r['tau_cert'], 4)} ≤ "
                          f"τ_max {fmt_sig(r['tau_max_dual'], 4)}; max |analytic − autograd| "
-                         f"{fmt_sig(r['max_error'], 2)}.", "finding", "summary", (label,), "point"))
-    ag = t.get("agreement")
-    if ag is not None and len(ag):
-        out.append(Claim("agreement", f"Slice lattices: analytic and finite-forward labels agree for "
-                         f"{100 * ag['mechanism_agreement'].min():.2f}–{100 * ag['mechanism_agreement'].max():.2f}% of "
-                         f"unflagged directions; Pearson r of g_full ≥ {ag['pearson_r'].min():.6f}.", "finding",
-                         "agreement"))
-    geo = t.get("geometry")
-    if geo is not None and len(geo):
-        soft = geo[geo["head_type"] == "softmax"]
-        if len(soft):
-            out.append(Claim("prop1", f"Prop. 1 on {len(soft)} softmax head(s): rank J_q ≤ dim U_r everywhere: "
-                             f"{'yes' if soft['rank_bound_holds'].all() else 'NO'}; max range residual "
-                             f"{fmt_sig(soft['range_residual'].max(), 2)}, max null residual "
-                             f"{fmt_sig(soft['null_residual'].max(), 2)}.", "finding", "geometry"))
+                         f"{fmt_sig(r['max_error'], 2)}.", "finding", "summary", (label,), "point",
+                         evidence=s.iloc[[i]]))
     return out
+
+
+def agreement_claims(ag: pd.DataFrame | None) -> list[Claim]:
+    """How often analytic and finite-forward lattice labels agree."""
+    if ag is None or not len(ag):
+        return []
+    return [Claim("agreement", f"Slice lattices: analytic and finite-forward labels agree for "
+                  f"{100 * ag['mechanism_agreement'].min():.2f}–{100 * ag['mechanism_agreement'].max():.2f}% of "
+                  f"unflagged directions; Pearson r of g_full ≥ {ag['pearson_r'].min():.6f}.", "finding", "agreement",
+                  evidence=ag)]
+
+
+def prop1_claims(geo: pd.DataFrame | None) -> list[Claim]:
+    """Prop. 1's rank bound and residuals over the softmax heads."""
+    if geo is None or not len(geo):
+        return []
+    soft = geo[geo["head_type"] == "softmax"]
+    if not len(soft):
+        return []
+    return [Claim("prop1", f"Prop. 1 on {len(soft)} softmax head(s): rank J_q ≤ dim U_r everywhere: "
+                  f"{'yes' if soft['rank_bound_holds'].all() else 'NO'}; max range residual "
+                  f"{fmt_sig(soft['range_residual'].max(), 2)}, max null residual "
+                  f"{fmt_sig(soft['null_residual'].max(), 2)}.", "finding", "geometry", evidence=soft)]
+
+
+CLAIM_ORDER = ("counts", "point", "more_points", "agreement", "prop1")
 
 
 @dataclass(frozen=True)
@@ -127,8 +144,24 @@ class RegimeContext:
     """What every regime section reads: the per-point tables concatenated over the grid (``t``), their
     shown forms (``tables``) and the frames the figures draw."""
 
-    t: dict = field(repr=False)
-    tables: dict = field(repr=False)
+    points: tuple = field(repr=False)
+    settings: AnalysisSettings = field(repr=False)
+    say: Callable[[str], None] = field(default=lambda label: None, repr=False, compare=False)
+
+    @functools.cached_property
+    def t(self) -> dict:
+        """Every table of every point, concatenated over the grid (computed once)."""
+        per = []
+        for pt in self.points:
+            self.say(f"regime: layer {pt.layer}, example {pt.example}, token {pt.token}")
+            per.append(analyse_point(pt, probes=self.settings.probes, seed=self.settings.resampling.seed))
+        names = sorted({k for p in per for k in p})
+        return {k: pd.concat([p[k] for p in per if k in p and len(p[k])], ignore_index=True) for k in names
+                if any(k in p and len(p[k]) for p in per)}
+
+    @functools.cached_property
+    def tables(self) -> dict:
+        return shown_tables(self.t)
 
     def get(self, *names) -> tuple:
         return tuple(self.tables[n] for n in names if n in self.tables)
@@ -144,7 +177,8 @@ def certificate_section(ctx: RegimeContext) -> Section:
     return Section("certificate", "Spectral certificate", ctx.get("summary", "spectrum", "sweep"),
                    (ctx.figure("regime-spectrum", "regime_spectrum"),),
                    text="W = C^{-1/2} R C^{-1/2} on the transport-contractive subspace S; eigenvalues above 1 are "
-                        "switching directions. The sweep restricts S to directions at least τ0 severe.")
+                        "switching directions. The sweep restricts S to directions at least τ0 severe.",
+                   claims=tuple(summary_claims(ctx.tables["summary"].frame)))
 
 
 @section("counterfactual", "Counterfactual growth")
@@ -161,13 +195,15 @@ def geometry_section(ctx: RegimeContext) -> Section | None:
     return Section("geometry", "Geometry of query gating", ctx.get("geometry", "routing"),
                    (ctx.figure("regime-overlap", "regime_overlap"),) if "overlap" in ctx.t else (),
                    text="Directions whose query map misses the centred keys (overlap 0) leave both the routing and "
-                        "J_q v unchanged (Prop. 1).")
+                        "J_q v unchanged (Prop. 1).", claims=tuple(prop1_claims(ctx.tables["geometry"].frame)))
 
 
 @section("shares", "Regime shares and maps")
 def shares_section(ctx: RegimeContext) -> Section:
+    ag = ctx.tables["agreement"].frame if "agreement" in ctx.tables else None
     return Section("shares", "Regime shares and maps", ctx.get("agreement", "regimes", "adjacency"),
-                   (ctx.figure("regime-shares", "regime_shares"),) if "regimes" in ctx.t else ())
+                   (ctx.figure("regime-shares", "regime_shares"),) if "regimes" in ctx.t else (),
+                   claims=tuple(agreement_claims(ag)))
 
 
 @section("map", "Regime map")
@@ -201,36 +237,25 @@ def build_regime_report(path: str | Path, settings: AnalysisSettings | None = No
     and ``settings.seed`` drive the random directions.
     """
     s = settings or AnalysisSettings()
-    pts = load_operator_points(path, s.layer, s.example, s.token)
-    per = []
-    for pt in pts:
-        if progress:
-            progress(f"regime: layer {pt.layer}, example {pt.example}, token {pt.token}")
-        per.append(analyse_point(pt, probes=s.probes, seed=s.resampling.seed))
-    names = sorted({k for p in per for k in p})
-    t = {k: pd.concat([p[k] for p in per if k in p and len(p[k])], ignore_index=True) for k in names
-         if any(k in p and len(p[k]) for p in per)}
+    pts = tuple(load_operator_points(path, s.layer, s.example, s.token))
     path = Path(path)
-    prov = {"analysis": {"generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    prov = {"analysis": {"generated": generated_now(),
                          "settings": {"probes": s.probes, "seed": s.seed, "layer": s.layer, "example": s.example,
                                       "token": s.token}},
             "points": [{**pt.key, "file": pt.source, "errors": pt.meta.get("errors"),
                         "checkpoint_sha256": pt.meta.get("checkpoint_sha256")} for pt in pts]}
-    ctx = RegimeContext(t, _tables(t))
-    sections = tuple(sec for fn in REGIME_SECTIONS if (sec := guarded(fn, ctx)) is not None)
+    ctx = RegimeContext(pts, s, progress or (lambda label: None))
     methods = ("Operators are the value-transport, query-gating and key-gating Jacobians of the residual attention "
                "sublayer at the query token (perturbed token m = r), in float64, checked against autograd of the "
                "pathway-split forward F(x_V, x_Q, x_K) and against finite forwards. Growth G = JᵀJ − I; "
                "S = span of G_T eigenvectors below −tol with tol = 1e-9·max(1, |G_T|); switching certified by the "
                "symmetric-definite eigenproblem R u = λ C u.")
     model_kind = pts[0].meta.get("model_kind")
-    draft = Report(title=f"regime switching: {path.name}",
-                   subtitle=f"{len(pts)} operating point(s) · model {model_kind or 'unknown'} · {path}",
-                   sections=sections, methods=methods, provenance=prov,
-                   data={k: t[k] for k in ("overlap", "lattice") if k in t},
-                   facts={"n_points": len(pts), "model_kind": model_kind, "source": str(path)})
-    return with_claims(draft, _findings({k: draft.frame(k) for k in ("summary", "agreement", "geometry")
-                                         if k in draft.tables()}))
+    return build_report(
+        ctx, REGIME_SECTIONS, title=f"regime switching: {path.name}",
+        subtitle=f"{len(pts)} operating point(s) · model {model_kind or 'unknown'} · {path}", methods=methods,
+        provenance=prov, data={k: ctx.t[k] for k in ("overlap", "lattice") if k in ctx.t},
+        facts={"n_points": len(pts), "model_kind": model_kind, "source": str(path)}, claim_order=CLAIM_ORDER)
 
 
 def terminal_tables(rep: Report) -> list[tuple[str, pd.DataFrame]]:

@@ -14,75 +14,129 @@ Examples
 
 from __future__ import annotations
 
-import datetime as _dt
-from dataclasses import asdict
+import functools
+from dataclasses import asdict, dataclass
 
 import numpy as np
+import pandas as pd
 
+from routestats.compose.skeleton import build_report, generated_now
 from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, mass_split, trivial_default
-from routestats.report import Claim, Column, Figure, Report, Section, Table, fmt_num, with_claims
+from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_num, section
 from routestats.rundir.read import Run
 from routestats.settings import AnalysisSettings
 
-__all__ = ["build_run_report"]
+__all__ = ["build_run_report", "RunContext", "RUN_SECTIONS", "CLAIM_ORDER"]
+
+CLAIM_ORDER = ("profile", "scope", "unnamed_mass")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every section of a one-run report reads: the run, the settings and the step."""
+
+    run: Run
+    settings: AnalysisSettings
+    step: int
+
+    def with_role(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` without its run_id, with a leading ``role`` column ("run")."""
+        frame = frame.drop(columns=["run_id"])
+        frame.insert(0, "role", "run")
+        return frame
+
+    @functools.cached_property
+    def layers(self) -> pd.DataFrame:
+        s = self.settings
+        return layer_summary(self.run, self.step, s.examples, s.trivial_queries).drop(columns=["run_id"])
+
+    @functools.cached_property
+    def masses(self) -> pd.DataFrame:
+        s = self.settings
+        return self.with_role(mass_split(self.run, self.step, s.examples, s.trivial_queries))
+
+    @property
+    def n_examples(self) -> int:
+        return int(self.layers["n_examples"].max())
+
+    @property
+    def when(self) -> str:
+        return "pretrained, evaluated as it is" if self.run.pretrained else f"step {self.step}"
+
+
+@section("profile", "Layer profile")
+def profile_section(ctx: RunContext) -> Section:
+    layers = ctx.layers
+    top = layers.loc[[layers["sfm"].idxmax()]]
+    claim = Claim("profile", f"{ctx.run.run_id} ({ctx.when}, {ctx.n_examples} examples): SFM "
+                  f"{fmt_num(layers['sfm'].min())}–{fmt_num(layers['sfm'].max())} across {len(layers)} layers, highest "
+                  f"in layer {int(top['layer'].iloc[0])}.", "headline", "layers", tuple(int(x) for x in layers["layer"]),
+                  evidence=layers)
+    return Section("profile", "Layer profile", (Table(
+        "layers", layers, f"Same-field attention mass (SFM) and entropy (nats) per layer ({ctx.when}), mean over "
+                          f"{ctx.n_examples} examples; the highest SFM in bold.",
+        (Column("Layer", "layer", "int"), Column("SFM", "sfm"), Column("Entropy", "entropy"),
+         Column("Examples", "n_examples", "int")), bold_max=("sfm",)),),
+        (Figure("profile", "run_profile", {"layers": layers}),), claims=(claim,))
+
+
+@section("masses", "Where the attention goes")
+def masses_section(ctx: RunContext) -> Section:
+    masses = ctx.masses
+    u = float(np.nanmax(masses["unnamed_mass"])) if len(masses) else 0.0
+    claims = (Claim("unnamed_mass", f"Up to {100 * u:.0f}% of a layer's attention lies outside the named fields.",
+                    "headline", "masses", requires=(Check("unnamed mass above 1% in some layer", "unnamed_mass > 0.01",
+                                                          every="any"),), evidence=masses),) if u > 0.01 else ()
+    return Section("masses", "Where the attention goes", (Table(
+        "masses", masses, "Per layer: same-field (S), other named fields (C) and keys outside the named fields (U), "
+                          "the first key's mass and SFM over the named keys.",
+        (Column("Layer", "layer", "int"), Column("S", "sfm"), Column("C", "cross_mass"), Column("U", "unnamed_mass"),
+         Column("First key", "first_mass"), Column("SFM named", "sfm_named"))),),
+        (Figure("masses", "mass_split", {"masses": masses}, {"labels": {"run": ctx.run.run_id}}),), claims=claims)
+
+
+@section("heads", "Head-level SFM")
+def heads_section(ctx: RunContext) -> Section:
+    s = ctx.settings
+    heads = ctx.with_role(head_sfm(ctx.run, ctx.step, s.examples, s.trivial_queries))
+    return Section("heads", "Head-level SFM", (Table("head_sfm", heads),),
+                   (Figure("head_sfm", "head_heatmaps", {"head_sfm": heads}),),
+                   text="SFM of each head averaged over examples.")
+
+
+@section("fields", "Field-to-field attention")
+def fields_section(ctx: RunContext) -> Section:
+    s = ctx.settings
+    f2f = ctx.with_role(field_to_field(ctx.run, ctx.step, s.missing_fields, s.examples, s.trivial_queries))
+    return Section("fields", "Field-to-field attention", (Table("field_to_field", f2f),),
+                   (Figure("field_to_field", "field_heatmaps", {"field_to_field": f2f}),),
+                   text="Mean attention mass from queries of the source field to keys of the destination field.")
+
+
+@section("pairs", "Paired statistics")
+def pairs_section(ctx: RunContext) -> Section:
+    return Section("pairs", "Paired statistics", skipped=f"{ctx.run.run_id} is a single run: paired effects need its "
+                   "baseline or variant (point at the folder holding both, or capture/train the other condition).")
+
+
+RUN_SECTIONS = (profile_section, masses_section, heads_section, fields_section, pairs_section)
 
 
 def build_run_report(run: Run, settings: AnalysisSettings | None = None, progress=None) -> Report:
     """Describe one run at ``settings.step`` (default: its final step)."""
     s = settings or AnalysisSettings()
-    say = progress or (lambda label: None)
-    step = run.final_step if s.step is None else s.step
-    say("layer profile")
-    layers = layer_summary(run, step, s.examples, s.trivial_queries).drop(columns=["run_id"])
-    masses = mass_split(run, step, s.examples, s.trivial_queries).drop(columns=["run_id"])
-    heads = head_sfm(run, step, s.examples, s.trivial_queries).drop(columns=["run_id"])
-    f2f = field_to_field(run, step, s.missing_fields, s.examples, s.trivial_queries).drop(columns=["run_id"])
-    for t in (masses, heads, f2f):
-        t.insert(0, "role", "run")
-    n_ex = int(layers["n_examples"].max())
-    when = "pretrained, evaluated as it is" if run.pretrained else f"step {step}"
-    sections = (
-        Section("profile", "Layer profile", (Table(
-            "layers", layers, f"Same-field attention mass (SFM) and entropy (nats) per layer ({when}), mean over {n_ex} "
-                              "examples; the highest SFM in bold.",
-            (Column("Layer", "layer", "int"), Column("SFM", "sfm"), Column("Entropy", "entropy"),
-             Column("Examples", "n_examples", "int")), bold_max=("sfm",)),),
-            (Figure("profile", "run_profile", {"layers": layers}),)),
-        Section("masses", "Where the attention goes", (Table(
-            "masses", masses, "Per layer: same-field (S), other named fields (C) and keys outside the named fields (U), "
-                              "the first key's mass and SFM over the named keys.",
-            (Column("Layer", "layer", "int"), Column("S", "sfm"), Column("C", "cross_mass"), Column("U", "unnamed_mass"),
-             Column("First key", "first_mass"), Column("SFM named", "sfm_named"))),),
-            (Figure("masses", "mass_split", {"masses": masses}, {"labels": {"run": run.run_id}}),)),
-        Section("heads", "Head-level SFM", (Table("head_sfm", heads),),
-                (Figure("head_sfm", "head_heatmaps", {"head_sfm": heads}),),
-                text="SFM of each head averaged over examples."),
-        Section("fields", "Field-to-field attention", (Table("field_to_field", f2f),),
-                (Figure("field_to_field", "field_heatmaps", {"field_to_field": f2f}),),
-                text="Mean attention mass from queries of the source field to keys of the destination field."),
-        Section("pairs", "Paired statistics", skipped=f"{run.run_id} is a single run: paired effects need its baseline "
-                "or variant (point at the folder holding both, or capture/train the other condition)."),
-    )
-    top = layers.loc[layers["sfm"].idxmax()]
-    u = float(np.nanmax(masses["unnamed_mass"])) if len(masses) else 0.0
-    claims = [Claim("profile", f"{run.run_id} ({when}, {n_ex} examples): SFM {fmt_num(layers['sfm'].min())}–"
-                    f"{fmt_num(layers['sfm'].max())} across {len(layers)} layers, highest in layer {int(top['layer'])}.",
-                    "headline", "layers", tuple(int(x) for x in layers["layer"])),
-              Claim("scope", "A single run shows where attention goes, not what a change did: no paired statistics.",
-                    "headline", checks=(("one run, no pair", True),))]
-    if u > 0.01:
-        claims.append(Claim("unnamed_mass", f"Up to {100 * u:.0f}% of a layer's attention lies outside the named "
-                            "fields.", "headline", "masses"))
+    (progress or (lambda label: None))("layer profile")
+    ctx = RunContext(run, s, run.final_step if s.step is None else s.step)
     causal = " The model attends causally; trivial queries are " + trivial_default(run, s.trivial_queries) + "d." \
         if run.causal else ""
-    return with_claims(Report(
-        title=f"{run.run_id} (single run)",
-        subtitle=f"{run.run_id} · {when} · {n_ex} examples · {len(layers)} layers",
-        sections=sections,
+    scope = Claim("scope", "A single run shows where attention goes, not what a change did: no paired statistics.",
+                  "headline", because=("one run, no pair",))
+    return build_report(
+        ctx, RUN_SECTIONS, title=f"{run.run_id} (single run)",
+        subtitle=f"{run.run_id} · {ctx.when} · {ctx.n_examples} examples · {len(ctx.layers)} layers",
         methods=("Same-field attention mass (SFM) is the attention a valid query places on valid keys of its own field, "
                  "averaged over valid queries, then heads, then examples; entropy is −Σ p ln(p + 1e-10)." + causal),
         provenance={"run": {"run_id": run.run_id, "path": str(run.path), "files": run.verified_files()},
-                    "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                                 "step": step, "settings": asdict(s)}},
-        facts={"run_id": run.run_id, "step": step, "n_examples": n_ex},
-    ), claims)
+                    "analysis": {"generated": generated_now(), "step": ctx.step, "settings": asdict(s)}},
+        facts={"run_id": run.run_id, "step": ctx.step, "n_examples": ctx.n_examples}, scope=(scope,),
+        claim_order=CLAIM_ORDER)

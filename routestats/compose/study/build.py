@@ -1,8 +1,9 @@
 """The multi-run (study) report: tables, figures and sentences; sections appear when applicable.
 
 :func:`build_study_report` runs the section functions of :mod:`routestats.compose.study.sections`
-over one :class:`~routestats.compose.study.sections.StudyContext` (a section that fails says why),
-then writes the headline, findings and methods from the finished sections.
+over one :class:`~routestats.compose.study.sections.StudyContext` through the one build skeleton (a
+section that fails says why); each section's claims rest on its own frames, ranked by
+:data:`~routestats.compose.study.claims.CLAIM_ORDER`.
 
 Examples
 --------
@@ -19,20 +20,19 @@ Examples
 
 from __future__ import annotations
 
-import datetime as _dt
 from dataclasses import asdict
 
 import pandas as pd
 
-from routestats.report import Claim, Report, guarded, with_claims
-from routestats.rundir.collection import RunCollection
-from routestats.settings import AnalysisSettings
-from routestats.compose.claims import study_claims
-from routestats.studies.seeds import null_check
+from routestats.compose.skeleton import build_report, generated_now
+from routestats.compose.study.claims import CLAIM_ORDER, scope_claims
 from routestats.compose.study.inputs import disagreement  # noqa: F401  (public name)
 from routestats.compose.study.sections import STUDY_SECTIONS, study_context
+from routestats.report import Report
+from routestats.rundir.collection import RunCollection
+from routestats.settings import AnalysisSettings
 
-__all__ = ["build_study_report", "disagreement"]
+__all__ = ["build_study_report", "disagreement", "study_methods"]
 
 
 def study_methods(s: AnalysisSettings) -> str:
@@ -49,14 +49,6 @@ def study_methods(s: AnalysisSettings) -> str:
             f"narrows when |g| shrinks by at least {s.rules.gap_tol:g}; otherwise small change.")
 
 
-def _null_claim(rep: Report) -> list[Claim]:
-    if "sweep" not in rep.tables() or (v := null_check(rep.frame("sweep"))) is None:
-        return []
-    return [Claim("null_check", f"Null check w_f = 0 against the baseline: largest |ΔSFM| = {v['max_abs_diff']:.2e} "
-                  f"({'passes' if v['passes'] else 'FAILS'} the {v['tolerance']:.1e} criterion).", "finding", "sweep",
-                  checks=(("a w_f = 0 run exists", True),))]
-
-
 def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = None, progress=None,
                        init_probe=None, lengths=None, has_parts: bool = False) -> Report:
     """Compute every applicable multi-run table for a run tree.
@@ -68,22 +60,20 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
     """
     ctx = study_context(runs, settings, progress, init_probe, lengths)
     s, deltas = ctx.settings, ctx.deltas
-    sections = tuple(sec for fn in STUDY_SECTIONS if (sec := guarded(fn, ctx)) is not None)
     seeds = sorted(deltas["seed"].dropna().unique().tolist())
     n_pairs = int(deltas["variant_run"].nunique())
-    draft = Report(
-        title=f"Study of {len(runs)} runs",
+    return build_report(
+        ctx, STUDY_SECTIONS, title=f"Study of {len(runs)} runs",
         subtitle=f"{len(runs)} runs · {n_pairs} pairs · seeds {', '.join(map(str, seeds))} · "
                  f"data sets {', '.join(sorted(map(str, deltas['dataset'].unique())))}",
-        sections=sections, methods=study_methods(s),
+        methods=study_methods(s),
         provenance={"runs": [{k: (None if pd.isna(v) else v.item() if hasattr(v, "item") else v)
                               for k, v in rec.items()}  # a factor a run lacks is null, not NaN (valid JSON)
                              for rec in runs.index.astype(object).to_dict(orient="records")],
                     "verified_files": runs.verified_files(),
-                    "analysis": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                                 "settings": asdict(s)}},
+                    "analysis": {"generated": generated_now(), "settings": asdict(s)}},
         data={"conditions": runs.index.drop(columns=["path", "init_id", "data_order_id"])},
-        facts={"n_runs": len(runs), "seeds": seeds, "n_pairs": n_pairs, "confidence": s.confidence})
-    claims = study_claims(draft, n_pairs=n_pairs, seeds=seeds, alpha=s.alpha, conf=f"{100 * s.confidence:.0f}%",
-                          has_parts=has_parts) + _null_claim(draft)
-    return with_claims(draft, claims)
+        facts={"n_runs": len(runs), "seeds": seeds, "n_pairs": n_pairs, "confidence": s.confidence},
+        scope=scope_claims(n_runs=len(runs), n_pairs=n_pairs, seeds=seeds, n_ref_seeds=ctx.n_ref_seeds,
+                           has_parts=has_parts),
+        claim_order=CLAIM_ORDER)

@@ -14,6 +14,10 @@ from typing import Callable
 
 import pandas as pd
 
+from routestats.compose.claims import direct_learned_claim
+from routestats.compose.study.claims import (
+    across_seed_claims, convergence_claims, null_check_claims, pattern_claims, shared_example_claims,
+)
 from routestats.errors import RoutestatsError
 from routestats.report import Column, Figure, Section, Table
 from routestats.rundir import schema as S
@@ -21,7 +25,7 @@ from routestats.rundir.collection import RunCollection
 from routestats.settings import AnalysisSettings
 from routestats.report import section
 from routestats.studies.seeds import (
-    NULL_TOLERANCE, across_seed_tests, dataset_table, depth_table, example_deltas, hierarchical_bootstrap,
+    NULL_TOLERANCE, across_seed_tests, null_check, dataset_table, depth_table, example_deltas, hierarchical_bootstrap,
     placement_table, reference_rows, seed_table, shuffled_table, summarise_deltas, sweep_table, variance_components,
 )
 from routestats.compose.study.inputs import corpus_lengths, disagreement, forest_frame, shared_examples, standardisation
@@ -83,6 +87,13 @@ class StudyContext:
             ((Column("Depth", "depth", "int"),) if d["depth"].nunique() > 1 else ())
 
     @property
+    def bias_off_runs(self) -> int:
+        """How many bias-off evaluations the tree holds."""
+        from routestats.studies.decomposition import is_bias_off
+
+        return sum(1 for r in self.runs if is_bias_off(r))
+
+    @property
     def conf(self) -> str:
         return f"{100 * self.settings.confidence:.0f}%"
 
@@ -100,8 +111,8 @@ def _delta_columns(df: pd.DataFrame, prefix: str = "delta_l", label: str = "Δ L
     return tuple(Column(f"{label}{c[len(prefix):]}", c) for c in cols)
 
 
-def _one(id: str, title: str, table: Table, figure: Figure | None = None, text: str = "") -> Section:
-    return Section(id, title, (table,), (figure,) if figure is not None else (), text=text)
+def _one(id: str, title: str, table: Table, figure: Figure | None = None, text: str = "", claims=()) -> Section:
+    return Section(id, title, (table,), (figure,) if figure is not None else (), text=text, claims=tuple(claims))
 
 
 @section("seeds", "Seeds")
@@ -123,7 +134,7 @@ def seeds_section(ctx: StudyContext) -> Section | None:
     mean = ref.groupby("layer")["delta"].mean().rename("delta").reset_index()
     fig = Figure("study-seeds", "study_seeds", {"lines": lines, "mean": mean},
                  {"several_datasets": bool(ref["dataset"].nunique() > 1)})
-    return _one("seeds", "Seeds", table, fig)
+    return _one("seeds", "Seeds", table, fig, claims=pattern_claims(t))
 
 
 @section("evidence", "Evidence by level: each seed, then across seeds")
@@ -154,7 +165,8 @@ def across_seeds_section(ctx: StudyContext) -> Section | None:
          Column("Mean Δ", "mean_delta"), Column("SD", "sd_delta"), Column("d_z", "dz", "num", 2),
          Column("t", "t", "num", 2), Column(f"{ctx.conf} CI (t)", ("ci_low_t", "ci_high_t"), "ci"),
          Column("p t (Holm)", "p_t_holm", "p"), Column("p sign-flip (Holm)", "p_signflip_holm", "p"),
-         Column("min p", "min_attainable_p", "p"))))
+         Column("min p", "min_attainable_p", "p"))),
+        claims=across_seed_claims(ctx.across_seeds, ctx.settings.alpha, ctx.conf))
 
 
 @section("hierarchical", "Example vs initialisation variance: two-stage bootstrap")
@@ -186,7 +198,8 @@ def variance_section(ctx: StudyContext) -> Section | None:
         (*ctx.group_columns, Column("Layer", "layer", "int"), Column("Mean Δ", "mean_delta"),
          Column("SE", "se", "num", 4), Column("df", "df", "int"), Column(f"{ctx.conf} CI (t)", ("ci_low", "ci_high"), "ci"),
          Column("Var seeds", "var_between_seeds", "num", 5), Column("Var examples", "var_within_seed", "num", 5),
-         Column("ICC", "icc", "num", 2), Column("Converged", "converged", "text"))), text=text)
+         Column("ICC", "icc", "num", 2), Column("Converged", "converged", "text"))), text=text,
+        claims=convergence_claims(vc))
 
 
 @section("example_sets", "Example sets across seeds")
@@ -199,7 +212,7 @@ def example_sets_section(ctx: StudyContext) -> Section | None:
         "are crossed. Mean r: the mean Pearson correlation of the per-example Δ between pairs of seeds (0 when an "
         "example's Δ carries no information across seeds).",
         (*ctx.group_columns, Column("Layer", "layer", "int"), Column("Examples", "n_examples", "int"),
-         Column("Seeds", "n_seeds", "int"), Column("Mean r", "mean_r", "num", 2))))
+         Column("Seeds", "n_seeds", "int"), Column("Mean r", "mean_r", "num", 2))), claims=shared_example_claims(t))
 
 
 @section("sweep", "Bias strength")
@@ -216,7 +229,8 @@ def sweep_section(ctx: StudyContext) -> Section | None:
     sel = d[(d["variant"] == "saab") & (d["bias_layers"] == "all") & (~d["shuffled"].astype(bool))]
     mean = sel.groupby(["layer", "w_f"])["delta"].mean().rename("delta").reset_index()
     return _one("sweep", "Bias strength", table,
-                Figure("study-sweep", "study_sweep", {"points": sel[["layer", "w_f", "delta"]], "mean": mean}))
+                Figure("study-sweep", "study_sweep", {"points": sel[["layer", "w_f", "delta"]], "mean": mean}),
+                claims=null_check_claims(null_check(t)))
 
 
 @section("placement", "Layer placement")
@@ -326,7 +340,10 @@ def decomposition_section(ctx: StudyContext) -> Section | None:
     from routestats.studies.decomposition import TITLE, decomposition, decomposition_table
 
     t = _nonempty(decomposition(ctx.runs, ctx.settings))
-    return None if t is None else _one("decomposition", TITLE, decomposition_table(t, ctx.conf))
+    if t is None:
+        return None
+    return _one("decomposition", TITLE, decomposition_table(t, ctx.conf),
+                claims=(direct_learned_claim(t, ctx.bias_off_runs),))
 
 
 @section("gradients", "Gradient-norm ratios")

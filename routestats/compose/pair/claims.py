@@ -1,0 +1,258 @@
+"""The claims of the pair report, one builder per section, each over the frames that section holds.
+
+Every builder takes the finished frames of its own section (never another section's table by name)
+and the typed facts of the :class:`~routestats.compose.pair.context.PairContext`, and returns
+:class:`~routestats.report.Claim` s whose preconditions (:class:`~routestats.report.Check`) are
+computed from the rows they cite. :data:`CLAIM_ORDER` ranks them for the headline and findings.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from routestats.compose.claims import ci_text, direction_claim, layers_phrase, p_after, rows_of, signed, span
+from routestats.report import Check, Claim, fmt_num
+
+__all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
+           "early_claims", "scope_claim", "censoring_claims", "length_claims", "effects_claims", "effect_findings", "profile_claims",
+           "adjusted_claims"]
+
+# headline and findings in this rank (a kind not listed follows in section order)
+CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "no_evidence_shape", "differs_across_layers", "unnamed_shift",
+               "first_key_sink", "early_share", "needs_bias_off", "direct_learned", "scope", "censoring",
+               "length_mixed", "depends_on_length", "layers_listed", "layer_effect", "highest_layer",
+               "profile_distance", "adjusted_counts")
+
+SINK = 0.3  # a layer whose first key holds this share of the attention has an attention sink worth saying
+MAX_LAYER_FINDINGS = 12  # beyond, the findings quote the largest and smallest change and point at the table
+
+
+def shape_claims(shape: pd.DataFrame, contrasts: pd.DataFrame | None, alpha: float, conf: str) -> list[Claim]:
+    """Whether the change differs across layers (profile-shape sign-flip test), with the largest contrast."""
+    if shape is None or not len(shape):
+        return []
+    sf_rows = shape[shape["test"].str.startswith("sign-flip")]
+    sf = sf_rows.iloc[0]
+    pv = float(sf["p"])
+    rows: tuple = (str(sf["test"]),)
+    if pv >= alpha:
+        return [Claim("no_evidence_shape", f"The data do not show that the change differs across layers (profile-shape "
+                      f"sign-flip p {p_after(pv)}; a uniform shift is not ruled out).", "headline", "profile_shape",
+                      rows, "test", (Check("p >= alpha", f"p >= {alpha!r}"),), evidence=sf_rows.iloc[:1])]
+    text = f"The change differs across layers (profile-shape sign-flip p {p_after(pv)})"
+    if contrasts is not None and len(contrasts):
+        c = contrasts.loc[contrasts["mean_diff"].abs().idxmax()]
+        inside = c["ci_low"] <= 0 <= c["ci_high"]
+        text += (f"; the largest contrast is {c['contrast']} = {signed(c['mean_diff'])}, per-contrast {conf} "
+                 f"interval {ci_text(c['ci_low'], c['ci_high'])}" + (" (it includes 0)" if inside else ""))
+    return [Claim("differs_across_layers", text + ".", "headline", "profile_shape", rows, "test",
+                  (Check("p < alpha", f"p < {alpha!r}"),), evidence=sf_rows.iloc[:1])]
+
+
+def unnamed_claims(masses: pd.DataFrame) -> list[Claim]:
+    """When mass on keys outside the named fields moves, the named-key change beside the raw one."""
+    if masses is None or not len(masses) or "role" not in masses:
+        return []
+    m = masses.set_index(["role", "layer"])
+    b, v = m.loc["baseline"], m.loc["variant"]
+    dU = v["unnamed_mass"] - b["unnamed_mass"]
+    if not (dU.abs() > 0.01).any():
+        return []
+    layer = int(dU.abs().idxmax())
+    d_raw = float(v.loc[layer, "sfm"] - b.loc[layer, "sfm"])
+    d_named = float(v.loc[layer, "sfm_named"] - b.loc[layer, "sfm_named"])
+    du = float(dU.loc[layer])
+    text = (f"Part of the raw SFM change is attention moving to or from keys outside the named fields (special "
+            f"tokens, separators, the first token): in layer {layer} raw SFM changed by {signed(d_raw)} while SFM over "
+            f"the named keys changed by {signed(d_named)}, and the mass on unnamed keys by {signed(du)}")
+    # S = (1 - U) * S_named per query: at the baseline's named-key SFM, mass leaving (entering) the unnamed keys
+    # adds -dU * S_named to SFM -- an accounting of the layer means, said as "about"
+    part = -du * float(b.loc[layer, "sfm_named"])
+    share = part / d_raw if abs(d_raw) > 0.005 else float("nan")
+    if share > 0:
+        text += (f"; at the baseline's named-key SFM ({fmt_num(b.loc[layer, 'sfm_named'])}) that mass alone comes to "
+                 f"about {signed(part)}, {100 * share:.0f}% of the raw change")
+    cited = masses[masses["layer"] == layer].set_index("role")["unnamed_mass"]
+    evidence = pd.DataFrame({"layer": [layer], "unnamed_change": [float(cited["variant"] - cited["baseline"])]})
+    return [Claim("unnamed_shift", text + ".", "headline", "masses", (layer,),
+                  requires=(Check("|change of unnamed mass| > 0.01", "abs(unnamed_change) > 0.01"),), evidence=evidence)]
+
+
+def sink_claims(masses: pd.DataFrame, first_fields: dict, n_examples: int) -> list[Claim]:
+    """When the first token holds much of a layer's attention (an attention sink) and is a named token, its mass
+    counts as same-field for its own field's queries and as cross-field for the others': say so, with where."""
+    if masses is None or not len(masses) or "first_mass" not in masses or not first_fields:
+        return []
+    top_i = masses["first_mass"].idxmax()
+    top = masses.loc[top_i]
+    field, count = max(first_fields.items(), key=lambda kv: kv[1])
+    if float(top["first_mass"]) < SINK or count * 2 < n_examples:
+        return []
+    return [Claim("first_key_sink", f"The first token takes up to {100 * float(top['first_mass']):.0f}% of a layer's "
+                  f"attention (layer {int(top['layer'])}, {top['role']}; an attention sink). It is a token of the "
+                  f"{field} field in {count} of {n_examples} examples, so for every query outside the {field} field "
+                  "that mass counts as cross-field; the first-key column of the mass table shows it per layer.",
+                  "headline", "masses", (int(top["layer"]),),
+                  requires=(Check(f"first-key mass >= {SINK:g}", f"first_mass >= {SINK!r}"),
+                            Check("the first token is named in most examples", "2 * first_named >= n_examples",
+                                  on="design")),
+                  evidence=masses.loc[[top_i]], design={"first_named": count, "n_examples": n_examples})]
+
+
+def early_claims(init: pd.DataFrame, alpha: float, bias_off_runs: int) -> list[Claim]:
+    """The share of the final difference already present at the earliest stored step, as numbers, and
+    what would show the mechanism (METHODS 3.4)."""
+    if init is None or not len(init):
+        return []
+    s0 = int(init["step_init"].iloc[0])
+    share = init["share_at_init"]
+    pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
+    if ((share >= 0) & (share <= 1)).all():
+        text = f"At step {s0}, the earliest stored step, the difference was already {pct(share.min())}–" \
+               f"{pct(share.max())} of its final size in every layer"
+        within = Check("every share within 0–100%", "share_at_init >= 0 and share_at_init <= 1")
+    else:
+        out = init[(share < 0) | (share > 1)]
+        text = (f"At step {s0}, the earliest stored step, the difference ranged from {pct(share.min())} to "
+                f"{pct(share.max())} of its final size (outside 0–100% in {layers_phrase(out['layer'])}: "
+                "there the early difference is larger than, or opposite to, the final one)")
+        within = Check("some share outside 0–100%", "share_at_init < 0 or share_at_init > 1", every="any")
+    grew = init[(init["p_holm"] < alpha) & (init["ci_low"] > 0)]
+    shrank = init[(init["p_holm"] < alpha) & (init["ci_high"] < 0)]
+    bits = ([f"grew in {layers_phrase(grew['layer'])}"] if len(grew) else []) + \
+        ([f"shrank in {layers_phrase(shrank['layer'])}"] if len(shrank) else [])
+    text += ("; from then to the end it " + " and ".join(bits) + " (p_Holm < " + f"{alpha:g})") if bits else \
+        "; the change from then to the end reaches p_Holm < " + f"{alpha:g} in no layer"
+    said = {**{int(x): "grew" for x in grew["layer"]}, **{int(x): "shrank" for x in shrank["layer"]}}
+    evidence = init.assign(asserted=[said.get(int(x), "none") for x in init["layer"]])
+    a = repr(float(alpha))
+    out = [Claim("early_share", text + ".", "headline", "init_vs_final", rows_of(init),
+                 requires=(within,
+                           Check("grew: p_holm < alpha and ci_low > 0", f"p_holm < {a} and ci_low > 0",
+                                 "asserted == 'grew'"),
+                           Check("shrank: p_holm < alpha and ci_high < 0", f"p_holm < {a} and ci_high < 0",
+                                 "asserted == 'shrank'"),
+                           Check("no other layer reaches alpha", f"not (p_holm < {a} and (ci_low > 0 or ci_high < 0))",
+                                 "asserted == 'none'")),
+                 because=("shares computed on the same examples at both steps",), evidence=evidence)]
+    out.append(Claim("needs_bias_off", "Whether an early difference is what the bias does to near-initial weights "
+                     "or what training learned is not shown by this design: an evaluation of the trained SAAB "
+                     "weights with the bias removed (python -m runners evaluate RUN --bias off) would split it.",
+                     "finding", "init_vs_final",
+                     requires=(Check("no bias-off evaluation in the input", "bias_off_runs == 0", on="design"),),
+                     design={"bias_off_runs": bias_off_runs}))
+    return out
+
+
+def scope_claim(pretrained: bool, within_study: bool, n_examples: int) -> Claim:
+    """What the pair report's p-values measure (its scope sentence)."""
+    scope = ("These p-values measure precision over these examples (examples as the unit) for this one checkpoint "
+             "and data set; other checkpoints or data need their own runs." if pretrained else
+             "These p-values measure precision within one model (examples as the unit), not the effect of the "
+             "architecture across initialisations" + (": the study's across-seed results above are that evidence."
+                                                       if within_study else "; that needs several seeds."))
+    return Claim("scope", scope, "headline", requires=(Check("at least 2 paired examples", "n_examples >= 2",
+                                                             on="design"),),
+                 because=("examples are the unit",), design={"n_examples": n_examples})
+
+
+def censoring_claims(cens: dict | None, left_out: bool) -> list[Claim]:
+    """How many examples reached the evaluation cap (their true lengths are unknown)."""
+    if not cens or not cens["n_capped"]:
+        return []
+    k, n = cens["n_capped"], cens["n"]
+    return [Claim("censoring", f"{k} of {n} examples ({100 * k / n:.0f}%) reached the {cens['cap']}-token cap, "
+                  "so their true lengths are unknown (at least the cap)" + (
+                      "; the length analyses leave them out" if left_out else "") + ".",
+                  "finding", "lengths", requires=(Check("examples cut at the cap", "n_capped > 0", on="design"),),
+                  design={"n_capped": k, "n": n})]
+
+
+def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, rho: float) -> list[Claim]:
+    """The length association, named only when it has one sign over the layers where it is strong."""
+    if assoc is None or not len(assoc):
+        return []
+    strong = assoc[(assoc["rho"].abs() >= rho) & ((assoc["ci_low"] > 0) | (assoc["ci_high"] < 0))]
+    if not len(strong):
+        return []
+    n = int(assoc["n"].iloc[0])
+    r2 = lambda x: fmt_num(x, 2).replace("-", "−")  # noqa: E731
+    span_rho = r2(strong["rho"].iloc[0]) if len(strong) == 1 else \
+        f"{r2(strong['rho'].min())} to {r2(strong['rho'].max())}"
+    strong_check = Check(f"|rho| >= {rho:g} and interval excluding 0", f"abs(rho) >= {rho!r} and (ci_low > 0 or ci_high < 0)")
+    one_sign = bool((strong["rho"] > 0).all() or (strong["rho"] < 0).all())
+    if not one_sign:
+        return [Claim("length_mixed", f"The association of the per-example Δ with evaluated length changes sign "
+                      f"across layers (Spearman ρ {span_rho} in {layers_phrase(strong['layer'])}), so no length "
+                      "dependence is claimed.", "finding", "length_association", rows_of(strong),
+                      requires=(strong_check, Check("signs differ across those layers", "rho > 0", every="any"),
+                                Check("signs differ across those layers (negative)", "rho < 0", every="any")),
+                      evidence=strong)]
+    text = (f"In {layers_phrase(strong['layer'])} ({len(strong)} of {len(assoc)} layers) the per-example Δ is "
+            f"associated with evaluated length (Spearman ρ {span_rho}, per-layer interval excluding 0, on {n} examples"
+            + (f" below the cap; {int(assoc['n_capped'].iloc[0])} at the cap are left out"
+               if assoc["capped"].iloc[0] == "exclude" and assoc["n_capped"].iloc[0] else "")
+            + "), so the mean Δ depends on this sample's lengths; an association, not an effect of length")
+    if adjusted is not None and len(adjusted):
+        a = adjusted[adjusted["layer"].isin(strong["layer"])]
+        text += (f"; at the median length of those examples ({a['reference_length'].iloc[0]:g} tokens) Δ is "
+                 f"{span(a['delta_at_reference'])}, changing by {span(a['slope_per_10'])} per 10 tokens")
+    return [Claim("depends_on_length", text + ".", "headline", "length_association", rows_of(strong),
+                  requires=(strong_check, Check("one sign over those layers", "rho > 0", every="same"),
+                            Check("at least 8 examples", "n >= 8")), evidence=strong)]
+
+
+def effects_claims(eff: pd.DataFrame, *, n_examples: int, pretrained: bool, alpha: float, confidence: float,
+                   permutations: int) -> list[Claim]:
+    """The answer (which layers rose or fell, and how sure) and the per-layer findings of the effects table."""
+    conf = f"{100 * confidence:.0f}%"
+    lead = (f"On this pretrained checkpoint ({n_examples} examples, the intervention applied at inference only)"
+            if pretrained else f"Within one initialisation ({n_examples} examples)")
+    n_layers = len(eff)
+    answer = direction_claim(eff.rename(columns={"mean_diff": "d"}), lead, est="d", p="p_holm", lo="ci_low",
+                             hi="ci_high", alpha=alpha, metric="SFM", table="effects", conf=conf,
+                             floor=n_layers / (permutations + 1), family=f"Holm over {n_layers} layers")
+    return [answer, *effect_findings(eff, conf)]
+
+
+def effect_findings(eff: pd.DataFrame, conf: str) -> list[Claim]:
+    """Per layer, the effects table's row in words (the extremes and a pointer beyond 12 layers)."""
+    out = []
+    eff = eff.sort_values("layer")
+    rows = eff
+    if len(eff) > MAX_LAYER_FINDINGS:  # 30 lines of one shape bury the rest: the extremes, then the table
+        order = eff["mean_diff"].to_numpy().argsort(kind="stable")
+        rows = eff.iloc[sorted({int(order[-1]), int(order[0])})]
+        out.append(Claim("layers_listed", f"Per layer, for all {len(eff)} layers: the effects table; below, the layers "
+                         "with the largest and the smallest Δ.", "finding", "effects",
+                         requires=(Check(f"more than {MAX_LAYER_FINDINGS} layers", f"rows > {MAX_LAYER_FINDINGS}",
+                                         on="design"),), evidence=eff))
+    for i in range(len(rows)):
+        r = rows.iloc[i]
+        out.append(Claim("layer_effect", f"Layer {int(r['layer'])}: SFM {fmt_num(r['baseline_mean'])} → "
+                         f"{fmt_num(r['variant_mean'])}, Δ = {signed(r['mean_diff'])}, per-layer {conf} CI "
+                         f"{ci_text(r['ci_low'], r['ci_high'])}, d_z = {fmt_num(r['dz'], 2)}, p_Holm {p_after(r['p_holm'])}.",
+                         "finding", "effects", (int(r["layer"]),), because=("quotes the table",),
+                         evidence=rows.iloc[[i]]))
+    return out
+
+
+def profile_claims(layers: pd.DataFrame, distance: float) -> list[Claim]:
+    """The highest-SFM layer of each model and the profile distance, from the layer-profile table."""
+    out = []
+    for role in ("baseline", "variant"):
+        t = layers[(layers["role"] == role) & layers["is_max_sfm"]]
+        if len(t):
+            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {int(t['layer'].iloc[0])} "
+                             f"({fmt_num(t['sfm'].iloc[0])}).", "finding", "layers", (int(t["layer"].iloc[0]),),
+                             evidence=t.iloc[:1]))
+    out.append(Claim("profile_distance", f"Profile distance between the two layer profiles: {fmt_num(distance, 4)}.",
+                     "finding", "profile_distance"))
+    return out
+
+
+def adjusted_claims(adj: pd.DataFrame) -> list[Claim]:
+    """The opportunity-adjusted analysis's counts."""
+    return [Claim("adjusted_counts", f"Opportunity-adjusted analysis: {int(adj['n'].iloc[0])} examples, "
+                  f"{int(adj['excluded'].iloc[0])} excluded (one visible field), mean O_e "
+                  f"{fmt_num(adj['mean_opportunity'].iloc[0])}.", "finding", "adjusted", evidence=adj.iloc[:1])]

@@ -1,0 +1,116 @@
+"""The claims of the study report, one builder per section, each over the frames that section holds
+(seed as the unit), plus the scope claims of the :class:`~routestats.compose.study.context.StudyContext`.
+:data:`CLAIM_ORDER` ranks them for the headline and findings."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from routestats.compose.claims import ci_text, direction_claim, layers_phrase, p_after, rows_of, span, span_r
+from routestats.report import Check, Claim, fmt_num, fmt_p
+
+__all__ = ["CLAIM_ORDER", "across_seed_claims", "pattern_claims", "convergence_claims", "shared_example_claims",
+           "null_check_claims", "scope_claims"]
+
+CLAIM_ORDER = ("no_across_seed", "rose", "fell", "mixed", "no_evidence", "same_sign", "signflip_floor",
+               "direct_learned", "parts_scope", "counts", "patterns", "seed_layer", "mixed_not_converged",
+               "shared_examples", "null_check")
+
+
+def across_seed_claims(across: pd.DataFrame, alpha: float, conf: str) -> list[Claim]:
+    """The answer across seeds (which layers rose or fell, seed as the unit), its sign pattern, the
+    sign-flip floor, and each layer's row in words."""
+    k = int(across["n_seeds"].max())
+    lead = f"Across {k} seeds (seed as the unit; paired t, Holm over layers)"
+    out = [direction_claim(across.rename(columns={"mean_delta": "d"}), lead, est="d", p="p_t_holm", lo="ci_low_t",
+                           hi="ci_high_t", alpha=alpha, metric="SFM", table="across_seeds", conf=conf,
+                           family=f"Holm over {len(across)} layers")]
+    d = across["mean_delta"]
+    sig = (across["p_t_holm"] < alpha)
+    if (~sig).any() and ((d > 0).all() or (d < 0).all()):
+        out.append(Claim("same_sign", f"Every layer's mean Δ has the same sign ({span(d)}); with {k} seeds, "
+                         f"{int(sig.sum())} of {len(across)} layers reach p_Holm < {alpha:g}.", "headline",
+                         "across_seeds", rows_of(across),
+                         requires=(Check("one sign", "mean_delta > 0", every="same"),
+                                   Check("some layer does not reach alpha", f"not (p_t_holm < {alpha!r})", every="any")),
+                         evidence=across))
+    floor = float(across["min_attainable_p"].min())
+    if floor > alpha:
+        out.append(Claim("signflip_floor", f"With {k} seeds the exact sign-flip test cannot reach p < {alpha:g} "
+                         f"(smallest attainable p = {fmt_p(floor)}); the t-test leans on normality of the per-seed "
+                         "Δ.", "headline", "across_seeds",
+                         requires=(Check("min attainable p > alpha", f"min_attainable_p > {alpha!r}"),),
+                         evidence=across))
+    for i in range(len(across)):
+        r = across.iloc[i]
+        where = f"{r['dataset']}, " if across["dataset"].nunique() > 1 else ""
+        out.append(Claim("seed_layer", f"{where}Layer {int(r['layer'])}: mean Δ over {int(r['n_seeds'])} seeds "
+                         f"{fmt_num(r['mean_delta'])} (SD {fmt_num(r['sd_delta'])}), per-layer {conf} t interval "
+                         f"{ci_text(r['ci_low_t'], r['ci_high_t'])}, paired t p_Holm {p_after(r['p_t_holm'])}, exact "
+                         f"sign-flip p_Holm {p_after(r['p_signflip_holm'])} (smallest attainable "
+                         f"{fmt_p(r['min_attainable_p'])}).", "finding", "across_seeds", (int(r["layer"]),),
+                         evidence=across.iloc[[i]]))
+    return out
+
+
+def pattern_claims(seeds: pd.DataFrame) -> list[Claim]:
+    """How many seeds carry each pattern label of the seed table."""
+    counts = seeds["pattern"].value_counts()
+    n = int(counts.sum())
+    return [Claim("patterns", "Seed-table patterns (the documented rules of routestats.settings.PatternRules): "
+                  + "; ".join(f"“{k}” in {v} of {n} seeds" for k, v in counts.items()) + ".", "finding", "seeds",
+                  evidence=seeds)]
+
+
+def convergence_claims(vc: pd.DataFrame) -> list[Claim]:
+    """Where the mixed model did not converge (its estimates there are not quoted)."""
+    if "converged" not in vc or vc["converged"].all():
+        return []
+    bad = vc[~vc["converged"]]
+    return [Claim("mixed_not_converged", f"The mixed model did not converge in {layers_phrase(bad['layer'])}: "
+                  "its estimates there are not quoted.", "finding", "variance_components", rows_of(bad),
+                  requires=(Check("a fit did not converge", "converged == False", every="all"),
+                            Check("at least one such layer", "rows >= 1", on="design")), evidence=bad)]
+
+
+def shared_example_claims(shared: pd.DataFrame) -> list[Claim]:
+    """Seeds evaluated on the same examples: crossed factors, and what that does to the example-level intervals."""
+    r = shared["mean_r"]
+    return [Claim("shared_examples", f"All seeds were evaluated on the same {int(shared['n_examples'].max())} "
+                  "examples, so seeds and examples are crossed, while the two-stage bootstrap and the mixed model "
+                  "treat each seed's examples as its own" + (
+                      f"; the per-example Δ correlates across seeds (mean Pearson r {span_r(r)} over layers), so "
+                      "those two understate the uncertainty from the choice of examples" if (r > 0.1).any() else
+                      f"; the per-example Δ hardly correlates across seeds (mean Pearson r {span_r(r)} over "
+                      "layers), so this matters little here") + ". The paired t across seeds does not depend on it.",
+                  "finding", "shared_examples", rows_of(shared),
+                  requires=(Check("r is finite", "mean_r == mean_r", every="any"),),
+                  because=("every seed holds the same example ids",), evidence=shared)]
+
+
+def null_check_claims(check: dict | None) -> list[Claim]:
+    """The w_f = 0 null check of the sweep, when the tree holds that condition."""
+    if check is None:
+        return []
+    return [Claim("null_check", f"Null check w_f = 0 against the baseline: largest |ΔSFM| = "
+                  f"{check['max_abs_diff']:.2e} ({'passes' if check['passes'] else 'FAILS'} the "
+                  f"{check['tolerance']:.1e} criterion).", "finding", "sweep",
+                  because=("a w_f = 0 run exists",))]
+
+
+def scope_claims(*, n_runs: int, n_pairs: int, seeds: list, n_ref_seeds: int, has_parts: bool) -> tuple[Claim, ...]:
+    """What the study as a whole licenses: whether across-seed inference is possible, what its parts measure."""
+    out = []
+    if n_ref_seeds < 2:
+        out.append(Claim("no_across_seed", f"{n_pairs} pairs over seeds {', '.join(map(str, seeds))}, but fewer than "
+                         "two seeds of the standard SAAB pair: no across-seed inference is possible, so every result "
+                         "below is within one initialisation.", "headline",
+                         requires=(Check("fewer than 2 seeds", "n_ref_seeds < 2", on="design"),),
+                         design={"n_ref_seeds": n_ref_seeds}))
+    if has_parts:
+        out.append(Claim("parts_scope", "The per-pair parts after this report are within one seed each: they measure "
+                         "precision within one model, not variation between initialisations.", "headline",
+                         requires=(Check("the report has per-pair parts", "has_parts", on="design"),),
+                         design={"has_parts": has_parts}))
+    out.append(Claim("counts", f"{n_runs} runs, seeds {', '.join(map(str, seeds))}.", "finding"))
+    return tuple(out)
