@@ -34,7 +34,7 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
-from reports.folder import _alive
+from reports.folder import process_alive
 from routestats.rundir.verify import cache_dir, file_stamp, seal
 
 __all__ = ["KEEP", "report_key", "lookup", "store", "enabled", "CacheSkipped"]
@@ -212,7 +212,7 @@ def store(key: str, out: Path, written: dict) -> None:
                 pid = int(old.name.rsplit(".", 2)[-2])
             except (IndexError, ValueError):
                 continue
-            if not _alive(pid):
+            if not process_alive(pid):
                 shutil.rmtree(old, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(out, tmp / "report")

@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 from routestats.errors import RoutestatsError
 from routestats.rundir.write import describe_paths
 
-__all__ = ["MARKER", "check_output", "write_folder", "copy_report", "foreign_files", "SourceUnreadable"]
+__all__ = ["MARKER", "check_output", "write_folder", "copy_report", "foreign_files", "SourceUnreadable", "put_file",
+           "process_alive"]
 
 MARKER = ".routestats-report"
 
@@ -64,7 +65,8 @@ def foreign_files(folder: Path) -> list[str] | None:
     return [f for f in files if f != MARKER and f not in ours]
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (a lock's writer)."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, OverflowError):  # no such process (or no such pid at all)
@@ -117,11 +119,11 @@ def _clean_stale(out: Path) -> None:
             pid = int(p.name.split(".partial-")[1].split("-")[0])
         except (IndexError, ValueError):
             continue
-        if not _alive(pid):
+        if not process_alive(pid):
             shutil.rmtree(p, ignore_errors=True)
 
 
-def _put(path: Path, data: str | bytes) -> None:
+def put_file(path: Path, data: str | bytes) -> None:
     """Plain write inside the temporary report folder (the folder as a whole is renamed into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, str):
@@ -144,7 +146,7 @@ def write_folder(out: str | Path, fill: Callable[[Path], dict], force: bool = Fa
         raise RoutestatsError(f"{out.parent}: cannot create the report folder ({exc.strerror})") from None
     try:
         written = fill(tmp)
-        _put(tmp / MARKER, _marker_text(tmp))
+        put_file(tmp / MARKER, _marker_text(tmp))
         if keep is not None:
             keep(tmp, written)
         os.sync()  # the files are on disk before the folder appears under its name

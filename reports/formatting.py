@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 
 from routestats.report import (  # noqa: F401  (re-exported for callers that format cells)
-    DASH, Table, _missing, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig,
+    DASH, Table, is_missing, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig,
 )
 
 _FORMAT = {"num": fmt_num, "p": fmt_p, "sig": fmt_sig}
@@ -46,10 +46,10 @@ def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
             if c.kind in ("ci", "range"):
                 lo, hi = r[c.source[0]], r[c.source[1]]
                 text = fmt_ci(lo, hi, c.digits) if c.kind == "ci" else f"{fmt_int(lo)}–{fmt_int(hi)}"
-                cells.append({"text": text, "value": None if _missing(lo) else float(lo), "bold": False, "numeric": True})
+                cells.append({"text": text, "value": None if is_missing(lo) else float(lo), "bold": False, "numeric": True})
                 continue
             v = r[c.source]
-            if c.kind == "p" and c.floor and not _missing(v) and "permutations" in r and r["permutations"] > 0:
+            if c.kind == "p" and c.floor and not is_missing(v) and "permutations" in r and r["permutations"] > 0:
                 floor = (len(df) if c.floor == "holm" else 1) / (float(r["permutations"]) + 1)
                 at_floor = v <= min(1.0, floor) * (1 + 1e-9) and floor >= 10.0 ** -c.digits
                 text = f"{fmt_p(v, c.digits)} (smallest attainable)" if at_floor else fmt_p(v, c.digits)
@@ -62,9 +62,9 @@ def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
             elif c.kind == "int":
                 text = fmt_int(v)
             else:
-                text = DASH if _missing(v) else str(v)
+                text = DASH if is_missing(v) else str(v)
             numeric = c.kind in ("num", "int", "p", "sig")
-            cells.append({"text": text, "value": float(v) if numeric and not _missing(v) else (None if numeric else str(v)),
+            cells.append({"text": text, "value": float(v) if numeric and not is_missing(v) else (None if numeric else str(v)),
                           "bold": (idx, c.source) in marks, "numeric": numeric})
         rows.append(cells)
     return headers, rows

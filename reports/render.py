@@ -33,7 +33,7 @@ from reports import figures as F
 from reports.drawing import draw_all
 from reports.explorer import WIDGETS
 from reports.formatting import embedded, format_cells, page_cells, table_context
-from reports.folder import _put, write_folder
+from reports.folder import put_file, write_folder
 from reports.latex import latex_table
 import pandas as pd
 
@@ -252,29 +252,29 @@ def _render_into(report: Report, out: Path, formats: Sequence[str], progress, ve
     pngs = draw_all(jobs, out / "figures", vector=vector)
     figs = {where[stem]: png for stem, png in pngs.items()}
     figs.update(widgets)
-    _put(out / "claims.csv", claims_table(report).to_csv(index=False))
+    put_file(out / "claims.csv", claims_table(report).to_csv(index=False))
     written["claims"] = out / "claims.csv"
     tex_files = []
     for rep, _, prefix in parts:
         say(f"tables: {rep.title}")
         for sec in rep.sections:
             for t in sec.tables:
-                _put(out / "tables" / f"{prefix}{t.name}.csv", t.frame.to_csv(index=False))
+                put_file(out / "tables" / f"{prefix}{t.name}.csv", t.frame.to_csv(index=False))
                 if "latex" in formats and t.shown:
-                    _put(out / "tables" / f"{prefix}{t.name}.tex", latex_table(t, f"tab:{slug(prefix + t.name)}", latex_env()))
+                    put_file(out / "tables" / f"{prefix}{t.name}.tex", latex_table(t, f"tab:{slug(prefix + t.name)}", latex_env()))
                     tex_files.append(prefix + t.name)
     if "latex" in formats:
         from reports.latex import latex_text
 
-        _put(out / "tables" / "tables.tex", latex_env().get_template("tables.tex.j2").render(
+        put_file(out / "tables" / "tables.tex", latex_env().get_template("tables.tex.j2").render(
             files=tex_files, headline=latex_text(" ".join(report.headline)) if report.headline else ""))
         written["tables"] = out / "tables" / "tables.tex"
     if "markdown" in formats:
-        _put(out / "report.md", markdown(report))
+        put_file(out / "report.md", markdown(report))
         written["markdown"] = out / "report.md"
     if "html" in formats:
         say("HTML")
-        _put(out / "report.html", html_env().get_template("report.html.j2").render(**build_context(report, figs)))
+        put_file(out / "report.html", html_env().get_template("report.html.j2").render(**build_context(report, figs)))
         written["html"] = out / "report.html"
     (out / "figures").mkdir(exist_ok=True)
     written["figures"] = out / "figures"

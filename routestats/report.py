@@ -36,7 +36,7 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "section",
+__all__ = ["is_missing", "Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "section",
            "guarded", "fmt_num", "fmt_sig", "fmt_int",
            "fmt_p", "fmt_ci", "pct", "point_label", "DASH"]
 
@@ -44,13 +44,14 @@ DASH = "–"
 COLUMN_KINDS = ("num", "int", "p", "sig", "ci", "range", "text")
 
 
-def _missing(x) -> bool:
+def is_missing(x) -> bool:
+    """None, NaN or pandas' NA: a cell shown as an en dash."""
     return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA
 
 
 def fmt_num(x, digits: int = 3) -> str:
     """Fixed decimals; missing values as an en dash."""
-    return DASH if _missing(x) else f"{float(x):.{digits}f}"
+    return DASH if is_missing(x) else f"{float(x):.{digits}f}"
 
 
 def fmt_sig(x, digits: int = 3) -> str:
@@ -59,11 +60,11 @@ def fmt_sig(x, digits: int = 3) -> str:
     >>> fmt_sig(1694570.3), fmt_sig(0.000123456), fmt_sig(float("nan"))
     ('1.69e+06', '0.000123', '–')
     """
-    return DASH if _missing(x) else f"{float(x):.{digits}g}"
+    return DASH if is_missing(x) else f"{float(x):.{digits}g}"
 
 
 def fmt_int(x) -> str:
-    return DASH if _missing(x) else f"{int(x):d}"
+    return DASH if is_missing(x) else f"{int(x):d}"
 
 
 def fmt_p(p, digits: int = 3, alpha: float = 0.05) -> str:
@@ -75,7 +76,7 @@ def fmt_p(p, digits: int = 3, alpha: float = 0.05) -> str:
     >>> fmt_p(0.0015), fmt_p(0.00002), fmt_p(0.00995), fmt_p(0.0213), fmt_p(0.0498), fmt_p(0.4), fmt_p(float("nan"))
     ('0.0015', '< 0.001', '0.010', '0.021', '0.0498', '0.400', '–')
     """
-    if _missing(p):
+    if is_missing(p):
         return DASH
     p = float(p)
     floor = 10.0 ** (-digits)
@@ -93,7 +94,7 @@ def fmt_p(p, digits: int = 3, alpha: float = 0.05) -> str:
 
 
 def fmt_ci(lo, hi, digits: int = 3) -> str:
-    return DASH if _missing(lo) or _missing(hi) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+    return DASH if is_missing(lo) or is_missing(hi) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def pct(x: float) -> str:

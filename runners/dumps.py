@@ -18,7 +18,7 @@ from routestats.errors import RoutestatsError
 from .model import SAABEncoder
 from .msm import collate
 
-__all__ = ["seed_everything", "pick_device", "git_commit", "dump_attention"]
+__all__ = ["seed_everything", "pick_device", "git_commit", "dump_attention", "cut_example"]
 
 
 def seed_everything(seed: int) -> None:
@@ -50,7 +50,8 @@ def git_commit() -> str | None:
         return None
 
 
-def _cut(e, cap):
+def cut_example(e, cap):
+    """An encoded example cut to its first ``cap`` positions (ids, fields, tokens and words alike)."""
     return replace(e, input_ids=e.input_ids[:cap], field_ids=e.field_ids[:cap], tokens=e.tokens[:cap],
                    word_ids=e.word_ids[:cap])
 

@@ -32,7 +32,7 @@ from .checkpoints import load_checkpoint
 from .data import resolve
 from .model import EncoderConfig, SAABEncoder
 from .msm import encode_record, load_tokenizer
-from .dumps import _cut, check_replaceable, dump_attention, pick_device
+from .dumps import cut_example, check_replaceable, dump_attention, pick_device
 
 _NAMES = {"docstrings-dbpedia": "bundled-dbpedia", "docstrings-pubmed": "bundled-pubmed"}
 
@@ -89,7 +89,7 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
                      "prepared_length": min(n_prep, spec.max_length), "cap": cap, "field_ids": e.field_ids[:k],
                      "tokens": e.tokens[:k], "word_ids": e.word_ids[:k], "in_test_sample": True})
     examples = pd.DataFrame(rows)
-    recs = [_cut(e, cap) for e, _ in enc]
+    recs = [cut_example(e, cap) for e, _ in enc]
     dev = pick_device(device)
     paths = []
     for run in runs:

@@ -34,7 +34,7 @@ from .data import DataSpec
 from .model import EncoderConfig, SAABEncoder, state_hash
 from .msm import collate, mask_field_ids
 from .presets import Preset
-from .dumps import _cut, seed_everything
+from .dumps import cut_example, seed_everything
 from .train import prepare
 
 
@@ -64,7 +64,7 @@ def run_init_probe(out: Path, *, data: DataSpec, preset: Preset, seeds: Sequence
         raise RoutestatsError(f"validation split has {len(prep.val)} records, fewer than {examples} probe examples")
     per = examples // blocks
     cap = min(preset.train.eval_cap, max_length)
-    block_batches = [collate([_cut(e, cap) for e in prep.val[b * per:(b + 1) * per]]) for b in range(blocks)]
+    block_batches = [collate([cut_example(e, cap) for e in prep.val[b * per:(b + 1) * per]]) for b in range(blocks)]
     masked = {}
     for m in mask_seeds:  # the same masked batches for every seed and both variants
         for b, batch in enumerate(block_batches):

@@ -13,7 +13,7 @@ import torch
 from .corpora import Record
 
 SPECIAL_TOKENS = ("<PAD>", "<UNK>", "[FIELD_START]")
-PAD_ID, UNK_ID, FIELD_START_ID = 0, 1, 2
+PAD_ID, FIELD_START_ID = 0, 2  # <UNK> is id 1: the tokenizer maps unknown pieces there itself
 
 
 # ------------------------------------------------------------------ tokenizer

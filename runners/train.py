@@ -29,7 +29,7 @@ from routestats.rundir.write import RunWriter, software_versions
 from routestats.rundir.sampling import reservoir_indices
 
 from .checkpoints import load_checkpoint
-from .dumps import _cut, dump_attention, git_commit, pick_device, seed_everything  # noqa: F401  (re-exported)
+from .dumps import cut_example, dump_attention, git_commit, pick_device, seed_everything  # noqa: F401  (re-exported)
 from .data import DataSpec
 from .model import EncoderConfig, SAABEncoder, qkv_grad_norms, state_hash
 from .msm import collate, encode_record, load_tokenizer, lr_at, mask_field_ids, train_tokenizer
@@ -195,7 +195,7 @@ def train_run(
     eval_df = _examples_frame(prep, tc, cap)
     writer.write_examples(eval_df)
     eval_ids = eval_df["example_id"].tolist()
-    eval_records = [_cut(prep.val[i], cap) for i in eval_ids]
+    eval_records = [cut_example(prep.val[i], cap) for i in eval_ids]
     metrics_rows, grad_rows, first_batch = [], [], None
     start, elapsed0 = 0, 0.0
     if resume is not None:

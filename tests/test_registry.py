@@ -27,7 +27,7 @@ def max_field_share(red, field_ids, named, causal):
 @pytest.fixture
 def toy():
     register(RoutingMetric("max_field", "max field share", "the largest share of a query's attention on one named "
-                           "field", direction=+1, per_query=max_field_share))
+                           "field", per_query=max_field_share))
     yield "max_field"
     unregister("max_field")
 

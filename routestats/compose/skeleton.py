@@ -47,6 +47,12 @@ def build_report(ctx, sections, *, title: str, subtitle: str, methods: str | Cal
     claims of the context (its scope sentence), ranked with the sections' claims by ``claim_order``.
     """
     built = tuple(sec for fn in sections if (sec := guarded(fn, ctx)) is not None)
+    for sec in built:  # a claim cites a table of its own section: a renamed table fails here, loudly
+        names = {t.name for t in sec.tables}
+        for c in sec.claims:
+            if c.table and c.table not in names:
+                raise ValueError(f"section {sec.id!r}: claim {c.kind!r} cites table {c.table!r}, which the section "
+                                 f"does not hold (it holds: {', '.join(sorted(names)) or 'none'})")
     rep = Report(title=title, subtitle=subtitle, sections=built, provenance=dict(provenance or {}),
                  data=dict(data or {}), facts=dict(facts or {}), scope=tuple(scope), claim_order=tuple(claim_order))
     return replace(rep, methods=methods(rep) if callable(methods) else methods)

@@ -14,7 +14,7 @@ Built-in metrics are computed by :func:`routestats.rundir.reductions.summarise_b
         return red["field_mass"].max(axis=-1)
 
     register(RoutingMetric("max_field", "max field share", "the largest share of a query's attention "
-                           "on one named field", direction=+1, per_query=max_field_share))
+                           "on one named field", per_query=max_field_share))
 
 after which ``paired_effects(pair, metric="max_field")`` works, the pair report shows a section
 "Paired max field share effects" with the table ``max_field_effects``, and ``routestats table
@@ -24,8 +24,8 @@ examples of one length (arrays (E, rows, n) and ``field_mass`` (E, rows, n, F); 
 :data:`routestats.rundir.schema.REDUCTION_COLUMNS`), their field ids (E, n), the named field ids
 and whether attention is causal, and returns (E, rows, n).
 
->>> metric("entropy").label, metric("entropy").direction
-('entropy', -1)
+>>> metric("entropy").label, metric("entropy").unit
+('entropy', 'nats')
 >>> [m.name for m in paired_metrics()]
 ['sfm', 'entropy']
 """
@@ -45,15 +45,13 @@ __all__ = ["RoutingMetric", "REGISTRY", "register", "unregister", "metric", "pai
 class RoutingMetric:
     """One routing metric (see the module docstring).
 
-    ``direction``: +1 when a rise means more same-field routing, -1 when a fall does, 0 when
-    neither; ``paired``: the pair report tests it (a section and a ``<name>_effects`` table);
+    ``paired``: the pair report tests it (a section and a ``<name>_effects`` table);
     ``unit``: shown after values ("nats").
     """
 
     name: str
     label: str
     description: str
-    direction: int = 0
     per_query: Callable | None = None
     paired: bool = True
     unit: str = ""
@@ -61,8 +59,6 @@ class RoutingMetric:
     def __post_init__(self):
         if not self.name.isidentifier():
             raise RoutestatsError(f"a metric name must be an identifier, got {self.name!r}")
-        if self.direction not in (-1, 0, 1):
-            raise RoutestatsError(f"direction must be -1, 0 or +1, got {self.direction!r}")
         if self.per_query is None and self.name not in SUMMARIES:
             raise RoutestatsError(f"metric {self.name!r} has no per_query definition and is not built in")
 
@@ -109,14 +105,14 @@ def extra_definitions() -> dict[str, Callable]:
 
 
 for _m in (
-    RoutingMetric("sfm", "SFM", "the attention a valid query places on valid keys of its own field", +1),
-    RoutingMetric("entropy", "entropy", "−Σ p ln(p + 1e-10) over all keys", -1, unit="nats"),
-    RoutingMetric("entropy_rownorm", "row-normalised entropy", "the entropy of the row divided by its mass", -1,
+    RoutingMetric("sfm", "SFM", "the attention a valid query places on valid keys of its own field"),
+    RoutingMetric("entropy", "entropy", "−Σ p ln(p + 1e-10) over all keys", unit="nats"),
+    RoutingMetric("entropy_rownorm", "row-normalised entropy", "the entropy of the row divided by its mass",
                   paired=False, unit="nats"),
-    RoutingMetric("row_mass", "row mass", "the sum of a query's attention (1 for softmax heads)", 0, paired=False),
-    RoutingMetric("unnamed_mass", "unnamed mass", "the attention on keys outside the named fields", 0, paired=False),
-    RoutingMetric("first_mass", "first-key mass", "the attention on key 0 (the attention sink)", 0, paired=False),
-    RoutingMetric("sfm_named", "named-key SFM", "SFM renormalised over the named keys, S / (1 − U)", +1,
+    RoutingMetric("row_mass", "row mass", "the sum of a query's attention (1 for softmax heads)", paired=False),
+    RoutingMetric("unnamed_mass", "unnamed mass", "the attention on keys outside the named fields", paired=False),
+    RoutingMetric("first_mass", "first-key mass", "the attention on key 0 (the attention sink)", paired=False),
+    RoutingMetric("sfm_named", "named-key SFM", "SFM renormalised over the named keys, S / (1 − U)",
                   paired=False),
 ):
     register(_m)

@@ -18,7 +18,8 @@ from routestats.errors import RoutestatsError, RunFormatError
 from routestats.rundir import schema as S
 from routestats.rundir.memory import release_unused_memory  # noqa: F401  (re-exported)
 
-__all__ = ["ExampleAttention", "ExampleReductions", "check_grid", "check_probabilities", "decoding", "parquet_file", "read_table"]
+__all__ = ["ExampleAttention", "ExampleReductions", "check_grid", "check_probabilities", "decoding", "parquet_file", "read_table",
+           "RowGroupColumns", "ExampleRows", "check_reductions"]
 
 
 def _unreadable(path, exc) -> RunFormatError:
@@ -93,7 +94,7 @@ class ExampleReductions:
 
 
 # ---------------------------------------------------------------- streaming helpers
-class _Columns:
+class RowGroupColumns:
     """One row group's columns as numpy, each converted once (list columns as values + offsets)."""
 
     def __init__(self, table: pa.Table):
@@ -113,10 +114,10 @@ class _Columns:
         return self._lists[name]
 
 
-class _Rows:
-    """Rows [s, e) of a :class:`_Columns`: one example's rows, as numpy views."""
+class ExampleRows:
+    """Rows [s, e) of a :class:`RowGroupColumns`: one example's rows, as numpy views."""
 
-    def __init__(self, cols: _Columns, s: int, e: int):
+    def __init__(self, cols: RowGroupColumns, s: int, e: int):
         self.cols, self.s, self.e = cols, s, e
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -195,7 +196,7 @@ def _row_group_chunks(pf: pq.ParquetFile, fname: str = "attention file") -> list
 
 
 def iter_block_groups(pf: pq.ParquetFile, examples, layers, fname: str = "attention file"):
-    """Yield (:class:`_Columns`, [(example_id, start, end), ...]) per chunk of row groups (see
+    """Yield (:class:`RowGroupColumns`, [(example_id, start, end), ...]) per chunk of row groups (see
     :func:`_row_group_chunks`): the examples whose rows the chunk completes, as consecutive row ranges of its columns (an example that continues into the
     next group is carried over and yielded with it).
 
@@ -228,7 +229,7 @@ def iter_block_groups(pf: pq.ParquetFile, examples, layers, fname: str = "attent
         starts = np.concatenate([[0], change]).tolist()
         ends = np.concatenate([change, [len(ex)]]).tolist()
         last = i == len(chunks) - 1
-        cols = _Columns(t)
+        cols = RowGroupColumns(t)
         segs = []
         for s, e in zip(starts, ends):
             if e == len(ex) and not last:
@@ -247,15 +248,15 @@ def iter_block_groups(pf: pq.ParquetFile, examples, layers, fname: str = "attent
         e0 = int(carry["example_id"][0].as_py())
         if e0 in done:
             raise RunFormatError(f"{fname}: the rows of example_id {e0} are not contiguous")
-        yield _Columns(carry), [(e0, 0, carry.num_rows)]
+        yield RowGroupColumns(carry), [(e0, 0, carry.num_rows)]
 
 
 def iter_blocks(pf: pq.ParquetFile, examples, layers, fname: str = "attention file"):
-    """Yield (example_id, :class:`_Rows` of its rows), streaming row group by row group (see
+    """Yield (example_id, :class:`ExampleRows` of its rows), streaming row group by row group (see
     :func:`iter_block_groups`)."""
     for cols, segs in iter_block_groups(pf, examples, layers, fname):
         for ex, s, e in segs:
-            yield ex, _Rows(cols, s, e)
+            yield ex, ExampleRows(cols, s, e)
 
 
 def check_grid(fname: str, blk, grid):
@@ -281,7 +282,7 @@ def _check_head_types(fname, ex, head_type) -> None:
                              f"head types are {', '.join(S.HEAD_TYPES)}")
 
 
-def _sorted_rows(rows: _Rows):
+def _sorted_rows(rows: ExampleRows):
     layer = rows["layer"].astype(np.int64)
     head = rows["head"].astype(np.int64)
     order = np.lexsort((head, layer))
@@ -406,11 +407,11 @@ def reductions_block(fname, ex, rows, lengths, n_fields, dtype: str = "float64")
         out[col] = arr[order]
     head_type = rows["head_type"][order]
     _check_head_types(fname, ex, head_type)
-    _check_reductions(fname, ex, layer[order], head[order], head_type, out, n, dtype)
+    check_reductions(fname, ex, layer[order], head[order], head_type, out, n, dtype)
     return ExampleReductions(ex, layer[order], head[order], head_type, **out)
 
 
-def _check_reductions(fname, ex, layer, head, head_type, red, n, dtype) -> None:
+def check_reductions(fname, ex, layer, head, head_type, red, n, dtype) -> None:
     """Per-query reductions that a real attention row can have: softmax rows carry mass 1, sigmoid
     rows at most n; field masses add up to at most the row mass; entropies within [0, ln n]."""
     tol = S.ROW_SUM_ATOL.get(dtype, 1e-9)

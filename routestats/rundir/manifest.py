@@ -12,7 +12,7 @@ from routestats.errors import IncompleteRunError, RunFormatError, SchemaVersionE
 from routestats.rundir import schema as S
 from routestats.rundir.verify import run_file
 
-__all__ = ["read_manifest", "read_json"]
+__all__ = ["read_manifest", "read_json", "check_schema"]
 
 MAX_JSON_BYTES = 64 << 20  # a manifest or index larger than this is refused before parsing
 MAX_JSON_DEPTH = 32  # nesting deeper than any file routestats writes (run.json: 5)
@@ -54,7 +54,8 @@ def read_json(path: Path):
     return value
 
 
-def _read_manifest(path: Path) -> dict:
+def read_manifest(path: Path) -> dict:
+    """The validated manifest (``run.json``) of the run directory ``path``; a one-line error otherwise."""
     mpath = path / S.MANIFEST
     if not path.is_dir():
         raise RunFormatError(f"{path}: not a directory")
@@ -140,7 +141,8 @@ def _check_files(path: Path, mpath: Path, files: list) -> None:
             raise RunFormatError(f"{mpath}: lists {entry['path']} but that file is missing")
 
 
-def _check_schema(fname: str, actual: pa.Schema, expected: pa.Schema, required=None) -> None:
+def check_schema(fname: str, actual: pa.Schema, expected: pa.Schema, required=None) -> None:
+    """Refuse a Parquet file whose columns lack one of ``required`` or carry another type than ``expected``."""
     required = expected.names if required is None else required
     for f in expected:
         if f.name not in actual.names:
@@ -151,5 +153,3 @@ def _check_schema(fname: str, actual: pa.Schema, expected: pa.Schema, required=N
         if not got.equals(f.type):
             raise RunFormatError(f"{fname}: column {f.name!r} has type {got}, expected {f.type}")
 
-
-read_manifest = _read_manifest

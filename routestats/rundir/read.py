@@ -28,15 +28,15 @@ import pyarrow as pa
 
 from routestats.rundir import schema as S
 from routestats.rundir.blocks import (
-    ExampleAttention, ExampleReductions, _Rows, check_grid, decoding, iter_block_groups, iter_blocks, matrices_block,
+    ExampleAttention, ExampleReductions, ExampleRows, check_grid, decoding, iter_block_groups, iter_blocks, matrices_block,
     parquet_file, read_table, reductions_block,
 )
 from routestats.rundir.verify import run_file, verified_sha256
 from routestats.errors import IncompleteRunError, RunFormatError, SchemaVersionError  # noqa: F401
-from routestats.rundir.manifest import _check_schema, _read_manifest
+from routestats.rundir.manifest import check_schema, read_manifest
 from routestats.rundir.reduction_batches import ReductionBatch, batch_by_length, reductions_group
 
-__all__ = ["Run", "ExampleAttention", "ExampleReductions", "load_run"]
+__all__ = ["Run", "ExampleAttention", "ExampleReductions", "load_run", "validate_examples"]
 
 
 # ---------------------------------------------------------------- the Run
@@ -196,9 +196,9 @@ class Run:
         fname = self._file(S.EXAMPLES)
         with decoding(fname):
             table = read_table(fname)
-            _check_schema(str(fname), table.schema, S.EXAMPLES_SCHEMA)
+            check_schema(str(fname), table.schema, S.EXAMPLES_SCHEMA)
             table = table.combine_chunks()
-            _validate_examples(table, str(fname), self.manifest["fields"]["vocab_size"])
+            validate_examples(table, str(fname), self.manifest["fields"]["vocab_size"])
         return table
 
     def examples(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
@@ -215,7 +215,7 @@ class Run:
         fname = self._file(name)
         with decoding(fname):
             table = read_table(fname)
-            _check_schema(str(fname), table.schema, S.TABLE_SCHEMAS[name])
+            check_schema(str(fname), table.schema, S.TABLE_SCHEMAS[name])
             df = table.to_pandas()
         if "step" in df.columns and len(df):
             steps = df["step"].to_numpy()
@@ -271,7 +271,7 @@ class Run:
         path = self.attention_path(step, S.FORM_MATRICES)
         dtype = self.manifest["attention"]["dtype"]
         pf = parquet_file(path)
-        _check_schema(str(path), pf.schema_arrow, S.attention_matrices_schema(dtype, value_norms=True),
+        check_schema(str(path), pf.schema_arrow, S.attention_matrices_schema(dtype, value_norms=True),
                       S.MATRICES_REQUIRED)
         lengths = self._lengths()
         yield from _stream(path, iter_blocks(pf, examples, layers, str(path)),
@@ -286,7 +286,7 @@ class Run:
         """Stream per-query reductions one example at a time (form ``reductions``)."""
         path = self.attention_path(step, S.FORM_REDUCTIONS)
         pf = parquet_file(path)
-        _check_schema(str(path), pf.schema_arrow, S.REDUCTIONS_SCHEMA, S.REDUCTIONS_REQUIRED)
+        check_schema(str(path), pf.schema_arrow, S.REDUCTIONS_SCHEMA, S.REDUCTIONS_REQUIRED)
         lengths = self._lengths()
         n_fields = len(self.field_ids)
         dtype = self.manifest["attention"].get("dtype", "float64")
@@ -301,7 +301,7 @@ class Run:
                     return
                 if grid is None:  # the file's first example sets the grid every later one must hold
                     ex, s, e = segs[0]
-                    first = reductions_block(fname, ex, _Rows(cols, s, e), lengths, n_fields, dtype)
+                    first = reductions_block(fname, ex, ExampleRows(cols, s, e), lengths, n_fields, dtype)
                     grid = check_grid(fname, first, grid)
                     segs = segs[1:]
                 else:
@@ -315,7 +315,7 @@ class Run:
                 continue
             for ex, s, e in segs:
                 with decoding(path):
-                    blk = reductions_block(fname, ex, _Rows(cols, s, e), lengths, n_fields, dtype)
+                    blk = reductions_block(fname, ex, ExampleRows(cols, s, e), lengths, n_fields, dtype)
                     grid = check_grid(fname, blk, grid)
                 yield blk
 
@@ -412,7 +412,7 @@ def _stream(path, blocks, build):
         yield blk
 
 
-def _validate_examples(table: pa.Table, fname: str, vocab_size: int) -> None:
+def validate_examples(table: pa.Table, fname: str, vocab_size: int) -> None:
     """The row rules of examples.parquet, on the Arrow columns (no per-row objects): unique ids,
     length = min(prepared_length, cap), one field id (and token and word id, when stored) per
     position, field ids inside the vocabulary. The first offending row is named."""
@@ -462,5 +462,5 @@ def load_run(path: str | os.PathLike) -> Run:
         Any other breach of the contract.
     """
     p = Path(path)
-    return Run(p, _read_manifest(p))
+    return Run(p, read_manifest(p))
 

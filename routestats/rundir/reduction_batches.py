@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from routestats.rundir import schema as S
-from routestats.rundir.blocks import ExampleReductions, _Columns
+from routestats.rundir.blocks import ExampleReductions, RowGroupColumns
 
 __all__ = ["reductions_group", "ReductionBatch", "batch_by_length"]
 
@@ -17,7 +17,7 @@ __all__ = ["reductions_group", "ReductionBatch", "batch_by_length"]
 _RED_COLUMNS = S.REDUCTION_COLUMNS
 
 
-def reductions_group(fname, cols: _Columns, segs, lengths, n_fields, dtype, grid) -> list[ExampleReductions] | None:
+def reductions_group(fname, cols: RowGroupColumns, segs, lengths, n_fields, dtype, grid) -> list[ExampleReductions] | None:
     """The examples of one row group (``segs`` from :func:`iter_block_groups`) as validated
     :class:`ExampleReductions`, every check of :func:`reductions_block` and :func:`check_grid` done
     at once over the group's flat columns; ``None`` when any check fails or the rows are not stored
@@ -51,7 +51,7 @@ def reductions_group(fname, cols: _Columns, segs, lengths, n_fields, dtype, grid
     return out
 
 
-def _layout(cols: _Columns, segs, lengths, grid):
+def _layout(cols: RowGroupColumns, segs, lengths, grid):
     """(rows per example, each example's n, head types, first row, end row) when the group's rows are
     the known grid in order with the lengths examples.parquet gives; else None."""
     if grid is None or any(ex not in lengths for ex, _, _ in segs):
@@ -74,7 +74,7 @@ def _layout(cols: _Columns, segs, lengths, grid):
     return n_rows, n_ex, head_type, r0, r1
 
 
-def _flat_values(cols: _Columns, present, r0: int, r1: int, n_row, n_fields: int) -> dict | None:
+def _flat_values(cols: RowGroupColumns, present, r0: int, r1: int, n_row, n_fields: int) -> dict | None:
     """Each reduction column's values over the group (finite; non-negative but entropies), or None."""
     flat = {}
     for col in present:
@@ -93,7 +93,7 @@ def _flat_values(cols: _Columns, present, r0: int, r1: int, n_row, n_fields: int
 
 
 def _values_ok(flat: dict, soft, n_row, n_ex, n_rows: int, n_fields: int, dtype: str) -> bool:
-    """The value checks of ``_check_reductions``, as whole-chunk reductions with the same outcome."""
+    """The value checks of ``check_reductions``, as whole-chunk reductions with the same outcome."""
     tol = S.ROW_SUM_ATOL.get(dtype, 1e-9)
     mass = flat["row_mass"]
     starts = np.concatenate([[0], np.cumsum(n_row)[:-1]])  # first query of each row
@@ -111,7 +111,7 @@ def _values_ok(flat: dict, soft, n_row, n_ex, n_rows: int, n_fields: int, dtype:
     if first is not None and first.size and \
             np.maximum(first - (1 + tol), first - mass * (1 + tol) - tol).max() > 0:
         return False
-    caps = {n: np.log(max(n, 1)) * (1 + tol) + 1e-6 for n in set(n_ex.tolist())}  # as _check_reductions has it
+    caps = {n: np.log(max(n, 1)) * (1 + tol) + 1e-6 for n in set(n_ex.tolist())}  # as check_reductions has it
     cap_row = np.repeat(np.array([caps[n] for n in n_ex.tolist()]), n_rows)
     for col in ("entropy", "entropy_rownorm"):
         e = flat[col]

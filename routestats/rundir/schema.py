@@ -146,11 +146,10 @@ REDUCTIONS_SCHEMA = pa.schema(
         pa.field("first_mass", pa.list_(pa.float64()), nullable=True),  # optional: absent in runs before 2026-12
     ]
 )
-REDUCTION_COLUMNS = ("row_mass", "entropy", "entropy_rownorm", "field_mass", "first_mass")
-"""The per-query reductions, in the order of ``reductions.parquet``: the one vocabulary every writer,
-reader and metric imports."""
+REDUCTION_COLUMNS = tuple(f.name for f in REDUCTIONS_SCHEMA if pa.types.is_list(f.type))
+"""The per-query reductions (the list columns of ``reductions.parquet``, in its order; derived from the
+schema): the one vocabulary every writer, reader and metric imports."""
 REDUCTIONS_REQUIRED = [f.name for f in REDUCTIONS_SCHEMA if f.name != "first_mass"]
-assert tuple(f.name for f in REDUCTIONS_SCHEMA)[5:] == REDUCTION_COLUMNS
 """``reductions.parquet``: one row per example x layer x head with per-query lists of
 length ``n``: total row mass, entropy over all keys, entropy of the row renormalised to
 mass 1, and ``field_mass`` (n x F, row-major) = attention mass on valid keys of each

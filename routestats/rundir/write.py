@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from routestats.rundir import schema as S
 from routestats.rundir.atomic import atomic_path, sha256_file, write_json_atomic, write_table_atomic
 from routestats.errors import RoutestatsError, RunFormatError
-from routestats.rundir.blocks import _check_reductions, check_probabilities
+from routestats.rundir.blocks import check_reductions, check_probabilities
 from routestats.rundir.reductions import reduce_queries
 
 __all__ = ["RunWriter", "software_versions", "unlisted_files", "describe_paths", "TREE_FILES"]
@@ -187,7 +187,7 @@ class AttentionSink:
                 raise RoutestatsError(f"{k} of example_id {ex} has shape {v.shape}, expected ({n_layers}, {n_heads}, {n})")
             red[k] = v.reshape(rows, n)
         try:  # the reader's checks of stored reductions, applied to exactly what will be stored
-            _check_reductions(f"reductions of example_id {ex}", ex, layer, head, htype.astype(str),
+            check_reductions(f"reductions of example_id {ex}", ex, layer, head, htype.astype(str),
                               {**red, "field_mass": fm.reshape(rows, n, F)}, n, self.dtype)
         except RunFormatError as exc:
             raise RoutestatsError(str(exc)) from None
@@ -334,9 +334,9 @@ class RunWriter:
             df["content_sha256"] = [S.content_hash(t, f) for t, f in zip(df["tokens"], df["field_ids"])]
         table = pa.Table.from_pandas(df[S.EXAMPLES_SCHEMA.names], schema=S.EXAMPLES_SCHEMA, preserve_index=False)
         # validate through the reader's rules before anything lands on disk
-        from routestats.rundir.read import _validate_examples
+        from routestats.rundir.read import validate_examples
 
-        _validate_examples(table.combine_chunks(), S.EXAMPLES, self.fields["vocab_size"])
+        validate_examples(table.combine_chunks(), S.EXAMPLES, self.fields["vocab_size"])
         write_table_atomic(self.path / S.EXAMPLES, table)
         self._field_ids = {int(e): np.asarray(f, dtype=np.int64) for e, f in zip(df["example_id"], df["field_ids"])}
         self._register(S.EXAMPLES)

@@ -92,7 +92,8 @@ def row_blocks(rows: int, n: int):
         yield s, min(rows, s + step)
 
 
-def _as_matrix(d) -> np.ndarray:
+def as_matrix(d) -> np.ndarray:
+    """Paired differences as a float64 (examples, columns) matrix (a vector becomes one column)."""
     a = np.asarray(d, dtype=np.float64)
     if a.ndim == 1:
         a = a[:, None]
@@ -138,7 +139,7 @@ def cohen_dz(d) -> np.ndarray:
     >>> float(cohen_dz([1.0, 2.0, 3.0])[0])
     2.0
     """
-    a = _as_matrix(d)
+    a = as_matrix(d)
     sd = a.std(axis=0, ddof=1)
     # all-equal differences have SD 0 mathematically; floating point can leave ~1e-17
     defined = np.ptp(a, axis=0) > 0
@@ -420,7 +421,7 @@ def paired_inference(
     r = Resampling.of(resampling, resamples=resamples, permutations=permutations, seed=seed, mode=mode,
                       confidence=confidence)
     resamples, permutations, seed, mode, confidence = r.resamples, r.permutations, r.seed, r.mode, r.confidence
-    a = _as_matrix(d)  # Resampling checked mode, counts and confidence
+    a = as_matrix(d)  # Resampling checked mode, counts and confidence
     n, k = a.shape
     labels = tuple(range(k)) if labels is None else tuple(labels)
     if len(labels) != k:

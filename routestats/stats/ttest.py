@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from routestats.settings import Resampling
-from routestats.stats.inference import _as_matrix, holm
+from routestats.stats.inference import as_matrix, holm
 
 __all__ = ["PairedT", "paired_t"]
 
@@ -58,7 +58,7 @@ def paired_t(d, confidence: float | None = None, labels=None) -> PairedT:
     confidence = Resampling().confidence if confidence is None else confidence
     from scipy import stats
 
-    a = _as_matrix(d)
+    a = as_matrix(d)
     n, k = a.shape
     res = stats.ttest_1samp(a, 0.0, axis=0)
     ci = res.confidence_interval(confidence)

@@ -156,7 +156,7 @@ def scope_claim(pretrained: bool, within_study: bool, n_examples: int) -> Claim:
                  because=("examples are the unit",), design={"n_examples": n_examples})
 
 
-def censoring_claims(cens: dict | None, left_out: bool) -> list[Claim]:
+def censoring_claims(cens: dict | None, left_out: bool, table: str = "lengths") -> list[Claim]:
     """How many examples reached the evaluation cap (their true lengths are unknown)."""
     if not cens or not cens["n_capped"]:
         return []
@@ -164,7 +164,7 @@ def censoring_claims(cens: dict | None, left_out: bool) -> list[Claim]:
     return [Claim("censoring", f"{k} of {n} examples ({100 * k / n:.0f}%) reached the {cens['cap']}-token cap, "
                   "so their true lengths are unknown (at least the cap)" + (
                       "; the length analyses leave them out" if left_out else "") + ".",
-                  "finding", "lengths", requires=(Check("examples cut at the cap", "n_capped > 0", on="design"),),
+                  "finding", table, requires=(Check("examples cut at the cap", "n_capped > 0", on="design"),),
                   design={"n_capped": k, "n": n})]
 
 
@@ -247,7 +247,7 @@ def profile_claims(layers: pd.DataFrame, distance: float) -> list[Claim]:
                              f"({fmt_num(t['sfm'].iloc[0])}).", "finding", "layers", (int(t["layer"].iloc[0]),),
                              evidence=t.iloc[:1]))
     out.append(Claim("profile_distance", f"Profile distance between the two layer profiles: {fmt_num(distance, 4)}.",
-                     "finding", "profile_distance"))
+                     "finding", "layers"))
     return out
 
 

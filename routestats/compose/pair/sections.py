@@ -34,7 +34,7 @@ from routestats.compose.pair.inputs import curves, init_vs_final, performance, r
 from routestats.studies.training import gradient_checkpoint_summary, gradient_ratios, trajectory
 from routestats.studies.word_map import word_map
 
-__all__ = ["pair_sections", "effects_columns"]
+__all__ = ["pair_sections", "effects_columns", "register_section", "unregister_section", "length_tables"]
 
 
 def effects_columns(ctx: PairContext, label: str, raw_p: bool = True) -> tuple[Column, ...]:
@@ -413,7 +413,7 @@ def lengths_section(ctx: PairContext) -> Section | None:
             return None
         return Section("lengths", "Lengths", skipped=f"Not computed: {len(ex)} examples with {ex['length'].nunique()} "
                        "distinct lengths are too few for the length analyses (they need 8 examples and 3 lengths).",
-                       claims=tuple(censoring_claims(c, left_out=False)))
+                       claims=tuple(censoring_claims(c, left_out=False, table="")))
     ctx.say("length analyses")
     kw = dict(step=ctx.step, examples=s.length_examples)
     if s.capped_examples == "exclude" and c["n"] - c["n_capped"] < 8:
@@ -421,7 +421,7 @@ def lengths_section(ctx: PairContext) -> Section | None:
             f"Not computed: {c['n_capped']} of {c['n']} examples reached the {c['cap']}-token cap, so their true "
             f"lengths are unknown; the {c['n'] - c['n_capped']} examples below the cap are too few for the length "
             "analyses (capped_examples=include would use every example, those at the cap at the cap length)."),
-            claims=tuple(censoring_claims(c, left_out=False)))
+            claims=tuple(censoring_claims(c, left_out=False, table="")))
     frames = {"lengths": length_table(ex[["split", "length"]], cap=int(ex["cap"].max())),
               "length_association": length_association(p, resampling=s.resampling, capped=s.capped_examples, **kw),
               "length_adjusted": length_adjusted_effects(p, resampling=s.resampling, capped=s.capped_examples, **kw),
@@ -470,11 +470,30 @@ def decomposition_section(ctx: PairContext) -> Section | None:
                    claims=(direct_learned_claim(t, ctx.bias_off_runs),))
 
 
+EXTRA_SECTIONS: dict = {}  # id -> section function, added after the built-in sections (register_section)
+
+
+def register_section(fn) -> None:
+    """Add a section function (named with :func:`routestats.report.section`) to every pair report, after the
+    built-in ones; its claims rank after the built-in kinds. A clashing id is refused."""
+    sid = getattr(fn, "section_id", None)
+    if sid is None:
+        raise RoutestatsError("a section function is named with @section(id, title)")
+    if sid in EXTRA_SECTIONS or sid in {f.section_id for f in pair_sections()}:
+        raise RoutestatsError(f"a pair-report section {sid!r} exists already")
+    EXTRA_SECTIONS[sid] = fn
+
+
+def unregister_section(sid: str) -> None:
+    """Remove a section added with :func:`register_section`."""
+    EXTRA_SECTIONS.pop(sid, None)
+
+
 def pair_sections() -> tuple:
-    """The pair report's section functions, in order (a paired section per registered metric after SFM's)."""
+    """The pair report's section functions, in order (a paired section per registered metric after SFM's,
+    sections added with :func:`register_section` last)."""
     metrics = tuple(metric_section(m) for m in paired_metrics() if m.name != "sfm")
     return (performance_section, profile_section, effects_section, *metrics, adjusted_section, fields_section,
             masses_section, shape_section, flow_section, init_vs_final_section, decomposition_section, heads_section,
-            trajectories_section,
-            gradients_section, lengths_section, words_section)
+            trajectories_section, gradients_section, lengths_section, words_section, *EXTRA_SECTIONS.values())
 

@@ -1,0 +1,211 @@
+"""The report kinds of routestats.compose: sections own their claims, preconditions are computed and
+can fail, a renamed table fails loudly, the MoFA tables are computed once, and a new section with one
+table and one sentence is one function.
+
+Every mutation below changes the rows a claim cites (or a design value it relies on) the way a
+different data set would, and the expected verdicts are read off the changed rows by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+import routestats as rs
+from routestats.compose.claims import direct_learned_claim, direction_claim
+from routestats.compose.pair import claims as P
+from routestats.compose.study import claims as St
+from routestats.report import Check, Claim, Section, Table, evaluate, section
+from routestats.rundir.synthetic import demo_run_dir
+
+FAST = dict(resamples=200, permutations=200, length_resamples=50)
+
+
+def rows(claim: Claim, **cols) -> Claim:
+    """``claim`` with some cited cells changed (a dict value: {row position: new value})."""
+    ev = claim.evidence.copy()
+    for col, v in cols.items():
+        if isinstance(v, dict):
+            for i, x in v.items():
+                ev.iloc[i, ev.columns.get_loc(col)] = x
+        else:
+            ev[col] = v
+    return replace(claim, evidence=ev)
+
+
+def design(claim: Claim, **kv) -> Claim:
+    return replace(claim, design={**claim.design, **kv})
+
+
+def failing(claim: Claim) -> list[str]:
+    return [name for name, ok in claim.checks if not ok]
+
+
+def effects():
+    # layer 0 rose (p 0.001, CI [0.05, 0.15]); layer 1 fell; layer 2's interval excludes 0 at p 0.2; layer 3 includes 0
+    return pd.DataFrame({"layer": [0, 1, 2, 3], "d": [0.1, -0.08, 0.03, 0.0], "p": [0.001, 0.002, 0.2, 0.8],
+                         "lo": [0.05, -0.1, 0.01, -0.01], "hi": [0.15, -0.05, 0.06, 0.01]})
+
+
+def answer(t=None):
+    return direction_claim(effects() if t is None else t, "Lead", est="d", p="p", lo="lo", hi="hi", alpha=0.05,
+                           metric="SFM", table="effects", conf="95%")
+
+
+def test_the_direction_claim_holds_and_each_mutation_of_its_rows_withholds_it():
+    c = answer()
+    assert c.kind == "mixed" and c.holds
+    assert failing(rows(c, p={0: 0.3})) == ["rose: p_holm < alpha and ci_low > 0"]  # raise a p-value
+    assert failing(rows(c, hi={1: 0.02})) == ["fell: p_holm < alpha and ci_high < 0"]  # flip an interval
+    assert failing(rows(c, p={2: 0.01})) == ["excludes 0 without p_holm < alpha"]
+    assert failing(rows(c, lo={3: 0.001})) == ["includes 0: ci_low <= 0 <= ci_high"]
+    dropped = replace(c, evidence=c.evidence.iloc[:3])  # drop a row: layer 3 is no longer described
+    assert failing(dropped) == ["every layer of the table is described"] and not dropped.holds
+
+
+def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
+    seen = set()
+
+    def withheld(c):
+        assert not c.holds, c.kind
+        seen.add(c.kind)
+
+    # profile shape: p 0.0004 < 0.05 differs; raised to 0.3 it does not
+    shape = pd.DataFrame({"test": ["sign-flip (centred profile)"], "p": [0.0004]})
+    differs = P.shape_claims(shape, None, 0.05, "95%")[0]
+    assert differs.holds and differs.kind == "differs_across_layers"
+    withheld(rows(differs, p=0.3))
+    uniform = P.shape_claims(shape.assign(p=0.31), None, 0.05, "95%")[0]
+    withheld(rows(uniform, p=0.01))
+    # unnamed mass: layer 1 loses 0.08 (0.30 -> 0.22); a change of 0.005 is not worth saying
+    masses = pd.DataFrame({"role": ["baseline"] * 2 + ["variant"] * 2, "layer": [0, 1, 0, 1],
+                           "unnamed_mass": [0.1, 0.3, 0.1, 0.22], "sfm": [0.5, 0.4, 0.5, 0.45],
+                           "sfm_named": [0.55, 0.6, 0.55, 0.58], "first_mass": [0.1, 0.78, 0.09, 0.74]})
+    u = P.unnamed_claims(masses)[0]
+    withheld(rows(u, unnamed_change=0.005))
+    sink = P.sink_claims(masses, {"title": 30}, 32)[0]
+    withheld(rows(sink, first_mass=0.1))
+    withheld(design(sink, first_named=10))
+    # the early share: layer 1 shrank (p 0.001, CI [-0.03, -0.01]); its p raised to 0.4 it did not
+    init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "share_at_init": [0.9, 1.2], "mean_diff": [0.01, -0.02],
+                         "ci_low": [-0.01, -0.03], "ci_high": [0.03, -0.01], "p_holm": [0.2, 0.001]})
+    early, needs = P.early_claims(init, 0.05, 0)
+    withheld(rows(early, p_holm={1: 0.4}))
+    withheld(rows(early, share_at_init=0.5))  # no share outside 0-100% any more
+    withheld(design(needs, bias_off_runs=1))
+    decomp = pd.DataFrame({"component": ["total", "direct", "learned"], "layer": [0] * 3, "mean_diff": [0.1, 0.08, 0.02]})
+    dl = direct_learned_claim(decomp, 1)
+    assert dl.holds
+    withheld(design(dl, bias_off_runs=0))
+    withheld(rows(dl, total=0.2))  # total no longer direct + learned
+    withheld(design(P.scope_claim(False, False, 32), n_examples=1))
+    withheld(design(P.censoring_claims({"n_capped": 3, "n": 20, "cap": 64}, True)[0], n_capped=0))
+    assoc = pd.DataFrame({"layer": [0, 1], "n": [20, 20], "rho": [-0.7, -0.6], "ci_low": [-0.8, -0.75],
+                          "ci_high": [-0.6, -0.3], "capped": ["include"] * 2, "n_capped": [0, 0]})
+    dep = P.length_claims(assoc, None, 0.5)[0]
+    assert dep.kind == "depends_on_length" and dep.holds
+    withheld(rows(dep, rho={1: 0.6}, ci_low={1: 0.3}, ci_high={1: 0.8}))  # opposite signs
+    withheld(rows(dep, n=5))
+    mixed = P.length_claims(assoc.assign(rho=[-0.7, 0.6], ci_low=[-0.8, 0.3], ci_high=[-0.6, 0.8]), None, 0.5)[0]
+    assert mixed.kind == "length_mixed" and mixed.holds
+    withheld(rows(mixed, rho=-0.7))
+    eff30 = pd.DataFrame({"layer": range(30), "mean_diff": [0.01] * 30, "p_holm": 0.001, "ci_low": 0.005,
+                          "ci_high": 0.02, "baseline_mean": 0.5, "variant_mean": 0.51, "dz": 1.0})
+    listed = P.effect_findings(eff30, "95%")[0]
+    withheld(replace(listed, evidence=listed.evidence.iloc[:12]))
+    # study: three seeds, every mean Δ positive, layer 1 not reaching alpha, a floor of 0.25 above alpha
+    across = pd.DataFrame({"dataset": "d", "layer": [0, 1], "n_seeds": 3, "mean_delta": [0.1, 0.05], "sd_delta": 0.01,
+                           "p_t_holm": [0.01, 0.2], "ci_low_t": [0.05, -0.01], "ci_high_t": [0.15, 0.11],
+                           "p_signflip_holm": 1.0, "min_attainable_p": 0.25})
+    st = {c.kind: c for c in St.across_seed_claims(across, 0.05, "95%")}
+    withheld(rows(st["same_sign"], mean_delta={1: -0.05}))
+    withheld(rows(st["same_sign"], p_t_holm=0.01))
+    withheld(rows(st["signflip_floor"], min_attainable_p=0.002))
+    withheld(rows(St.convergence_claims(pd.DataFrame({"layer": [0], "converged": [False]}))[0], converged=True))
+    shared = pd.DataFrame({"layer": [0], "n_examples": [32], "mean_r": [0.4]})
+    withheld(rows(St.shared_example_claims(shared)[0], mean_r=float("nan")))
+    scope = {c.kind: c for c in St.scope_claims(n_runs=4, n_pairs=2, seeds=[1], n_ref_seeds=1, has_parts=True)}
+    withheld(design(scope["no_across_seed"], n_ref_seeds=2))
+    withheld(design(scope["parts_scope"], has_parts=False))
+    # MoFA: the worst-vs-best test can reach alpha (min p 0.03); with a floor of 0.25 it cannot
+    from routestats.compose.mofa.build import worst_best_claims
+
+    wb = pd.DataFrame({"stratum": ["a"], "p_raw": [0.01], "min_attainable_p": [0.03], "n_seeds": [5]})
+    withheld(rows(worst_best_claims(wb, 0.05, "t")[0], min_attainable_p=0.25))
+    floor = worst_best_claims(wb.assign(min_attainable_p=0.25), 0.05, "t")[1]
+    withheld(rows(floor, min_attainable_p=0.03))
+    assert seen >= {"differs_across_layers", "no_evidence_shape", "unnamed_shift", "first_key_sink", "early_share",
+                    "needs_bias_off", "direct_learned", "scope", "censoring", "depends_on_length", "length_mixed",
+                    "layers_listed", "same_sign", "signflip_floor", "mixed_not_converged", "shared_examples",
+                    "no_across_seed", "parts_scope", "worst_best", "floor"}
+
+
+def test_no_precondition_is_a_literal_and_a_reason_is_not_a_check():
+    # every check is an expression over rows or design values; a check over nothing is refused by evaluate
+    assert not evaluate(Check("rows present", "rows >= 1", on="design"), pd.DataFrame(), {})
+    with pytest.raises(ValueError):
+        Check("bad", "True", every="most")
+    c = P.scope_claim(False, False, 32)
+    assert c.because == ("examples are the unit",) and [n for n, _ in c.checks] == ["at least 2 paired examples"]
+
+
+def test_the_demo_reports_claims_come_from_their_sections():
+    rep = rs.analyse(demo_run_dir(), **FAST)
+    own = [c for s in rep.sections for c in s.claims]
+    assert set(map(id, own)) | set(map(id, rep.scope)) == set(map(id, rep.claims))
+    for s in rep.sections:  # a section's claims cite its own tables (or none)
+        names = {t.name for t in s.tables}
+        assert all(c.table in names or c.table == "" for c in s.claims), s.id
+    assert rep.headline[0].startswith("Within one initialisation (32 examples), SFM")
+
+
+def test_a_renamed_table_fails_loudly(monkeypatch):
+    from routestats.compose.pair import sections as secs
+
+    original = secs.effects_section
+
+    @section("effects", "Paired SFM effects")
+    def renamed(ctx):
+        s = original(ctx)
+        return replace(s, tables=tuple(replace(t, name="paired_effects") for t in s.tables))
+
+    monkeypatch.setattr(secs, "effects_section", renamed)
+    with pytest.raises(ValueError, match="cites table 'effects'"):
+        rs.analyse(demo_run_dir(), **FAST)
+
+
+def test_mofa_tables_are_computed_once(tmp_path, monkeypatch):
+    from routestats.compose.mofa import build as mofa
+    from tests.conftest import synthetic_mofa_tree
+
+    calls = []
+    real = mofa.worst_vs_best
+    monkeypatch.setattr(mofa, "worst_vs_best", lambda *a, **k: calls.append(1) or real(*a, **k))
+    synthetic_mofa_tree(tmp_path / "mofa")
+    rep = rs.analyse(tmp_path / "mofa", **FAST)
+    assert "worst_best" in rep.tables() and len(calls) == 1
+
+
+def test_a_new_section_with_one_table_and_one_sentence_is_one_function():
+    """What a new section touches: this function and one registry line (docs/architecture.md)."""
+    from routestats.compose.pair.sections import register_section, unregister_section
+
+    @section("toy", "Toy: layers with more than half their attention same-field")
+    def toy(ctx):
+        t = ctx.layers[ctx.layers["sfm"] > 0.5][["role", "layer", "sfm"]]
+        n = int((t["role"] == "variant").sum())
+        claim = Claim("toy", f"{n} of {ctx.n_layers} layers of the variant keep most attention within the field.",
+                      "finding", "toy", requires=(Check("the count is the table's", f"rows == {n}", "role == 'variant'",
+                                                        on="design"),), evidence=t)
+        return Section("toy", "Toy", (Table("toy", t),), claims=(claim,))
+
+    register_section(toy)
+    try:
+        rep = rs.analyse(demo_run_dir(), **FAST)
+    finally:
+        unregister_section("toy")
+    n = int(((rep.frame("layers")["role"] == "variant") & (rep.frame("layers")["sfm"] > 0.5)).sum())
+    assert f"{n} of 4 layers of the variant keep most attention within the field." in rep.findings
+    assert "toy" in rep.tables() and rep.claims_frame().query("kind == 'toy'")["printed"].tolist() == [True]
