@@ -34,7 +34,7 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
-from reports.folder import process_alive
+from routestats.rundir.replace import process_alive
 from routestats.rundir.verify import cache_dir, file_stamp, seal
 
 __all__ = ["KEEP", "report_key", "lookup", "store", "enabled", "CacheSkipped"]

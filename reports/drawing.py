@@ -57,7 +57,12 @@ def draw_all(jobs: dict, folder: Path, workers: int | None = None, vector: tuple
     global _JOBS
     names = list(jobs)
     if workers is None:
-        workers = int(os.environ.get("ROUTESTATS_FIGURE_WORKERS", "0")) or min(len(os.sched_getaffinity(0)), 4)
+        from routestats.settings import env_number
+
+        from routestats.settings import ENVIRONMENT
+
+        workers = env_number("ROUTESTATS_FIGURE_WORKERS", **ENVIRONMENT["ROUTESTATS_FIGURE_WORKERS"]) \
+            or min(len(os.sched_getaffinity(0)), 4)
     workers = min(workers, len(names))
     if workers < 2 or "fork" not in mp.get_all_start_methods():
         return {n: save(draw(jobs[n]), folder, n, vector) for n in names}

@@ -1,5 +1,12 @@
 """Report folders written atomically: checked before any work, filled in a temporary sibling folder
-and renamed into place as a whole (an earlier report is replaced only when the new one is complete).
+and swapped into place as a whole (an earlier report is replaced only when the new one is complete).
+
+The marker (``.routestats-report``) lists every file the report wrote with its SHA-256. Replacing a
+report removes only those files whose content still has that hash, checked at the moment of removal
+(:func:`routestats.rundir.replace.replace_folder`): a file saved into the folder while the new report
+was drawn, or edited since, stays, and the command says where. A marker without hashes (an older
+routestats), an empty or a damaged one grants nothing: ``--force`` then refuses, naming what would be
+lost.
 
 Light on imports (no matplotlib), so that a report served from :mod:`reports.cache` costs little.
 """
@@ -13,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from routestats.errors import RoutestatsError
+from routestats.rundir.replace import files_under, process_alive, replace_folder
 from routestats.rundir.write import describe_paths
 
 __all__ = ["MARKER", "check_output", "write_folder", "copy_report", "foreign_files", "SourceUnreadable", "put_file",
@@ -21,59 +29,62 @@ __all__ = ["MARKER", "check_output", "write_folder", "copy_report", "foreign_fil
 MARKER = ".routestats-report"
 
 
-_LAYOUT = ("report.html", "report.md", "claims.csv", "tables", "figures", MARKER)  # before markers listed files
+MARKER_FORMAT = 2
 
 
 def _files_under(folder: Path) -> list[str]:
-    """Relative paths of every file, link and empty folder under ``folder`` (links not followed)."""
-    out = []
-    for dirpath, dirnames, names in os.walk(folder):
-        rel = Path(dirpath).relative_to(folder)
-        links = [d for d in dirnames if (Path(dirpath) / d).is_symlink()]
-        out += [str(rel / n) for n in names + links]
-        if not names and not dirnames and Path(dirpath) != folder:
-            out.append(str(rel) + "/")
-    return sorted(out)
+    """Relative paths of every file and link under ``folder`` (links not followed)."""
+    return files_under(folder)
 
 
 def _marker_text(folder: Path) -> str:
-    """The marker of a finished report folder: every file routestats wrote into it, by relative path."""
+    """The marker of a finished report folder: every file routestats wrote into it, with its SHA-256."""
+    import hashlib
     import json
 
-    return json.dumps({"written_by": "routestats", "files": [f for f in _files_under(folder) if f != MARKER]},
-                      indent=0) + "\n"
+    files = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest()
+             for f in _files_under(folder) if f != MARKER and not (folder / f).is_symlink()}
+    return json.dumps({"written_by": "routestats", "format": MARKER_FORMAT, "files": files}, indent=0) + "\n"
+
+
+def written_files(folder: Path) -> dict[str, str] | None:
+    """relative path -> SHA-256 of every file the report in ``folder`` wrote, from its marker; None when the
+    marker is missing, damaged, empty or of an older format (it then proves nothing)."""
+    import json
+
+    try:
+        doc = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or not isinstance(doc.get("files"), dict):
+        return None
+    files = doc["files"]
+    if not files or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return None
+    return files
 
 
 def foreign_files(folder: Path) -> list[str] | None:
-    """What ``folder`` holds that routestats did not write into it as a report (its marker lists every file
-    it wrote); None when it is no report folder at all (no marker) and not empty."""
-    import json
+    """What ``folder`` holds that routestats cannot prove it wrote there as a report: files its marker does
+    not list, or whose content no longer has the listed hash. None when the folder holds files but no marker
+    that proves anything (none, an older format, empty or damaged): then every file would be lost."""
+    import hashlib
 
+    folder = Path(folder)
     files = _files_under(folder)
     if not files:
         return []
-    try:
-        doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-        ours = set(doc["files"]) if isinstance(doc, dict) and isinstance(doc.get("files"), list) else None
-    except (OSError, ValueError):
-        ours = None
+    ours = written_files(folder)
     if ours is None:
-        if not (folder / MARKER).is_file():
-            return None
-        # a marker of an earlier version (no list): only the report layout itself is ours
-        return [f for f in files if f.split("/")[0] not in _LAYOUT]
-    return [f for f in files if f != MARKER and f not in ours]
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process ``pid`` runs on this machine (a lock's writer)."""
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):  # no such process (or no such pid at all)
-        return False
-    except PermissionError:
-        return True
-    return True
+        return None
+    out = []
+    for f in files:
+        if f == MARKER:
+            continue
+        p = folder / f
+        if f not in ours or p.is_symlink() or hashlib.sha256(p.read_bytes()).hexdigest() != ours[f]:
+            out.append(f)
+    return out
 
 
 def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
@@ -92,6 +103,11 @@ def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
                                   "report is complete)")
         foreign = foreign_files(out) if out.is_dir() else None
         if foreign is None:
+            if (out / MARKER).is_file():
+                lost = [f for f in _files_under(out) if f != MARKER]
+                raise RoutestatsError(f"{out}: its report marker is from an older routestats, empty or damaged and "
+                                      f"proves nothing, so --force would lose {describe_paths(lost)}; move them or "
+                                      "choose another folder")
             raise RoutestatsError(f"{out}: exists and is not an earlier routestats report; choose another folder")
         if foreign:
             raise RoutestatsError(f"{out}: holds files routestats did not write ({describe_paths(foreign)}); --force "
@@ -113,14 +129,37 @@ def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
     return out
 
 
+def proven_files(folder: Path) -> dict[str, str]:
+    """What the report in ``folder`` proves it wrote (its marker's list), plus the marker itself as read now."""
+    import hashlib
+
+    ours = written_files(folder)
+    if ours is None:
+        return {}
+    try:
+        return {**ours, MARKER: hashlib.sha256((Path(folder) / MARKER).read_bytes()).hexdigest()}
+    except OSError:
+        return dict(ours)
+
+
 def _clean_stale(out: Path) -> None:
+    """Temporary folders of report writers that died: one still being filled (no marker: everything in it
+    was written by that writer) is removed; one holding a replaced report (a marker) loses only what its
+    marker proves, and anything else is kept beside ``out``."""
     for p in out.parent.glob(f".{out.name}.partial-*"):
         try:
             pid = int(p.name.split(".partial-")[1].split("-")[0])
         except (IndexError, ValueError):
             continue
-        if not process_alive(pid):
+        if process_alive(pid):
+            continue
+        if not (p / MARKER).exists():
             shutil.rmtree(p, ignore_errors=True)
+            continue
+        from routestats.rundir.replace import remove_written
+
+        if remove_written(p, proven_files(p)):
+            p.rename(out.parent / f"{out.name}.kept-{p.name.rsplit('-', 1)[-1]}")
 
 
 def put_file(path: Path, data: str | bytes) -> None:
@@ -132,36 +171,46 @@ def put_file(path: Path, data: str | bytes) -> None:
         path.write_bytes(data)
 
 
+def _notice(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr)
+
+
 def write_folder(out: str | Path, fill: Callable[[Path], dict], force: bool = False, inputs: Sequence = (),
-                 keep: Callable[[Path, dict], None] | None = None) -> dict[str, Path]:
+                 keep: Callable[[Path, dict], None] | None = None,
+                 notice: Callable[[str], None] = _notice) -> dict[str, Path]:
     """Create the report folder ``out`` atomically: ``fill(tmp)`` writes everything into a temporary
     sibling folder and returns name -> path of what it wrote there; the folder is then renamed into
     place as a whole (an earlier report is replaced only then). ``keep(tmp, written)`` runs on the
-    complete temporary folder just before the rename. See :func:`check_output`."""
+    complete temporary folder just before the rename. The old folder loses only what its marker proves
+    routestats wrote (:func:`routestats.rundir.replace.replace_folder`); ``notice`` hears where anything
+    else was kept. See :func:`check_output`."""
     out = check_output(out, force, inputs)
     _clean_stale(out)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
     except OSError as exc:
         raise RoutestatsError(f"{out.parent}: cannot create the report folder ({exc.strerror})") from None
+    swapping = False
     try:
         written = fill(tmp)
         put_file(tmp / MARKER, _marker_text(tmp))
         if keep is not None:
             keep(tmp, written)
         os.sync()  # the files are on disk before the folder appears under its name
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
+        ours = proven_files(out) if out.exists() else {}  # what the old report proves it wrote, read now
+        swapping = True  # from here on tmp may hold the old folder: never removed whole
+        replace_folder(tmp, out, ours, notice)
     except OSError as exc:
+        if swapping:
+            raise RoutestatsError(f"{out}: the new report is in place, but the old one could not be cleared "
+                                  f"({exc.strerror or exc}); what it held is in {tmp}") from None
         shutil.rmtree(tmp, ignore_errors=True)
         raise RoutestatsError(f"{out}: could not write the report ({exc.strerror or exc}); nothing was changed") from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not swapping:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return {name: out / p.relative_to(tmp) for name, p in written.items()}
 

@@ -34,6 +34,7 @@ _UNICODE = {
     "Δ": r"$\Delta$",
     "−": r"$-$",
     "–": r"\textendash{}",  # not "--": a following minus sign would fuse with it
+    "—": r"\textemdash{}",
     "×": r"$\times$",
     "≥": r"$\geq$",
     "≤": r"$\leq$",
@@ -58,9 +59,16 @@ _RE = re.compile("|".join(re.escape(k) for k in _SPECIAL))
 
 
 def latex_escape(text) -> str:
-    """Escape a user-supplied string for LaTeX text mode (also maps a few Unicode symbols); every run of
-    whitespace (newlines, blank lines, tabs) becomes one space."""
-    out = _RE.sub(lambda m: _SPECIAL[m.group(0)], re.sub(r"\s+", " ", str(text)))  # a blank line would end \caption
+    r"""Escape a user-supplied string for LaTeX text mode (also maps a few Unicode symbols); every run of
+    whitespace (newlines, blank lines, tabs) becomes one space, and every other control character a visible
+    ``?`` (a NUL or an escape character in a run id stops pdflatex).
+
+    >>> latex_escape("run\x00id\x1b[1m\x7f_x")
+    'run?id?[1m?\\_x'
+    """
+    text = re.sub(r"\s+", " ", str(text))  # a blank line would end \caption
+    text = re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text)
+    out = _RE.sub(lambda m: _SPECIAL[m.group(0)], text)
     for k, v in _UNICODE.items():
         out = out.replace(k, v)
     # anything else outside Latin-1 could break pdflatex: replace it visibly
@@ -122,21 +130,28 @@ def latex_table(table: Table, label: str, env, wide: bool = False) -> str:
     gaps, multi-word headers on two lines, long text wrapped, a p-value at its permutation floor marked
     with a dagger and one note; a table wider than the line is scaled down to it, one of more than
     :data:`LONG_ROWS` rows is a ``longtable`` that breaks across pages. ``wide`` sets a float across both
-    columns of a two-column paper (``table*``)."""
+    columns of a two-column paper (``table*``), never a ``longtable`` (which two-column papers cannot hold):
+    a long wide table is split into floats of at most :data:`LONG_ROWS` rows, captioned "(rows a–b of N)"."""
     headers, rows = format_cells(table)
     notes = [latex_text(table.notes)] if table.notes else []
     if any(c.get("floor") for r in rows for c in r):
         notes.append(r"\textsuperscript{\dag}\,the smallest p the sign-flip test can give with its draws "
                      "(1/(P + 1), times the number of comparisons after Holm).")
+    cells = [" & ".join(_cell(c) for c in row) for row in rows]
+    caption = latex_text(table.caption) + (f" ({latex_escape(table.subject)})" if table.subject else "")
+    chunks = [cells[i:i + LONG_ROWS] for i in range(0, len(cells), LONG_ROWS)] if wide and len(cells) > LONG_ROWS \
+        else [cells]
     return env.get_template("table.tex.j2").render(
         name=table.name,
-        caption=latex_text(table.caption) + (f" ({latex_escape(table.subject)})" if table.subject else ""),
+        caption=caption,
         label=re.sub(r"[^A-Za-z0-9:._-]", "-", label),
         align=_align(table, rows),
         header=" & ".join(_header(h) for h in headers),
         ncols=len(headers),
-        rows=[" & ".join(_cell(c) for c in row) for row in rows],
+        rows=cells,
+        chunks=[(chunk, (f" (rows {k * LONG_ROWS + 1}–{k * LONG_ROWS + len(chunk)} of {len(cells)})"
+                         if len(chunks) > 1 else "")) for k, chunk in enumerate(chunks)],
         notes=" ".join(notes),
-        long=len(rows) > LONG_ROWS,
+        long=len(rows) > LONG_ROWS and not wide,
         env="table*" if wide else "table",
     )

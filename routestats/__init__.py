@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "IncompleteRunError": "routestats.errors",
+    "IntegrityError": "routestats.errors",
     "PairingError": "routestats.errors",
     "RoutestatsError": "routestats.errors",
     "RunFormatError": "routestats.errors",

@@ -104,6 +104,9 @@ def command(fn):
         from routestats.errors import RoutestatsError
 
         try:
+            from routestats.settings import check_environment
+
+            check_environment()
             return fn(*args, **kwargs)
         except RoutestatsError as exc:
             _fail(str(exc))

@@ -19,3 +19,8 @@ class SchemaVersionError(RunFormatError):
 
 class PairingError(RoutestatsError):
     """Two runs cannot be paired (different init, data order or evaluated examples)."""
+
+
+class IntegrityError(RunFormatError):
+    """A verified input changed while it was being analysed (its SHA-256 no longer matches the manifest):
+    nothing computed from it is published, not even the other sections."""

@@ -34,7 +34,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from routestats.errors import RoutestatsError
+from routestats.errors import IntegrityError, RoutestatsError
 
 __all__ = ["is_missing", "Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "section",
            "guarded", "fmt_num", "fmt_sig", "fmt_int",
@@ -360,6 +360,12 @@ class Report:
             if name in r.tables():
                 return r.table(name)
         names = sorted({n for r in self.all_reports() for n in r.tables()})
+        for r in self.all_reports():  # the section that would hold it, when it could not be computed: its reason
+            for sec in r.sections:
+                if sec.skipped.startswith("Not computed: ") and (name == sec.id or name.startswith(sec.id + "_")):
+                    why = sec.skipped[len("Not computed: "):].rstrip(".")
+                    raise RoutestatsError(f"no table {name!r}: its section ({sec.title}) was not computed: {why} "
+                                          f"(this report has: {', '.join(names) or 'none'})")
         raise RoutestatsError(f"unknown table {name!r}; this report has: {', '.join(names)}")
 
 
@@ -376,7 +382,8 @@ def section(id: str, title: str):
 def guarded(fn, ctx) -> Section | None:
     """Run one section function ``fn(ctx)`` (named with :func:`section`); a :class:`RoutestatsError`
     inside it becomes the section with ``skipped="Not computed: <why>."`` (the other sections still
-    stand), so no report hides a failed section.
+    stand), so no report hides a failed section; an :class:`~routestats.errors.IntegrityError` (a verified
+    input changed under the analysis) ends the report instead, so nothing is published.
 
     >>> @section("x", "X")
     ... def broken(ctx):
@@ -386,5 +393,7 @@ def guarded(fn, ctx) -> Section | None:
     """
     try:
         return fn(ctx)
+    except IntegrityError:  # an input changed under the analysis: no section of it is published
+        raise
     except RoutestatsError as exc:
         return Section(fn.section_id, fn.section_title, skipped=f"Not computed: {str(exc).rstrip('.')}.")

@@ -217,3 +217,54 @@ class AnalysisSettings:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def env_number(name: str, default: float, *, minimum: float = 0.0, integer: bool = False, positive: bool = False,
+               off: float | None = None) -> float:
+    """The environment variable ``name`` as a number (``default`` when unset or empty): the one place where
+    routestats reads numeric environment variables. A value that is no finite number, not whole where
+    ``integer``, below ``minimum`` or (``positive``) not above 0 is refused in one line naming the variable;
+    ``off`` is the value that stands for "use the default" (0 for figure workers).
+
+    >>> import os
+    >>> os.environ["ROUTESTATS_X"] = "3"; env_number("ROUTESTATS_X", 1, integer=True)
+    3
+    >>> os.environ["ROUTESTATS_X"] = "inf"
+    >>> try:
+    ...     env_number("ROUTESTATS_X", 1)
+    ... except RoutestatsError as e:
+    ...     print(e)
+    ROUTESTATS_X=inf: expected a finite number of at least 0 (unset it for the default, 1)
+    >>> del os.environ["ROUTESTATS_X"]
+    """
+    import math
+    import os
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    kind = "a whole number" if integer else "a finite number"
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < minimum or (positive and value <= 0) or (integer and value != int(value)):
+        bound = "above 0" if positive else f"of at least {minimum:g}"
+        raise RoutestatsError(f"{name}={raw}: expected {kind} {bound} (unset it for the default, {default:g})")
+    if off is not None and value == off:
+        return default
+    return int(value) if integer else value
+
+
+ENVIRONMENT = {  # name: keywords of env_number: every numeric variable routestats reads
+    "ROUTESTATS_MAX_DECODE_MB": dict(default=2048, positive=True),
+    "ROUTESTATS_MAX_DECODE_RATIO": dict(default=200, minimum=1),
+    "ROUTESTATS_FIGURE_WORKERS": dict(default=0, integer=True),
+}
+
+
+def check_environment() -> None:
+    """Refuse, in one line naming it, a numeric environment variable of :data:`ENVIRONMENT` that is set to
+    something else than a number in range; the CLI calls this before any work."""
+    for name, kw in ENVIRONMENT.items():
+        env_number(name, **kw)

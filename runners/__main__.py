@@ -212,6 +212,8 @@ def capture(
     format: str = typer.Option("dbpedia", "--format", help="Records format: dbpedia, pubmed or jsonl."),
     fields: str = typer.Option("title,content", help="Field order (first field first); an encoder takes two."),
     limit: int = typer.Option(64, help="Evaluate the first N records."),
+    max_record_mb: float = typer.Option(8.0, "--max-record-mb", help="Refuse a record (a CSV field, a JSONL line) "
+                                        "larger than this many MB; records are read one at a time."),
     cap: int = typer.Option(64, help="Evaluation cap in tokens, special tokens included."),
     truncation: str = typer.Option("only-last", help="When the fields exceed the cap: only-last (cut the last field; "
                                                      "longest-first when the others alone fill the cap) or longest-first."),
@@ -240,7 +242,8 @@ def capture(
     from .capture import run_capture_command
 
     set_threads(threads)
-    run_capture_command(model=model, records=records, out=out, format=format, fields=fields, limit=limit, cap=cap,
+    run_capture_command(model=model, records=records, out=out, format=format, fields=fields, limit=limit,
+                        max_record_mb=max_record_mb, cap=cap,
                         truncation=truncation, special_tokens=special_tokens, bias=bias, ablate=ablate,
                         compare=compare, reason=reason, layers=layers, forms=forms, dtype=dtype,
                         batch_size=batch_size, padding=padding, device=device, force=force,

@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -70,22 +72,28 @@ CAPTURE_PATH = "attention-interface"
 
 
 # ------------------------------------------------------------------ records
-def read_records(path: str | Path, fmt: str, fields: Sequence[str] | None = None, limit: int | None = None) -> list:
+def read_records(path: str | Path, fmt: str, fields: Sequence[str] | None = None, limit: int | None = None,
+                 max_bytes: int | None = None) -> list:
     """Fielded records from a local file: ``dbpedia`` (CSV label,title,content), ``pubmed`` (PubMed
-    200k RCT text) or ``jsonl`` (one object per line; its string values other than ``label`` are fields)."""
-    from .corpora import Record, dbpedia_records, iter_pubmed, read_dbpedia_csv
+    200k RCT text) or ``jsonl`` (one object per line; its string values other than ``label`` are fields).
 
+    Read as a stream, a record at a time: a CSV field or a JSONL line over ``max_bytes`` (default
+    :data:`runners.corpora.MAX_RECORD_BYTES`, 8 MB; ``--max-record-mb``) is refused in one line before it is
+    held whole."""
+    from .corpora import MAX_RECORD_BYTES, CorpusFormatError, Record, dbpedia_records, iter_pubmed, read_dbpedia_csv
+
+    max_bytes = MAX_RECORD_BYTES if max_bytes is None else int(max_bytes)
     path = Path(path)
     if not path.is_file():
         raise RoutestatsError(f"{path}: no such records file")
     try:
         if fmt == "dbpedia":
-            recs = dbpedia_records(read_dbpedia_csv(path))
+            recs = dbpedia_records(read_dbpedia_csv(path, max_bytes))
         elif fmt == "pubmed":
             recs = list(iter_pubmed(path, tuple(fields) if fields else ("methods", "results")))
         elif fmt == "jsonl":
             recs = []
-            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+            for i, line in enumerate(_lines(path, max_bytes)):
                 if not line.strip():
                     continue
                 try:
@@ -100,9 +108,26 @@ def read_records(path: str | Path, fmt: str, fields: Sequence[str] | None = None
             raise RoutestatsError(f"--format must be dbpedia, pubmed or jsonl, got {fmt!r}")
     except UnicodeDecodeError as exc:
         raise RoutestatsError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except RoutestatsError:
+        raise
+    except CorpusFormatError as exc:  # its words name the file already
+        raise RoutestatsError(first_line(exc)) from None
     except (ValueError, OSError) as exc:
         raise RoutestatsError(f"{path}: {first_line(exc)}") from None
     return recs[:limit] if limit else recs
+
+
+def _lines(path: Path, max_bytes: int):
+    """The lines of a text file, one at a time; a line over ``max_bytes`` is refused without reading it whole."""
+    with open(path, "rb") as fh:
+        for i in itertools.count(1):
+            raw = fh.readline(max_bytes + 1)
+            if not raw:
+                return
+            if len(raw) > max_bytes and not raw.endswith(b"\n"):
+                raise RoutestatsError(f"{path}: line {i} is over the {max_bytes / 2 ** 20:.3g} MB record limit "
+                                      "(--max-record-mb)")
+            yield raw.decode("utf-8")
 
 
 def _texts(records: Sequence, names: Sequence[str]) -> list[list[str]]:
@@ -272,17 +297,38 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
     return path
 
 
+def echo_notice(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def sweep_partials(out: Path) -> None:
+    """Remove the partial folders of captures into ``out`` whose process is gone (everything in one was
+    written by that capture), beside ``out`` and where earlier releases put them (inside ``out``)."""
+    from routestats.rundir.replace import process_alive
+
+    for p in [*out.parent.glob(f".{out.name}.capture-partial-*"), *out.glob(".capture-partial-*")]:
+        try:
+            pid = int(p.name.split("capture-partial-")[1].split("-")[0])
+        except (IndexError, ValueError):
+            continue
+        if p.is_dir() and not p.is_symlink() and not process_alive(pid):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def _staging(out: Path, names: Sequence[str]):
-    """A temporary sibling folder for the new runs; on success each replaces ``out/<name>``
-    (an earlier run is removed only then); on failure nothing under ``out`` changes (a folder
-    ``out`` made for this capture is removed again), and a failed write says so naming ``out``."""
+    """A temporary folder beside ``out`` (``.<out>.capture-partial-<pid>-*``, never inside it) for the new runs;
+    on success each replaces ``out/<name>`` (an earlier run loses only the files its manifest proves it wrote,
+    :func:`routestats.rundir.replace.replace_folder`); on failure nothing under ``out`` changes (a folder ``out``
+    made for this capture is removed again), and a failed write says so naming ``out``. Partial folders of
+    captures that died are swept at the next start."""
     import pyarrow as pa
 
     made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".capture-partial-{os.getpid()}-", dir=out))
+        sweep_partials(out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.capture-partial-{os.getpid()}-", dir=out.parent))
     except OSError as exc:
         raise RoutestatsError(f"{out}: cannot create the runs' folder ({exc.strerror or exc})") from None
     ok = False
@@ -293,15 +339,12 @@ def _staging(out: Path, names: Sequence[str]):
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else first_line(exc)
             reason = re.sub(r".*\[errno \d+\] ", "", reason)  # Arrow's "Error writing bytes ... [errno 28] ..."
             raise RoutestatsError(f"{out}: could not write the runs ({reason}); nothing was changed") from None
+        from routestats.rundir.replace import replace_folder
+        from routestats.rundir.write import written_by_runs
+
         for name in names:
             dst = out / name
-            if dst.exists():
-                old = out / f".{name}.old-{os.getpid()}"
-                os.rename(dst, old)
-                os.rename(tmp / name, dst)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(tmp / name, dst)
+            replace_folder(tmp / name, dst, written_by_runs(dst) if dst.exists() else {}, echo_notice)
         ok = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -410,7 +453,8 @@ def parse_indices(text: str | None, option: str) -> list[int] | None:
 
 
 def run_capture_command(*, model, records, out, format, fields, limit, cap, truncation, special_tokens, bias, ablate,
-                        compare, reason, layers, forms, dtype, batch_size, padding, device, force, echo) -> None:
+                        compare, reason, layers, forms, dtype, batch_size, padding, device, force, echo,
+                        max_record_mb: float = 8.0) -> None:
     """``python -m runners capture``: every option checked before the model loads, then the runs."""
     from .progress import progress_bars
 
@@ -423,13 +467,15 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
         raise RoutestatsError(f"--dtype must be float16 or float32, got {dtype!r}")
     if limit < 1:
         raise RoutestatsError(f"--limit must be at least 1, got {limit}")
+    if not 0 < max_record_mb < 1 << 20:
+        raise RoutestatsError(f"--max-record-mb must be a positive number of MB, got {max_record_mb}")
     if compare is not None and (bias is not None or ablate):
         raise RoutestatsError("--compare pairs two checkpoints as they are; run --bias / --ablate captures separately")
     heads, stored = parse_heads(ablate), parse_indices(layers, "--layers")
     conds = [Condition("baseline")] + ([Condition("bias", bias=float(bias))] if bias is not None else []) + \
         ([Condition("ablate", ablate=heads)] if heads else [])
     check_destination(Path(out), ["baseline", "compare"] if compare is not None else [c.name for c in conds], force)
-    recs = read_records(records, format, names, limit)
+    recs = read_records(records, format, names, limit, max_bytes=int(max_record_mb * (1 << 20)))
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress lines say what happens

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -183,6 +182,17 @@ def regime(*, run: Path, layers, examples, token, domain_file, out, max_tokens, 
     echo(f"{len(pts)} operating points in {idx}; max |analytic - autograd| = {worst:.2e}")
 
 
+def clear_written(out: Path, echo: Echo) -> None:
+    """Remove from ``out`` only what its runs wrote (their manifests' files, unchanged); anything else stays."""
+    from routestats.rundir.replace import remove_written
+    from routestats.rundir.write import describe_paths, written_by_runs
+
+    if out.exists():
+        left = remove_written(out, written_by_runs(out))
+        if left:
+            echo(f"{out}: kept {len(left)} file(s) no run wrote, in place ({describe_paths(left)})")
+
+
 def demo(*, out: Path, threads, echo: Echo) -> None:
     """Regenerate the recorded demo run (tiny preset, baseline + SAAB, seed 1001, 32 examples)."""
     from .train import train_study
@@ -192,8 +202,7 @@ def demo(*, out: Path, threads, echo: Echo) -> None:
     from .dumps import check_replaceable
 
     check_replaceable(out)  # the runs of an earlier demo only: never a folder holding anything else
-    if out.exists():
-        shutil.rmtree(out)
+    clear_written(out, echo)
     with progress_bars() as (_, progress):
         paths = train_study(out, data=_data("bundled-dbpedia"), preset=p, conditions=conds, seed=1001, study="demo",
                             device="cpu", keep_checkpoints="none", progress=progress)
@@ -211,8 +220,7 @@ def demo_study(*, out: Path, seeds, threads, echo: Echo) -> None:
     from .dumps import check_replaceable
 
     check_replaceable(out)  # the runs of an earlier demo only: never a folder holding anything else
-    if out.exists():
-        shutil.rmtree(out)
+    clear_written(out, echo)
     with progress_bars() as (_, progress):
         res = run_sweep(out, seeds=_int_list(seeds, "--seeds"), conditions=conds, preset=p,
                         data=_data("bundled-dbpedia"), study="demo", device="cpu", keep_checkpoints="none",

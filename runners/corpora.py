@@ -39,25 +39,43 @@ class Record:
     fields: tuple[tuple[str, str], ...]  # (field name, text)
 
 
-def read_dbpedia_csv(path: str | Path) -> list[tuple[str, str, str]]:
+MAX_RECORD_BYTES = 8 << 20  # the largest record (a CSV field, a JSONL line) read by default: 8 MB
+
+
+def read_dbpedia_csv(path: str | Path, max_bytes: int = MAX_RECORD_BYTES) -> list[tuple[str, str, str]]:
     """Read a DBpedia CSV into (label, title, content) tuples.
 
     Blank rows are skipped, all three values stripped; a header is recognised when the
     first three values equal label/title/content (case-insensitive); any row with other
-    than three columns is an error naming its line.
+    than three columns, or a field over ``max_bytes``, is an error naming its line.
     """
     path = Path(path)
     out = []
-    with open(path, newline="", encoding="utf-8") as fh:
-        for i, row in enumerate(csv.reader(fh)):
-            if not row or all(not v.strip() for v in row):
-                continue
-            if len(row) != 3:
-                raise CorpusFormatError(f"{path}: row {i + 1} has {len(row)} columns, expected 3 (label,title,content)")
-            vals = tuple(v.strip() for v in row)
-            if not out and i == 0 and [v.lower() for v in vals] == ["label", "title", "content"]:
-                continue
-            out.append(vals)
+    old = csv.field_size_limit()
+    csv.field_size_limit(max_bytes)
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            return _dbpedia_rows(path, reader, out)
+    except csv.Error as exc:
+        if "field larger than field limit" in str(exc):
+            raise CorpusFormatError(f"{path}: a field near line {reader.line_num} is over the {max_bytes / 2 ** 20:.3g} MB "
+                                    "record limit (--max-record-mb)") from None
+        raise CorpusFormatError(f"{path}: not CSV near line {reader.line_num} ({exc})") from None
+    finally:
+        csv.field_size_limit(old)
+
+
+def _dbpedia_rows(path: Path, reader, out: list) -> list[tuple[str, str, str]]:
+    for i, row in enumerate(reader):
+        if not row or all(not v.strip() for v in row):
+            continue
+        if len(row) != 3:
+            raise CorpusFormatError(f"{path}: row {i + 1} has {len(row)} columns, expected 3 (label,title,content)")
+        vals = tuple(v.strip() for v in row)
+        if not out and i == 0 and [v.lower() for v in vals] == ["label", "title", "content"]:
+            continue
+        out.append(vals)
     return out
 
 

@@ -36,7 +36,7 @@ from routestats.rundir import schema as S
 from routestats.rundir.atomic import sha256_file
 from routestats.rundir.manifest import read_json
 from routestats.rundir.verify import run_file
-from routestats.errors import RoutestatsError, RunFormatError
+from routestats.errors import IntegrityError, RoutestatsError, RunFormatError
 from routestats.regime.certify import (Operators, analyse, certify, classify, directional, probe_sweep, severity_certificate,
                      severity_sweep)
 from routestats.regime.geometry import geometry_table, overlap_sweep, routing_decomposition
@@ -117,7 +117,7 @@ def load_operator_points(path: str | Path, layer: int | None = None, example: in
         if not f.is_file():
             raise RunFormatError(f"{f}: listed in {idx_path} but missing")
         if sha256_file(f) != p["sha256"]:
-            raise RunFormatError(f"{f}: SHA-256 differs from {idx_path}; the file changed after it was written")
+            raise IntegrityError(f"{f}: SHA-256 differs from {idx_path}; the file changed after it was written")
         arrays, meta = _read_npz(f)
         out.append(OperatorPoint(p["layer"], p["example"], p["token"], str(f), arrays,
                                  {**meta, "model_kind": index.get("model_kind"), "checkpoint_sha256": index.get("checkpoint_sha256")}))

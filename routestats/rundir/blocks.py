@@ -132,19 +132,11 @@ class ExampleRows:
 CHUNK_BYTES = 8 << 20  # read consecutive row groups together up to about this much decoded data
 
 
-def _env_number(name: str, default: float) -> float:
-    import os
-
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return value if value > 0 else default
-
-
 def max_decoded_bytes() -> int:
     """The most one row group may decode to (``ROUTESTATS_MAX_DECODE_MB``, default 2048 MB)."""
-    return int(_env_number("ROUTESTATS_MAX_DECODE_MB", 2048) * (1 << 20))
+    from routestats.settings import ENVIRONMENT, env_number
+
+    return int(env_number("ROUTESTATS_MAX_DECODE_MB", **ENVIRONMENT["ROUTESTATS_MAX_DECODE_MB"]) * (1 << 20))
 
 
 BOMB_FLOOR = 64 << 20  # a row group decoding to less than this is never refused for its compression ratio
@@ -154,7 +146,9 @@ MAX_RATIO = 200.0  # decoded / stored bytes above which a large row group is a d
 def max_ratio() -> float:
     """The largest decoded / stored ratio of a row group over :data:`BOMB_FLOOR` (``ROUTESTATS_MAX_DECODE_RATIO``,
     default 200; attention written by routestats stores at ratios of 1-25, uniform rows of a bomb at 20,000)."""
-    return _env_number("ROUTESTATS_MAX_DECODE_RATIO", MAX_RATIO)
+    from routestats.settings import ENVIRONMENT, env_number
+
+    return env_number("ROUTESTATS_MAX_DECODE_RATIO", **ENVIRONMENT["ROUTESTATS_MAX_DECODE_RATIO"])
 
 
 def check_decoded_size(meta, rg: int, fname: str) -> int:

@@ -173,8 +173,10 @@ class RunCollection:
 def load_runs(tree: str | os.PathLike, on_incomplete: str = "raise") -> RunCollection:
     """Find every run under ``tree`` (any depth) and index them by their manifests.
 
-    Grouping comes from manifests only, never from directory names. A directory that holds
-    run files but no ``run.json`` is incomplete: ``on_incomplete="raise"`` (default) stops
+    Grouping comes from manifests only, never from directory names. Hidden folders (names starting
+    with ".": partial captures and reports, old copies being replaced) are not searched, nor is a tree
+    nested deeper than :data:`routestats.rundir.replace.MAX_DEPTH` (refused in one line). A directory that
+    holds run files but no ``run.json`` is incomplete: ``on_incomplete="raise"`` (default) stops
     with their list, ``"skip"`` leaves them out.
     """
     root = Path(tree)
@@ -183,13 +185,15 @@ def load_runs(tree: str | os.PathLike, on_incomplete: str = "raise") -> RunColle
     if on_incomplete not in ("raise", "skip"):
         raise ValueError("on_incomplete must be 'raise' or 'skip'")
     runs, incomplete = [], []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+    from routestats.rundir.replace import walk_folders
+
+    for dirpath, dirnames, filenames in walk_folders(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         if S.MANIFEST in filenames:
             runs.append(load_run(dirpath))
             dirnames[:] = []  # a run's own subfolders hold no runs
         elif S.EXAMPLES in filenames or S.ATTENTION_DIR in dirnames:
-            incomplete.append(dirpath)
+            incomplete.append(str(dirpath))
             dirnames[:] = []
     if incomplete and on_incomplete == "raise":
         raise IncompleteRunError(

@@ -32,7 +32,7 @@ from routestats.rundir.blocks import (
     parquet_file, read_table, reductions_block,
 )
 from routestats.rundir.verify import run_file, verified_sha256
-from routestats.errors import IncompleteRunError, RunFormatError, SchemaVersionError  # noqa: F401
+from routestats.errors import IncompleteRunError, IntegrityError, RunFormatError, SchemaVersionError  # noqa: F401
 from routestats.rundir.manifest import check_schema, read_manifest
 from routestats.rundir.reduction_batches import ReductionBatch, batch_by_length, reductions_group
 
@@ -169,7 +169,7 @@ class Run:
             raise RunFormatError(f"{self.path}: missing {rel}")
         got = verified_sha256(p)
         if got != want:
-            raise RunFormatError(
+            raise IntegrityError(
                 f"{p}: SHA-256 {got[:12]}... differs from run.json ({want[:12]}...); the file changed after the "
                 "run was written"
             )

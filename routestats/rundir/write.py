@@ -25,7 +25,6 @@ import contextlib
 import datetime as _dt
 import os
 import platform
-import shutil
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -39,8 +38,10 @@ from routestats.rundir.atomic import atomic_path, sha256_file, write_json_atomic
 from routestats.errors import RoutestatsError, RunFormatError
 from routestats.rundir.blocks import check_reductions, check_probabilities
 from routestats.rundir.reductions import reduce_queries
+from routestats.rundir.replace import MAX_DEPTH, prune_empty, walk_folders  # noqa: F401  (re-exported)
 
-__all__ = ["RunWriter", "software_versions", "unlisted_files", "describe_paths", "TREE_FILES"]
+__all__ = ["RunWriter", "software_versions", "unlisted_files", "describe_paths", "TREE_FILES", "walk_folders",
+           "written_by_runs", "MAX_DEPTH"]
 
 
 def software_versions(extra: Iterable[str] = ()) -> dict:
@@ -274,12 +275,23 @@ class RunWriter:
         if manifest_path.exists():
             if not overwrite:
                 raise RunFormatError(f"{self.path}: a complete run exists here (pass overwrite=True to replace it)")
-            manifest_path.unlink()
-        if self.path.exists() and not resume:
+            foreign = unlisted_files(self.path)
+            if foreign:
+                raise RunFormatError(f"{self.path}: holds files its run did not write ({describe_paths(foreign)}); "
+                                     "a run is replaced only when it holds nothing else: move them")
+            from routestats.rundir.replace import remove_written
+
+            remove_written(self.path, written_by_runs(self.path))  # the manifest's files, while unchanged
+            self.path.mkdir(parents=True, exist_ok=True)
+        if self.path.exists() and not resume:  # an incomplete run of ours: only the files at the run layout's paths
             for rel in (S.EXAMPLES, S.METRICS, S.GRADIENTS, S.LM_SCORES):
                 with contextlib.suppress(FileNotFoundError):
                     (self.path / rel).unlink()
-            shutil.rmtree(self.path / S.ATTENTION_DIR, ignore_errors=True)
+            for f in sorted((self.path / S.ATTENTION_DIR).glob("step=*/*.parquet")):
+                if f.name in {S.attention_file(0, form).rsplit("/", 1)[-1] for form in S.ATTENTION_FORMS}:
+                    f.unlink()
+            if (self.path / S.ATTENTION_DIR).is_dir():
+                prune_empty(self.path / S.ATTENTION_DIR)
         self.path.mkdir(parents=True, exist_ok=True)
         named = {str(int(k)): str(v) for k, v in fields["named"].items()}
         self.fields = {**fields, "named": named}
@@ -444,6 +456,36 @@ def describe_paths(paths: list[str], most: int = 3) -> str:
     return ", ".join(shown) + (f" and {len(groups) - most} more" if len(groups) > most else "")
 
 
+def written_by_runs(folder: Path) -> dict[str, str]:
+    """relative path -> SHA-256 of every file under ``folder`` that a run there wrote: the files each run's
+    manifest lists with their hashes, each ``run.json`` itself and the tree files of :data:`TREE_FILES` (as read
+    now). A writer that replaces the folder removes only these, and only while their content is unchanged
+    (:func:`routestats.rundir.replace.remove_written`)."""
+    import json
+
+    from routestats.rundir.atomic import sha256_file
+
+    folder = Path(folder)
+    out: dict[str, str] = {}
+    for here, dirs, names in walk_folders(folder):
+        rel_here = here.relative_to(folder)
+        if S.MANIFEST in names:
+            try:
+                m = json.loads((here / S.MANIFEST).read_text(encoding="utf-8"))
+                for e in m.get("files", []):
+                    if isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("sha256"), str):
+                        out[(rel_here / e["path"]).as_posix()] = e["sha256"]
+                out[(rel_here / S.MANIFEST).as_posix()] = sha256_file(here / S.MANIFEST)
+            except (OSError, ValueError, AttributeError):
+                pass
+            dirs[:] = []
+            continue
+        for n in names:
+            if n in TREE_FILES:
+                out[(rel_here / n).as_posix()] = sha256_file(here / n)
+    return out
+
+
 def unlisted_files(folder: Path) -> list[str]:
     """Relative paths of the files under ``folder`` that no run there wrote: neither listed in the manifest
     of the run holding them (nor that ``run.json`` itself) nor a tree file of :data:`TREE_FILES` outside the
@@ -459,23 +501,19 @@ def unlisted_files(folder: Path) -> list[str]:
 
     folder = Path(folder)
     out = []
-    for dirpath, dirnames, names in os.walk(folder):
-        here = Path(dirpath)
-        dirnames.sort()
-        links = [d for d in dirnames if (here / d).is_symlink()]
+    for here, dirnames, names in walk_folders(folder):  # a link to a folder is among the names, not followed
         if S.MANIFEST in names:  # a run: everything under it must be in its manifest
             try:
                 m = json.loads((here / S.MANIFEST).read_text(encoding="utf-8"))
                 listed = {e["path"] for e in m.get("files", []) if isinstance(e, dict) and isinstance(e.get("path"), str)}
             except (OSError, ValueError, AttributeError):
                 listed = set()
-            for sub, _, files in os.walk(here):
+            for sub, _, files in walk_folders(here):
                 for f in files:
                     rel = (Path(sub) / f).relative_to(here).as_posix()
                     if rel != S.MANIFEST and rel not in listed:
                         out.append((Path(sub) / f).relative_to(folder).as_posix())
             dirnames[:] = []
             continue
-        out += [(here / n).relative_to(folder).as_posix() for n in names + links if n not in TREE_FILES]
-        dirnames[:] = [d for d in dirnames if d not in links]
+        out += [(here / n).relative_to(folder).as_posix() for n in names if n not in TREE_FILES]
     return sorted(out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from routestats.errors import RoutestatsError
 from routestats.report import Column, Table
 from routestats.rundir.collection import RunCollection, pair
 from routestats.settings import AnalysisSettings
@@ -26,11 +27,19 @@ def is_bias_off(run) -> bool:
     return run.factors.get("eval_bias") == "off" and bool(run.manifest.get("source_run"))
 
 
-def decompose(base, on, off, settings: AnalysisSettings | None = None) -> pd.DataFrame:
+def decompose(base, on, off, settings: AnalysisSettings | None = None, step: int | None = None) -> pd.DataFrame:
     """total, direct and learned paired effects of one SAAB run ``on``, its bias-off evaluation ``off`` and
-    their baseline ``base`` (columns as :func:`decomposition`)."""
+    their baseline ``base`` (columns as :func:`decomposition`), at ``step`` (default: ``settings.step``, else the
+    SAAB run's final step, the step of the pair's other tables). A run without attention at that step is
+    refused in one line: every table of a report is computed at the report's one step."""
     s = settings or AnalysisSettings()
-    step = min(on.final_step, off.final_step, base.final_step) if s.step is None else s.step
+    step = (on.final_step if s.step is None else s.step) if step is None else step
+    for role, run in (("bias-off run", off), ("baseline", base), ("SAAB run", on)):
+        if step not in run.attention_steps:
+            have = ", ".join(map(str, run.attention_steps)) or "none"
+            raise RoutestatsError(f"the {role} {run.run_id} holds attention at step {have} only, not at the report's "
+                                  f"step {step}, so total = direct + learned is not computed; --step S computes every "
+                                  "table at a step all three runs hold")
     kw = dict(resampling=s.resampling, examples=s.examples, step=step, trivial=s.trivial_queries, keys=s.keys)
     frames = []
     for name, p in (("total", pair(base, on)), ("direct", pair(off, on)), ("learned", pair(base, off))):
@@ -46,10 +55,11 @@ def decomposition(runs: RunCollection, settings: AnalysisSettings | None = None)
     """One row per (source run, component, layer); None when the tree holds no bias-off evaluation.
 
     Columns: seed (the runs'), source_run, component, then the :func:`paired_effects` columns (its
-    ``seed`` of the random procedures renamed ``stats_seed``).
+    ``seed`` of the random procedures renamed ``stats_seed``). A bias-off run without attention at the step is left out; the frame's ``attrs["left_out"]`` says which
+    and why (when every one is left out, the first reason is raised).
     """
     s = settings or AnalysisSettings()
-    frames = []
+    frames, left_out = [], []
     for off in [r for r in runs if is_bias_off(r)]:
         try:
             on = runs.get(off.manifest["source_run"])
@@ -58,8 +68,17 @@ def decomposition(runs: RunCollection, settings: AnalysisSettings | None = None)
         bases = [r for r in runs if r.factors.get(s.factor) == s.baseline and r.init_id == off.init_id
                  and r.data_order_id == off.data_order_id]
         if bases:
-            frames.append(decompose(bases[0], on, off, s))
-    return pd.concat(frames, ignore_index=True) if frames else None
+            try:
+                frames.append(decompose(bases[0], on, off, s))
+            except RoutestatsError as exc:
+                left_out.append(str(exc))
+    if not frames:
+        if left_out:
+            raise RoutestatsError(left_out[0])
+        return None
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs["left_out"] = left_out
+    return out
 
 
 TITLE = "Learned vs mechanical: the bias on and off on the same weights"

@@ -47,7 +47,8 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
     Columns: example_id, layer, baseline, variant, diff, and for ``adjusted=True`` also
     opportunity. With ``adjusted=True`` examples whose adjusted value is undefined
     (O_e = 1, one visible field) are dropped from every layer; ``attrs["excluded"]``
-    holds their count. ``trivial``, ``keys`` and ``weighting`` (attention, norm, rollout): see
+    holds their count. A layer undefined for every example of a run (all its heads pruned, under
+    norm weighting) is left out, the others kept; ``attrs["left_out_layers"]`` lists it. ``trivial``, ``keys`` and ``weighting`` (attention, norm, rollout): see
     :func:`routestats.metrics.routing.sfm`.
     """
     if not isinstance(p, RunPair):
@@ -71,6 +72,14 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
     if adjusted:
         opp = long[long["role"] == "baseline"][["example_id", "opportunity"]].drop_duplicates("example_id")
         wide = wide.merge(opp, on="example_id", how="left")
+    # a layer undefined for every example of a run (every head pruned: no norm-weighted attention) is left out
+    dead = wide.groupby("layer")[["baseline", "variant"]].apply(lambda g: bool(g["baseline"].isna().all()
+                                                                               or g["variant"].isna().all()))
+    left_out = sorted(int(x) for x in dead[dead].index) if len(wide) else []
+    if left_out and len(left_out) < wide["layer"].nunique():
+        wide = wide[~wide["layer"].isin(left_out)]
+    else:
+        left_out = []
     # an example undefined in any layer (O_e = 1, or no non-trivial query) leaves every layer
     bad = set(wide.loc[wide["baseline"].isna() | wide["variant"].isna(), "example_id"])
     excluded = len(bad)
@@ -78,6 +87,7 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
     wide["diff"] = wide["variant"] - wide["baseline"]
     wide = wide.sort_values(["layer", "example_id"], kind="stable").reset_index(drop=True)
     wide.attrs["excluded"] = excluded  # keep attrs small: pandas deep-copies them on every operation
+    wide.attrs["left_out_layers"] = left_out
     return wide
 
 

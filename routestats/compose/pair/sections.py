@@ -265,7 +265,8 @@ def flow_section(ctx: PairContext) -> Section:
     cols = effects_columns(ctx, "SFM", raw_p=False)
     tables = ([ctx.table("norm_effects", measures["norm-weighted"], "Norm-weighted SFM (attention weighted by the norm "
                          "of each key's transported vector, rows renormalised): paired effects with the procedures of "
-                         "the SFM table." + _undefined_norms(ctx), cols)] if "norm-weighted" in measures else []) + \
+                         "the SFM table." + _undefined_norms(ctx) + _left_out_layers(ctx, measures["norm-weighted"]),
+                         cols)] if "norm-weighted" in measures else []) + \
         [ctx.table("rollout_effects", measures["rollout"], "Rollout SFM (head-mean attention mixed with the identity, rows "
                    "renormalised, multiplied up to each layer): paired effects with the procedures of the SFM table. "
                    "Descriptive: equal residual and attention contributions are assumed.", cols)]
@@ -275,6 +276,16 @@ def flow_section(ctx: PairContext) -> Section:
             "residual identity, across layers (Abnar & Zuidema, 2020). Rollout is a descriptive flow measure: it "
             "assumes the residual and attention paths contribute equally and ignores the MLPs.") + note
     return Section("flow", FLOW_TITLE, tuple(tables), (ctx.figure("flow", "flow_measures", effects=frame),), text=text)
+
+
+def _left_out_layers(ctx: PairContext, table: pd.DataFrame) -> str:
+    """The caption's note on layers a norm-weighted table leaves out (every head pruned in a run)."""
+    gone = sorted(set(int(x) for x in ctx.layers["layer"]) - set(int(x) for x in table["layer"]))
+    if not gone:
+        return ""
+    which = f"layer {gone[0]} is" if len(gone) == 1 else f"layers {', '.join(map(str, gone))} are"
+    return (f" {which[0].upper() + which[1:]} left out: in one run every head of it transports nothing (all value "
+            "norms 0), so it has no norm-weighted attention.")
 
 
 def _undefined_norms(ctx: PairContext) -> str:
@@ -465,7 +476,7 @@ def decomposition_section(ctx: PairContext) -> Section | None:
     if ctx.bias_off is None:
         return None
     ctx.say("learned vs mechanical (bias off)")
-    t = decompose(ctx.pair.baseline, ctx.pair.variant, ctx.bias_off, ctx.settings)
+    t = decompose(ctx.pair.baseline, ctx.pair.variant, ctx.bias_off, ctx.settings, step=ctx.step)
     return Section("decomposition", TITLE, (decomposition_table(t, pct(ctx.settings.confidence)),),
                    claims=(direct_learned_claim(t, ctx.bias_off_runs),))
 

@@ -342,8 +342,10 @@ def decomposition_section(ctx: StudyContext) -> Section | None:
     t = _nonempty(decomposition(ctx.runs, ctx.settings))
     if t is None:
         return None
+    left = t.attrs.get("left_out", [])
     return _one("decomposition", TITLE, decomposition_table(t, ctx.conf),
-                claims=(direct_learned_claim(t, ctx.bias_off_runs),))
+                text=("Left out: " + "; ".join(left) + ".") if left else "",
+                claims=(direct_learned_claim(t, ctx.bias_off_runs - len(left)),))
 
 
 @section("gradients", "Gradient-norm ratios")
