@@ -129,7 +129,7 @@ class AnalysisSettings:
     SFM over all keys or renormalised over the named keys; METHODS 3.2), ``flow`` (norm-weighted and
     rollout SFM from full matrices: on, off, or auto = when the two runs' matrices files at the step
     total at most ``flow_max_mb`` MB, since they are read whole). Sentences: ``alpha`` (the level every
-    claim is judged at), ``length_rho`` (|Spearman ρ| from which a length association is named),
+    claim is judged at), ``length_rho`` (kept for old scripts; the length association is now named by p_Holm),
     ``capped_examples`` (``exclude``: the length analyses leave out the examples cut at the cap, whose
     true length is unknown; ``include``). MoFA: ``in_domain``, ``test`` (t or signflip), ``holm_family``.
     Regime: ``probes`` (random directions per point) and ``layer``/``example``/``token``

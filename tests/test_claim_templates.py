@@ -43,7 +43,7 @@ def pair(t, n_examples=32, alpha=0.05, rho=0.5, conf="95%", pretrained=False, wi
     out.append(P.scope_claim(pretrained, within_study, n_examples))
     assoc = t.get("length_association")
     out += P.censoring_claims(censored, assoc is not None and assoc["capped"].iloc[0] == "exclude")
-    out += P.length_claims(assoc, t.get("length_adjusted"), rho)
+    out += P.length_claims(assoc, t.get("length_adjusted"), alpha)
     out += P.profile_claims(t["layers"], 0.1)
     return ranked(out, P.CLAIM_ORDER)
 
@@ -81,8 +81,8 @@ def test_opposite_signs_and_the_permutation_floor():
                                     [0.15, -0.05, 0.12, 0.01])), permutations=199)
     assert c[0].kind == "mixed"
     assert c[0].sentence == ("Within one initialisation (32 examples), SFM rose in layers 0 and 2 (Δ +0.090 to +0.100, "
-                             "p_Holm = 0.02 in each, the smallest attainable); SFM fell in layer 1 (Δ −0.080, p_Holm = "
-                             "0.02, the smallest attainable); in layer 3 the 95% interval [−0.010, 0.010] includes 0.")
+                             "p_Holm ≤ 0.020, the smallest attainable); SFM fell in layer 1 (Δ −0.080, p_Holm = "
+                             "0.020, the smallest attainable); in layer 3 the 95% interval [−0.010, 0.010] includes 0.")
 
 
 def test_a_significant_p_with_an_interval_on_the_other_side_is_not_a_rise():
@@ -99,9 +99,11 @@ def test_shape_early_share_and_length_sentences():
     shape = pd.DataFrame({"test": ["sign-flip (centred profile)", "Hotelling T2"], "p": [0.0004, 0.001]})
     contrasts = pd.DataFrame({"contrast": ["L1 − L0"], "mean_diff": [-0.08], "ci_low": [-0.09], "ci_high": [-0.07]})
     init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "share_at_init": [0.9, 1.2], "mean_diff": [0.01, -0.02],
-                         "ci_low": [-0.01, -0.03], "ci_high": [0.03, -0.01], "p_holm": [0.2, 0.001]})
+                         "ci_low": [-0.01, -0.03], "ci_high": [0.03, -0.01], "p_holm": [0.2, 0.001],
+                         "delta_init": [0.09, 0.12], "delta_final": [0.1, 0.1]})
     assoc = pd.DataFrame({"layer": [0, 1], "n": [20, 20], "rho": [-0.7, -0.2], "ci_low": [-0.8, -0.4],
-                          "ci_high": [-0.6, 0.1], "capped": ["exclude"] * 2, "n_capped": [12, 12]})
+                          "ci_high": [-0.6, 0.1], "p_adj": [0.002, 0.4], "capped": ["exclude"] * 2,
+                          "n_capped": [12, 12]})
     adj = pd.DataFrame({"layer": [0, 1], "reference_length": [48.0, 48.0], "delta_at_reference": [0.05, 0.3],
                         "slope_per_10": [-0.012, 0.5]})
     c = pair(report(effects=eff, profile_shape=shape, layer_contrasts=contrasts, init_vs_final=init,
@@ -113,10 +115,11 @@ def test_shape_early_share_and_length_sentences():
     # the early share as numbers (90%, 120%), the later change by its own decision rule, no mechanism named
     assert h[2] == ("At step 1, the earliest stored step, the difference ranged from 90% to 120% of its final size "
                     "(outside 0–100% in layer 1: there the early difference is larger than, or opposite to, the final "
-                    "one); from then to the end it shrank in layer 1 (p_Holm < 0.05).")
-    assert h[-1] == ("In layer 0 (1 of 2 layers) the per-example Δ is associated with evaluated length (Spearman ρ "
-                     "−0.70, per-layer interval excluding 0, on 20 examples below the cap; 12 at the cap are left "
-                     "out), so the mean Δ depends on this sample's lengths; an association, not an effect of length; "
+                    "one); from then to the end it shrank in layer 1 in size (p_Holm < 0.05).")
+    assert h[-1] == ("In 1 of 2 layers the per-example Δ is associated with evaluated length (Spearman ρ −0.70 in "
+                     "layer 0; p_Holm < 0.05 over 2 layers, per-layer interval excluding 0, on 20 examples below the "
+                     "cap; 12 at the cap are left out), so the mean Δ depends on this sample's lengths; an "
+                     "association, not an effect of length; "
                      "at the median length of those examples (48 tokens) Δ is +0.050, changing by −0.012 per 10 "
                      "tokens.")
     f = printed(c, "finding")
@@ -130,15 +133,17 @@ def test_shape_early_share_and_length_sentences():
         "shift is not ruled out).")
 
 
-def test_length_association_of_both_signs_is_not_a_dependence():
-    eff = effects([0.1, 0.02], [0.001, 0.01], [0.05, 0.01], [0.15, 0.03])
-    assoc = pd.DataFrame({"layer": [0, 1], "n": [20, 20], "rho": [-0.7, 0.6], "ci_low": [-0.8, 0.3],
-                          "ci_high": [-0.6, 0.8], "capped": ["exclude"] * 2, "n_capped": [0, 0]})
-    c = pair(report(effects=eff, length_association=assoc))
-    assert not any(x.kind == "depends_on_length" for x in c)
-    assert printed(c, "finding")[0] == ("The association of the per-example Δ with evaluated length changes sign "
-                                        "across layers (Spearman ρ −0.70 to 0.60 in layers 0 and 1), so no length "
-                                        "dependence is claimed.")
+def test_a_length_association_of_both_signs_is_a_dependence_said_as_such():
+    # was: "changes sign across layers, so no length dependence is claimed" hid a planted dependence
+    eff = effects([0.1, 0.02, 0.0], [0.001, 0.01, 0.5], [0.05, 0.01, -0.1], [0.15, 0.03, 0.1])
+    assoc = pd.DataFrame({"layer": [0, 1, 2], "n": [20] * 3, "rho": [-0.7, 0.6, 0.55], "ci_low": [-0.8, 0.3, 0.2],
+                          "ci_high": [-0.6, 0.8, 0.8], "p_adj": [0.001, 0.01, 0.2], "capped": ["exclude"] * 3,
+                          "n_capped": [0] * 3})
+    c = [x for x in pair(report(effects=eff, length_association=assoc)) if x.kind == "depends_on_length"]
+    # layers 0 and 1 reach p_Holm < 0.05 with intervals excluding 0; layer 2's interval excludes 0 but p_Holm 0.2
+    assert c[0].sentence.startswith("In 2 of 3 layers the per-example Δ is associated with evaluated length (Spearman "
+                                    "ρ 0.60 in layer 1 and ρ −0.70 in layer 0; of both signs; p_Holm < 0.05 over 3 "
+                                    "layers") and c[0].rows == (0, 1) and c[0].holds
 
 
 def test_pretrained_and_within_study_scope():
@@ -260,3 +265,13 @@ def test_direct_and_learned_parts_only_with_a_bias_off_run():
             "into a direct part, what the bias does to those weights (+0.010 to +0.080), and a learned part, what "
             "training changed (+0.020 to +0.040).") in h
     assert not any("direct part" in x for x in printed(study(report(across_seeds=a))))
+
+
+def test_a_fall_that_deepened_grew_in_size_and_a_sign_change_is_a_reversal():
+    # was: a fall from -0.066 to -0.227 was said to have "shrank" (read off the signed change, not the size)
+    init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "delta_init": [-0.066, 0.05], "delta_final": [-0.227, -0.1],
+                         "share_at_init": [0.29, -0.5], "mean_diff": [-0.161, -0.15], "ci_low": [-0.2, -0.2],
+                         "ci_high": [-0.12, -0.1], "p_holm": [0.001, 0.002]})
+    (early, _) = P.early_claims(init, 0.05, 0)
+    assert early.sentence.endswith("from then to the end it grew in layer 0 and reversed in layer 1 in size "
+                                   "(p_Holm < 0.05).") and early.holds

@@ -90,7 +90,8 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     withheld(design(sink, first_named=10))
     # the early share: layer 1 shrank (p 0.001, CI [-0.03, -0.01]); its p raised to 0.4 it did not
     init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "share_at_init": [0.9, 1.2], "mean_diff": [0.01, -0.02],
-                         "ci_low": [-0.01, -0.03], "ci_high": [0.03, -0.01], "p_holm": [0.2, 0.001]})
+                         "ci_low": [-0.01, -0.03], "ci_high": [0.03, -0.01], "p_holm": [0.2, 0.001],
+                         "delta_init": [0.09, 0.12], "delta_final": [0.1, 0.1]})
     early, needs = P.early_claims(init, 0.05, 0)
     withheld(rows(early, p_holm={1: 0.4}))
     withheld(rows(early, share_at_init=0.5))  # no share outside 0-100% any more
@@ -103,14 +104,20 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     withheld(design(P.scope_claim(False, False, 32), n_examples=1))
     withheld(design(P.censoring_claims({"n_capped": 3, "n": 20, "cap": 64}, True)[0], n_capped=0))
     assoc = pd.DataFrame({"layer": [0, 1], "n": [20, 20], "rho": [-0.7, -0.6], "ci_low": [-0.8, -0.75],
-                          "ci_high": [-0.6, -0.3], "capped": ["include"] * 2, "n_capped": [0, 0]})
-    dep = P.length_claims(assoc, None, 0.5)[0]
+                          "ci_high": [-0.6, -0.3], "p_adj": [0.001, 0.02], "capped": ["include"] * 2, "n_capped": [0, 0]})
+    dep = P.length_claims(assoc, None, 0.05)[0]
     assert dep.kind == "depends_on_length" and dep.holds
-    withheld(rows(dep, rho={1: 0.6}, ci_low={1: 0.3}, ci_high={1: 0.8}))  # opposite signs
+    withheld(rows(dep, p_adj={1: 0.3}))  # a raised p_Holm
+    withheld(rows(dep, ci_low={1: -0.9}, ci_high={1: 0.2}))  # an interval that includes 0
     withheld(rows(dep, n=5))
-    mixed = P.length_claims(assoc.assign(rho=[-0.7, 0.6], ci_low=[-0.8, 0.3], ci_high=[-0.6, 0.8]), None, 0.5)[0]
-    assert mixed.kind == "length_mixed" and mixed.holds
-    withheld(rows(mixed, rho=-0.7))
+    # five examples: the exact sign-flip floor 2/2^5 = 0.0625, times 4 layers after Holm = 0.25 >= alpha
+    eff5 = pd.DataFrame({"layer": range(4), "mean_diff": [0.1] * 4, "p_holm": 0.25, "ci_low": 0.05, "ci_high": 0.2,
+                         "baseline_mean": 0.5, "variant_mean": 0.6, "dz": 1.0, "n": 5})
+    c5 = {c.kind: c for c in P.effects_claims(eff5, n_examples=5, pretrained=False, alpha=0.05, confidence=0.95,
+                                              permutations=9999)}
+    assert c5["pair_floor"].holds and "smallest attainable p_Holm is 0.25 (4 × 2/2^5)" in c5["pair_floor"].sentence
+    assert "p_Holm = 0.250, the smallest attainable with 5 examples" in c5["no_evidence"].sentence
+    withheld(design(c5["pair_floor"], floor=0.01))
     eff30 = pd.DataFrame({"layer": range(30), "mean_diff": [0.01] * 30, "p_holm": 0.001, "ci_low": 0.005,
                           "ci_high": 0.02, "baseline_mean": 0.5, "variant_mean": 0.51, "dz": 1.0})
     listed = P.effect_findings(eff30, "95%")[0]
@@ -136,10 +143,35 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     withheld(rows(worst_best_claims(wb, 0.05, "t")[0], min_attainable_p=0.25))
     floor = worst_best_claims(wb.assign(min_attainable_p=0.25), 0.05, "t")[1]
     withheld(rows(floor, min_attainable_p=0.03))
+    # the highest layer: layer 1 above layer 0 in every example (by 0.1 +- 0.01), a tie when they trade places
+    lay = pd.DataFrame({"role": ["baseline"] * 2, "layer": [0, 1], "sfm": [0.5, 0.6]})
+    per = pd.DataFrame({"example_id": list(range(8)) * 2, "layer": [0] * 8 + [1] * 8,
+                        "baseline": [0.5] * 8 + [0.59, 0.61] * 4, "variant": 0.5})
+    top = P.profile_claims(lay, 0.1, per)[0]
+    assert top.kind == "highest_layer" and top.holds and "above layer 0 by +0.100" in top.sentence
+    withheld(rows(top, ci_low=-0.01))
+    tie = P.profile_claims(lay.assign(sfm=[0.5, 0.5001]), 0.1, per.assign(baseline=[0.5, 0.49] * 4 + [0.49, 0.5] * 4))[0]
+    assert tie.kind == "highest_tie" and tie.holds and "tie for the highest SFM" in tie.sentence
+    withheld(rows(tie, ci_low=0.01))
     assert seen >= {"differs_across_layers", "no_evidence_shape", "unnamed_shift", "first_key_sink", "early_share",
-                    "needs_bias_off", "direct_learned", "scope", "censoring", "depends_on_length", "length_mixed",
-                    "layers_listed", "same_sign", "signflip_floor", "mixed_not_converged", "shared_examples",
+                    "needs_bias_off", "direct_learned", "scope", "censoring", "depends_on_length",
+                    "layers_listed", "pair_floor", "highest_layer", "highest_tie", "same_sign", "signflip_floor", "mixed_not_converged", "shared_examples",
                     "no_across_seed", "parts_scope", "worst_best", "floor"}
+
+
+def test_seeds_with_the_same_ids_but_other_texts_are_not_called_crossed(tmp_path):
+    # was: "All seeds were evaluated on the same 6 examples, so seeds and examples are crossed" when each seed's
+    # synthetic pair drew its own texts under the same ids; the truth here: content hashes differ in every example
+    from routestats.rundir.synthetic import synthetic_pair
+
+    for s in (1, 2, 3):
+        synthetic_pair(tmp_path / f"seed{s}", seed=s, n_examples=6)
+    rep = rs.analyse(tmp_path, resamples=100, permutations=100)
+    kinds = {c.kind: c for c in rep.claims}
+    assert "shared_examples" not in kinds and "shared_examples" not in rep.tables()
+    nested = kinds["examples_nested"]
+    assert nested.holds and "share their 6 example ids but not their contents (6 differ" in nested.sentence
+    assert not replace(nested, design={"differ": 0}).holds
 
 
 def test_no_precondition_is_a_literal_and_a_reason_is_not_a_check():
@@ -158,7 +190,7 @@ def test_the_demo_reports_claims_come_from_their_sections():
     for s in rep.sections:  # a section's claims cite its own tables (or none)
         names = {t.name for t in s.tables}
         assert all(c.table in names or c.table == "" for c in s.claims), s.id
-    assert rep.headline[0].startswith("Within one initialisation (32 examples), SFM")
+    assert rep.headline[0].startswith("Within one initialisation (32 examples; α 0.05 shared by 3 headline families")
 
 
 def test_a_renamed_table_fails_loudly(monkeypatch):

@@ -12,9 +12,12 @@ disagree with the interval printed beside them:
 * **mechanism only from the design that shows it:** the share of the final difference present at
   the earliest step is a number; what the bias does mechanically is stated only from a bias-off
   evaluation, and otherwise the sentence says which run would show it;
-* **censoring stated:** examples cut at the cap are counted; the length association is named only
-  when it has one sign over the layers where it is strong (|rho| >= ``length_rho``, interval
-  excluding 0), as an association, with the examples it rests on;
+* **censoring stated:** examples cut at the cap are counted; the length association is named in the
+  layers whose Spearman ρ reaches p_Holm below the family's alpha with its interval excluding 0, of
+  either sign, as an association, with the examples it rests on;
+* **one error rate for the headline:** the pair headline's families (layers, profile shape, length) share
+  alpha (Bonferroni: each at alpha / their number), so on data with no effect some positive headline
+  claim appears in at most alpha of reports;
 * **p-values never below what the test can reach:** :func:`routestats.report.fmt_p`, and "the
   smallest attainable" where every value sits at the permutation floor.
 """
@@ -47,12 +50,28 @@ def layers_phrase(xs) -> str:
     return word + (parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1])
 
 
-def signed(x: float, digits: int = 3) -> str:
-    """A signed number as the sentences print it; one that rounds to zero has no sign.
+def scale_decimals(*values, least: int = 3) -> int:
+    """Decimals that show the largest magnitude among ``values`` (a number, or an interval's two ends) with two
+    significant digits (at least ``least``, at most 8): a sentence never prints "Δ 0.000" beside "fell", nor
+    "[−0.000, 0.000]".
 
-    >>> signed(0.1234), signed(-0.05), signed(-0.00001)
-    ('+0.123', '−0.050', '0.000')
+    >>> scale_decimals(0.1234), scale_decimals(-0.0004, 0.0003), scale_decimals(-0.005, 0.247), scale_decimals(0.0)
+    (3, 5, 3, 3)
     """
+    mags = [abs(float(v)) for v in values if np.isfinite(v) and v != 0]
+    if not mags:
+        return least
+    return int(min(8, max(least, -np.floor(np.log10(max(mags))) + 1)))
+
+
+def signed(x: float, digits: int | None = None) -> str:
+    """A signed number as the sentences print it, with decimals from its scale (:func:`scale_decimals`);
+    one that rounds to zero has no sign.
+
+    >>> signed(0.1234), signed(-0.05), signed(-0.00001), signed(0.0004, 3)
+    ('+0.123', '−0.050', '−0.000010', '0.000')
+    """
+    digits = scale_decimals(x) if digits is None else digits
     text = fmt_num(abs(x), digits)
     if float(text) == 0:
         return text
@@ -66,16 +85,27 @@ def span_r(r) -> str:
 
 
 def span(values) -> str:
-    """'+0.010 to +0.120', or one value when both ends print the same."""
-    lo, hi = signed(min(values)), signed(max(values))
+    """'+0.010 to +0.120', or one value when both ends print the same; both ends with one scale
+    (:func:`scale_decimals`)."""
+    d = scale_decimals(min(values), max(values))
+    lo, hi = signed(min(values), d), signed(max(values), d)
     return lo if lo == hi else f"{lo} to {hi}"
 
 
-def p_max_phrase(ps, floor: float | None) -> str:
-    """The largest Holm p of a group of layers, said as the smallest attainable where it is at the floor."""
+FLOOR_TOLERANCE = 1.25  # a Monte Carlo p within this factor of the test's floor counts as at the floor
+
+
+def at_floor(p: float, floor: float | None) -> bool:
+    """Whether ``p`` sits at (or, by Monte Carlo noise, near) the smallest p the test can give."""
+    return floor is not None and float(p) <= floor * FLOOR_TOLERANCE
+
+
+def p_max_phrase(ps, floor: float | None, note: str = "") -> str:
+    """The largest Holm p of a group of layers, said as the smallest attainable where it is at the floor
+    (printed never below its value)."""
     pmax = float(np.max(ps))
-    if floor is not None and pmax <= floor * (1 + 1e-9):
-        return f"p_Holm = {float(f'{pmax:.2g}'):g}{' in each' if len(ps) > 1 else ''}, the smallest attainable"
+    if at_floor(pmax, floor):
+        return f"p_Holm {'= ' if len(ps) == 1 else '≤ '}{fmt_p(pmax)}, the smallest attainable{note}"
     text = fmt_p(pmax)
     return f"p_Holm {text}" if text.startswith("<") else f"p_Holm {'= ' if len(ps) == 1 else '≤ '}{text}"
 
@@ -87,13 +117,26 @@ def p_after(p) -> str:
 
 
 def ci_text(lo, hi) -> str:
-    """An interval with typographic minus signs, as the signed numbers beside it."""
-    return fmt_ci(lo, hi).replace("-", "−")
+    """An interval with typographic minus signs and decimals from its scale, as the signed numbers beside it.
+
+    >>> ci_text(0.05, 0.2), ci_text(-0.0004, 0.0003), ci_text(-0.005, 0.247)
+    ('[0.050, 0.200]', '[−0.00040, 0.00030]', '[−0.005, 0.247]')
+    """
+    return fmt_ci(lo, hi, scale_decimals(lo, hi)).replace("-", "−")
+
+
+def effect_list(g: pd.DataFrame, est: str) -> str:
+    """'Δ +0.050 to +0.120' over a group of layers, or each layer's Δ when they differ by more than ten-fold
+    (a span never joins effects of different orders of magnitude: 'Δ −0.132 in layer 2, −0.0010 in layer 3')."""
+    mags = g[est].abs()
+    if len(g) > 1 and mags.min() > 0 and mags.max() > 10 * mags.min() or (len(g) > 1 and mags.min() == 0):
+        return "Δ " + ", ".join(f"{signed(r[est])} in layer {int(r['layer'])}" for _, r in g.iterrows())
+    return f"Δ {span(g[est])}"
 
 
 def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi: str, alpha: float, metric: str,
                     table: str, conf: str, where: str = "headline", floor: float | None = None,
-                    family: str = "Holm over layers") -> Claim:
+                    family: str = "Holm over layers", floor_note: str = "") -> Claim:
     """The answer over a family of layers: which rose or fell (p < alpha and the interval on that side
     of 0), which have an interval excluding 0 without reaching alpha after Holm, and which include 0.
 
@@ -114,11 +157,13 @@ def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi
     for word, g in (("rose", up), ("fell", down)):
         if len(g):
             where_ = f"all {len(t)} layers" if len(g) == len(t) and len(t) > 1 else layers_phrase(g["layer"])
-            parts.append(f"{metric} {word} in {where_} (Δ {span(g[est])}, {p_max_phrase(g[p].to_numpy(), floor)})")
+            parts.append(f"{metric} {word} in {where_} ({effect_list(g, est)}, "
+                         f"{p_max_phrase(g[p].to_numpy(), floor, floor_note)})")
     text = "; ".join(parts) if parts else f"no layer's {metric} change reaches p_Holm < {alpha:g}"
     for r in excl.itertuples():
         text += (f"; in layer {r.layer} the per-layer {conf} interval {ci_text(getattr(r, lo), getattr(r, hi))} "
-                 f"excludes 0 but p_Holm {p_after(getattr(r, p))} ({family})")
+                 f"excludes 0 but p_Holm {p_after(getattr(r, p))}"
+                 + (f", the smallest attainable{floor_note}" if at_floor(getattr(r, p), floor) else "") + f" ({family})")
     if len(incl) == 1:
         r = incl.iloc[0]
         text += f"; in layer {int(r['layer'])} the {conf} interval {ci_text(r[lo], r[hi])} includes 0"

@@ -61,6 +61,7 @@ def synthetic_pair(
     cap: int = 256,
     causal: bool = False,
     n_fields: int = 2,
+    exact_null: bool = False,
 ) -> tuple[Path, Path]:
     """Write a SYNTHETIC paired run (``baseline`` and ``saab``) under ``out_dir``.
 
@@ -70,6 +71,11 @@ def synthetic_pair(
     Examples have a title (field 4) then content (field 3), each opened by a
     ``[FIELD_START]`` token carrying the field id; with ``n_fields=3`` the second half of the content
     is a third field, notes (6). Deterministic in ``seed`` (the same draws for 2 and 3 fields).
+
+    With ``exact_null=True`` the baseline gets independent noise of the same size as the variant's, so
+    the two runs are exchangeable and, with ``effect`` 0, the population mean difference of any metric is
+    exactly 0 (without it, the variant's extra noise lowers SFM by about 1e-4 through Jensen's
+    inequality), and the sign of every planted effect is the sign of the population Δ SFM.
 
     Returns
     -------
@@ -83,6 +89,8 @@ def synthetic_pair(
     noise = {ex["example_id"]: rng.standard_normal((len(steps), n_layers, n_heads, len(ex["field_ids"]),
                                                     len(ex["field_ids"]))) for ex in rows}
     extra = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows}
+    extra_baseline = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows} \
+        if exact_null else None
     init_id = hashlib.sha256(f"synthetic-init-{seed}".encode()).hexdigest()
     order_id = hashlib.sha256(f"synthetic-order-{seed}".encode()).hexdigest()
     paths = []
@@ -100,6 +108,8 @@ def synthetic_pair(
                     if variant == "saab":
                         logits = logits + np.asarray(effect, float)[:, None, None, None] * same
                         logits = logits + extra[ex["example_id"]][si]
+                    elif extra_baseline is not None:
+                        logits = logits + extra_baseline[ex["example_id"]][si]
                     if causal:
                         logits = np.where(np.tril(np.ones_like(same, bool)), logits, -np.inf)
                     sink.add(ex["example_id"], _softmax(logits))

@@ -15,12 +15,12 @@ from routestats.report import Check, Claim, fmt_num
 
 __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
            "early_claims", "scope_claim", "censoring_claims", "length_claims", "effects_claims", "effect_findings", "profile_claims",
-           "adjusted_claims"]
+           "adjusted_claims", "signflip_floor"]
 
 # headline and findings in this rank (a kind not listed follows in section order)
-CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "no_evidence_shape", "differs_across_layers", "unnamed_shift",
+CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "no_evidence_shape", "differs_across_layers", "unnamed_shift",
                "first_key_sink", "early_share", "needs_bias_off", "direct_learned", "scope", "censoring",
-               "length_mixed", "depends_on_length", "layers_listed", "layer_effect", "highest_layer",
+               "depends_on_length", "layers_listed", "layer_effect", "highest_layer", "highest_tie",
                "profile_distance", "adjusted_counts")
 
 SINK = 0.3  # a layer whose first key holds this share of the attention has an attention sink worth saying
@@ -117,23 +117,33 @@ def early_claims(init: pd.DataFrame, alpha: float, bias_off_runs: int) -> list[C
                 f"{pct(share.max())} of its final size (outside 0–100% in {layers_phrase(out['layer'])}: "
                 "there the early difference is larger than, or opposite to, the final one)")
         within = Check("some share outside 0–100%", "share_at_init < 0 or share_at_init > 1", every="any")
-    grew = init[(init["p_holm"] < alpha) & (init["ci_low"] > 0)]
-    shrank = init[(init["p_holm"] < alpha) & (init["ci_high"] < 0)]
-    bits = ([f"grew in {layers_phrase(grew['layer'])}"] if len(grew) else []) + \
-        ([f"shrank in {layers_phrase(shrank['layer'])}"] if len(shrank) else [])
-    text += ("; from then to the end it " + " and ".join(bits) + " (p_Holm < " + f"{alpha:g})") if bits else \
+    # grew / shrank in size: the change from the earliest step to the end, read against the final sign
+    sig = init[(init["p_holm"] < alpha) & ((init["ci_low"] > 0) | (init["ci_high"] < 0))]
+    said = {}
+    for r in sig.itertuples():
+        if r.delta_init * r.delta_final < 0:
+            said[int(r.layer)] = "reversed"
+        else:
+            said[int(r.layer)] = "grew" if abs(r.delta_final) > abs(r.delta_init) else "shrank"
+    bits = [f"{word} in {layers_phrase([k for k, v in said.items() if v == word])}"
+            for word in ("grew", "shrank", "reversed") if word in said.values()]
+    text += ("; from then to the end it " + ", ".join(bits[:-1]) + (" and " if len(bits) > 1 else "") + bits[-1]
+             + f" in size (p_Holm < {alpha:g})") if bits else \
         "; the change from then to the end reaches p_Holm < " + f"{alpha:g} in no layer"
-    said = {**{int(x): "grew" for x in grew["layer"]}, **{int(x): "shrank" for x in shrank["layer"]}}
     evidence = init.assign(asserted=[said.get(int(x), "none") for x in init["layer"]])
     a = repr(float(alpha))
+    decided = f"p_holm < {a} and (ci_low > 0 or ci_high < 0)"
     out = [Claim("early_share", text + ".", "headline", "init_vs_final", rows_of(init),
                  requires=(within,
-                           Check("grew: p_holm < alpha and ci_low > 0", f"p_holm < {a} and ci_low > 0",
+                           Check("grew: p_holm < alpha and |delta final| > |delta init|, one sign",
+                                 f"{decided} and abs(delta_final) > abs(delta_init) and delta_init * delta_final >= 0",
                                  "asserted == 'grew'"),
-                           Check("shrank: p_holm < alpha and ci_high < 0", f"p_holm < {a} and ci_high < 0",
+                           Check("shrank: p_holm < alpha and |delta final| < |delta init|, one sign",
+                                 f"{decided} and abs(delta_final) < abs(delta_init) and delta_init * delta_final >= 0",
                                  "asserted == 'shrank'"),
-                           Check("no other layer reaches alpha", f"not (p_holm < {a} and (ci_low > 0 or ci_high < 0))",
-                                 "asserted == 'none'")),
+                           Check("reversed: p_holm < alpha and the sign changed", f"{decided} and "
+                                 "delta_init * delta_final < 0", "asserted == 'reversed'"),
+                           Check("no other layer reaches alpha", f"not ({decided})", "asserted == 'none'")),
                  because=("shares computed on the same examples at both steps",), evidence=evidence)]
     out.append(Claim("needs_bias_off", "Whether an early difference is what the bias does to near-initial weights "
                      "or what training learned is not shown by this design: an evaluation of the trained SAAB "
@@ -168,28 +178,25 @@ def censoring_claims(cens: dict | None, left_out: bool, table: str = "lengths") 
                   design={"n_capped": k, "n": n})]
 
 
-def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, rho: float) -> list[Claim]:
-    """The length association, named only when it has one sign over the layers where it is strong."""
+def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: float, families: int = 1) -> list[Claim]:
+    """The length association, named in the layers whose Spearman ρ reaches p_Holm < ``alpha`` (Holm over the
+    layers; ``alpha`` this family's share of the headline's error rate) with its interval excluding 0,
+    whatever their signs (both signs are said as such: a dependence, not a contradiction)."""
     if assoc is None or not len(assoc):
         return []
-    strong = assoc[(assoc["rho"].abs() >= rho) & ((assoc["ci_low"] > 0) | (assoc["ci_high"] < 0))]
+    strong = assoc[(assoc["p_adj"] < alpha) & ((assoc["ci_low"] > 0) | (assoc["ci_high"] < 0))]
     if not len(strong):
         return []
     n = int(assoc["n"].iloc[0])
     r2 = lambda x: fmt_num(x, 2).replace("-", "−")  # noqa: E731
-    span_rho = r2(strong["rho"].iloc[0]) if len(strong) == 1 else \
-        f"{r2(strong['rho'].min())} to {r2(strong['rho'].max())}"
-    strong_check = Check(f"|rho| >= {rho:g} and interval excluding 0", f"abs(rho) >= {rho!r} and (ci_low > 0 or ci_high < 0)")
-    one_sign = bool((strong["rho"] > 0).all() or (strong["rho"] < 0).all())
-    if not one_sign:
-        return [Claim("length_mixed", f"The association of the per-example Δ with evaluated length changes sign "
-                      f"across layers (Spearman ρ {span_rho} in {layers_phrase(strong['layer'])}), so no length "
-                      "dependence is claimed.", "finding", "length_association", rows_of(strong),
-                      requires=(strong_check, Check("signs differ across those layers", "rho > 0", every="any"),
-                                Check("signs differ across those layers (negative)", "rho < 0", every="any")),
-                      evidence=strong)]
-    text = (f"In {layers_phrase(strong['layer'])} ({len(strong)} of {len(assoc)} layers) the per-example Δ is "
-            f"associated with evaluated length (Spearman ρ {span_rho}, per-layer interval excluding 0, on {n} examples"
+    pos, neg = strong[strong["rho"] > 0], strong[strong["rho"] < 0]
+    bits = [f"ρ {r2(g['rho'].iloc[0]) if len(g) == 1 else r2(g['rho'].min()) + ' to ' + r2(g['rho'].max())} in "
+            f"{layers_phrase(g['layer'])}" for g in (pos, neg) if len(g)]
+    signs = "; of both signs" if len(pos) and len(neg) else ""
+    text = (f"In {len(strong)} of {len(assoc)} layers the per-example Δ is associated with evaluated length "
+            f"(Spearman {' and '.join(bits)}{signs}; p_Holm < {alpha:.3g} over {len(assoc)} layers"
+            + (f" with α shared by {families} headline families" if families > 1 else "")
+            + f", per-layer interval excluding 0, on {n} examples"
             + (f" below the cap; {int(assoc['n_capped'].iloc[0])} at the cap are left out"
                if assoc["capped"].iloc[0] == "exclude" and assoc["n_capped"].iloc[0] else "")
             + "), so the mean Δ depends on this sample's lengths; an association, not an effect of length")
@@ -198,21 +205,52 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, rho: float
         text += (f"; at the median length of those examples ({a['reference_length'].iloc[0]:g} tokens) Δ is "
                  f"{span(a['delta_at_reference'])}, changing by {span(a['slope_per_10'])} per 10 tokens")
     return [Claim("depends_on_length", text + ".", "headline", "length_association", rows_of(strong),
-                  requires=(strong_check, Check("one sign over those layers", "rho > 0", every="same"),
+                  requires=(Check("p_Holm < alpha and interval excluding 0",
+                                  f"p_adj < {alpha!r} and (ci_low > 0 or ci_high < 0)"),
                             Check("at least 8 examples", "n >= 8")), evidence=strong)]
 
 
 def effects_claims(eff: pd.DataFrame, *, n_examples: int, pretrained: bool, alpha: float, confidence: float,
-                   permutations: int) -> list[Claim]:
-    """The answer (which layers rose or fell, and how sure) and the per-layer findings of the effects table."""
+                   permutations: int, families: int = 1) -> list[Claim]:
+    """The answer (which layers rose or fell, and how sure) and the per-layer findings of the effects table.
+
+    ``alpha`` is this family's share of the headline's error rate (the report's alpha / ``families``)."""
     conf = f"{100 * confidence:.0f}%"
-    lead = (f"On this pretrained checkpoint ({n_examples} examples, the intervention applied at inference only)"
-            if pretrained else f"Within one initialisation ({n_examples} examples)")
+    n_used = int(eff["n"].min()) if "n" in eff and len(eff) else n_examples
+    count = f"{n_examples} examples" if n_used >= n_examples else \
+        f"{n_used} of {n_examples} examples; {n_examples - n_used} without a valid query left out"
+    if families > 1:
+        count += f"; α {alpha * families:g} shared by {families} headline families, {alpha:.3g} each"
+    lead = (f"On this pretrained checkpoint ({count}, the intervention applied at inference only)"
+            if pretrained else f"Within one initialisation ({count})")
     n_layers = len(eff)
+    raw_floor, small = signflip_floor(n_used, permutations)
+    floor = min(1.0, n_layers * raw_floor)  # Holm multiplies the smallest p by the number of layers
+    note = f" with {n_used} examples" if small else ""
     answer = direction_claim(eff.rename(columns={"mean_diff": "d"}), lead, est="d", p="p_holm", lo="ci_low",
-                             hi="ci_high", alpha=alpha, metric="SFM", table="effects", conf=conf,
-                             floor=n_layers / (permutations + 1), family=f"Holm over {n_layers} layers")
-    return [answer, *effect_findings(eff, conf)]
+                             hi="ci_high", alpha=alpha, metric="SFM", table="effects", conf=conf, floor=floor,
+                             family=f"Holm over {n_layers} layers", floor_note=note)
+    out = [answer]
+    if floor >= alpha:
+        out.append(Claim("pair_floor", f"With {n_used} examples the sign-flip test cannot reach p_Holm < {alpha:.3g} "
+                         f"over {n_layers} layers: the smallest attainable p_Holm is {floor:.3g} "
+                         f"({n_layers} × 2/2^{n_used}); the per-layer intervals show the precision there is.",
+                         "headline", "effects", requires=(Check("smallest attainable p_Holm >= alpha",
+                                                                f"floor >= {alpha!r}", on="design"),),
+                         design={"floor": floor}))
+    return out + effect_findings(eff, conf)
+
+
+def signflip_floor(n: int, permutations: int) -> tuple[float, bool]:
+    """The smallest raw p the two-sided sign-flip test can give over ``n`` examples with ``permutations`` draws
+    (the plus-one rule's 1/(P + 1), or the exact 2/2^n of the two sign patterns as extreme as the data when
+    that is larger), and whether the latter (few examples) is what limits it.
+
+    >>> signflip_floor(5, 9999), signflip_floor(40, 9999)
+    ((0.0625, True), (0.0001, False))
+    """
+    mc, exact = 1.0 / (permutations + 1), 2.0 / 2.0 ** min(n, 1000)
+    return (exact, True) if exact > mc else (mc, False)
 
 
 def effect_findings(eff: pd.DataFrame, conf: str) -> list[Claim]:
@@ -237,15 +275,43 @@ def effect_findings(eff: pd.DataFrame, conf: str) -> list[Claim]:
     return out
 
 
-def profile_claims(layers: pd.DataFrame, distance: float) -> list[Claim]:
-    """The highest-SFM layer of each model and the profile distance, from the layer-profile table."""
+def profile_claims(layers: pd.DataFrame, distance: float, per_example: pd.DataFrame | None = None,
+                   resampling=None, conf: str = "95%") -> list[Claim]:
+    """The highest-SFM layer of each model, said only when it is distinguishable from the runner-up (a paired
+    percentile bootstrap interval on their per-example difference excluding 0; otherwise the two tie), and
+    the profile distance, from the layer-profile table and the per-example SFM (``per_example``: example_id,
+    layer, baseline, variant)."""
+    from routestats.stats.inference import paired_inference
+
     out = []
     for role in ("baseline", "variant"):
-        t = layers[(layers["role"] == role) & layers["is_max_sfm"]]
-        if len(t):
-            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {int(t['layer'].iloc[0])} "
-                             f"({fmt_num(t['sfm'].iloc[0])}).", "finding", "layers", (int(t["layer"].iloc[0]),),
-                             evidence=t.iloc[:1]))
+        t = layers[layers["role"] == role].sort_values("sfm", ascending=False, kind="stable")
+        if not len(t):
+            continue
+        top = t.iloc[:1]
+        a = int(top["layer"].iloc[0])
+        if per_example is None or len(t) < 2:
+            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(top['sfm'].iloc[0])}).",
+                             "finding", "layers", (a,), evidence=top))
+            continue
+        b = int(t["layer"].iloc[1])
+        w = per_example.pivot(index="example_id", columns="layer", values=role)
+        res = paired_inference((w[a] - w[b]).dropna().to_numpy(), resampling=resampling).to_frame().iloc[0]
+        ev = pd.DataFrame({"layer": [a], "runner_up": [b], "difference": [float(res["mean_diff"])],
+                           "ci_low": [float(res["ci_low"])], "ci_high": [float(res["ci_high"])]})
+        if res["ci_low"] > 0:
+            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(top['sfm'].iloc[0])}), "
+                             f"above layer {b} by {signed(res['mean_diff'])} (paired {conf} interval "
+                             f"{ci_text(res['ci_low'], res['ci_high'])}).", "finding", "layers", (a, b),
+                             requires=(Check("the interval on top − runner-up excludes 0", "ci_low > 0"),),
+                             evidence=ev))
+        else:
+            out.append(Claim("highest_tie", f"In the {role}, layers {min(a, b)} and {max(a, b)} tie for the highest SFM "
+                             f"({fmt_num(top['sfm'].iloc[0])} and {fmt_num(t['sfm'].iloc[1])}; paired {conf} "
+                             f"interval of the difference {ci_text(res['ci_low'], res['ci_high'])} includes 0).",
+                             "finding", "layers", (a, b),
+                             requires=(Check("the interval on top − runner-up includes 0", "ci_low <= 0 <= ci_high"),),
+                             evidence=ev))
     out.append(Claim("profile_distance", f"Profile distance between the two layer profiles: {fmt_num(distance, 4)}.",
                      "finding", "layers"))
     return out

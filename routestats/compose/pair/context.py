@@ -100,6 +100,41 @@ class PairContext:
                 out[names[int(g[0])]] = out.get(names[int(g[0])], 0) + 1
         return out
 
+    @functools.cached_property
+    def length_inputs(self):
+        """(the examples of the length analyses, the censoring counts) and whether those analyses can run."""
+        from routestats.metrics.examples import select_examples
+        from routestats.studies.lengths import censoring
+
+        p, s = self.pair, self.settings
+        ex = p.baseline.examples(["example_id", "split", "length", "cap"])
+        ids = select_examples(p.baseline, s.length_examples)
+        if ids is not None:
+            ex = ex[ex["example_id"].isin(ids)]
+        c = censoring(p, s.length_examples)
+        runs = ex["length"].nunique() >= 3 and len(ex) >= 8 and not (
+            s.capped_examples == "exclude" and c["n"] - c["n_capped"] < 8)
+        return ex, c, bool(runs)
+
+    @property
+    def headline_families(self) -> tuple[str, ...]:
+        """The families of tests whose rejections the headline states: the layers (always), the profile shape
+        (two layers and two examples) and the length association (when the length analyses run). The
+        headline's error rate is controlled across them: each is tested at alpha / their number."""
+        D = self.D
+        out = ["layers"]
+        if D.shape[1] >= 2 and D.shape[0] >= 2:
+            out.append("profile shape")
+        if self.length_inputs[2]:
+            out.append("length")
+        return tuple(out)
+
+    @property
+    def family_alpha(self) -> float:
+        """alpha split over the headline's families (Bonferroni): any positive headline claim on data with no
+        effect at most alpha in all."""
+        return self.settings.alpha / len(self.headline_families)
+
     @property
     def bias_off_runs(self) -> int:
         """How many bias-off evaluations of the variant the input holds (0 or 1)."""

@@ -77,7 +77,8 @@ def profile_section(ctx: PairContext) -> Section:
                   bold_max=("sfm",), group_by="role")
     return Section("profile", "Layer profile", (t,),
                    (ctx.figure("profile", "profile", layers=ctx.layers, effects=ctx.effects()),),
-                   claims=tuple(profile_claims(ctx.layers, ctx.profile_distance)))
+                   claims=tuple(profile_claims(ctx.layers, ctx.profile_distance, ctx.diffs, ctx.settings.resampling,
+                                               pct(ctx.settings.confidence))))
 
 
 @section("effects", "Paired SFM effects")
@@ -90,8 +91,9 @@ def effects_section(ctx: PairContext) -> Section:
                    text="Each line is one example: its SFM in the baseline (left) and the variant (right); black: the "
                         "layer means.",
                    claims=tuple(effects_claims(t.frame, n_examples=ctx.n_examples, pretrained=ctx.pretrained,
-                                               alpha=ctx.settings.alpha, confidence=ctx.settings.confidence,
-                                               permutations=ctx.settings.permutations)))
+                                               alpha=ctx.family_alpha, confidence=ctx.settings.confidence,
+                                               permutations=ctx.settings.permutations,
+                                               families=len(ctx.headline_families))))
 
 
 def metric_section(m: RoutingMetric):
@@ -208,7 +210,7 @@ def shape_section(ctx: PairContext) -> Section | None:
                   f"with a {conf} percentile bootstrap CI over examples ({s.resamples:,} resamples).",
                   (Column("Distance", "profile_distance", "num", 4), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
                    Column("n", "n", "int"), Column("Layers", "layers", "int")))),
-        claims=tuple(shape_claims(shape, contrasts, s.alpha, conf)))
+        claims=tuple(shape_claims(shape, contrasts, ctx.family_alpha, conf)))
 
 
 PAGE_CONTRASTS = 15  # more pairwise contrasts than this: the page shows the adjacent ones and the largest
@@ -414,11 +416,7 @@ def length_tables(ctx: PairContext, f: dict) -> tuple[Table, ...]:
 @section("lengths", "Lengths")
 def lengths_section(ctx: PairContext) -> Section | None:
     p, s = ctx.pair, ctx.settings
-    ex = p.baseline.examples(["example_id", "split", "length", "cap"])
-    ids = select_examples(p.baseline, s.length_examples)
-    if ids is not None:
-        ex = ex[ex["example_id"].isin(ids)]
-    c = censoring(p, s.length_examples)
+    ex, c, _ = ctx.length_inputs
     if ex["length"].nunique() < 3 or len(ex) < 8:
         if not c["n_capped"]:
             return None
@@ -444,7 +442,8 @@ def lengths_section(ctx: PairContext) -> Section | None:
     return Section("lengths", "Lengths", length_tables(ctx, frames),
                    (ctx.figure("lengths", "lengths", examples=per_ex),),
                    claims=tuple(censoring_claims(c, left_out)
-                                + length_claims(assoc, frames["length_adjusted"], s.length_rho)))
+                                + length_claims(assoc, frames["length_adjusted"], ctx.family_alpha,
+                                                len(ctx.headline_families))))
 
 
 @section("words", "Word-level attention")

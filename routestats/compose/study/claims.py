@@ -14,7 +14,7 @@ __all__ = ["CLAIM_ORDER", "across_seed_claims", "pattern_claims", "convergence_c
 
 CLAIM_ORDER = ("no_across_seed", "rose", "fell", "mixed", "no_evidence", "same_sign", "signflip_floor",
                "direct_learned", "parts_scope", "counts", "patterns", "seed_layer", "mixed_not_converged",
-               "shared_examples", "null_check")
+               "shared_examples", "examples_nested", "null_check")
 
 
 def across_seed_claims(across: pd.DataFrame, alpha: float, conf: str) -> list[Claim]:
@@ -85,7 +85,7 @@ def shared_example_claims(shared: pd.DataFrame) -> list[Claim]:
                       "layers), so this matters little here") + ". The paired t across seeds does not depend on it.",
                   "finding", "shared_examples", rows_of(shared),
                   requires=(Check("r is finite", "mean_r == mean_r", every="any"),),
-                  because=("every seed holds the same example ids",), evidence=shared)]
+                  because=("every seed holds the same examples: ids and content hashes",), evidence=shared)]
 
 
 def null_check_claims(check: dict | None) -> list[Claim]:

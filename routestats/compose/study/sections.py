@@ -19,7 +19,7 @@ from routestats.compose.study.claims import (
     across_seed_claims, convergence_claims, null_check_claims, pattern_claims, shared_example_claims,
 )
 from routestats.errors import RoutestatsError
-from routestats.report import Column, Figure, Section, Table
+from routestats.report import Check, Claim, Column, Figure, Section, Table
 from routestats.rundir import schema as S
 from routestats.rundir.collection import RunCollection
 from routestats.settings import AnalysisSettings
@@ -202,15 +202,41 @@ def variance_section(ctx: StudyContext) -> Section | None:
         claims=convergence_claims(vc))
 
 
+def example_contents(ctx: StudyContext) -> dict:
+    """baseline run id -> {example id: content hash} of the standard pair's baseline runs (the hashes that
+    say whether two seeds were evaluated on the same texts, not only on the same ids)."""
+    ref = ctx.ex[reference_rows(ctx.ex)]
+    out = {}
+    for run_id in sorted(set(ref["baseline_run"])):
+        e = ctx.runs.get(run_id).examples(["example_id", "content_sha256"])
+        out[run_id] = dict(zip(e["example_id"].tolist(), e["content_sha256"].tolist()))
+    return out
+
+
 @section("example_sets", "Example sets across seeds")
 def example_sets_section(ctx: StudyContext) -> Section | None:
-    t = _nonempty(shared_examples(ctx.ex)) if ctx.n_ref_seeds >= 2 else None
+    if ctx.n_ref_seeds < 2:
+        return None
+    contents = example_contents(ctx)
+    same_ids = len({tuple(sorted(c)) for c in contents.values()}) == 1
+    crossed = same_ids and len({tuple(sorted(c.items())) for c in contents.values()}) == 1
+    if same_ids and not crossed:
+        differ = sum(len({c[i] for c in contents.values()}) > 1 for i in next(iter(contents.values())))
+        claim = Claim("examples_nested", f"The seeds share their {len(next(iter(contents.values())))} example ids but "
+                      f"not their contents ({differ} differ between seeds: other texts, lengths or fields), so each "
+                      "seed's examples are its own and seeds and examples are not crossed; the two-stage bootstrap "
+                      "and the mixed model treat them so.", "finding",
+                      requires=(Check("some example's content differs between seeds", "differ >= 1", on="design"),),
+                      design={"differ": differ})
+        return Section("example_sets", "Example sets across seeds", claims=(claim,),
+                       text="The example ids coincide across seeds, the contents (content hashes) do not.")
+    t = _nonempty(shared_examples(ctx.ex)) if crossed else None
     if t is None:
         return None
     return _one("example_sets", "Example sets across seeds", Table(
-        "shared_examples", t, "Every seed of the standard pair was evaluated on the same examples: seeds and examples "
-        "are crossed. Mean r: the mean Pearson correlation of the per-example Δ between pairs of seeds (0 when an "
-        "example's Δ carries no information across seeds).",
+        "shared_examples", t, "Every seed of the standard pair was evaluated on the same examples (the same ids and "
+        "content hashes): seeds and examples are crossed. Mean r: the mean Pearson correlation of the per-example Δ "
+        "between pairs of seeds (0 when an example's Δ carries no information across seeds).",
         (*ctx.group_columns, Column("Layer", "layer", "int"), Column("Examples", "n_examples", "int"),
          Column("Seeds", "n_seeds", "int"), Column("Mean r", "mean_r", "num", 2))), claims=shared_example_claims(t))
 
