@@ -15,7 +15,7 @@ Examples
 ...     _ = synthetic_pair(f"{d}/seed{s}", seed=s, n_examples=5)
 >>> rep = build_study_report(load_runs(d), AnalysisSettings(resamples=100))
 >>> sorted(rep.tables())
-['across_seeds', 'deltas', 'forest', 'gradients', 'hierarchical', 'seeds', 'shared_examples', 'variance_components']
+['across_seeds', 'deltas', 'forest', 'gradients', 'hierarchical', 'seeds', 'variance_components']
 """
 
 from __future__ import annotations
