@@ -102,10 +102,16 @@ def at_floor(p: float, floor: float | None) -> bool:
 
 def p_max_phrase(ps, floor: float | None, note: str = "") -> str:
     """The largest Holm p of a group of layers, said as the smallest attainable where it is at the floor
-    (printed never below its value)."""
+    (printed never below its value).
+
+    >>> p_max_phrase([0.0004, 0.0003], 4 / 10001), p_max_phrase([0.25], 0.25, " with 5 examples")
+    ('p_Holm < 0.001, the smallest attainable', 'p_Holm = 0.250, the smallest attainable with 5 examples')
+    """
     pmax = float(np.max(ps))
     if at_floor(pmax, floor):
-        return f"p_Holm {'= ' if len(ps) == 1 else '≤ '}{fmt_p(pmax)}, the smallest attainable{note}"
+        text = fmt_p(pmax)
+        op = "" if text.startswith("<") else "= " if len(ps) == 1 else "≤ "
+        return f"p_Holm {op}{text}, the smallest attainable{note}"
     text = fmt_p(pmax)
     return f"p_Holm {text}" if text.startswith("<") else f"p_Holm {'= ' if len(ps) == 1 else '≤ '}{text}"
 
