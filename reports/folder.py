@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from routestats.errors import RoutestatsError
+from routestats.rundir.atomic import sha256_file
 from routestats.rundir.replace import files_under, process_alive, replace_folder
 from routestats.rundir.write import describe_paths
 
@@ -32,29 +33,24 @@ MARKER = ".routestats-report"
 MARKER_FORMAT = 2
 
 
-def _files_under(folder: Path) -> list[str]:
-    """Relative paths of every file and link under ``folder`` (links not followed)."""
-    return files_under(folder)
-
-
 def _marker_text(folder: Path) -> str:
     """The marker of a finished report folder: every file routestats wrote into it, with its SHA-256."""
-    import hashlib
     import json
 
-    files = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest()
-             for f in _files_under(folder) if f != MARKER and not (folder / f).is_symlink()}
+    files = {f: sha256_file(folder / f)
+             for f in files_under(folder) if f != MARKER and not (folder / f).is_symlink()}
     return json.dumps({"written_by": "routestats", "format": MARKER_FORMAT, "files": files}, indent=0) + "\n"
 
 
 def written_files(folder: Path) -> dict[str, str] | None:
     """relative path -> SHA-256 of every file the report in ``folder`` wrote, from its marker; None when the
-    marker is missing, damaged, empty or of an older format (it then proves nothing)."""
-    import json
+    marker is missing, damaged, empty or of an older format (it then proves nothing). Read as any run JSON
+    is (:func:`routestats.rundir.manifest.read_json`: size and depth bounded)."""
+    from routestats.rundir.manifest import read_json
 
     try:
-        doc = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = read_json(Path(folder) / MARKER)
+    except (OSError, RoutestatsError):
         return None
     if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or not isinstance(doc.get("files"), dict):
         return None
@@ -68,10 +64,8 @@ def foreign_files(folder: Path) -> list[str] | None:
     """What ``folder`` holds that routestats cannot prove it wrote there as a report: files its marker does
     not list, or whose content no longer has the listed hash. None when the folder holds files but no marker
     that proves anything (none, an older format, empty or damaged): then every file would be lost."""
-    import hashlib
-
     folder = Path(folder)
-    files = _files_under(folder)
+    files = files_under(folder)
     if not files:
         return []
     ours = written_files(folder)
@@ -82,7 +76,7 @@ def foreign_files(folder: Path) -> list[str] | None:
         if f == MARKER:
             continue
         p = folder / f
-        if f not in ours or p.is_symlink() or hashlib.sha256(p.read_bytes()).hexdigest() != ours[f]:
+        if f not in ours or p.is_symlink() or sha256_file(p) != ours[f]:
             out.append(f)
     return out
 
@@ -104,7 +98,7 @@ def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
         foreign = foreign_files(out) if out.is_dir() else None
         if foreign is None:
             if (out / MARKER).is_file():
-                lost = [f for f in _files_under(out) if f != MARKER]
+                lost = [f for f in files_under(out) if f != MARKER]
                 raise RoutestatsError(f"{out}: its report marker is from an older routestats, empty or damaged and "
                                       f"proves nothing, so --force would lose {describe_paths(lost)}; move them or "
                                       "choose another folder")
@@ -131,13 +125,11 @@ def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
 
 def proven_files(folder: Path) -> dict[str, str]:
     """What the report in ``folder`` proves it wrote (its marker's list), plus the marker itself as read now."""
-    import hashlib
-
     ours = written_files(folder)
     if ours is None:
         return {}
     try:
-        return {**ours, MARKER: hashlib.sha256((Path(folder) / MARKER).read_bytes()).hexdigest()}
+        return {**ours, MARKER: sha256_file(Path(folder) / MARKER)}
     except OSError:
         return dict(ours)
 

@@ -14,8 +14,10 @@ Examples
 --------
 >>> import tempfile
 >>> d = Path(tempfile.mkdtemp())
+>>> from routestats.rundir.atomic import sha256_file
 >>> _ = (d / "ours.txt").write_text("ours"); _ = (d / "notes.txt").write_text("mine")
->>> remove_written(d, {"ours.txt": sha256_bytes(b"ours"), "notes.txt": sha256_bytes(b"other")})
+>>> listed = {"ours.txt": sha256_file(d / "ours.txt"), "notes.txt": "0" * 64}  # notes.txt: not what was written
+>>> remove_written(d, listed)
 ['notes.txt']
 >>> sorted(p.name for p in d.iterdir())
 ['notes.txt']
@@ -26,12 +28,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import datetime as _dt
-import hashlib
 import os
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["exchange", "remove_written", "replace_folder", "sha256_bytes", "files_under", "process_alive", "prune_empty",
+__all__ = ["exchange", "remove_written", "replace_folder", "files_under", "process_alive", "prune_empty",
            "walk_folders", "MAX_DEPTH"]
 
 _RENAME_EXCHANGE = 2
@@ -49,17 +50,12 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _sha256(path: Path) -> str | None:
+    """The file's SHA-256 (:func:`routestats.rundir.atomic.sha256_file`), or None when it cannot be read."""
+    from routestats.rundir.atomic import sha256_file
+
     try:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
+        return sha256_file(path)
     except OSError:
         return None
 

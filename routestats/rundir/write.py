@@ -461,9 +461,7 @@ def written_by_runs(folder: Path) -> dict[str, str]:
     manifest lists with their hashes, each ``run.json`` itself and the tree files of :data:`TREE_FILES` (as read
     now). A writer that replaces the folder removes only these, and only while their content is unchanged
     (:func:`routestats.rundir.replace.remove_written`)."""
-    import json
-
-    from routestats.rundir.atomic import sha256_file
+    from routestats.rundir.manifest import read_json
 
     folder = Path(folder)
     out: dict[str, str] = {}
@@ -471,12 +469,12 @@ def written_by_runs(folder: Path) -> dict[str, str]:
         rel_here = here.relative_to(folder)
         if S.MANIFEST in names:
             try:
-                m = json.loads((here / S.MANIFEST).read_text(encoding="utf-8"))
+                m = read_json(here / S.MANIFEST)  # untrusted: size and depth bounded
                 for e in m.get("files", []):
                     if isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("sha256"), str):
                         out[(rel_here / e["path"]).as_posix()] = e["sha256"]
                 out[(rel_here / S.MANIFEST).as_posix()] = sha256_file(here / S.MANIFEST)
-            except (OSError, ValueError, AttributeError):
+            except (OSError, ValueError, AttributeError):  # RunFormatError is a ValueError: nothing is proven
                 pass
             dirs[:] = []
             continue

@@ -13,7 +13,6 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.metrics.definitions import RoutingMetric, paired_metrics
-from routestats.metrics.examples import select_examples
 from routestats.metrics.passes import head_pass
 from routestats.metrics.routing import field_to_field, head_sfm, mass_split
 from routestats.compose.claims import direct_learned_claim
@@ -26,7 +25,7 @@ from routestats.rundir import schema as S
 from routestats.stats.profile import layer_contrasts, profile_distance_ci, profile_shape
 from routestats.studies.effects import paired_differences
 from routestats.studies.lengths import (
-    censoring, length_adjusted_effects, length_association, length_bins, length_table,
+    length_adjusted_effects, length_association, length_bins, length_table,
 )
 from routestats.report import section
 from routestats.compose.pair.context import PairContext
