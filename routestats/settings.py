@@ -76,36 +76,46 @@ class PatternRules:
     of the two top layers' SFM: Δ_lo, Δ_up (variant − baseline of the penultimate and last layer) and
     the gaps g = SFM_up − SFM_lo of the baseline (g_b) and the variant (g_v).
 
-    1. ``L<up>-dominant change`` -- Δ_up > 0 and Δ_up >= ``dominance_ratio`` x |Δ_lo|: the last layer's
-       gain dominates;
-    2. ``Ordering reverses`` -- g_b >= 0 and g_v <= -``gap_tol``: the last layer, at or above the
-       penultimate one in the baseline, falls below it in the variant;
+    1. ``L<up>-dominant change`` -- Δ_up >= ``min_change`` and Δ_up >= ``dominance_ratio`` x |Δ_lo|: the last
+       layer's gain dominates, and is at least the magnitude floor (a gain of 0.0001 dominates nothing);
+    2. ``Ordering reverses`` -- g_b >= -``tie_tol`` and g_v <= -``gap_tol``: the last layer, at or above the
+       penultimate one in the baseline (a gap within ``tie_tol`` of 0 is a tie), falls below it in the variant;
     3. ``Relatively strong paired change`` -- Δ_lo <= -``strong_delta``: the penultimate layer's SFM
        falls by at least that much;
     4. ``Gap narrows`` -- |g_v| <= |g_b| - ``gap_tol``;
-    5. otherwise ``Small change``.
+    5. ``Small change`` -- both |Δ_lo| and |Δ_up| are below ``strong_delta``;
+    6. otherwise ``No rule matched`` (changes of at least ``strong_delta`` that fit none of the patterns: not a
+       size word).
 
     With the defaults these reproduce the labels of all eight seeds of the paper's Table 3
     (``tests/test_studies.py``):
 
     >>> PatternRules().label(-0.006, 0.066, 0.004, 0.076, "L3"), PatternRules().label(0.027, -0.052, 0.018, -0.061, "L3")
     ('L3-dominant change', 'Ordering reverses')
+    >>> PatternRules().label(0.0, 0.0001, 0.02, 0.02, "L3"), PatternRules().label(0.10, 0.13, 0.02, 0.05, "L3")
+    ('Small change', 'No rule matched')
+    >>> PatternRules().label(0.03, -0.02, -0.0009, -0.04, "L3")  # a baseline tie, then a clear reversal
+    'Ordering reverses'
     """
 
     strong_delta: float = 0.05
     dominance_ratio: float = 2.0
     gap_tol: float = 0.01
+    min_change: float = 0.01
+    tie_tol: float = 0.005
 
     def label(self, d_lo, d_up, gap_b, gap_v, upper_name: str) -> str:
-        if d_up > 0 and d_up >= self.dominance_ratio * abs(d_lo):
+        if d_up >= self.min_change and d_up >= self.dominance_ratio * abs(d_lo):
             return f"{upper_name}-dominant change"
-        if gap_b >= 0 and gap_v <= -self.gap_tol:
+        if gap_b >= -self.tie_tol and gap_v <= -self.gap_tol:
             return "Ordering reverses"
         if d_lo <= -self.strong_delta:
             return "Relatively strong paired change"
         if abs(gap_v) <= abs(gap_b) - self.gap_tol:
             return "Gap narrows"
-        return "Small change"
+        if max(abs(d_lo), abs(d_up)) < self.strong_delta:
+            return "Small change"
+        return "No rule matched"
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,10 @@ def test_seed_table_values(tree):
         ((0.01, 0.08, 0.02, 0.09), "L3-dominant change"),               # Δ_up > 0 and 0.08 >= 2 x |0.01|
         ((0.03, -0.02, 0.01, -0.04), "Ordering reverses"),               # g_b >= 0, g_v <= -0.01
         ((-0.06, 0.07, -0.2, -0.07), "Relatively strong paired change"),  # 0.07 < 2 x 0.06; Δ_lo <= -0.05
-        ((0.06, 0.07, -0.2, -0.2), "Small change"),                       # Δ_lo rose: never "strong paired change"
+        ((0.06, 0.07, -0.2, -0.2), "No rule matched"),                    # Δ_lo rose: never "strong paired change";
+                                                                          # changes >= 0.05 are not "small"
+        ((0.0, 0.0001, 0.02, 0.02), "Small change"),                      # below the 0.01 floor: dominates nothing
+        ((0.03, -0.02, -0.0009, -0.04), "Ordering reverses"),            # a baseline gap within 0.005 is a tie
         ((0.02, 0.01, 0.05, 0.02), "Gap narrows"),                        # |0.02| <= |0.05| - 0.01
         ((0.01, 0.01, 0.02, 0.02), "Small change"),
     ],

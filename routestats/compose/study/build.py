@@ -43,10 +43,12 @@ def study_methods(s: AnalysisSettings) -> str:
             "multiplicity). The two-stage bootstrap combines variation between initialisations with variation "
             "between examples in one interval; the mixed model estimates the two variance components. Pattern "
             "labels follow fixed, documented rules over the two top layers (routestats.settings.PatternRules, first "
-            f"match wins): upper-layer-dominant when Δ_up > 0 and Δ_up ≥ {s.rules.dominance_ratio:g} × |Δ_lo|; "
-            f"ordering reverses when the baseline's gap g = SFM_up − SFM_lo is ≥ 0 and the variant's ≤ "
-            f"−{s.rules.gap_tol:g}; relatively strong paired change when Δ_lo ≤ −{s.rules.strong_delta:g}; gap "
-            f"narrows when |g| shrinks by at least {s.rules.gap_tol:g}; otherwise small change.")
+            f"match wins): upper-layer-dominant when Δ_up ≥ {s.rules.min_change:g} and Δ_up ≥ "
+            f"{s.rules.dominance_ratio:g} × |Δ_lo|; ordering reverses when the baseline's gap g = SFM_up − SFM_lo is "
+            f"≥ −{s.rules.tie_tol:g} (a tie or above) and the variant's ≤ −{s.rules.gap_tol:g}; relatively strong "
+            f"paired change when Δ_lo ≤ −{s.rules.strong_delta:g}; gap narrows when |g| shrinks by at least "
+            f"{s.rules.gap_tol:g}; small change when both |Δ| are below {s.rules.strong_delta:g}; otherwise no rule "
+            "matched.")
 
 
 def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = None, progress=None,
