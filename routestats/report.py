@@ -36,7 +36,7 @@ import pandas as pd
 
 from routestats.errors import IntegrityError, RoutestatsError
 
-__all__ = ["is_missing", "Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "section",
+__all__ = ["is_missing", "Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "asserted_rows", "section",
            "guarded", "fmt_num", "fmt_sig", "fmt_int",
            "fmt_p", "fmt_ci", "pct", "point_label", "DASH"]
 
@@ -257,7 +257,8 @@ class Section:
 
 def claims_frame(claims) -> pd.DataFrame:
     """The tidy frame of claims (what ``claims.csv`` holds): sentence, kind, where, table, key, rows,
-    checks (``name=True;...``, computed), printed and because (reasons, ``;``-separated).
+    asserts (what it says of each row, :func:`asserted_rows`), checks (``name=True;...``, computed), printed
+    and because (reasons, ``;``-separated).
 
     >>> import pandas as pd
     >>> ev = pd.DataFrame({"layer": [1], "p_holm": [0.01]})
@@ -267,11 +268,26 @@ def claims_frame(claims) -> pd.DataFrame:
     [['rose', '1', 'p_holm < 0.05=True', True]]
     """
     return pd.DataFrame([{"sentence": c.sentence, "kind": c.kind, "where": c.where, "table": c.table, "key": c.key,
-                          "rows": ",".join(str(r) for r in c.rows),
+                          "rows": ",".join(str(r) for r in c.rows), "asserts": asserted_rows(c),
                           "checks": ";".join(f"{name}={ok}" for name, ok in c.checks), "printed": c.holds,
                           "because": ";".join(c.because)}
-                         for c in claims], columns=["sentence", "kind", "where", "table", "key", "rows", "checks",
-                                                    "printed", "because"])
+                         for c in claims], columns=["sentence", "kind", "where", "table", "key", "rows", "asserts",
+                                                    "checks", "printed", "because"])
+
+
+def asserted_rows(claim: Claim) -> str:
+    """What a claim asserts of each row it cites (``key=word;...``: rose, fell, excludes, includes, grew, ...),
+    from its evidence's ``asserted`` column; empty when the claim asserts one thing of all its rows (its kind).
+
+    >>> import pandas as pd
+    >>> ev = pd.DataFrame({"layer": [0, 1], "asserted": ["rose", "includes"]})
+    >>> asserted_rows(Claim("mixed", "...", evidence=ev))
+    '0=rose;1=includes'
+    """
+    ev = claim.evidence
+    if ev is None or "asserted" not in ev.columns or claim.key not in ev.columns:
+        return ""
+    return ";".join(f"{k}={a}" for k, a in zip(ev[claim.key], ev["asserted"]) if a)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import pandas as pd
 from routestats.report import Check, Claim, fmt_ci, fmt_num, fmt_p
 
 __all__ = ["layers_phrase", "direction_claim", "direct_learned_claim", "signed", "span", "span_r", "p_after",
-           "ci_text", "p_max_phrase", "rows_of"]
+           "ci_text", "p_max_phrase", "floor_text", "rows_of"]
 
 
 def layers_phrase(xs) -> str:
@@ -100,16 +100,32 @@ def at_floor(p: float, floor: float | None) -> bool:
     return floor is not None and float(p) <= floor * FLOOR_TOLERANCE
 
 
+def floor_text(p: float, floor: float) -> str:
+    """A p at its test's floor as the sentences print it: the larger of the two, rounded *up* at the
+    decimals :func:`~routestats.report.fmt_p` would use, so an exact floor is never printed below its value
+    (2/2^5 = 0.0625 reads 0.063, 3 × 2/2^6 = 0.09375 reads 0.094, even when the Monte Carlo p is 0.093).
+
+    >>> floor_text(0.093, 3 * 2 / 2**6), floor_text(0.0625, 0.0625), floor_text(0.0002, 4 / 10001)
+    ('0.094', '0.063', '< 0.001')
+    """
+    v = max(float(p), float(floor))
+    text = fmt_p(v)
+    if text.startswith("<"):
+        return text
+    d = len(text.split(".")[1]) if "." in text else 0
+    return f"{np.ceil(v * 10 ** d - 1e-9) / 10 ** d:.{d}f}"
+
+
 def p_max_phrase(ps, floor: float | None, note: str = "") -> str:
     """The largest Holm p of a group of layers, said as the smallest attainable where it is at the floor
-    (printed never below its value).
+    (printed never below the floor's exact value: :func:`floor_text`).
 
     >>> p_max_phrase([0.0004, 0.0003], 4 / 10001), p_max_phrase([0.25], 0.25, " with 5 examples")
     ('p_Holm < 0.001, the smallest attainable', 'p_Holm = 0.250, the smallest attainable with 5 examples')
     """
     pmax = float(np.max(ps))
     if at_floor(pmax, floor):
-        text = fmt_p(pmax)
+        text = floor_text(pmax, floor)
         op = "" if text.startswith("<") else "= " if len(ps) == 1 else "≤ "
         return f"p_Holm {op}{text}, the smallest attainable{note}"
     text = fmt_p(pmax)
@@ -168,8 +184,9 @@ def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi
     text = "; ".join(parts) if parts else f"no layer's {metric} change reaches p_Holm < {alpha:g}"
     for r in excl.itertuples():
         text += (f"; in layer {r.layer} the per-layer {conf} interval {ci_text(getattr(r, lo), getattr(r, hi))} "
-                 f"excludes 0 but p_Holm {p_after(getattr(r, p))}"
-                 + (f", the smallest attainable{floor_note}" if at_floor(getattr(r, p), floor) else "") + f" ({family})")
+                 + (f"excludes 0 but p_Holm = {floor_text(getattr(r, p), floor)}, the smallest attainable{floor_note}"
+                    if at_floor(getattr(r, p), floor) else f"excludes 0 but p_Holm {p_after(getattr(r, p))}")
+                 + f" ({family})")
     if len(incl) == 1:
         r = incl.iloc[0]
         text += f"; in layer {int(r['layer'])} the {conf} interval {ci_text(r[lo], r[hi])} includes 0"

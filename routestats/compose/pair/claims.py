@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from routestats.compose.claims import ci_text, direction_claim, layers_phrase, p_after, rows_of, signed, span
+from routestats.compose.claims import ci_text, direction_claim, floor_text, layers_phrase, p_after, rows_of, signed, span
 from routestats.report import Check, Claim, fmt_num
+from routestats.stats.inference import SMALL_N, percentile_coverage
 
 __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
            "early_claims", "scope_claim", "censoring_claims", "length_claims", "effects_claims", "effect_findings", "profile_claims",
            "adjusted_claims", "signflip_floor"]
 
 # headline and findings in this rank (a kind not listed follows in section order)
-CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "no_evidence_shape", "differs_across_layers", "unnamed_shift",
+CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "small_sample_intervals", "no_evidence_shape", "differs_across_layers", "unnamed_shift",
                "first_key_sink", "early_share", "needs_bias_off", "direct_learned", "scope", "censoring",
                "depends_on_length", "layers_listed", "layer_effect", "highest_layer", "highest_tie",
                "profile_distance", "adjusted_counts")
@@ -233,12 +234,33 @@ def effects_claims(eff: pd.DataFrame, *, n_examples: int, pretrained: bool, alph
     out = [answer]
     if floor >= alpha:
         out.append(Claim("pair_floor", f"With {n_used} examples the sign-flip test cannot reach p_Holm < {alpha:.3g} "
-                         f"over {n_layers} layers: the smallest attainable p_Holm is {floor:.3g} "
+                         f"over {n_layers} layers: the smallest attainable p_Holm is {floor_text(floor, floor)} "
                          f"({n_layers} × 2/2^{n_used}); the per-layer intervals show the precision there is.",
                          "headline", "effects", requires=(Check("smallest attainable p_Holm >= alpha",
                                                                 f"floor >= {alpha!r}", on="design"),),
                          design={"floor": floor}))
+    out += small_sample_claims(n_used, confidence)
     return out + effect_findings(eff, conf)
+
+
+def small_sample_claims(n_used: int, confidence: float) -> list[Claim]:
+    """Below ``SMALL_N`` examples a percentile interval covers less than its label: say how much less
+    (the coverage simulation of ``benchmarks/bench_coverage.py``, for 95% intervals)."""
+    if n_used >= SMALL_N:
+        return []
+    conf = f"{100 * confidence:.0f}%"
+    if round(confidence, 6) == 0.95:
+        normal, skewed = percentile_coverage(n_used)
+        how = (f"in simulation a nominal 95% percentile interval over {'at most 5' if n_used < 5 else n_used} "
+               f"examples covered the true mean in about {normal:.0%} of samples from a normal population and "
+               f"{skewed:.0%} from a skewed one (benchmarks/bench_coverage.py)")
+    else:
+        how = "a percentile interval over this few examples covers less often than its label says"
+    return [Claim("small_sample_intervals", f"With {n_used} examples the per-layer {conf} intervals are narrower "
+                  f"than their label: {how}; read them as rough, and the sign-flip p-values, which are exact, as "
+                  "the test.", "headline", "effects",
+                  requires=(Check(f"fewer than {SMALL_N} examples", f"n_used < {SMALL_N}", on="design"),),
+                  design={"n_used": n_used})]
 
 
 def signflip_floor(n: int, permutations: int) -> tuple[float, bool]:
