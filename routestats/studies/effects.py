@@ -36,7 +36,7 @@ from routestats.rundir.collection import RunPair
 from routestats.settings import Resampling
 from routestats.stats.inference import paired_inference
 
-__all__ = ["paired_differences", "paired_effects"]
+__all__ = ["paired_differences", "paired_effects", "highest_layers"]
 
 
 def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, step: int | None = None,
@@ -180,3 +180,36 @@ def _mean_opportunity(p: RunPair, examples) -> float:
     if ids is not None:
         o = o[o["example_id"].isin(ids)]
     return float(o["opportunity"].mean())
+
+
+def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,
+                   resampling: Resampling | None = None) -> pd.DataFrame:
+    """The highest-SFM layer of each model against its runner-up, with a paired percentile bootstrap
+    interval on their per-example difference (is the top distinguishable from the next layer?).
+
+    ``layers``: role, layer, sfm (the layer-profile table); ``per_example``: example_id, layer, baseline,
+    variant (per-example SFM). Columns: role, layer, sfm, runner_up, runner_up_sfm, difference (mean over
+    examples of top − runner-up), ci_low, ci_high, n; no runner-up columns without per-example values or
+    with one layer.
+
+    >>> lay = pd.DataFrame({"role": ["variant"] * 3, "layer": [0, 1, 2], "sfm": [0.5, 0.9, 0.6]})
+    >>> ex = pd.DataFrame({"example_id": [0, 1, 2, 3] * 3, "layer": [0] * 4 + [1] * 4 + [2] * 4,
+    ...                    "variant": [0.5] * 4 + [0.9, 0.8, 1.0, 0.9] + [0.6, 0.5, 0.7, 0.6]})
+    >>> highest_layers(lay, ex, Resampling(resamples=200, permutations=10))[["role", "layer", "runner_up", "difference"]]
+          role  layer  runner_up  difference
+    0  variant      1          2         0.3
+    """
+    rows = []
+    for role, t in layers.groupby("role", sort=False):
+        t = t.sort_values("sfm", ascending=False, kind="stable")
+        a = int(t["layer"].iloc[0])
+        row = {"role": role, "layer": a, "sfm": float(t["sfm"].iloc[0])}
+        if per_example is not None and len(t) > 1 and role in per_example:
+            b = int(t["layer"].iloc[1])
+            w = per_example.pivot(index="example_id", columns="layer", values=role)
+            d = (w[a] - w[b]).dropna().to_numpy()
+            res = paired_inference(d, resampling=resampling).to_frame().iloc[0]
+            row.update(runner_up=b, runner_up_sfm=float(t["sfm"].iloc[1]), difference=float(res["mean_diff"]),
+                       ci_low=float(res["ci_low"]), ci_high=float(res["ci_high"]), n=len(d))
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -15,7 +15,7 @@ from routestats.report import Check, Claim, fmt_num
 from routestats.stats.inference import SMALL_N, percentile_coverage
 
 __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
-           "early_claims", "scope_claim", "censoring_claims", "length_claims", "effects_claims", "effect_findings", "profile_claims",
+           "early_claims", "scope_claim", "censoring_claims", "length_claims", "effects_claims", "effect_findings", "profile_claims", "distance_claims",
            "adjusted_claims", "signflip_floor"]
 
 # headline and findings in this rank (a kind not listed follows in section order)
@@ -291,52 +291,49 @@ def effect_findings(eff: pd.DataFrame, conf: str) -> list[Claim]:
         r = rows.iloc[i]
         out.append(Claim("layer_effect", f"Layer {int(r['layer'])}: SFM {fmt_num(r['baseline_mean'])} → "
                          f"{fmt_num(r['variant_mean'])}, Δ = {signed(r['mean_diff'])}, per-layer {conf} CI "
-                         f"{ci_text(r['ci_low'], r['ci_high'])}, d_z = {fmt_num(r['dz'], 2)}, p_Holm {p_after(r['p_holm'])}.",
+                         f"{ci_text(r['ci_low'], r['ci_high'])}, d_z = {fmt_num(r['dz'], 2).replace('-', '−')}, p_Holm {p_after(r['p_holm'])}.",
                          "finding", "effects", (int(r["layer"]),), because=("quotes the table",),
                          evidence=rows.iloc[[i]]))
     return out
 
 
-def profile_claims(layers: pd.DataFrame, distance: float, per_example: pd.DataFrame | None = None,
-                   resampling=None, conf: str = "95%") -> list[Claim]:
-    """The highest-SFM layer of each model, said only when it is distinguishable from the runner-up (a paired
-    percentile bootstrap interval on their per-example difference excluding 0; otherwise the two tie), and
-    the profile distance, from the layer-profile table and the per-example SFM (``per_example``: example_id,
-    layer, baseline, variant)."""
-    from routestats.stats.inference import paired_inference
-
+def profile_claims(highest: pd.DataFrame, conf: str = "95%") -> list[Claim]:
+    """The highest-SFM layer of each model (the ``highest_layer`` table), said only when it is distinguishable
+    from the runner-up (the paired interval on their per-example difference excludes 0); otherwise the two
+    tie."""
     out = []
-    for role in ("baseline", "variant"):
-        t = layers[layers["role"] == role].sort_values("sfm", ascending=False, kind="stable")
-        if not len(t):
+    for i in range(len(highest)):
+        r = highest.iloc[i]
+        role, a, ev = str(r["role"]), int(r["layer"]), highest.iloc[[i]]
+        if "runner_up" not in r or pd.isna(r.get("runner_up")):
+            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}).",
+                             "finding", "highest_layer", (role,), "role", evidence=ev))
             continue
-        top = t.iloc[:1]
-        a = int(top["layer"].iloc[0])
-        if per_example is None or len(t) < 2:
-            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(top['sfm'].iloc[0])}).",
-                             "finding", "layers", (a,), evidence=top))
-            continue
-        b = int(t["layer"].iloc[1])
-        w = per_example.pivot(index="example_id", columns="layer", values=role)
-        res = paired_inference((w[a] - w[b]).dropna().to_numpy(), resampling=resampling).to_frame().iloc[0]
-        ev = pd.DataFrame({"layer": [a], "runner_up": [b], "difference": [float(res["mean_diff"])],
-                           "ci_low": [float(res["ci_low"])], "ci_high": [float(res["ci_high"])]})
-        if res["ci_low"] > 0:
-            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(top['sfm'].iloc[0])}), "
-                             f"above layer {b} by {signed(res['mean_diff'])} (paired {conf} interval "
-                             f"{ci_text(res['ci_low'], res['ci_high'])}).", "finding", "layers", (a, b),
+        b = int(r["runner_up"])
+        if r["ci_low"] > 0:
+            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}), "
+                             f"above layer {b} by {signed(r['difference'])} (paired {conf} interval "
+                             f"{ci_text(r['ci_low'], r['ci_high'])}).", "finding", "highest_layer", (role,), "role",
                              requires=(Check("the interval on top − runner-up excludes 0", "ci_low > 0"),),
                              evidence=ev))
         else:
-            out.append(Claim("highest_tie", f"In the {role}, layers {min(a, b)} and {max(a, b)} tie for the highest SFM "
-                             f"({fmt_num(top['sfm'].iloc[0])} and {fmt_num(t['sfm'].iloc[1])}; paired {conf} "
-                             f"interval of the difference {ci_text(res['ci_low'], res['ci_high'])} includes 0).",
-                             "finding", "layers", (a, b),
+            out.append(Claim("highest_tie", f"In the {role}, layers {a} ({fmt_num(r['sfm'])}) and {b} "
+                             f"({fmt_num(r['runner_up_sfm'])}) tie for the highest SFM (paired {conf} interval of the "
+                             f"difference {ci_text(r['ci_low'], r['ci_high'])} includes 0).",
+                             "finding", "highest_layer", (role,), "role",
                              requires=(Check("the interval on top − runner-up includes 0", "ci_low <= 0 <= ci_high"),),
                              evidence=ev))
-    out.append(Claim("profile_distance", f"Profile distance between the two layer profiles: {fmt_num(distance, 4)}.",
-                     "finding", "layers"))
     return out
+
+
+def distance_claims(distance: pd.DataFrame, conf: str = "95%") -> list[Claim]:
+    """The profile distance, with its interval."""
+    if distance is None or not len(distance):
+        return []
+    r = distance.iloc[0]
+    return [Claim("profile_distance", f"Profile distance between the two layer profiles: "
+                  f"{fmt_num(r['profile_distance'], 4)} ({conf} interval {ci_text(r['ci_low'], r['ci_high'])}).",
+                  "finding", "profile_distance", evidence=distance.iloc[:1])]
 
 
 def adjusted_claims(adj: pd.DataFrame) -> list[Claim]:

@@ -17,13 +17,13 @@ from routestats.metrics.passes import head_pass
 from routestats.metrics.routing import field_to_field, head_sfm, mass_split
 from routestats.compose.claims import direct_learned_claim
 from routestats.compose.pair.claims import (
-    adjusted_claims, censoring_claims, early_claims, effects_claims, length_claims, profile_claims, shape_claims,
-    sink_claims, unnamed_claims,
+    adjusted_claims, censoring_claims, distance_claims, early_claims, effects_claims, length_claims, profile_claims,
+    shape_claims, sink_claims, unnamed_claims,
 )
 from routestats.report import Column, Section, Table, pct
 from routestats.rundir import schema as S
 from routestats.stats.profile import layer_contrasts, profile_distance_ci, profile_shape
-from routestats.studies.effects import paired_differences
+from routestats.studies.effects import highest_layers, paired_differences
 from routestats.studies.lengths import (
     length_adjusted_effects, length_association, length_bins, length_table,
 )
@@ -74,10 +74,18 @@ def profile_section(ctx: PairContext) -> Section:
                   (Column("Model", "role", "text"), Column("Layer", "layer", "int"), Column("SFM", "sfm"),
                    Column("Entropy", "entropy"), Column("Examples", "n_examples", "int")),
                   bold_max=("sfm",), group_by="role")
-    return Section("profile", "Layer profile", (t,),
+    conf = pct(ctx.settings.confidence)
+    top = highest_layers(ctx.layers, ctx.diffs, ctx.settings.resampling)
+    h = ctx.table("highest_layer", top, f"The highest-SFM layer of each model against its runner-up: the mean "
+                  f"per-example difference with a paired {conf} percentile bootstrap CI "
+                  f"({ctx.settings.resamples:,} resamples); an interval including 0 is a tie.",
+                  (Column("Model", "role", "text"), Column("Top layer", "layer", "int"), Column("SFM", "sfm"),
+                   Column("Runner-up", "runner_up", "int"), Column("Runner-up SFM", "runner_up_sfm"),
+                   Column("Difference", "difference"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
+                   Column("n", "n", "int")))
+    return Section("profile", "Layer profile", (t, h),
                    (ctx.figure("profile", "profile", layers=ctx.layers, effects=ctx.effects()),),
-                   claims=tuple(profile_claims(ctx.layers, ctx.profile_distance, ctx.diffs, ctx.settings.resampling,
-                                               pct(ctx.settings.confidence))))
+                   claims=tuple(profile_claims(top, conf)))
 
 
 @section("effects", "Paired SFM effects")
@@ -209,7 +217,7 @@ def shape_section(ctx: PairContext) -> Section | None:
                   f"with a {conf} percentile bootstrap CI over examples ({s.resamples:,} resamples).",
                   (Column("Distance", "profile_distance", "num", 4), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
                    Column("n", "n", "int"), Column("Layers", "layers", "int")))),
-        claims=tuple(shape_claims(shape, contrasts, ctx.family_alpha, conf)))
+        claims=tuple(shape_claims(shape, contrasts, ctx.family_alpha, conf) + distance_claims(distance, conf)))
 
 
 PAGE_CONTRASTS = 15  # more pairwise contrasts than this: the page shows the adjacent ones and the largest
