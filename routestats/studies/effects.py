@@ -184,13 +184,19 @@ def _mean_opportunity(p: RunPair, examples) -> float:
 
 def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,
                    resampling: Resampling | None = None) -> pd.DataFrame:
-    """The highest-SFM layer of each model against its runner-up, with a paired percentile bootstrap
-    interval on their per-example difference (is the top distinguishable from the next layer?).
+    """The highest-SFM layer of each model and whether it is distinguishable as the highest.
+
+    The top layer is chosen by the data, so comparing it with its runner-up alone overstates the gap (among
+    equal layers the sample's top is above the next by construction). It is the highest only when it is
+    above *every* other layer: each per-example difference top − other has a two-sided sign-flip p, and
+    ``p_adj`` is the largest of them times the number of other layers (Bonferroni), so that among tied
+    layers a top is declared with probability at most alpha. The runner-up (the next by mean) is shown with
+    the paired percentile interval of its difference.
 
     ``layers``: role, layer, sfm (the layer-profile table); ``per_example``: example_id, layer, baseline,
     variant (per-example SFM). Columns: role, layer, sfm, runner_up, runner_up_sfm, difference (mean over
-    examples of top − runner-up), ci_low, ci_high, n; no runner-up columns without per-example values or
-    with one layer.
+    examples of top − runner-up), ci_low, ci_high, p_adj, others, n; no runner-up columns without
+    per-example values or with one layer.
 
     >>> lay = pd.DataFrame({"role": ["variant"] * 3, "layer": [0, 1, 2], "sfm": [0.5, 0.9, 0.6]})
     >>> ex = pd.DataFrame({"example_id": [0, 1, 2, 3] * 3, "layer": [0] * 4 + [1] * 4 + [2] * 4,
@@ -205,11 +211,14 @@ def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,
         a = int(t["layer"].iloc[0])
         row = {"role": role, "layer": a, "sfm": float(t["sfm"].iloc[0])}
         if per_example is not None and len(t) > 1 and role in per_example:
-            b = int(t["layer"].iloc[1])
-            w = per_example.pivot(index="example_id", columns="layer", values=role)
-            d = (w[a] - w[b]).dropna().to_numpy()
-            res = paired_inference(d, resampling=resampling).to_frame().iloc[0]
-            row.update(runner_up=b, runner_up_sfm=float(t["sfm"].iloc[1]), difference=float(res["mean_diff"]),
-                       ci_low=float(res["ci_low"]), ci_high=float(res["ci_high"]), n=len(d))
+            w = per_example.pivot(index="example_id", columns="layer", values=role).dropna()
+            others = [int(x) for x in t["layer"].iloc[1:]]
+            res = paired_inference(w[[a]].to_numpy() - w[others].to_numpy(), labels=others,
+                                   resampling=resampling).to_frame().set_index("label")
+            b = others[0]
+            row.update(runner_up=b, runner_up_sfm=float(t["sfm"].iloc[1]), difference=float(res.loc[b, "mean_diff"]),
+                       ci_low=float(res.loc[b, "ci_low"]), ci_high=float(res.loc[b, "ci_high"]),
+                       p_adj=min(1.0, float(res["p_raw"].max()) * len(others)),
+                       above_all=bool((res["mean_diff"] > 0).all()), others=len(others), n=len(w))
         rows.append(row)
     return pd.DataFrame(rows)

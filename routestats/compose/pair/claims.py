@@ -19,9 +19,9 @@ __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed
            "adjusted_claims", "signflip_floor"]
 
 # headline and findings in this rank (a kind not listed follows in section order)
-CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "small_sample_intervals", "no_evidence_shape", "differs_across_layers", "unnamed_shift",
+CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "small_sample_intervals", "no_evidence_shape", "differs_across_layers", "largest_contrast", "unnamed_shift",
                "first_key_sink", "early_share", "needs_bias_off", "direct_learned", "scope", "censoring",
-               "depends_on_length", "layers_listed", "layer_effect", "highest_layer", "highest_tie",
+               "depends_on_length", "length_adjusted", "layers_listed", "layer_effect", "highest_layer", "highest_tie",
                "profile_distance", "adjusted_counts")
 
 SINK = 0.3  # a layer whose first key holds this share of the attention has an attention sink worth saying
@@ -40,14 +40,20 @@ def shape_claims(shape: pd.DataFrame, contrasts: pd.DataFrame | None, alpha: flo
         return [Claim("no_evidence_shape", f"The data do not show that the change differs across layers (profile-shape "
                       f"sign-flip p {p_after(pv)}; a uniform shift is not ruled out).", "headline", "profile_shape",
                       rows, "test", (Check("p >= alpha", f"p >= {alpha!r}"),), evidence=sf_rows.iloc[:1])]
-    text = f"The change differs across layers (profile-shape sign-flip p {p_after(pv)})"
+    out = [Claim("differs_across_layers", f"The change differs across layers (profile-shape sign-flip p "
+                 f"{p_after(pv)}).", "headline", "profile_shape", rows, "test",
+                 (Check("p < alpha", f"p < {alpha!r}"),), evidence=sf_rows.iloc[:1])]
     if contrasts is not None and len(contrasts):
-        c = contrasts.loc[contrasts["mean_diff"].abs().idxmax()]
+        i = contrasts["mean_diff"].abs().idxmax()
+        c = contrasts.loc[i]
         inside = c["ci_low"] <= 0 <= c["ci_high"]
-        text += (f"; the largest contrast is {c['contrast']} = {signed(c['mean_diff'])}, per-contrast {conf} "
-                 f"interval {ci_text(c['ci_low'], c['ci_high'])}" + (" (it includes 0)" if inside else ""))
-    return [Claim("differs_across_layers", text + ".", "headline", "profile_shape", rows, "test",
-                  (Check("p < alpha", f"p < {alpha!r}"),), evidence=sf_rows.iloc[:1])]
+        out.append(Claim("largest_contrast", f"The largest layer contrast is {c['contrast']} = {signed(c['mean_diff'])} "
+                         f"(per-contrast {conf} interval {ci_text(c['ci_low'], c['ci_high'])}"
+                         + ("; it includes 0)." if inside else ")."), "headline", "layer_contrasts", (c["contrast"],),
+                         "contrast", (Check("the profile-shape test rejects a uniform shift", f"p < {alpha!r}",
+                                            on="design"),),
+                         evidence=contrasts.loc[[i]], design={"p": pv}))
+    return out
 
 
 def unnamed_claims(masses: pd.DataFrame) -> list[Claim]:
@@ -201,14 +207,19 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
             + (f" below the cap; {int(assoc['n_capped'].iloc[0])} at the cap are left out"
                if assoc["capped"].iloc[0] == "exclude" and assoc["n_capped"].iloc[0] else "")
             + "), so the mean Δ depends on this sample's lengths; an association, not an effect of length")
+    out = [Claim("depends_on_length", text + ".", "headline", "length_association", rows_of(strong),
+                 requires=(Check("p_Holm < alpha and interval excluding 0",
+                                 f"p_adj < {alpha!r} and (ci_low > 0 or ci_high < 0)"),
+                           Check("at least 8 examples", "n >= 8")), evidence=strong)]
     if adjusted is not None and len(adjusted):
         a = adjusted[adjusted["layer"].isin(strong["layer"])]
-        text += (f"; at the median length of those examples ({a['reference_length'].iloc[0]:g} tokens) Δ is "
-                 f"{span(a['delta_at_reference'])}, changing by {span(a['slope_per_10'])} per 10 tokens")
-    return [Claim("depends_on_length", text + ".", "headline", "length_association", rows_of(strong),
-                  requires=(Check("p_Holm < alpha and interval excluding 0",
-                                  f"p_adj < {alpha!r} and (ci_low > 0 or ci_high < 0)"),
-                            Check("at least 8 examples", "n >= 8")), evidence=strong)]
+        out.append(Claim("length_adjusted", f"At the median length of those examples "
+                         f"({a['reference_length'].iloc[0]:g} tokens) Δ is {span(a['delta_at_reference'])} in "
+                         f"{layers_phrase(a['layer'])}, changing by {span(a['slope_per_10'])} per 10 tokens.",
+                         "headline", "length_adjusted", rows_of(a), evidence=a,
+                         requires=(Check("a length association was found in these layers", "rows >= 1",
+                                         on="design"),)))
+    return out
 
 
 def effects_claims(eff: pd.DataFrame, *, n_examples: int, pretrained: bool, alpha: float, confidence: float,
@@ -297,10 +308,10 @@ def effect_findings(eff: pd.DataFrame, conf: str) -> list[Claim]:
     return out
 
 
-def profile_claims(highest: pd.DataFrame, conf: str = "95%") -> list[Claim]:
-    """The highest-SFM layer of each model (the ``highest_layer`` table), said only when it is distinguishable
-    from the runner-up (the paired interval on their per-example difference excludes 0); otherwise the two
-    tie."""
+def profile_claims(highest: pd.DataFrame, alpha: float = 0.05, conf: str = "95%") -> list[Claim]:
+    """The highest-SFM layer of each model (the ``highest_layer`` table), said only when it is above every
+    other layer (each difference's sign-flip p, Bonferroni over the other layers, below ``alpha``, and the
+    runner-up's interval excluding 0); otherwise no layer is distinguishable as the highest."""
     out = []
     for i in range(len(highest)):
         r = highest.iloc[i]
@@ -309,19 +320,23 @@ def profile_claims(highest: pd.DataFrame, conf: str = "95%") -> list[Claim]:
             out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}).",
                              "finding", "highest_layer", (role,), "role", evidence=ev))
             continue
-        b = int(r["runner_up"])
-        if r["ci_low"] > 0:
-            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}), "
-                             f"above layer {b} by {signed(r['difference'])} (paired {conf} interval "
+        b, k = int(r["runner_up"]), int(r["others"])
+        if r["p_adj"] < alpha and r["ci_low"] > 0 and r["above_all"]:
+            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}), above each "
+                             f"of the other {k} layers (sign-flip p_Bonferroni {p_after(r['p_adj'])}); the closest is "
+                             f"layer {b}, by {signed(r['difference'])} (paired {conf} interval "
                              f"{ci_text(r['ci_low'], r['ci_high'])}).", "finding", "highest_layer", (role,), "role",
-                             requires=(Check("the interval on top − runner-up excludes 0", "ci_low > 0"),),
+                             requires=(Check("above every other layer: p_adj < alpha, runner-up's interval above 0",
+                                             f"p_adj < {alpha!r} and ci_low > 0 and above_all"),),
                              evidence=ev))
         else:
-            out.append(Claim("highest_tie", f"In the {role}, layers {a} ({fmt_num(r['sfm'])}) and {b} "
-                             f"({fmt_num(r['runner_up_sfm'])}) tie for the highest SFM (paired {conf} interval of the "
-                             f"difference {ci_text(r['ci_low'], r['ci_high'])} includes 0).",
+            out.append(Claim("highest_tie", f"In the {role}, no layer is distinguishable as the highest: layer {a} "
+                             f"({fmt_num(r['sfm'])}) leads layer {b} ({fmt_num(r['runner_up_sfm'])}) by "
+                             f"{signed(r['difference'])} (paired {conf} interval {ci_text(r['ci_low'], r['ci_high'])}; "
+                             f"against the other {k} layers p_Bonferroni {p_after(r['p_adj'])}).",
                              "finding", "highest_layer", (role,), "role",
-                             requires=(Check("the interval on top − runner-up includes 0", "ci_low <= 0 <= ci_high"),),
+                             requires=(Check("not above every other layer",
+                                             f"not (p_adj < {alpha!r} and ci_low > 0 and above_all)"),),
                              evidence=ev))
     return out
 

@@ -76,16 +76,18 @@ def profile_section(ctx: PairContext) -> Section:
                   bold_max=("sfm",), group_by="role")
     conf = pct(ctx.settings.confidence)
     top = highest_layers(ctx.layers, ctx.diffs, ctx.settings.resampling)
-    h = ctx.table("highest_layer", top, f"The highest-SFM layer of each model against its runner-up: the mean "
-                  f"per-example difference with a paired {conf} percentile bootstrap CI "
-                  f"({ctx.settings.resamples:,} resamples); an interval including 0 is a tie.",
+    h = ctx.table("highest_layer", top, f"Is the highest-SFM layer of each model above every other layer? The "
+                  f"mean per-example difference from its runner-up with a paired {conf} percentile bootstrap CI "
+                  f"({ctx.settings.resamples:,} resamples), and the largest two-sided sign-flip p of its differences "
+                  "from each other layer, Bonferroni over those layers (the top is chosen by the data, so the "
+                  "runner-up's interval alone would overstate the gap).",
                   (Column("Model", "role", "text"), Column("Top layer", "layer", "int"), Column("SFM", "sfm"),
                    Column("Runner-up", "runner_up", "int"), Column("Runner-up SFM", "runner_up_sfm"),
                    Column("Difference", "difference"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
-                   Column("n", "n", "int")))
+                   Column("p (Bonferroni)", "p_adj", "p"), Column("n", "n", "int")))
     return Section("profile", "Layer profile", (t, h),
                    (ctx.figure("profile", "profile", layers=ctx.layers, effects=ctx.effects()),),
-                   claims=tuple(profile_claims(top, conf)))
+                   claims=tuple(profile_claims(top, ctx.settings.alpha, conf)))
 
 
 @section("effects", "Paired SFM effects")

@@ -1,0 +1,286 @@
+"""Planted-truth scenarios and an independent checker of the pair report's sentences (issue [true-words]).
+
+A :class:`Scenario` writes a pair with ``synthetic_pair(exact_null=True)`` whose population truth is known in
+closed form: every layer draws its logits from the same process (one same-field bias for all layers), the two
+runs are exchangeable, and the variant adds ``effect[l]`` to the same-field logits of layer ``l``. Hence
+
+* the population Δ SFM of layer ``l`` has the sign of ``effect[l]`` (0 exactly when the effect is 0);
+* population Δs are equal across layers exactly when the planted effects are; the population SFM of the
+  baseline is the same in every layer, and the variant's layers are ordered as their effects;
+* a layer with no planted effect has population Spearman ρ(length, Δ) = 0 (Δ is symmetric about 0 given the
+  example);
+* every checkpoint step draws from the same process, so the population Δ does not change between steps.
+
+:func:`judge` reads what a user gets -- ``claims.csv``, ``tables/*.csv`` and the run's ``examples.parquet`` --
+and judges each printed sentence against that truth and against the table rows it cites. It shares no code
+with the sentence builders (it parses the words and recomputes the decision rules from the cells).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ALPHA = 0.05
+POSITIVE = {"rose", "fell", "mixed", "differs_across_layers", "depends_on_length"}
+NUMBER = re.compile(r"([<≤=]\s*)?(?<![\w.^/])([+\-−]?\d+\.\d+)(?![\d^])")
+LAYERS = re.compile(r"(?<![\w-])[Ll]ayers? ((?:\d+(?:–\d+)?(?:, | and )?)+)")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One planted pair: ``effect`` per layer on the same-field logits, one same-field ``bias`` for all layers."""
+
+    seed: int
+    n: int
+    effect: tuple[float, ...]
+    bias: float = 0.5
+    cap: int = 256
+    length_range: tuple[int, int] = (6, 30)
+    causal: bool = False
+    n_fields: int = 2
+    steps: tuple[int, ...] = (100,)
+
+    @property
+    def layers(self) -> int:
+        return len(self.effect)
+
+    def write(self, root: Path) -> Path:
+        from routestats.rundir.synthetic import synthetic_pair
+
+        synthetic_pair(root, seed=self.seed, n_examples=self.n, n_layers=self.layers, n_heads=2,
+                       same_field_bias=[self.bias] * self.layers, effect=list(self.effect), steps=self.steps,
+                       cap=self.cap, length_range=self.length_range, causal=self.causal, n_fields=self.n_fields,
+                       exact_null=True)
+        return Path(root)
+
+
+def draw(rng: np.random.Generator, null: bool = False, max_n: int = 300) -> Scenario:
+    """A scenario drawn over the issue's ranges: n 5..max_n, 2..30 layers, nulls, one-layer effects, ties
+    (every layer the same effect), ceilings (a large bias), censoring 0–80 %, causal runs, three fields,
+    two steps."""
+    n = int(rng.choice([k for k in (5, 6, 8, 12, 24, 48, 96, 300, 1000) if k <= max_n]))
+    layers = int(rng.choice([2, 3, 4, 6, 12, 30] if n <= 96 else [2, 3, 4]))
+    sizes = [0.02, 0.1, 0.3, 1.0]
+    pattern = "null" if null else str(rng.choice(["one", "tie", "mixed", "mixed"]))
+    if pattern == "null":
+        effect = [0.0] * layers
+    elif pattern == "one":
+        effect = [0.0] * layers
+        effect[int(rng.integers(layers))] = float(rng.choice(sizes) * rng.choice([-1, 1]))
+    elif pattern == "tie":
+        effect = [float(rng.choice(sizes) * rng.choice([-1, 1]))] * layers
+    else:
+        effect = [float(rng.choice([0.0, *sizes]) * rng.choice([-1, 1])) for _ in range(layers)]
+    cap = int(rng.choice([256, 256, 24, 14]))  # 24: a few examples censored; 14: most of them
+    return Scenario(seed=int(rng.integers(1 << 30)), n=n, effect=tuple(effect),
+                    bias=float(rng.choice([0.5, 0.5, 4.0])), cap=cap, causal=bool(rng.random() < 0.25),
+                    n_fields=int(rng.choice([2, 2, 3])), steps=(10, 100) if rng.random() < 0.25 else (100,))
+
+
+@dataclass
+class Verdict:
+    kind: str
+    where: str
+    sentence: str
+    problems: list[str] = field(default_factory=list)
+    numbers: int = 0
+    wrong_numbers: int = 0
+    judged_by_truth: bool = False
+
+    @property
+    def true(self) -> bool:
+        return not self.problems
+
+
+def value(text: str) -> float:
+    return float(text.replace("−", "-"))
+
+
+def matches(printed: str, cell: float) -> bool:
+    """Whether ``cell`` prints as ``printed`` at its decimals (half a unit of the last digit, either side)."""
+    d = len(printed.split(".")[1])
+    return bool(np.isfinite(cell)) and abs(cell - value(printed)) <= 0.5 * 10.0 ** -d * (1 + 1e-9) + 1e-12
+
+
+def layer_list(text: str) -> list[int]:
+    out = []
+    for part in re.split(r", | and ", text.strip(", ")):
+        if "–" in part:
+            a, b = part.split("–")
+            out += list(range(int(a), int(b) + 1))
+        elif part.strip().isdigit():
+            out.append(int(part))
+    return out
+
+
+def family_alpha(sentence: str) -> float:
+    m = re.search(r"shared by (\d+) headline families", sentence)
+    return ALPHA / int(m.group(1)) if m else ALPHA
+
+
+def load_tables(out: Path) -> dict[str, pd.DataFrame]:
+    return {p.stem: pd.read_csv(p) for p in (out / "tables").glob("*.csv")}
+
+
+def cited(tables: dict, row: pd.Series) -> pd.DataFrame | None:
+    t = tables.get(str(row["table"])) if isinstance(row["table"], str) else None
+    if t is None:
+        return None
+    rows = str(row["rows"]) if isinstance(row["rows"], str) else ""
+    if rows and row["key"] in t.columns:
+        keep = set(rows.split(","))
+        return t[t[row["key"]].astype(str).isin(keep)]
+    return t
+
+
+def floors(tables: dict) -> list[float]:
+    """The sign-flip floors of the pair's layer family: L x max(1/(P + 1), 2/2^n), computed here."""
+    e = tables.get("effects")
+    if e is None or not len(e):
+        return []
+    n, P, L = int(e["n"].min()), int(e["permutations"].iloc[0]), len(e)
+    return [min(1.0, L * max(1.0 / (P + 1), 2.0 / 2.0 ** n))]
+
+
+def check_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None, tables: dict) -> None:
+    cells = [] if rows is None else [float(x) for x in rows.select_dtypes("number").to_numpy().ravel()]
+    design = [ALPHA / k for k in range(1, 6)] + [ALPHA]
+    fl = floors(tables)
+    for m in NUMBER.finditer(sentence):
+        op, text = (m.group(1) or "").strip(), m.group(2)
+        after = sentence[m.end():m.end() + 1]
+        if after == "%":
+            continue
+        v.numbers += 1
+        x = value(text)
+        ok = any(matches(text, c) for c in cells + design)
+        ok = ok or any(x >= f and x - f < 10.0 ** -len(text.split(".")[1]) for f in fl)  # a floor, rounded up
+        if op == "<":
+            ok = ok or any(c < x for c in cells)
+        if not ok:
+            v.wrong_numbers += 1
+            v.problems.append(f"number {op}{text} is no cell of the cited rows")
+    if rows is not None and "layer" in rows.columns:
+        named = [k for g in LAYERS.findall(sentence) for k in layer_list(g)]
+        known = {int(x) for c in ("layer", "runner_up") if c in rows.columns for x in rows[c].dropna()}
+        extra = set(named) - known
+        if extra:
+            v.problems.append(f"layers {sorted(extra)} are not among the cited rows")
+
+
+def direction(v: Verdict, sentence: str, asserts: str, rows: pd.DataFrame, sc: Scenario) -> None:
+    """Rose/fell/excludes/includes per layer: the decision rule recomputed from the cells, and the planted sign."""
+    a = family_alpha(sentence)
+    said = dict(x.split("=") for x in asserts.split(";") if x)
+    by_layer = rows.set_index("layer")
+    for layer, word in said.items():
+        r = by_layer.loc[int(layer)]
+        p, lo, hi = float(r["p_holm"]), float(r["ci_low"]), float(r["ci_high"])
+        rule = {"rose": p < a and lo > 0, "fell": p < a and hi < 0, "excludes": p >= a and (lo > 0 or hi < 0),
+                "includes": lo <= 0 <= hi}[word]
+        if not rule:
+            v.problems.append(f"layer {layer} '{word}' disagrees with its row (p_Holm {p:.4g}, [{lo:.4g}, {hi:.4g}])")
+        e = sc.effect[int(layer)]
+        if word == "rose" and not e > 0 or word == "fell" and not e < 0:
+            v.problems.append(f"layer {layer} '{word}' but the planted effect is {e:+g}")
+    for word in ("rose", "fell"):
+        m = re.search(rf"SFM {word} in (all \d+ layers|layers? [\d–, and]+?) \(", sentence)
+        named = set(range(sc.layers)) if m and m.group(1).startswith("all") else \
+            set(layer_list(m.group(1).split(" ", 1)[1])) if m else set()
+        if named != {int(k) for k, w in said.items() if w == word}:
+            v.problems.append(f"the words name {sorted(named)} as '{word}', the claim's rows say otherwise")
+    v.judged_by_truth = True
+
+
+def judge_row(row: pd.Series, tables: dict, sc: Scenario, examples: pd.DataFrame) -> Verdict:
+    s, kind = str(row["sentence"]), str(row["kind"])
+    v = Verdict(kind, str(row["where"]), s)
+    rows = cited(tables, row)
+    check_numbers(v, s, rows, tables)
+    asserts = row["asserts"] if isinstance(row["asserts"], str) else ""
+    if kind in ("rose", "fell", "mixed", "no_evidence") and rows is not None:
+        direction(v, s, asserts, rows, sc)
+    elif kind == "differs_across_layers":
+        v.judged_by_truth = True
+        if len(set(sc.effect)) == 1:
+            v.problems.append("the change differs across layers, but every layer has the same planted effect")
+    elif kind == "largest_contrast" and rows is not None and len(rows):
+        r = rows.iloc[0]
+        if r["ci_low"] > 0 or r["ci_high"] < 0:
+            v.judged_by_truth = True
+            truth = np.sign(sc.effect[int(r["layer_b"])] - sc.effect[int(r["layer_a"])])
+            if truth != np.sign(r["mean_diff"]):
+                v.problems.append(f"the contrast's interval excludes 0 on the side the planted effects do not ({truth:+g})")
+    elif kind in ("depends_on_length", "length_adjusted"):
+        v.judged_by_truth = True
+        named = [k for g in LAYERS.findall(s) for k in layer_list(g)]
+        nulls = [k for k in named if sc.effect[k] == 0]
+        if nulls:
+            v.problems.append(f"a length association named in layers {nulls}, whose planted effect is 0 (ρ = 0)")
+    elif kind in ("highest_layer", "highest_tie") and rows is not None and len(rows):
+        r = rows.iloc[0]
+        if kind == "highest_layer" and "runner_up" in r and pd.notna(r["runner_up"]):
+            v.judged_by_truth = True
+            top, runner = int(r["layer"]), int(r["runner_up"])
+            if not (r["ci_low"] > 0 and r["p_adj"] < ALPHA):
+                v.problems.append("'highest' beside an interval or p that does not license it")
+            if r["role"] == "baseline" or not sc.effect[top] > sc.effect[runner]:
+                v.problems.append(f"layer {top} said above layer {runner}; in the population they are equal or "
+                                  "ordered the other way")
+        elif kind == "highest_tie" and r["ci_low"] > 0 and r["p_adj"] < ALPHA:
+            v.problems.append("'no layer distinguishable' beside an interval and p that single one out")
+    elif kind == "censoring":
+        v.judged_by_truth = True
+        cut = int(((examples["prepared_length"] >= examples["cap"])).sum())
+        m = re.match(r"(\d+) of (\d+) examples", s)
+        if not m or (int(m.group(1)), int(m.group(2))) != (cut, sc.n):
+            v.problems.append(f"censoring count: {cut} of {sc.n} examples reach the cap")
+    elif kind in ("grew", "shrank", "reversed", "early_change"):
+        v.judged_by_truth = True
+        v.problems.append("a change between steps, but every step draws from the same process")
+    elif kind == "pair_floor":
+        v.judged_by_truth = True
+        m = re.search(r"smallest attainable p_Holm is (\d+\.\d+)", s)
+        if not m or not any(value(m.group(1)) >= f for f in floors(tables)):
+            v.problems.append("the floor is printed below its exact value")
+    return v
+
+
+def judge(out: Path, sc: Scenario, run_dir: Path) -> list[Verdict]:
+    """Every printed sentence of the report folder ``out`` judged against the scenario's truth."""
+    claims = pd.read_csv(out / "claims.csv")
+    tables = load_tables(out)
+    examples = pd.read_parquet(next(Path(run_dir).glob("*/examples.parquet")))
+    return [judge_row(r, tables, sc, examples) for _, r in claims[claims["printed"]].iterrows()]
+
+
+def any_positive(out: Path) -> set[str]:
+    """The positive claim kinds printed in the headline (on an exact null, each is a false positive)."""
+    c = pd.read_csv(out / "claims.csv")
+    return set(c[c["printed"] & (c["where"] == "headline")]["kind"]) & POSITIVE
+
+
+def summary(verdicts: list[Verdict]) -> dict:
+    n = len(verdicts)
+    return {"sentences": n, "true": sum(v.true for v in verdicts),
+            "true_rate": sum(v.true for v in verdicts) / max(n, 1),
+            "judged_by_truth": sum(v.judged_by_truth for v in verdicts),
+            "numbers": sum(v.numbers for v in verdicts), "wrong_numbers": sum(v.wrong_numbers for v in verdicts)}
+
+
+def run_scenario(sc: Scenario, root: Path, **settings) -> tuple[list[Verdict], set[str]]:
+    """Write the scenario, analyse it, write its report folder, judge it."""
+    import reports
+    import routestats as rs
+
+    runs = sc.write(root / "runs")
+    kw = dict(resamples=999, permutations=999, length_resamples=199, flow="off", seed=sc.seed % 1000)
+    kw.update(settings)
+    rep = rs.analyse(runs, **kw)
+    reports.write(rep, root / "out", ("markdown",))
+    return judge(root / "out", sc, runs), any_positive(root / "out")
