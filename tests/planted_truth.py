@@ -44,6 +44,7 @@ class Scenario:
     causal: bool = False
     n_fields: int = 2
     steps: tuple[int, ...] = (100,)
+    unnamed: int = 0  # the last examples wholly unnamed: no valid query, SFM undefined
 
     @property
     def layers(self) -> int:
@@ -55,14 +56,14 @@ class Scenario:
         synthetic_pair(root, seed=self.seed, n_examples=self.n, n_layers=self.layers, n_heads=2,
                        same_field_bias=[self.bias] * self.layers, effect=list(self.effect), steps=self.steps,
                        cap=self.cap, length_range=self.length_range, causal=self.causal, n_fields=self.n_fields,
-                       exact_null=True)
+                       exact_null=True, unnamed_examples=self.unnamed)
         return Path(root)
 
 
 def draw(rng: np.random.Generator, null: bool = False, max_n: int = 300) -> Scenario:
     """A scenario drawn over the issue's ranges: n 5..max_n, 2..30 layers, nulls, one-layer effects, ties
     (every layer the same effect), ceilings (a large bias), censoring 0–80 %, causal runs, three fields,
-    two steps."""
+    two steps, undefined examples (no named position)."""
     n = int(rng.choice([k for k in (5, 6, 8, 12, 24, 48, 96, 300, 1000) if k <= max_n]))
     layers = int(rng.choice([2, 3, 4, 6, 12, 30] if n <= 96 else [2, 3, 4]))
     sizes = [0.02, 0.1, 0.3, 1.0]
@@ -79,7 +80,8 @@ def draw(rng: np.random.Generator, null: bool = False, max_n: int = 300) -> Scen
     cap = int(rng.choice([256, 256, 24, 14]))  # 24: a few examples censored; 14: most of them
     return Scenario(seed=int(rng.integers(1 << 30)), n=n, effect=tuple(effect),
                     bias=float(rng.choice([0.5, 0.5, 4.0])), cap=cap, causal=bool(rng.random() < 0.25),
-                    n_fields=int(rng.choice([2, 2, 3])), steps=(10, 100) if rng.random() < 0.25 else (100,))
+                    n_fields=int(rng.choice([2, 2, 3])), steps=(10, 100) if rng.random() < 0.25 else (100,),
+                    unnamed=n // 8 if n >= 8 and rng.random() < 0.2 else 0)
 
 
 @dataclass
@@ -205,6 +207,17 @@ def judge_row(row: pd.Series, tables: dict, sc: Scenario, examples: pd.DataFrame
     asserts = row["asserts"] if isinstance(row["asserts"], str) else ""
     if kind in ("rose", "fell", "mixed", "no_evidence") and rows is not None:
         direction(v, s, asserts, rows, sc)
+        used = sc.n - sc.unnamed
+        said = f"({used} of {sc.n} examples; {sc.unnamed} without a valid query left out" if sc.unnamed else \
+            f"({sc.n} examples"
+        if said not in s:
+            v.problems.append(f"the lead does not count {used} of {sc.n} examples")
+    elif kind == "adjusted_counts":
+        v.judged_by_truth = True
+        m = re.search(r"(\d+) of (\d+) examples", s)
+        q = re.search(r"(\d+) without a valid query", s)
+        if not m or int(m.group(2)) != sc.n or (int(q.group(1)) if q else 0) != sc.unnamed:
+            v.problems.append(f"adjusted counts: {sc.n} examples, {sc.unnamed} without a named position")
     elif kind == "differs_across_layers":
         v.judged_by_truth = True
         if len(set(sc.effect)) == 1:
@@ -216,7 +229,18 @@ def judge_row(row: pd.Series, tables: dict, sc: Scenario, examples: pd.DataFrame
             truth = np.sign(sc.effect[int(r["layer_b"])] - sc.effect[int(r["layer_a"])])
             if truth != np.sign(r["mean_diff"]):
                 v.problems.append(f"the contrast's interval excludes 0 on the side the planted effects do not ({truth:+g})")
-    elif kind in ("depends_on_length", "length_adjusted"):
+    elif kind == "length_adjusted" and rows is not None:
+        for word, sign in (("larger", 1), ("smaller", -1)):
+            m = re.search(rf"\|Δ\| is {word} in longer examples in (layers? [\d–, and]+)", s)
+            for k in layer_list(m.group(1).split(" ", 1)[1]) if m else []:
+                r = rows[rows["layer"] == k].iloc[0]
+                if np.sign(r["slope_per_10"] * r["delta_at_reference"]) != sign:
+                    v.problems.append(f"|Δ| said {word} with length in layer {k}; its slope and Δ say otherwise")
+        named = [k for g in LAYERS.findall(s) for k in layer_list(g)]
+        if any(sc.effect[k] == 0 for k in named):
+            v.judged_by_truth = True
+            v.problems.append("a length dependence said of a layer whose planted effect is 0 (ρ = 0)")
+    elif kind == "depends_on_length":
         v.judged_by_truth = True
         named = [k for g in LAYERS.findall(s) for k in layer_list(g)]
         nulls = [k for k in named if sc.effect[k] == 0]

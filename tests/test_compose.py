@@ -115,7 +115,7 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
                          "baseline_mean": 0.5, "variant_mean": 0.6, "dz": 1.0, "n": 5})
     c5 = {c.kind: c for c in P.effects_claims(eff5, n_examples=5, pretrained=False, alpha=0.05, confidence=0.95,
                                               permutations=9999)}
-    assert c5["pair_floor"].holds and "smallest attainable p_Holm is 0.25 (4 × 2/2^5)" in c5["pair_floor"].sentence
+    assert c5["pair_floor"].holds and "smallest attainable p_Holm is 0.250 (4 × 2/2^5)" in c5["pair_floor"].sentence
     assert "p_Holm = 0.250, the smallest attainable with 5 examples" in c5["no_evidence"].sentence
     withheld(design(c5["pair_floor"], floor=0.01))
     eff30 = pd.DataFrame({"layer": range(30), "mean_diff": [0.01] * 30, "p_holm": 0.001, "ci_low": 0.005,
@@ -147,15 +147,37 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     lay = pd.DataFrame({"role": ["baseline"] * 2, "layer": [0, 1], "sfm": [0.5, 0.6]})
     per = pd.DataFrame({"example_id": list(range(8)) * 2, "layer": [0] * 8 + [1] * 8,
                         "baseline": [0.5] * 8 + [0.59, 0.61] * 4, "variant": 0.5})
-    top = P.profile_claims(lay, 0.1, per)[0]
-    assert top.kind == "highest_layer" and top.holds and "above layer 0 by +0.100" in top.sentence
+    from routestats.settings import Resampling
+    from routestats.studies.effects import highest_layers
+
+    r = Resampling(resamples=500, permutations=999)
+    top = P.profile_claims(highest_layers(lay, per, r))[0]
+    # 8 examples all of one sign: sign-flip p = 2/2^8 ~ 0.0078 (one other layer, so no Bonferroni factor)
+    assert top.kind == "highest_layer" and top.holds and "the closest is layer 0, by +0.100" in top.sentence
     withheld(rows(top, ci_low=-0.01))
-    tie = P.profile_claims(lay.assign(sfm=[0.5, 0.5001]), 0.1, per.assign(baseline=[0.5, 0.49] * 4 + [0.49, 0.5] * 4))[0]
-    assert tie.kind == "highest_tie" and tie.holds and "tie for the highest SFM" in tie.sentence
-    withheld(rows(tie, ci_low=0.01))
+    withheld(rows(top, p_adj=0.2))
+    tie = P.profile_claims(highest_layers(lay.assign(sfm=[0.5, 0.5001]),
+                                          per.assign(baseline=[0.5, 0.49] * 4 + [0.49, 0.5] * 4), r))[0]
+    assert tie.kind == "highest_tie" and tie.holds and "no layer is distinguishable as the highest" in tie.sentence
+    withheld(rows(tie, ci_low=0.01, p_adj=0.001, above_all=True))
+    # the largest contrast is said only beside a profile-shape test that rejects a uniform shift
+    contrasts = pd.DataFrame({"contrast": ["L1 − L0"], "layer_a": [0], "layer_b": [1], "mean_diff": [0.1],
+                              "ci_low": [0.05], "ci_high": [0.15]})
+    largest = P.shape_claims(shape, contrasts, 0.05, "95%")[1]
+    assert largest.kind == "largest_contrast" and largest.holds
+    withheld(design(largest, p=0.3))
+    adjusted = pd.DataFrame({"layer": [0, 1], "reference_length": [20, 20], "delta_at_reference": [0.1, 0.2],
+                             "slope_per_10": [0.01, 0.02]})
+    la = P.length_claims(assoc, adjusted, 0.05)[1]
+    assert la.kind == "length_adjusted" and la.holds
+    withheld(replace(la, evidence=la.evidence.iloc[:0]))
+    small = P.small_sample_claims(6, 0.95)[0]
+    assert "about 87% of samples from a normal population" in small.sentence  # bench_coverage.py, n = 6
+    withheld(design(small, n_used=40))
     assert seen >= {"differs_across_layers", "no_evidence_shape", "unnamed_shift", "first_key_sink", "early_share",
                     "needs_bias_off", "direct_learned", "scope", "censoring", "depends_on_length",
-                    "layers_listed", "pair_floor", "highest_layer", "highest_tie", "same_sign", "signflip_floor", "mixed_not_converged", "shared_examples",
+                    "layers_listed", "pair_floor", "highest_layer", "highest_tie", "largest_contrast", "length_adjusted",
+                    "small_sample_intervals", "same_sign", "signflip_floor", "mixed_not_converged", "shared_examples",
                     "no_across_seed", "parts_scope", "worst_best", "floor"}
 
 

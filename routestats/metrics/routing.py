@@ -244,7 +244,8 @@ def opportunity(run: Run, trivial: str | None = None) -> pd.DataFrame:
     (the default for causal runs), NaN for an example without any. Columns: example_id, n_named
     (N_e), opportunity, n_fields_present, defined_adjusted (1 - O_e > 0).
 
-    Raises when an example has no named position (N_e = 0).
+    An example with no named position (N_e = 0) has no opportunity: NaN, ``defined_adjusted`` False (its
+    SFM is undefined too, so the adjusted analyses leave it out and count it).
     """
     from routestats.rundir.reductions import query_opportunity
 
@@ -252,9 +253,6 @@ def opportunity(run: Run, trivial: str | None = None) -> pd.DataFrame:
     ex = run.examples(["example_id", "field_ids"])
     counts = np.stack([(np.asarray(g)[:, None] == named[None, :]).sum(axis=0) for g in ex["field_ids"]])
     total = counts.sum(axis=1)
-    if (total == 0).any():
-        bad = ex["example_id"].to_numpy()[total == 0][0]
-        raise RoutestatsError(f"{run.run_id}: example_id {bad} has no named-field position; O_e is undefined")
     if run.causal:
         excl = trivial_default(run, trivial) == "exclude"
         o = []
@@ -264,7 +262,8 @@ def opportunity(run: Run, trivial: str | None = None) -> pd.DataFrame:
             o.append(float(oi[use].mean()) if use.any() else np.nan)
         o = np.asarray(o)
     else:
-        o = (counts.astype(np.float64) ** 2).sum(axis=1) / total.astype(np.float64) ** 2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            o = np.where(total > 0, (counts.astype(np.float64) ** 2).sum(axis=1) / np.maximum(total, 1) ** 2, np.nan)
     return pd.DataFrame(
         {
             "example_id": ex["example_id"].to_numpy(),

@@ -62,6 +62,7 @@ def synthetic_pair(
     causal: bool = False,
     n_fields: int = 2,
     exact_null: bool = False,
+    unnamed_examples: int = 0,
 ) -> tuple[Path, Path]:
     """Write a SYNTHETIC paired run (``baseline`` and ``saab``) under ``out_dir``.
 
@@ -77,6 +78,9 @@ def synthetic_pair(
     exactly 0 (without it, the variant's extra noise lowers SFM by about 1e-4 through Jensen's
     inequality), and the sign of every planted effect is the sign of the population Δ SFM.
 
+    ``unnamed_examples`` makes the last that many examples wholly unnamed (field id 2, outside the run's
+    named fields), so no query has a named position: their SFM is undefined (never silently 0).
+
     Returns
     -------
     (Path, Path)
@@ -86,6 +90,8 @@ def synthetic_pair(
         raise ValueError("same_field_bias and effect need one value per layer")
     rng = np.random.default_rng(seed)
     rows = _synthetic_examples(rng, n_examples, length_range, cap, n_fields)
+    for r in rows[len(rows) - unnamed_examples:] if unnamed_examples else []:
+        r["field_ids"] = [2] * len(r["field_ids"])
     noise = {ex["example_id"]: rng.standard_normal((len(steps), n_layers, n_heads, len(ex["field_ids"]),
                                                     len(ex["field_ids"]))) for ex in rows}
     extra = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows}

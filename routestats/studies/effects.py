@@ -172,14 +172,15 @@ def _family(diffs: pd.DataFrame, layers) -> np.ndarray:
 
 
 def _mean_opportunity(p: RunPair, examples) -> float:
-    """Mean O_e over every selected example, excluded ones included (as the reference reports it)."""
+    """Mean O_e over every selected example, excluded ones included (as the reference reports it); examples
+    without a named position have no O_e and are not in the mean."""
     from routestats.metrics.routing import opportunity, select_examples
 
     o = opportunity(p.baseline)
     ids = select_examples(p.baseline, examples)
     if ids is not None:
         o = o[o["example_id"].isin(ids)]
-    return float(o["opportunity"].mean())
+    return float(o["opportunity"].mean(skipna=True))
 
 
 def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,

@@ -15,7 +15,7 @@ from routestats.report import Check, Claim, fmt_num
 from routestats.stats.inference import SMALL_N, percentile_coverage
 
 __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
-           "early_claims", "scope_claim", "censoring_claims", "length_claims", "effects_claims", "effect_findings", "profile_claims", "distance_claims",
+           "early_claims", "scope_claim", "censoring_claims", "small_sample_claims", "length_claims", "effects_claims", "effect_findings", "profile_claims", "distance_claims",
            "adjusted_claims", "signflip_floor"]
 
 # headline and findings in this rank (a kind not listed follows in section order)
@@ -213,9 +213,13 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
                            Check("at least 8 examples", "n >= 8")), evidence=strong)]
     if adjusted is not None and len(adjusted):
         a = adjusted[adjusted["layer"].isin(strong["layer"])]
+        toward = a["slope_per_10"] * a["delta_at_reference"]  # > 0: |Δ| larger in longer examples
+        size = "; ".join(f"|Δ| is {word} in longer examples in {layers_phrase(g['layer'])}"
+                         for word, g in (("larger", a[toward > 0]), ("smaller", a[toward < 0])) if len(g))
         out.append(Claim("length_adjusted", f"At the median length of those examples "
                          f"({a['reference_length'].iloc[0]:g} tokens) Δ is {span(a['delta_at_reference'])} in "
-                         f"{layers_phrase(a['layer'])}, changing by {span(a['slope_per_10'])} per 10 tokens.",
+                         f"{layers_phrase(a['layer'])}, changing by {span(a['slope_per_10'])} per 10 tokens"
+                         + (f": {size}." if size else "."),
                          "headline", "length_adjusted", rows_of(a), evidence=a,
                          requires=(Check("a length association was found in these layers", "rows >= 1",
                                          on="design"),)))
@@ -353,8 +357,15 @@ def distance_claims(distance: pd.DataFrame, conf: str = "95%") -> list[Claim]:
                   "finding", "profile_distance", evidence=distance.iloc[:1])]
 
 
-def adjusted_claims(adj: pd.DataFrame) -> list[Claim]:
-    """The opportunity-adjusted analysis's counts."""
-    return [Claim("adjusted_counts", f"Opportunity-adjusted analysis: {int(adj['n'].iloc[0])} examples, "
-                  f"{int(adj['excluded'].iloc[0])} excluded (one visible field), mean O_e "
-                  f"{fmt_num(adj['mean_opportunity'].iloc[0])}.", "finding", "adjusted", evidence=adj.iloc[:1])]
+def adjusted_claims(adj: pd.DataFrame, without_query: int = 0) -> list[Claim]:
+    """The opportunity-adjusted analysis's counts: of the examples it leaves out, ``without_query`` have no
+    valid query at all (left out of the SFM effects too); the rest show one named field only (O_e = 1)."""
+    r = adj.iloc[0]
+    n, excluded = int(r["n"]), int(r["excluded"])
+    one_field = excluded - without_query
+    why = "; ".join(x for x in (f"{one_field} with one visible field" if one_field else "",
+                                f"{without_query} without a valid query" if without_query else "") if x)
+    return [Claim("adjusted_counts", f"Opportunity-adjusted analysis: {n} of {n + excluded} examples"
+                  + (f" ({excluded} left out: {why})" if excluded else " (none left out)")
+                  + f", mean O_e {fmt_num(r['mean_opportunity'])}.", "finding", "adjusted", evidence=adj.iloc[:1],
+                  requires=(Check("the counts add up", f"excluded >= {without_query}"),))]

@@ -141,7 +141,7 @@ def adjusted_section(ctx: PairContext) -> Section:
                    Column("Mean O_e", "mean_opportunity"), Column("Adj. baseline", "baseline_mean"),
                    Column("Adj. variant", "variant_mean"), Column("Δ adj.", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
-    return Section("adjusted", "Opportunity-adjusted SFM", (t,), claims=tuple(adjusted_claims(t.frame)))
+    return Section("adjusted", "Opportunity-adjusted SFM", (t,), claims=tuple(adjusted_claims(t.frame, int(ctx.effects()["excluded"].max()))))
 
 
 @section("fields", "Field-to-field attention")
