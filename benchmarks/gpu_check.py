@@ -839,7 +839,7 @@ def markdown(s: dict) -> str:
     if ag.get("comparison"):
         L += ["", "## CPU / GPU agreement", "", f"Comparison: **{ag['comparison']}**; same-seed mask generators "
               f"draw equal masks: {ag.get('mask_generator_equal')}.", f"Initial (max |difference|): "
-              f"{json.dumps(ag.get('init'))}.", f"Trained: " + json.dumps(
+              f"{json.dumps(ag.get('init'))}.", "Trained: " + json.dumps(
                   {k: {"loss": v["metrics_loss"], "max": v["max"], "first_batch_equal": v["first_batch_equal"]}
                    for k, v in ag.get("trained", {}).items()}) + "."]
     cp = s["parts"].get("capture", {})

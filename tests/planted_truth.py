@@ -161,7 +161,10 @@ def check_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None, tables: 
         v.numbers += 1
         x = value(text)
         ok = any(matches(text, c) for c in cells + design)
-        ok = ok or any(x >= f and x - f < 10.0 ** -len(text.split(".")[1]) for f in fl)  # a floor, rounded up
+        unit = 10.0 ** -len(text.split(".")[1])
+        ok = ok or any(x >= f and x - f < unit for f in fl)  # a floor, rounded up
+        if "attainable" in sentence[max(0, m.start() - 30):m.start()]:  # a floor cell, rounded up
+            ok = ok or any(x >= c and x - c < unit for c in cells)
         if op == "<":
             ok = ok or any(c < x for c in cells)
         if not ok:
@@ -175,14 +178,15 @@ def check_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None, tables: 
             v.problems.append(f"layers {sorted(extra)} are not among the cited rows")
 
 
-def direction(v: Verdict, sentence: str, asserts: str, rows: pd.DataFrame, sc: Scenario) -> None:
+def direction(v: Verdict, sentence: str, asserts: str, rows: pd.DataFrame, sc,
+              cols: tuple[str, str, str] = ("p_holm", "ci_low", "ci_high")) -> None:
     """Rose/fell/excludes/includes per layer: the decision rule recomputed from the cells, and the planted sign."""
     a = family_alpha(sentence)
     said = dict(x.split("=") for x in asserts.split(";") if x)
     by_layer = rows.set_index("layer")
     for layer, word in said.items():
         r = by_layer.loc[int(layer)]
-        p, lo, hi = float(r["p_holm"]), float(r["ci_low"]), float(r["ci_high"])
+        p, lo, hi = (float(r[c]) for c in cols)
         rule = {"rose": p < a and lo > 0, "fell": p < a and hi < 0, "excludes": p >= a and (lo > 0 or hi < 0),
                 "includes": lo <= 0 <= hi}[word]
         if not rule:
@@ -308,3 +312,95 @@ def run_scenario(sc: Scenario, root: Path, **settings) -> tuple[list[Verdict], s
     rep = rs.analyse(runs, **kw)
     reports.write(rep, root / "out", ("markdown",))
     return judge(root / "out", sc, runs), any_positive(root / "out")
+
+
+# ---------------------------------------------------------------------------------------------- studies
+@dataclass(frozen=True)
+class StudyScenario:
+    """``seeds`` planted pairs (``root/seed<s>/{baseline,saab}``), each its own draw of examples, all with the
+    same per-layer ``effect``: across seeds the population mean Δ of layer ``l`` has the sign of
+    ``effect[l]``; the seeds share example ids but not contents (never crossed)."""
+
+    seeds: tuple[int, ...]
+    n: int
+    effect: tuple[float, ...]
+    bias: float = 0.5
+
+    @property
+    def layers(self) -> int:
+        return len(self.effect)
+
+    def write(self, root: Path) -> Path:
+        from routestats.rundir.synthetic import synthetic_pair
+
+        for seed in self.seeds:
+            synthetic_pair(Path(root) / f"seed{seed}", seed=seed, n_examples=self.n, n_layers=self.layers, n_heads=2,
+                           same_field_bias=[self.bias] * self.layers, effect=list(self.effect), exact_null=True)
+        return Path(root)
+
+
+def pattern_label(d_lo, d_up, g_b, g_v, up: str) -> str:
+    """docs/methods.md's pattern rules, written out again here (first match wins)."""
+    if d_up >= 0.01 and d_up >= 2 * abs(d_lo):
+        return f"{up}-dominant change"
+    if g_b >= -0.005 and g_v <= -0.01:
+        return "Ordering reverses"
+    if d_lo <= -0.05:
+        return "Relatively strong paired change"
+    if abs(g_v) <= abs(g_b) - 0.01:
+        return "Gap narrows"
+    return "Small change" if max(abs(d_lo), abs(d_up)) < 0.05 else "No rule matched"
+
+
+def judge_study_row(row: pd.Series, tables: dict, sc: StudyScenario) -> Verdict:
+    s, kind = str(row["sentence"]), str(row["kind"])
+    v = Verdict(kind, str(row["where"]), s)
+    rows = cited(tables, row)
+    check_numbers(v, s, rows, {})
+    k = len(sc.seeds)
+    asserts = row["asserts"] if isinstance(row["asserts"], str) else ""
+    if kind in ("rose", "fell", "mixed", "no_evidence") and rows is not None:
+        direction(v, s, asserts, rows, sc, ("p_t_holm", "ci_low_t", "ci_high_t"))
+        if f"Across {k} seeds" not in s:
+            v.problems.append(f"the lead does not say {k} seeds")
+    elif kind == "signflip_floor":
+        v.judged_by_truth = True
+        m = re.search(r"smallest attainable p = (\d+\.\d+)", s)
+        if not m or value(m.group(1)) < 2 / 2 ** k or 2 / 2 ** k <= ALPHA:
+            v.problems.append(f"the exact floor is 2/2^{k} = {2 / 2 ** k:g}")
+    elif kind == "patterns":
+        v.judged_by_truth = True
+        t = tables["seeds"]
+        want = pd.Series([pattern_label(r.delta_lower, r.delta_upper, r.baseline_gap, r.variant_gap,
+                                        f"L{int(r.upper_layer)}") for r in t.itertuples()]).value_counts()
+        said = {m.group(1): int(m.group(2)) for m in re.finditer(r"“([^”]+)” in (\d+) of", s)}
+        if said != want.to_dict():
+            v.problems.append(f"pattern counts {said}; the rules on the seed table give {want.to_dict()}")
+    elif kind == "shared_examples":
+        v.judged_by_truth = True
+        v.problems.append("seeds and examples said crossed, but each seed drew its own examples")
+    elif kind == "examples_nested":
+        v.judged_by_truth = True
+        if f"share their {sc.n} example ids" not in s:
+            v.problems.append(f"the seeds share {sc.n} example ids")
+    elif kind == "counts":
+        v.judged_by_truth = True
+        if s != f"{2 * k} runs, seeds {', '.join(map(str, sc.seeds))}.":
+            v.problems.append("run and seed counts")
+    return v
+
+
+def run_study(sc: StudyScenario, root: Path, **settings) -> list[Verdict]:
+    """Write the study tree, analyse it, write its report folder, judge the study's own sentences."""
+    import reports
+    import routestats as rs
+
+    runs = sc.write(root / "runs")
+    kw = dict(resamples=499, permutations=999, length_resamples=199, flow="off", seed=1)
+    kw.update(settings)
+    rep = rs.analyse(runs, **kw)
+    reports.write(rep, root / "out", ("markdown",))
+    claims = pd.read_csv(root / "out" / "claims.csv")
+    first = claims["part"].iloc[0]
+    tables = load_tables(root / "out")
+    return [judge_study_row(r, tables, sc) for _, r in claims[claims["printed"] & (claims["part"] == first)].iterrows()]

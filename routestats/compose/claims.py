@@ -86,9 +86,19 @@ def span_r(r) -> str:
 
 def span(values) -> str:
     """'+0.010 to +0.120', or one value when both ends print the same; both ends with one scale
-    (:func:`scale_decimals`)."""
-    d = scale_decimals(min(values), max(values))
-    lo, hi = signed(min(values), d), signed(max(values), d)
+    (:func:`scale_decimals`), unless they differ more than ten-fold: then each with its own, so a small end
+    never prints as 0.
+
+    >>> span([0.01, 0.12]), span([0.000064, 0.043]), span([-0.00023, -0.0000037])
+    ('+0.010 to +0.120', '+0.000064 to +0.043', '−0.00023 to −0.0000037')
+    """
+    a, b = float(min(values)), float(max(values))
+    small, large = sorted((abs(a), abs(b)))
+    if small > 0 and large > 10 * small:
+        lo, hi = signed(a), signed(b)
+    else:
+        d = scale_decimals(a, b)
+        lo, hi = signed(a, d), signed(b, d)
     return lo if lo == hi else f"{lo} to {hi}"
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from routestats.compose.claims import ci_text, direction_claim, layers_phrase, p_after, rows_of, span, span_r
-from routestats.report import Check, Claim, fmt_num, fmt_p
+from routestats.compose.claims import (
+    ci_text, direction_claim, floor_text, layers_phrase, p_after, rows_of, scale_decimals, signed, span, span_r,
+)
+from routestats.report import Check, Claim, fmt_num
 
 __all__ = ["CLAIM_ORDER", "across_seed_claims", "pattern_claims", "convergence_claims", "shared_example_claims",
            "null_check_claims", "scope_claims"]
@@ -37,7 +39,7 @@ def across_seed_claims(across: pd.DataFrame, alpha: float, conf: str) -> list[Cl
     floor = float(across["min_attainable_p"].min())
     if floor > alpha:
         out.append(Claim("signflip_floor", f"With {k} seeds the exact sign-flip test cannot reach p < {alpha:g} "
-                         f"(smallest attainable p = {fmt_p(floor)}); the t-test leans on normality of the per-seed "
+                         f"(smallest attainable p = {floor_text(floor, floor)}); the t-test leans on normality of the per-seed "
                          "Δ.", "headline", "across_seeds",
                          requires=(Check("min attainable p > alpha", f"min_attainable_p > {alpha!r}"),),
                          evidence=across))
@@ -45,10 +47,10 @@ def across_seed_claims(across: pd.DataFrame, alpha: float, conf: str) -> list[Cl
         r = across.iloc[i]
         where = f"{r['dataset']}, " if across["dataset"].nunique() > 1 else ""
         out.append(Claim("seed_layer", f"{where}Layer {int(r['layer'])}: mean Δ over {int(r['n_seeds'])} seeds "
-                         f"{fmt_num(r['mean_delta'])} (SD {fmt_num(r['sd_delta'])}), per-layer {conf} t interval "
-                         f"{ci_text(r['ci_low_t'], r['ci_high_t'])}, paired t p_Holm {p_after(r['p_t_holm'])}, exact "
-                         f"sign-flip p_Holm {p_after(r['p_signflip_holm'])} (smallest attainable "
-                         f"{fmt_p(r['min_attainable_p'])}).", "finding", "across_seeds", (int(r["layer"]),),
+                         f"{signed(r['mean_delta'])} (SD {fmt_num(r['sd_delta'], scale_decimals(r['sd_delta']))}), "
+                         f"per-layer {conf} t interval {ci_text(r['ci_low_t'], r['ci_high_t'])}, paired t p_Holm "
+                         f"{p_after(r['p_t_holm'])}, exact sign-flip p_Holm {p_after(r['p_signflip_holm'])} (smallest "
+                         f"attainable {floor_text(r['min_attainable_p'], r['min_attainable_p'])}).", "finding", "across_seeds", (int(r["layer"]),),
                          evidence=across.iloc[[i]]))
     return out
 
