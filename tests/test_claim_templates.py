@@ -110,18 +110,20 @@ def test_shape_early_share_and_length_sentences():
                     length_association=assoc, length_adjusted=adj),
              censored={"n_capped": 12, "n": 32, "cap": 64})
     h = printed(c)
-    assert h[1] == ("The change differs across layers (profile-shape sign-flip p < 0.001); the largest contrast is "
-                    "L1 − L0 = −0.080, per-contrast 95% interval [−0.090, −0.070].")
+    assert h[1] == "The change differs across layers (profile-shape sign-flip p < 0.001)."
+    # the contrast is a claim of its own, citing the contrasts table
+    assert h[2] == "The largest layer contrast is L1 − L0 = −0.080 (per-contrast 95% interval [−0.090, −0.070])."
     # the early share as numbers (90%, 120%), the later change by its own decision rule, no mechanism named
-    assert h[2] == ("At step 1, the earliest stored step, the difference ranged from 90% to 120% of its final size "
+    assert h[3] == ("At step 1, the earliest stored step, the difference ranged from 90% to 120% of its final size "
                     "(outside 0–100% in layer 1: there the early difference is larger than, or opposite to, the final "
                     "one); from then to the end it shrank in layer 1 in size (p_Holm < 0.05).")
-    assert h[-1] == ("In 1 of 2 layers the per-example Δ is associated with evaluated length (Spearman ρ −0.70 in "
+    assert h[-2] == ("In 1 of 2 layers the per-example Δ is associated with evaluated length (Spearman ρ −0.70 in "
                      "layer 0; p_Holm < 0.05 over 2 layers, per-layer interval excluding 0, on 20 examples below the "
                      "cap; 12 at the cap are left out), so the mean Δ depends on this sample's lengths; an "
-                     "association, not an effect of length; "
-                     "at the median length of those examples (48 tokens) Δ is +0.050, changing by −0.012 per 10 "
-                     "tokens.")
+                     "association, not an effect of length.")
+    # the size at the median length from the length-adjusted table: Δ +0.050 falling 0.012 per 10 tokens
+    assert h[-1] == ("At the median length of those examples (48 tokens) Δ is +0.050 in layer 0, changing by −0.012 "
+                     "per 10 tokens: |Δ| is smaller in longer examples in layer 0.")
     f = printed(c, "finding")
     assert f[0].startswith("Whether an early difference is what the bias does to near-initial weights or what "
                            "training learned is not shown by this design")
