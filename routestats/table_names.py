@@ -5,7 +5,7 @@ Which of them a given report holds depends on its input (e.g. ``sweep`` needs se
 """
 
 REPORT_TABLES = {
-    "pair": ("performance", "layers", "effects", "entropy_effects", "adjusted", "field_to_field", "masses",
+    "pair": ("performance", "layers", "highest_layer", "effects", "entropy_effects", "adjusted", "field_to_field", "masses",
              "norm_effects", "rollout_effects", "profile_shape", "layer_contrasts", "profile_distance", "init_vs_final",
              "head_sfm", "trajectory",
              "gradients", "lengths", "length_association", "length_adjusted", "length_bins", "word_map"),
