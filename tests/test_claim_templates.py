@@ -185,7 +185,7 @@ def test_study_leads_with_the_across_seed_result():
     assert h[0] == ("Across 3 seeds (seed as the unit; paired t, Holm over layers), SFM rose in layer 0 (Δ +0.116, "
                     "p_Holm = 0.012); in layer 1 the per-layer 95% interval [0.018, 0.171] excludes 0 but p_Holm = "
                     "0.102 (Holm over 3 layers); in layer 2 the 95% interval [−0.005, 0.247] includes 0.")
-    assert h[1] == "Every layer's mean Δ has the same sign (+0.094 to +0.121); with 3 seeds, 1 of 3 layers reach p_Holm < 0.05."
+    assert h[1] == "Every layer's mean Δ has the same sign (+0.094 to +0.121); with 3 seeds, 1 of 3 layers reaches p_Holm < 0.05."
     assert h[2] == ("With 3 seeds the exact sign-flip test cannot reach p < 0.05 (smallest attainable p = 0.250); "
                     "the t-test leans on normality of the per-seed Δ.")
     assert not any("per-pair" in x for x in h)  # no parts, no sentence about them

@@ -31,7 +31,7 @@ def across_seed_claims(across: pd.DataFrame, alpha: float, conf: str) -> list[Cl
     sig = (across["p_t_holm"] < alpha)
     if (~sig).any() and ((d > 0).all() or (d < 0).all()):
         out.append(Claim("same_sign", f"Every layer's mean Δ has the same sign ({span(d)}); with {k} seeds, "
-                         f"{int(sig.sum())} of {len(across)} layers reach p_Holm < {alpha:g}.", "headline",
+                         f"{int(sig.sum())} of {len(across)} layers {'reaches' if int(sig.sum()) == 1 else 'reach'} p_Holm < {alpha:g}.", "headline",
                          "across_seeds", rows_of(across),
                          requires=(Check("one sign", "mean_delta > 0", every="same"),
                                    Check("some layer does not reach alpha", f"not (p_t_holm < {alpha!r})", every="any")),
