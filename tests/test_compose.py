@@ -174,6 +174,29 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     small = P.small_sample_claims(6, 0.95)[0]
     assert "about 87% of samples from a normal population" in small.sentence  # bench_coverage.py, n = 6
     withheld(design(small, n_used=40))
+    # claims that quote a table are withheld when what they quote is undefined (a NaN would print as "nan")
+    eff2 = pd.DataFrame({"layer": [0, 1], "mean_diff": [0.1, 0.02], "p_holm": [0.001, 0.2], "ci_low": [0.05, -0.01],
+                         "ci_high": [0.15, 0.05], "baseline_mean": 0.5, "variant_mean": 0.6, "dz": 1.0})
+    withheld(rows(P.effect_findings(eff2, "95%")[0], mean_diff=float("nan")))
+    dist = pd.DataFrame({"profile_distance": [0.2], "ci_low": [0.1], "ci_high": [0.3]})
+    withheld(rows(P.distance_claims(dist)[0], ci_low=float("nan")))
+    one = P.profile_claims(pd.DataFrame({"role": ["baseline"], "layer": [0], "sfm": [0.5]}))[0]
+    assert one.kind == "highest_layer" and one.holds
+    withheld(replace(one, evidence=pd.concat([one.evidence, one.evidence])))
+    across_seed = {c.kind: c for c in St.across_seed_claims(across, 0.05, "95%")}
+    withheld(rows(across_seed["seed_layer"], mean_delta=float("nan")))
+    seeds = pd.DataFrame({"seed": [1, 2], "pattern": ["Gap narrows", "Small change"]})
+    pat = St.pattern_claims(seeds)[0]
+    assert pat.holds
+    withheld(rows(pat, pattern=float("nan")))
+    withheld(replace(pat, evidence=seeds.iloc[:1]))
+    counts = [c for c in St.scope_claims(n_runs=4, n_pairs=2, seeds=[1], n_ref_seeds=1, has_parts=True)
+              if c.kind == "counts"][0]
+    withheld(design(counts, n_runs=0))
+    nc = St.null_check_claims({"max_abs_diff": 1e-8, "passes": True, "tolerance": 1.2e-7})[0]
+    assert nc.holds
+    withheld(design(nc, max_abs_diff=float("nan")))
+    assert seen >= {"layer_effect", "profile_distance", "seed_layer", "patterns", "counts", "null_check"}
     assert seen >= {"differs_across_layers", "no_evidence_shape", "unnamed_shift", "first_key_sink", "early_share",
                     "needs_bias_off", "direct_learned", "scope", "censoring", "depends_on_length",
                     "layers_listed", "pair_floor", "highest_layer", "highest_tie", "largest_contrast", "length_adjusted",

@@ -308,6 +308,8 @@ def effect_findings(eff: pd.DataFrame, conf: str) -> list[Claim]:
                          f"{fmt_num(r['variant_mean'])}, Δ = {signed(r['mean_diff'])}, per-layer {conf} CI "
                          f"{ci_text(r['ci_low'], r['ci_high'])}, d_z = {fmt_num(r['dz'], 2).replace('-', '−')}, p_Holm {p_after(r['p_holm'])}.",
                          "finding", "effects", (int(r["layer"]),), because=("quotes the table",),
+                         requires=(Check("the row's numbers are defined", "mean_diff == mean_diff and "
+                                         "ci_low == ci_low and ci_high == ci_high and p_holm == p_holm"),),
                          evidence=rows.iloc[[i]]))
     return out
 
@@ -322,7 +324,10 @@ def profile_claims(highest: pd.DataFrame, alpha: float = 0.05, conf: str = "95%"
         role, a, ev = str(r["role"]), int(r["layer"]), highest.iloc[[i]]
         if "runner_up" not in r or pd.isna(r.get("runner_up")):
             out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}).",
-                             "finding", "highest_layer", (role,), "role", evidence=ev))
+                             "finding", "highest_layer", (role,), "role", evidence=ev,
+                             requires=(Check("one layer only: nothing to tell it from", "others != others or "
+                                             "others == 0") if "others" in ev else
+                                       Check("one layer only: nothing to tell it from", "rows == 1", on="design"),)))
             continue
         b, k = int(r["runner_up"]), int(r["others"])
         if r["p_adj"] < alpha and r["ci_low"] > 0 and r["above_all"]:
@@ -354,7 +359,9 @@ def distance_claims(distance: pd.DataFrame, conf: str = "95%") -> list[Claim]:
     r = distance.iloc[0]
     return [Claim("profile_distance", f"Profile distance between the two layer profiles: "
                   f"{fmt_num(r['profile_distance'], 4)} ({conf} interval {ci_text(r['ci_low'], r['ci_high'])}).",
-                  "finding", "profile_distance", evidence=distance.iloc[:1])]
+                  "finding", "profile_distance", evidence=distance.iloc[:1],
+                  requires=(Check("the distance and its interval are defined", "profile_distance == profile_distance "
+                                  "and ci_low == ci_low and ci_high == ci_high"),))]
 
 
 def adjusted_claims(adj: pd.DataFrame, without_query: int = 0) -> list[Claim]:

@@ -50,7 +50,10 @@ def across_seed_claims(across: pd.DataFrame, alpha: float, conf: str) -> list[Cl
                          f"{signed(r['mean_delta'])} (SD {fmt_num(r['sd_delta'], scale_decimals(r['sd_delta']))}), "
                          f"per-layer {conf} t interval {ci_text(r['ci_low_t'], r['ci_high_t'])}, paired t p_Holm "
                          f"{p_after(r['p_t_holm'])}, exact sign-flip p_Holm {p_after(r['p_signflip_holm'])} (smallest "
-                         f"attainable {floor_text(r['min_attainable_p'], r['min_attainable_p'])}).", "finding", "across_seeds", (int(r["layer"]),),
+                         f"attainable {floor_text(r['min_attainable_p'], r['min_attainable_p'])}).", "finding",
+                         "across_seeds", (int(r["layer"]),),
+                         requires=(Check("the row's numbers are defined", "mean_delta == mean_delta and "
+                                         "ci_low_t == ci_low_t and ci_high_t == ci_high_t"),),
                          evidence=across.iloc[[i]]))
     return out
 
@@ -61,7 +64,8 @@ def pattern_claims(seeds: pd.DataFrame) -> list[Claim]:
     n = int(counts.sum())
     return [Claim("patterns", "Seed-table patterns (the documented rules of routestats.settings.PatternRules): "
                   + "; ".join(f"“{k}” in {v} of {n} seeds" for k, v in counts.items()) + ".", "finding", "seeds",
-                  evidence=seeds)]
+                  requires=(Check("every seed has a label", "pattern == pattern"),
+                            Check("the counts cover every seed", f"rows == {n}", on="design")), evidence=seeds)]
 
 
 def convergence_claims(vc: pd.DataFrame) -> list[Claim]:
@@ -97,7 +101,8 @@ def null_check_claims(check: dict | None) -> list[Claim]:
     return [Claim("null_check", f"Null check w_f = 0 against the baseline: largest |ΔSFM| = "
                   f"{check['max_abs_diff']:.2e} ({'passes' if check['passes'] else 'FAILS'} the "
                   f"{check['tolerance']:.1e} criterion).", "finding", "sweep",
-                  because=("a w_f = 0 run exists",))]
+                  requires=(Check("the largest difference is defined", "max_abs_diff == max_abs_diff", on="design"),),
+                  because=("a w_f = 0 run exists",), design={"max_abs_diff": float(check["max_abs_diff"])})]
 
 
 def scope_claims(*, n_runs: int, n_pairs: int, seeds: list, n_ref_seeds: int, has_parts: bool) -> tuple[Claim, ...]:
@@ -114,5 +119,7 @@ def scope_claims(*, n_runs: int, n_pairs: int, seeds: list, n_ref_seeds: int, ha
                          "precision within one model, not variation between initialisations.", "headline",
                          requires=(Check("the report has per-pair parts", "has_parts", on="design"),),
                          design={"has_parts": has_parts}))
-    out.append(Claim("counts", f"{n_runs} runs, seeds {', '.join(map(str, seeds))}.", "finding"))
+    out.append(Claim("counts", f"{n_runs} runs, seeds {', '.join(map(str, seeds))}.", "finding",
+                     requires=(Check("runs and seeds counted", "n_runs >= 1 and n_seeds >= 1", on="design"),),
+                     design={"n_runs": n_runs, "n_seeds": len(seeds)}))
     return tuple(out)
