@@ -12,7 +12,7 @@ REPORT_TABLES = {
     "study": ("deltas", "seeds", "sweep", "placement", "shuffled", "depth", "datasets", "across_seeds",
               "hierarchical", "variance_components", "shared_examples", "forest", "decomposition", "trajectories", "gradients",
               "standardisation", "standardisation_sensitivity", "corpus_lengths", "init_probe"),
-    "run": ("layers", "masses", "head_sfm", "field_to_field", "word_map"),
+    "run": ("layers", "highest_layer", "masses", "head_sfm", "field_to_field", "word_map"),
     "mofa": ("ppl", "ranking", "per_ratio", "worst_best", "in_domain", "pca", "consecutive", "entropy_type",
              "entropy_layer"),
     "regime": ("summary", "spectrum", "geometry", "agreement", "probes", "routing", "cost", "search", "sweep",

@@ -7,7 +7,7 @@ section builders on constructed frames, as the sections do, and rank them as the
 
 import pandas as pd
 
-from routestats.compose.claims import direct_learned_claim, direction_claim
+from routestats.compose.claims import direct_learned_claim, direction_claim, profile_claims
 from routestats.compose.pair import claims as P
 from routestats.compose.study import claims as St
 
@@ -44,7 +44,7 @@ def pair(t, n_examples=32, alpha=0.05, rho=0.5, conf="95%", pretrained=False, wi
     assoc = t.get("length_association")
     out += P.censoring_claims(censored, assoc is not None and assoc["capped"].iloc[0] == "exclude")
     out += P.length_claims(assoc, t.get("length_adjusted"), alpha)
-    out += P.profile_claims(t["layers"], 0.1)
+    out += profile_claims(t["highest_layer"]) if "highest_layer" in t else []
     return ranked(out, P.CLAIM_ORDER)
 
 

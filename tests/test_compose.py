@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import routestats as rs
-from routestats.compose.claims import direct_learned_claim, direction_claim
+from routestats.compose.claims import direct_learned_claim, direction_claim, profile_claims
 from routestats.compose.pair import claims as P
 from routestats.compose.study import claims as St
 from routestats.report import Check, Claim, Section, Table, evaluate, section
@@ -151,12 +151,12 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     from routestats.studies.effects import highest_layers
 
     r = Resampling(resamples=500, permutations=999)
-    top = P.profile_claims(highest_layers(lay, per, r))[0]
+    top = profile_claims(highest_layers(lay, per, r))[0]
     # 8 examples all of one sign: sign-flip p = 2/2^8 ~ 0.0078 (one other layer, so no Bonferroni factor)
     assert top.kind == "highest_layer" and top.holds and "the closest is layer 0, by +0.100" in top.sentence
     withheld(rows(top, ci_low=-0.01))
     withheld(rows(top, p_adj=0.2))
-    tie = P.profile_claims(highest_layers(lay.assign(sfm=[0.5, 0.5001]),
+    tie = profile_claims(highest_layers(lay.assign(sfm=[0.5, 0.5001]),
                                           per.assign(baseline=[0.5, 0.49] * 4 + [0.49, 0.5] * 4), r))[0]
     assert tie.kind == "highest_tie" and tie.holds and "no layer is distinguishable as the highest" in tie.sentence
     withheld(rows(tie, ci_low=0.01, p_adj=0.001, above_all=True))
@@ -180,7 +180,7 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     withheld(rows(P.effect_findings(eff2, "95%")[0], mean_diff=float("nan")))
     dist = pd.DataFrame({"profile_distance": [0.2], "ci_low": [0.1], "ci_high": [0.3]})
     withheld(rows(P.distance_claims(dist)[0], ci_low=float("nan")))
-    one = P.profile_claims(pd.DataFrame({"role": ["baseline"], "layer": [0], "sfm": [0.5]}))[0]
+    one = profile_claims(pd.DataFrame({"role": ["baseline"], "layer": [0], "sfm": [0.5]}))[0]
     assert one.kind == "highest_layer" and one.holds
     withheld(replace(one, evidence=pd.concat([one.evidence, one.evidence])))
     across_seed = {c.kind: c for c in St.across_seed_claims(across, 0.05, "95%")}

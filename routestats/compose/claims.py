@@ -30,7 +30,7 @@ import pandas as pd
 from routestats.report import Check, Claim, fmt_ci, fmt_num, fmt_p
 
 __all__ = ["layers_phrase", "direction_claim", "direct_learned_claim", "signed", "span", "span_r", "p_after",
-           "ci_text", "p_max_phrase", "floor_text", "rows_of"]
+           "ci_text", "p_max_phrase", "floor_text", "rows_of", "profile_claims"]
 
 
 def layers_phrase(xs) -> str:
@@ -236,3 +236,41 @@ def direct_learned_claim(decomp: pd.DataFrame, bias_off_runs: int) -> Claim:
 def rows_of(frame: pd.DataFrame, key: str = "layer") -> tuple:
     """The key values of the rows a claim cites, as ``claims.csv`` lists them."""
     return tuple(int(x) if key == "layer" else x for x in frame[key])
+
+
+def profile_claims(highest: pd.DataFrame, alpha: float = 0.05, conf: str = "95%") -> list[Claim]:
+    """The highest-SFM layer of each model (the ``highest_layer`` table), said only when it is above every
+    other layer (each difference's sign-flip p, Bonferroni over the other layers, below ``alpha``, and the
+    runner-up's interval excluding 0); otherwise no layer is distinguishable as the highest."""
+    out = []
+    for i in range(len(highest)):
+        r = highest.iloc[i]
+        role, a, ev = str(r["role"]), int(r["layer"]), highest.iloc[[i]]
+        if "runner_up" not in r or pd.isna(r.get("runner_up")):
+            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}).",
+                             "finding", "highest_layer", (role,), "role", evidence=ev,
+                             requires=(Check("one layer only: nothing to tell it from", "others != others or "
+                                             "others == 0") if "others" in ev else
+                                       Check("one layer only: nothing to tell it from", "rows == 1", on="design"),)))
+            continue
+        b, k = int(r["runner_up"]), int(r["others"])
+        if r["p_adj"] < alpha and r["ci_low"] > 0 and r["above_all"]:
+            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}), above "
+                             + (f"each of the other {k} layers" if k > 1 else "the other layer")
+                             + f" (sign-flip p_Bonferroni {p_after(r['p_adj'])}); the closest is "
+                             f"layer {b}, by {signed(r['difference'])} (paired {conf} interval "
+                             f"{ci_text(r['ci_low'], r['ci_high'])}).", "finding", "highest_layer", (role,), "role",
+                             requires=(Check("above every other layer: p_adj < alpha, runner-up's interval above 0",
+                                             f"p_adj < {alpha!r} and ci_low > 0 and above_all"),),
+                             evidence=ev))
+        else:
+            out.append(Claim("highest_tie", f"In the {role}, no layer is distinguishable as the highest: layer {a} "
+                             f"({fmt_num(r['sfm'])}) leads layer {b} ({fmt_num(r['runner_up_sfm'])}) by "
+                             f"{signed(r['difference'])} (paired {conf} interval {ci_text(r['ci_low'], r['ci_high'])}; "
+                             + (f"against the other {k} layers p_Bonferroni" if k > 1 else "sign-flip p")
+                             + f" {p_after(r['p_adj'])}).",
+                             "finding", "highest_layer", (role,), "role",
+                             requires=(Check("not above every other layer",
+                                             f"not (p_adj < {alpha!r} and ci_low > 0 and above_all)"),),
+                             evidence=ev))
+    return out

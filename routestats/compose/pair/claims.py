@@ -15,7 +15,7 @@ from routestats.report import Check, Claim, fmt_num
 from routestats.stats.inference import SMALL_N, percentile_coverage
 
 __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
-           "early_claims", "scope_claim", "censoring_claims", "small_sample_claims", "length_claims", "effects_claims", "effect_findings", "profile_claims", "distance_claims",
+           "early_claims", "scope_claim", "censoring_claims", "small_sample_claims", "length_claims", "effects_claims", "effect_findings", "distance_claims",
            "adjusted_claims", "signflip_floor"]
 
 # headline and findings in this rank (a kind not listed follows in section order)
@@ -311,44 +311,6 @@ def effect_findings(eff: pd.DataFrame, conf: str) -> list[Claim]:
                          requires=(Check("the row's numbers are defined", "mean_diff == mean_diff and "
                                          "ci_low == ci_low and ci_high == ci_high and p_holm == p_holm"),),
                          evidence=rows.iloc[[i]]))
-    return out
-
-
-def profile_claims(highest: pd.DataFrame, alpha: float = 0.05, conf: str = "95%") -> list[Claim]:
-    """The highest-SFM layer of each model (the ``highest_layer`` table), said only when it is above every
-    other layer (each difference's sign-flip p, Bonferroni over the other layers, below ``alpha``, and the
-    runner-up's interval excluding 0); otherwise no layer is distinguishable as the highest."""
-    out = []
-    for i in range(len(highest)):
-        r = highest.iloc[i]
-        role, a, ev = str(r["role"]), int(r["layer"]), highest.iloc[[i]]
-        if "runner_up" not in r or pd.isna(r.get("runner_up")):
-            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}).",
-                             "finding", "highest_layer", (role,), "role", evidence=ev,
-                             requires=(Check("one layer only: nothing to tell it from", "others != others or "
-                                             "others == 0") if "others" in ev else
-                                       Check("one layer only: nothing to tell it from", "rows == 1", on="design"),)))
-            continue
-        b, k = int(r["runner_up"]), int(r["others"])
-        if r["p_adj"] < alpha and r["ci_low"] > 0 and r["above_all"]:
-            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}), above "
-                             + (f"each of the other {k} layers" if k > 1 else "the other layer")
-                             + f" (sign-flip p_Bonferroni {p_after(r['p_adj'])}); the closest is "
-                             f"layer {b}, by {signed(r['difference'])} (paired {conf} interval "
-                             f"{ci_text(r['ci_low'], r['ci_high'])}).", "finding", "highest_layer", (role,), "role",
-                             requires=(Check("above every other layer: p_adj < alpha, runner-up's interval above 0",
-                                             f"p_adj < {alpha!r} and ci_low > 0 and above_all"),),
-                             evidence=ev))
-        else:
-            out.append(Claim("highest_tie", f"In the {role}, no layer is distinguishable as the highest: layer {a} "
-                             f"({fmt_num(r['sfm'])}) leads layer {b} ({fmt_num(r['runner_up_sfm'])}) by "
-                             f"{signed(r['difference'])} (paired {conf} interval {ci_text(r['ci_low'], r['ci_high'])}; "
-                             + (f"against the other {k} layers p_Bonferroni" if k > 1 else "sign-flip p")
-                             + f" {p_after(r['p_adj'])}).",
-                             "finding", "highest_layer", (role,), "role",
-                             requires=(Check("not above every other layer",
-                                             f"not (p_adj < {alpha!r} and ci_low > 0 and above_all)"),),
-                             evidence=ev))
     return out
 
 

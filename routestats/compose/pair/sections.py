@@ -15,10 +15,10 @@ from routestats.errors import RoutestatsError
 from routestats.metrics.definitions import RoutingMetric, paired_metrics
 from routestats.metrics.passes import head_pass
 from routestats.metrics.routing import field_to_field, head_sfm, mass_split
-from routestats.compose.claims import direct_learned_claim
+from routestats.compose.claims import direct_learned_claim, profile_claims
 from routestats.compose.pair.claims import (
-    adjusted_claims, censoring_claims, distance_claims, early_claims, effects_claims, length_claims, profile_claims,
-    shape_claims, sink_claims, unnamed_claims,
+    adjusted_claims, censoring_claims, distance_claims, early_claims, effects_claims, length_claims, shape_claims,
+    sink_claims, unnamed_claims,
 )
 from routestats.report import Column, Section, Table, pct
 from routestats.rundir import schema as S

@@ -20,11 +20,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from routestats.compose.claims import profile_claims
 from routestats.compose.skeleton import build_report, generated_now
-from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, mass_split, trivial_default
-from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_num, section
+from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, mass_split, sfm, trivial_default
+from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_num, pct, section
 from routestats.rundir.read import Run
 from routestats.settings import AnalysisSettings
+from routestats.studies.effects import highest_layers
 
 __all__ = ["build_run_report", "RunContext", "RUN_SECTIONS", "CLAIM_ORDER"]
 
@@ -66,18 +68,28 @@ class RunContext:
 
 @section("profile", "Layer profile")
 def profile_section(ctx: RunContext) -> Section:
-    layers = ctx.layers
-    top = layers.loc[[layers["sfm"].idxmax()]]
+    layers, s = ctx.layers, ctx.settings
+    per = sfm(ctx.run, ctx.step, s.examples, s.trivial_queries)[["example_id", "layer", "sfm"]]
+    top = highest_layers(layers.assign(role="run"), per.rename(columns={"sfm": "run"}), s.resampling)
     claim = Claim("profile", f"{ctx.run.run_id} ({ctx.when}, {ctx.n_examples} examples): SFM "
-                  f"{fmt_num(layers['sfm'].min())}–{fmt_num(layers['sfm'].max())} across {len(layers)} layers, highest "
-                  f"in layer {int(top['layer'].iloc[0])}.", "headline", "layers", tuple(int(x) for x in layers["layer"]),
-                  evidence=layers)
+                  f"{fmt_num(layers['sfm'].min())}–{fmt_num(layers['sfm'].max())} across {len(layers)} layers.",
+                  "headline", "layers", tuple(int(x) for x in layers["layer"]), evidence=layers,
+                  requires=(Check("every layer's SFM is defined", "sfm == sfm"),))
+    conf = pct(s.confidence)
     return Section("profile", "Layer profile", (Table(
         "layers", layers, f"Same-field attention mass (SFM) and entropy (nats) per layer ({ctx.when}), mean over "
                           f"{ctx.n_examples} examples; the highest SFM in bold.",
         (Column("Layer", "layer", "int"), Column("SFM", "sfm"), Column("Entropy", "entropy"),
-         Column("Examples", "n_examples", "int")), bold_max=("sfm",)),),
-        (Figure("profile", "run_profile", {"layers": layers}),), claims=(claim,))
+         Column("Examples", "n_examples", "int")), bold_max=("sfm",)), Table(
+        "highest_layer", top, f"Is the highest-SFM layer above every other layer? The mean per-example difference "
+                              f"from the runner-up with a paired {conf} percentile bootstrap CI, and the largest "
+                              "two-sided sign-flip p of its differences from each other layer, Bonferroni over them.",
+        (Column("Top layer", "layer", "int"), Column("SFM", "sfm"), Column("Runner-up", "runner_up", "int"),
+         Column("Runner-up SFM", "runner_up_sfm"), Column("Difference", "difference"),
+         Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Bonferroni)", "p_adj", "p"),
+         Column("n", "n", "int")))),
+        (Figure("profile", "run_profile", {"layers": layers}),),
+        claims=(claim, *profile_claims(top, s.alpha, conf)))
 
 
 @section("masses", "Where the attention goes")
