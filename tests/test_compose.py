@@ -286,3 +286,48 @@ def test_a_new_section_with_one_table_and_one_sentence_is_one_function():
     n = int(((rep.frame("layers")["role"] == "variant") & (rep.frame("layers")["sfm"] > 0.5)).sum())
     assert f"{n} of 4 layers of the variant keep most attention within the field." in rep.findings
     assert "toy" in rep.tables() and rep.claims_frame().query("kind == 'toy'")["printed"].tolist() == [True]
+
+
+def mutations(c: Claim):
+    """Generic falsifications of a claim's inputs: its cited numbers undefined, flipped or shifted, its rows
+    dropped or doubled, each design value undefined, zero, flipped or shifted."""
+    ev = c.evidence
+    if ev is not None:
+        num = ev.select_dtypes("number").columns
+        for f in (lambda x: x * float("nan"), lambda x: -x, lambda x: x + 1.0, lambda x: pd.Series(2.0, index=x.index),
+                  lambda x: pd.Series(-2.0, index=x.index)):
+            yield replace(c, evidence=ev.assign(**{k: f(ev[k].astype(float)) for k in num}))
+        for k in ev.columns:
+            if ev[k].dtype == bool:
+                yield replace(c, evidence=ev.assign(**{k: ~ev[k]}))
+        yield replace(c, evidence=ev.iloc[:0])
+        yield replace(c, evidence=pd.concat([ev, ev]))
+    for k, v in c.design.items():
+        for w in (float("nan"), 0, -1, 10**6, -v if isinstance(v, (int, float)) else v):
+            yield design(c, **{k: w})
+
+
+def test_every_claim_of_every_report_kind_has_a_precondition_that_can_fail(tmp_path):
+    # the claims as the five report kinds build them (demo pair and study, a single run, a MoFA tree, a regime
+    # run): every claim kind has computed preconditions, and some change of its cited rows or design withholds it
+    from routestats.compose.regime.build import build_regime_report
+    from routestats.rundir.synthetic import synthetic_pair
+    from routestats.settings import AnalysisSettings
+    from tests.conftest import synthetic_mofa_tree
+    from tests.test_regime_report import write_points
+
+    b, _ = synthetic_pair(tmp_path / "pair", seed=2, n_examples=10, effect=(0.0, 0.3, -0.3, 0.0), exact_null=True)
+    kw = dict(resamples=300, permutations=300, length_resamples=100, flow="off")
+    reports = [rs.analyse(demo_run_dir(), **kw), rs.analyse(demo_run_dir().parent / "demo_study", **kw),
+               rs.analyse(b, **kw), rs.analyse(tmp_path / "pair", **kw),
+               (synthetic_mofa_tree(tmp_path / "mofa"), rs.analyse(tmp_path / "mofa", **kw))[1],
+               build_regime_report(write_points(tmp_path / "regime"), AnalysisSettings(probes=64, seed=0))]
+    claims = [c for r in reports for part in r.all_reports() for c in part.claims]
+    no_check = sorted({c.kind for c in claims if not c.requires})
+    assert no_check == [], no_check
+    withheld = {c.kind for c in claims if not c.holds} | {c.kind for c in claims if any(not m.holds for m in mutations(c))}
+    never = sorted({c.kind for c in claims} - withheld)
+    assert never == [], never
+    kinds = {c.kind for c in claims}
+    assert {"rose", "highest_layer", "highest_tie", "layer_effect", "profile", "counts", "point",
+            "pca", "endpoint_worst", "seed_layer", "patterns"} <= kinds, sorted(kinds)

@@ -17,8 +17,9 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunCollection
+from routestats.compose.claims import floor_text
 from routestats.compose.skeleton import build_report, generated_now
-from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_num, fmt_p, section
+from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_num, section
 from routestats.settings import AnalysisSettings
 from routestats.studies.mofa import (
     PCAResult,
@@ -165,7 +166,8 @@ def ranking_section(ctx: MofaContext) -> Section:
     ranking = tables["ranking"].frame
     n_end = int(ctx.ranking[0].attrs.get("pure_endpoint_worst", 0))
     claim = Claim("endpoint_worst", f"The worst ratio is a pure endpoint (all-softmax or all-sigmoid) in {n_end} of "
-                  f"{len(ranking)} domains.", "finding", "ranking", key="domain", evidence=ranking)
+                  f"{len(ranking)} domains.", "finding", "ranking", key="domain", evidence=ranking,
+                  requires=(Check("the count is of the ranked domains", f"rows >= {n_end}", on="design"),))
     return Section("ranking", "Zero-shot perplexity by domain",
                    (Table("ppl", ctx.ppl), tables["ranking"], tables["per_ratio"]),
                    (Figure("mofa-heatmap", "mofa_heatmap", {"mean_ppl": Y, "zscore": z}),), claims=(claim,))
@@ -185,7 +187,7 @@ def worst_best_claims(wb: pd.DataFrame, alpha: float, test: str) -> list[Claim]:
                  requires=(Check("the test can reach alpha", f"not (min_attainable_p > {alpha!r})"),), evidence=wb)]
     if not reach:
         out.append(Claim("floor", f"With {int(wb['n_seeds'].min())} seeds the {test} test cannot reach p < {alpha:g} "
-                         f"(smallest attainable p = {fmt_p(floor)}).", "finding", "worst_best",
+                         f"(smallest attainable p = {floor_text(floor, floor)}).", "finding", "worst_best",
                          requires=(Check("smallest attainable p > alpha", f"min_attainable_p > {alpha!r}", every="any"),),
                          evidence=wb))
     return out
@@ -212,7 +214,8 @@ def pca_section(ctx: MofaContext) -> Section | None:
     top = scores.iloc[0]
     claim = Claim("pca", f"PC1 explains {100 * ctx.pca.explained_ratio[0]:.1f}% of the domain response; most "
                   f"softmax-leaning domain: {top['domain']} ({fmt_num(top['pc1'], 2)}).", "finding", "pca",
-                  (str(top["domain"]),), "domain", evidence=scores.iloc[:1])
+                  (str(top["domain"]),), "domain", evidence=scores.iloc[:1],
+                  requires=(Check("the PC1 score is defined", "pc1 == pc1"),))
     return Section("pca", "PCA of the domain response", (ctx.tables["pca"],),
                    (Figure("mofa-pca", "mofa_pca", {"scores": ctx.pca.scores},
                            {"explained": float(ctx.pca.explained_ratio[0])}),), claims=(claim,))
@@ -247,7 +250,8 @@ def build_mofa_report(runs: RunCollection, settings: AnalysisSettings | None = N
                "attention (natural log), averaged over query positions and blocks, then heads of a type, layers and "
                "domains.")
     counts = Claim("counts", f"{len(runs)} runs: ratios {', '.join(ctx.order)} × seeds "
-                   f"{', '.join(map(str, sorted(ctx.ppl['seed'].unique())))}.")
+                   f"{', '.join(map(str, sorted(ctx.ppl['seed'].unique())))}.",
+                   requires=(Check("runs counted", "n_runs >= 1", on="design"),), design={"n_runs": len(runs)})
     return build_report(
         ctx, MOFA_SECTIONS, title=f"MoFA: {len(ctx.order)} ratios x {ctx.n_seeds} seeds",
         subtitle=f"{len(runs)} runs · domains {', '.join(ctx.ranking[0]['domain'])}", methods=methods,

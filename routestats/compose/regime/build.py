@@ -97,7 +97,8 @@ def summary_claims(s: pd.DataFrame) -> list[Claim]:
     pts = tuple(point_label(r) for _, r in s.iterrows())
     out = [Claim("counts", f"{len(s)} operating point(s); transport-contractive subspace S non-empty at "
                  f"{(s['dim_S'] > 0).sum()}, switching certified (λ_max > 1) at {int(s['switches'].sum())}.",
-                 "finding", "summary", pts, "point", evidence=s)]
+                 "finding", "summary", pts, "point", evidence=s,
+                 requires=(Check("every point is counted", f"rows == {len(s)}", on="design"),))]
     for i, label in enumerate(pts):
         r = s.iloc[i]
         if len(out) > MAX_POINTS_LISTED:
@@ -109,6 +110,8 @@ def summary_claims(s: pd.DataFrame) -> list[Claim]:
                          f"{fmt_sig(r['lambda_max'])}, d_sw {int(r['d_sw'])}, τ_cert {fmt_sig(r['tau_cert'], 4)} ≤ "
                          f"τ_max {fmt_sig(r['tau_max_dual'], 4)}; max |analytic − autograd| "
                          f"{fmt_sig(r['max_error'], 2)}.", "finding", "summary", (label,), "point",
+                         requires=(Check("the point's numbers are defined", "lambda_max == lambda_max and "
+                                         "tau_cert == tau_cert and max_error == max_error"),),
                          evidence=s.iloc[[i]]))
     return out
 
@@ -120,6 +123,8 @@ def agreement_claims(ag: pd.DataFrame | None) -> list[Claim]:
     return [Claim("agreement", f"Slice lattices: analytic and finite-forward labels agree for "
                   f"{100 * ag['mechanism_agreement'].min():.2f}–{100 * ag['mechanism_agreement'].max():.2f}% of "
                   f"unflagged directions; Pearson r of g_full ≥ {ag['pearson_r'].min():.6f}.", "finding", "agreement",
+                  requires=(Check("agreement is a share and r a correlation", "mechanism_agreement >= 0 and "
+                                  "mechanism_agreement <= 1 and pearson_r >= -1 and pearson_r <= 1"),),
                   evidence=ag)]
 
 
@@ -133,7 +138,9 @@ def prop1_claims(geo: pd.DataFrame | None) -> list[Claim]:
     return [Claim("prop1", f"Prop. 1 on {len(soft)} softmax head(s): rank J_q ≤ dim U_r everywhere: "
                   f"{'yes' if soft['rank_bound_holds'].all() else 'NO'}; max range residual "
                   f"{fmt_sig(soft['range_residual'].max(), 2)}, max null residual "
-                  f"{fmt_sig(soft['null_residual'].max(), 2)}.", "finding", "geometry", evidence=soft)]
+                  f"{fmt_sig(soft['null_residual'].max(), 2)}.", "finding", "geometry", evidence=soft,
+                  requires=(Check("the residuals are defined", "range_residual == range_residual and "
+                                  "null_residual == null_residual"),))]
 
 
 CLAIM_ORDER = ("counts", "point", "more_points", "agreement", "prop1")

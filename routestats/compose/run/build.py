@@ -142,7 +142,8 @@ def build_run_report(run: Run, settings: AnalysisSettings | None = None, progres
     causal = " The model attends causally; trivial queries are " + trivial_default(run, s.trivial_queries) + "d." \
         if run.causal else ""
     scope = Claim("scope", "A single run shows where attention goes, not what a change did: no paired statistics.",
-                  "headline", because=("one run, no pair",))
+                  "headline", because=("one run, no pair",),
+                  requires=(Check("one run", "n_runs == 1", on="design"),), design={"n_runs": 1})
     return build_report(
         ctx, RUN_SECTIONS, title=f"{run.run_id} (single run)",
         subtitle=f"{run.run_id} · {ctx.when} · {ctx.n_examples} examples · {len(ctx.layers)} layers",
