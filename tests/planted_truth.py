@@ -385,7 +385,7 @@ def judge_study_row(row: pd.Series, tables: dict, sc: StudyScenario) -> Verdict:
             v.problems.append(f"the seeds share {sc.n} example ids")
     elif kind == "counts":
         v.judged_by_truth = True
-        if s != f"{2 * k} runs, seeds {', '.join(map(str, sc.seeds))}.":
+        if s != f"{2 * k} runs, seeds {', '.join(map(str, sorted(sc.seeds)))}.":
             v.problems.append("run and seed counts")
     return v
 
