@@ -255,7 +255,7 @@ def check_conditions(loaded: Loaded, conditions: Sequence[Condition], layers: Se
 def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_id: str, init_id: str, study: str,
                forms, dtype, layers, batch_size, padding, device, progress, pairing: dict | None,
                device_reductions: bool | None = None) -> Path:
-    value_norms = S.FORM_MATRICES in forms
+    value_norms = S.FORM_MATRICES in forms and not loaded.no_value_norms
     w = RunWriter(path, run_id=run_id, study=study, factors=cond.factors, seed=None, init_id=init_id,
                   data_order_id=plan.data_order_id, fields=plan.fields_manifest(), causal=loaded.causal)
     w.write_examples(plan.examples())
@@ -290,6 +290,7 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
                               "delegates_to": "the model's own eager_attention_forward",
                               "inputs": list(plan.encoded[0].inputs), "batch_size": batch_size, "padding": padding,
                               "device": str(device), "layers_stored": list(layers) if layers is not None else None,
+                              "value_norms": "" if value_norms else (loaded.no_value_norms or "matrices not stored"),
                               "reductions_on_device": on_device},
                   "seconds": round(time.perf_counter() - t0, 3)}
     w.finalize(pretrained=True, model={**loaded.provenance(), "layers": int(stored)}, evaluation=evaluation,

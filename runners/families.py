@@ -1,54 +1,54 @@
-"""What routestats knows about each Hugging Face architecture it captures -- the one place.
+"""What capture learns about a Hugging Face model from the model itself -- and the few exceptions.
 
 Capture (:mod:`runners.capture`) reaches a model's attention through transformers'
-``AttentionInterface``: every supported family computes attention in a module-level
-``eager_attention_forward`` that receives each layer's query, key, value and *its own* mask
-(causal, sliding window, padding, already combined) and applies the family's own arithmetic
-(scaling, soft-capping, grouped-query heads). That seam is family-independent; what is not, is
-listed here and nowhere else:
+``AttentionInterface``: a model that routes its attention there hands each layer's query, key,
+value and *its own* mask (causal, sliding window, padding, already combined) to a module-level
+``eager_attention_forward`` that applies the model's own arithmetic (scaling, soft-capping,
+grouped-query heads). No list of names decides what is accepted: the load probe
+(:func:`runners.pretrained.prepare_model`) proves it, on the model as loaded, that the seam sees
+every layer and that its baseline attention equals the model's own eager attention bit for bit.
+What a per-family table used to say is found from that probe (:func:`discover`):
 
-* ``causal``: a decoder (its query sees earlier keys only) or a bidirectional encoder; this
-  also decides the fielding (:mod:`runners.fielding`: a sentence pair for encoders, the fields
-  joined by a newline for decoders);
-* ``out_proj``: where the attention output projection W_O of layer ``i`` lives, relative to the
-  base model (``{i}`` the layer, ``{g}`` ALBERT's shared layer group); value norms need the
-  per-head rows W_O^h;
+* ``causal``: every layer's probe attention puts exactly zero weight on later keys (a decoder) or
+  not (a bidirectional encoder); this also decides the fielding (:mod:`runners.fielding`);
+* ``out_proj``: the output projection W_O of each layer, the linear layer that consumes the attention
+  output, found beside the module that called the seam (``o_proj``, ``out_proj``, ``c_proj``,
+  ``out_lin``, ``dense``, ``wo``, ... in that module, or in its parent's ``output``); value norms need
+  its per-head rows W_O^h;
 * ``transposed``: GPT-2's ``Conv1D`` stores its weight as [in, out], the transpose of
-  ``nn.Linear``'s [out, in];
-* ``refuse``: configurations of a family that the seam cannot capture faithfully.
+  ``nn.Linear``'s [out, in] (found from the module's class).
 
-Adding a family: one :class:`Family` entry here and a tiny-config case in
-``tests/test_families.py`` (its capture must equal the model's own ``output_attentions``
-bitwise). Anything else is refused before anything is written.
+What remains here are the *exceptions*: configurations whose attention the probe cannot certify
+(:data:`REFUSALS`, each with its one-line reason).
 
->>> family_for("llama").name, family_for("llama").causal
-('llama', True)
->>> family_for("mpnet")
-Traceback (most recent call last):
-...
-routestats.errors.RoutestatsError: model type 'mpnet' is not a supported family (supported: albert, bert, distilbert, electra, gemma2, gpt2, gpt_neox, llama, mistral, phi, phi3, qwen2, roberta, xlm-roberta); add it in runners/families.py
+>>> refusal("gpt2", type("C", (), {"reorder_and_upcast_attn": True})())
+'uses reorder_and_upcast_attn, an eager path outside the AttentionInterface'
+>>> refusal("llama", object()) is None
+True
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["Family", "FAMILIES", "family_for", "family_of", "output_weight"]
+__all__ = ["Family", "REFUSALS", "refusal", "discover", "output_weight", "OUT_NAMES"]
+
+# names of the attention output projection, in the order they are tried
+OUT_NAMES = ("o_proj", "out_proj", "c_proj", "out_lin", "dense", "wo", "o")
 
 
 @dataclass(frozen=True)
 class Family:
-    """One architecture family: the facts capture needs beyond the attention seam."""
+    """What capture found out about one loaded model: its ``model_type`` (``name``), whether it is causal,
+    and each layer's output-projection module (found lazily: only value norms need it)."""
 
     name: str
-    model_types: tuple[str, ...]
     causal: bool
-    out_proj: str
-    transposed: bool = False
-    refuse: Callable[[object], str | None] | None = None
+    modules: tuple = field(default=(), repr=False, compare=False)  # the module that called the seam, per layer
+    parents: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 def _bert_refuse(cfg) -> str | None:
@@ -69,57 +69,56 @@ def _gpt2_refuse(cfg) -> str | None:
     return None
 
 
-FAMILIES: tuple[Family, ...] = (
-    Family("bert", ("bert", "roberta", "xlm-roberta", "electra"), False, "encoder.layer.{i}.attention.output.dense",
-           refuse=_bert_refuse),
-    Family("distilbert", ("distilbert",), False, "transformer.layer.{i}.attention.out_lin"),
-    Family("albert", ("albert",), False, "encoder.albert_layer_groups.{g}.albert_layers.0.attention.dense",
-           refuse=_albert_refuse),
-    Family("gpt2", ("gpt2",), True, "h.{i}.attn.c_proj", transposed=True, refuse=_gpt2_refuse),
-    Family("gpt_neox", ("gpt_neox",), True, "layers.{i}.attention.dense"),
-    Family("llama", ("llama", "qwen2", "mistral", "gemma2", "phi3"), True, "layers.{i}.self_attn.o_proj"),
-    Family("phi", ("phi",), True, "layers.{i}.self_attn.dense"),
-)
-
-SUPPORTED = sorted(t for f in FAMILIES for t in f.model_types)
+# model_type -> a configuration the probe cannot certify (the reason, or None)
+REFUSALS: dict[str, Callable[[object], str | None]] = {
+    **{t: _bert_refuse for t in ("bert", "roberta", "xlm-roberta", "electra", "camembert", "ernie")},
+    "albert": _albert_refuse,
+    "gpt2": _gpt2_refuse,
+}
 
 
-def family_for(model_type: str) -> Family:
-    """The family of a transformers ``config.model_type``; an unsupported type is refused in one line."""
-    for fam in FAMILIES:
-        if model_type in fam.model_types:
-            return fam
-    raise RoutestatsError(f"model type {model_type!r} is not a supported family (supported: {', '.join(SUPPORTED)}); "
-                          "add it in runners/families.py")
+def refusal(model_type: str, cfg) -> str | None:
+    """Why a configuration of ``model_type`` cannot be captured faithfully, or None."""
+    fn = REFUSALS.get(model_type)
+    return fn(cfg) if fn else None
 
 
-def family_of(model) -> Family:
-    """The family of a loaded model, after its configuration's refusals (one line naming why)."""
-    cfg = model.config
-    fam = family_for(getattr(cfg, "model_type", None) or type(model).__name__)
-    why = fam.refuse(cfg) if fam.refuse else None
-    if why:
-        raise RoutestatsError(f"{type(model).__name__} {why}")
-    return fam
+def discover(model, modules, weights) -> Family:
+    """The facts capture needs, found from the loaded model and its probe pass: ``modules`` (the module that
+    called the seam, per layer) and ``weights`` (the probe's attention per layer, (batch, heads, n, n))."""
+    import torch
+
+    n = weights[0].shape[-1]
+    later = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+    causal = n > 1 and all(bool((w[..., later] == 0).all()) for w in weights)
+    parents = {id(child): mod for mod in model.modules() for child in mod.children()}
+    name = getattr(model.config, "model_type", None) or type(model).__name__
+    return Family(name, causal, tuple(modules), parents)
 
 
-def _base(model):
-    return getattr(model, "base_model", model)
+def _out_module(fam: Family, layer: int):
+    """The output projection of ``layer``: a child of the attention module named as in :data:`OUT_NAMES`, or
+    of its parent (directly, or in the parent's ``output``, as BERT's ``attention.output.dense``)."""
+    m = fam.modules[layer]
+    places = [m]
+    parent = fam.parents.get(id(m))
+    if parent is not None:
+        places += [parent, getattr(parent, "output", None)]
+    for place in places:
+        for name in OUT_NAMES:
+            cand = getattr(place, name, None) if place is not None else None
+            if cand is not None and hasattr(cand, "weight") and getattr(cand.weight, "dim", lambda: 0)() == 2:
+                return cand
+    return None
 
 
 def output_weight(model, fam: Family, layer: int):
     """W_O of ``layer`` as a float tensor [d_model, heads * head_dim] (``nn.Linear`` layout), the
     rows of head h being columns h*dh:(h+1)*dh; GPT-2's ``Conv1D`` weight is transposed."""
-    cfg = model.config
-    groups = int(getattr(cfg, "num_hidden_groups", 1) or 1)
-    n_layers = int(cfg.num_hidden_layers)
-    path = fam.out_proj.format(i=layer, g=int(layer / (n_layers / groups)))
-    mod = _base(model)
-    try:
-        for part in path.split("."):
-            mod = mod[int(part)] if part.isdigit() else getattr(mod, part)
-    except (AttributeError, IndexError, TypeError):
-        raise RoutestatsError(f"{type(model).__name__}: no output projection at {path} (family {fam.name}); "
-                              "value norms need it") from None
+    mod = _out_module(fam, layer) if layer < len(fam.modules) else None
+    if mod is None:
+        where = type(fam.modules[layer]).__name__ if layer < len(fam.modules) else "?"
+        raise RoutestatsError(f"{type(model).__name__}: no output projection found beside {where} of layer {layer} "
+                              f"(looked for {', '.join(OUT_NAMES)}); value norms need it")
     w = mod.weight.detach()
-    return w.T if fam.transposed else w
+    return w.T if type(mod).__name__ == "Conv1D" else w

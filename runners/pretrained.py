@@ -21,7 +21,7 @@ import torch
 from routestats.errors import RoutestatsError
 from routestats.rundir.atomic import sha256_file
 
-from .families import Family, family_for, family_of
+from .families import Family, discover, output_weight, refusal
 from .seam import IMPLEMENTATION, Pass, capture_pass, register_seam
 
 __all__ = ["Loaded", "load_model", "prepare_model", "identity_of_files", "WEIGHT_SUFFIXES"]
@@ -41,6 +41,7 @@ class Loaded:
     gguf: str | None = None
     quantisation: dict | None = None
     input_names: tuple[str, ...] = ("input_ids", "attention_mask")
+    no_value_norms: str = ""  # why value norms cannot be computed (no output projection found), or ""
 
     @property
     def causal(self) -> bool:
@@ -118,10 +119,10 @@ def first_line(exc: BaseException) -> str:
 def load_model(folder: str | Path) -> Loaded:
     """Load a local transformers folder or a folder with one GGUF file, switched to the capture seam.
 
-    Refused in one line, before anything is written: a folder that is not a model, a model type
-    outside :data:`runners.families.FAMILIES`, a configuration a family cannot capture faithfully,
-    a model whose attention does not pass through the seam in every layer, or whose baseline
-    attention through the seam differs from its own eager attention.
+    Refused in one line, before anything is written: a folder that is not a model, a configuration
+    whose attention the probe cannot certify (:data:`runners.families.REFUSALS`), a model whose attention
+    does not pass through the seam in every layer, or whose baseline attention through the seam differs
+    from its own eager attention. Any other model is accepted: the probe, not a list of names, decides.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
@@ -147,11 +148,11 @@ def load_model(folder: str | Path) -> Loaded:
                 raise RoutestatsError(f"{folder}: no config.json and no .gguf file: not a model folder")
             cfg = AutoConfig.from_pretrained(folder)
             g = None
-            fam = family_for(getattr(cfg, "model_type", None) or "?")  # refused before the weights load
-            why = fam.refuse(cfg) if fam.refuse else None
+            why = refusal(getattr(cfg, "model_type", None) or "?", cfg)  # refused before the weights load
             if why:
                 raise RoutestatsError(f"{folder}: the model {why}")
-            cls = AutoModelForCausalLM if fam.causal else AutoModel
+            causal_lm = any(str(a).endswith("ForCausalLM") for a in (getattr(cfg, "architectures", None) or ()))
+            cls = AutoModelForCausalLM if causal_lm else AutoModel
             model = cls.from_pretrained(folder, attn_implementation="eager")
             tok = AutoTokenizer.from_pretrained(folder)
             weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
@@ -163,8 +164,12 @@ def load_model(folder: str | Path) -> Loaded:
 
 
 def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gguf=None, quantisation=None) -> Loaded:
-    """Switch a loaded model to the capture seam and check it (see :func:`load_model`)."""
-    fam = family_of(model)
+    """Switch a loaded model to the capture seam and check it (see :func:`load_model`); what capture needs to
+    know of the model (causal or not, where its output projections are) is found from the probe."""
+    cfg = model.config
+    why = refusal(getattr(cfg, "model_type", None) or "?", cfg)
+    if why:
+        raise RoutestatsError(f"{type(model).__name__} {why}")
     if not getattr(tok, "is_fast", False):
         raise RoutestatsError(f"{type(tok).__name__} is not a fast tokenizer; capture needs its offsets and "
                               "sequence ids")
@@ -172,26 +177,58 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
     names = tuple(n for n in tok.model_input_names if n in params)
     if "input_ids" not in names:
         raise RoutestatsError(f"{type(model).__name__}.forward takes no input_ids")
-    loaded = Loaded(model, tok, fam, folder, list(weight_files), gguf, quantisation, names)
     register_seam()
-    ids = tok("a b c", add_special_tokens=True, return_tensors="pt")
+    ids = tok("a b c d e", add_special_tokens=True, return_tensors="pt")
     probe = {k: v for k, v in ids.items() if k in names}
     with torch.no_grad():
-        own = model(**probe, output_attentions=True).attentions
-        model.set_attn_implementation(IMPLEMENTATION)
+        try:
+            own = model(**probe, output_attentions=True).attentions
+        except Exception as exc:  # a model that cannot run its own eager forward on the probe
+            raise RoutestatsError(f"{type(model).__name__}: its own forward failed on the probe: "
+                                  f"{first_line(exc)}") from None
+        try:
+            model.set_attn_implementation(IMPLEMENTATION)
+        except Exception:
+            pass
         if model.config._attn_implementation != IMPLEMENTATION:
             raise RoutestatsError(f"{type(model).__name__} does not route its attention through transformers' "
                                   "AttentionInterface; capture cannot add an intervention to its own scores")
-        with capture_pass(Pass()) as p:
-            model(**probe)
-    if len(p.weights) != loaded.n_layers:
+        try:
+            with capture_pass(Pass(keep_values=True)) as p:
+                model(**probe)
+        except RoutestatsError:
+            raise
+        except Exception as exc:
+            raise RoutestatsError(f"{type(model).__name__}: its forward through the attention seam failed: "
+                                  f"{first_line(exc)}") from None
+    n_layers = int(model.config.num_hidden_layers)
+    if len(p.weights) != n_layers:
         raise RoutestatsError(f"{type(model).__name__}: the attention seam saw {len(p.weights)} of "
-                              f"{loaded.n_layers} layers; capture would miss layers")
+                              f"{n_layers} layers; capture would miss layers")
     if own is None or any(a is None for a in own):
         raise RoutestatsError(f"{type(model).__name__} returned no attention weights from its eager path")
-    if len(own) != len(p.weights) or not all(torch.equal(a, b) for a, b in zip(own, p.weights)):
+    differ = [i for i, (a, b) in enumerate(zip(own, p.weights)) if not torch.equal(a, b)]
+    if len(own) != len(p.weights) or differ:
+        where = f"layer {differ[0]}" if differ else f"{len(own)} vs {len(p.weights)} layers"
         raise RoutestatsError(f"{type(model).__name__}: attention through the seam differs from the model's own "
-                              "eager attention; refusing to capture it")
-    return loaded
+                              f"eager attention ({where}); refusing to capture it")
+    rows = [w.sum(-1) for w in p.weights]
+    if not all(torch.allclose(r, torch.ones_like(r), atol=1e-4) for r in rows):
+        low = min(float(r.min()) for r in rows)
+        raise RoutestatsError(f"{type(model).__name__}: its attention rows sum to as little as {low:.3g}, not 1 "
+                              "(mass outside the sequence, e.g. learned attention sinks); capture stores rows that "
+                              "sum to 1")
+    fam = discover(model, p.modules, p.weights)
+    no_norms = ""
+    try:
+        for layer in range(n_layers):
+            w = output_weight(model, fam, layer)
+            width = int(cfg.num_attention_heads) * int(p.values[layer].shape[-1])
+            if w.dim() != 2 or w.shape[1] != width:
+                raise RoutestatsError(f"{type(model).__name__}: the output projection found for layer {layer} has "
+                                      f"shape {tuple(w.shape)}, not [d_model, {width}] (heads x head size)")
+    except RoutestatsError as exc:
+        no_norms = str(exc)
+    return Loaded(model, tok, fam, folder, list(weight_files), gguf, quantisation, names, no_norms)
 
 

@@ -50,6 +50,7 @@ class Pass:
     keep_values: bool = False
     weights: list = field(default_factory=list)
     values: list = field(default_factory=list)
+    modules: list = field(default_factory=list)  # the module that called the seam, per layer in call order
 
 
 _ACTIVE: contextvars.ContextVar[Pass | None] = contextvars.ContextVar("routestats_capture_pass", default=None)
@@ -97,6 +98,7 @@ def seam_attention(module, query, key, value, attention_mask, **kwargs):
         out = out.clone()
         out[:, :, list(heads), :] = 0
     p.weights.append(weights.detach())
+    p.modules.append(module)
     if p.keep_values:
         p.values.append(value.detach())
     return out, weights

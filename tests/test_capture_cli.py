@@ -47,13 +47,20 @@ def tree_bytes(root: Path) -> dict:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_unsupported_architecture_is_refused_before_anything_is_written(tmp_path, capsys):
+def test_a_model_whose_probe_fails_is_refused_before_anything_is_written(tmp_path, capsys):
+    # no list of names decides: MPNet adds a relative-position bias in its own attention module, outside
+    # transformers' AttentionInterface, and the load probe refuses it for that
+    from tests.tiny_models import tokenizer
+
     folder = tmp_path / "mpnet"
-    cfg = T.MPNetConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    tok, ids = tokenizer(["alpha", "beta"], "bert")
+    cfg = T.MPNetConfig(vocab_size=len(tok) + 4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, pad_token_id=ids["pad"])
     T.AutoModel.from_config(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
     code, _, err = run_cli(["--model", folder, "--records", RECORDS, "--out", tmp_path / "out", "--limit", "2"], capsys)
     assert code == 2 and len(err.strip().splitlines()) <= 2  # "loading ..." then the one-line refusal
-    assert "model type 'mpnet' is not a supported family" in err and "runners/families.py" in err
+    assert "MPNetModel does not route its attention through transformers' AttentionInterface" in err
     assert not (tmp_path / "out").exists()
 
 

@@ -1,5 +1,5 @@
 """Capture records each family's own attention: tiny random-weight models built from transformers
-configs (no download), one per supported family, at a length beyond the sliding window (cap 24,
+configs (no download), fourteen types checked in depth (tests/test_any_model.py sweeps every other), at a length beyond the sliding window (cap 24,
 window 8).
 
 Every reference here is the model run the way its own docs run it: a second copy loaded from the

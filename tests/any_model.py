@@ -1,0 +1,121 @@
+"""A sweep over every model type of the installed transformers (issue [any-model]).
+
+For each ``model_type`` in transformers' base-model mapping (the list is read from
+``transformers.models.auto``, never written by hand) a tiny random-weight config is built (hidden size
+32, 2 layers, 4 heads, 2 key/value heads, head size 8, 4 experts where the type has experts) with a
+word-level tokenizer (:mod:`tests.tiny_models`). Then the model is either
+
+* **captured**: :func:`runners.pretrained.prepare_model` accepts it (its probe proves the seam sees every
+  layer and equals the model's own eager attention), and :func:`check_capture` compares the captured
+  runs with the model's own ``output_attentions`` on the tokenizer's full encoding; or
+* **refused** in one line, with the reason the probe or the load gives; or
+* left out of the sweep as **not a text model** (a composite image/audio-text config: its language model
+  is wrapped, and capture loads text models) or **no tiny model** (transformers cannot build it at this
+  size, or it has over 25 M parameters at this size).
+
+``python -m tests.any_model`` prints the table that docs/real-models.md holds.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import warnings
+from dataclasses import dataclass
+
+MAX_PARAMETERS = 25_000_000
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_key_value_heads=2,
+             head_dim=8, max_position_embeddings=64, rotary_dim=8, partial_rotary_factor=1.0, num_experts=4,
+             num_local_experts=4, n_routed_experts=4, moe_intermediate_size=32, num_experts_per_tok=2, top_k=2,
+             moe_topk=2, n_group=1, topk_group=1)
+COMPOSITE = ("vision_config", "audio_config", "text_config", "encoder", "decoder", "speech_config")
+
+
+@dataclass
+class Outcome:
+    model_type: str
+    outcome: str  # captured | refused | not a text model | no tiny model
+    reason: str = ""
+    causal: bool | None = None
+    model: object = None
+    own: object = None
+    loaded: object = None
+
+
+def model_types() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    return sorted(MODEL_MAPPING_NAMES)
+
+
+def build(model_type: str, tok, ids: dict) -> Outcome:
+    """The tiny model of ``model_type`` prepared for capture, or why not."""
+    import torch
+    import transformers as T
+
+    from routestats.errors import RoutestatsError
+    from runners.pretrained import prepare_model
+
+    try:
+        cfg = T.AutoConfig.for_model(model_type)
+    except Exception as exc:
+        return Outcome(model_type, "no tiny model", f"no config: {str(exc).splitlines()[0][:80]}")
+    subs = getattr(cfg, "sub_configs", None) or {}
+    if any(k in subs for k in COMPOSITE):
+        return Outcome(model_type, "not a text model", "a composite config (" + ", ".join(sorted(subs)) + ")")
+    for k, v in {**SMALL, "vocab_size": len(tok) + 8, "pad_token_id": ids["pad"], "bos_token_id": ids["bos"],
+                 "eos_token_id": ids["eos"]}.items():
+        try:
+            setattr(cfg, k, v)
+        except Exception:
+            pass
+    try:
+        with torch.device("meta"):
+            size = sum(p.numel() for p in T.AutoModel.from_config(cfg, attn_implementation="eager").parameters())
+        if size > MAX_PARAMETERS:
+            return Outcome(model_type, "no tiny model", f"{size:,} parameters at this size")
+        torch.manual_seed(0)
+        model = T.AutoModel.from_config(cfg, attn_implementation="eager").eval()
+    except Exception as exc:
+        return Outcome(model_type, "no tiny model", (str(exc).splitlines() or [type(exc).__name__])[0][:100])
+    own = copy.deepcopy(model)  # the model run its own way, untouched by the seam
+    try:
+        loaded = prepare_model(model, tok)
+    except RoutestatsError as exc:
+        if "takes no input_ids" in str(exc):
+            return Outcome(model_type, "not a text model", str(exc))
+        return Outcome(model_type, "refused", str(exc))
+    return Outcome(model_type, "captured", "", loaded.causal, model, own, loaded)
+
+
+def sweep(types=None, texts=("alpha beta gamma delta epsilon zeta eta theta",)):
+    """Every model type's :class:`Outcome`, in name order (a generator: one model in memory at a time), with a
+    word-level tokenizer over the words of ``texts``."""
+    import torch
+
+    from tests.tiny_models import tokenizer, words_of
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    tok, ids = tokenizer(words_of(texts), "plain")
+    for mt in types or model_types():
+        yield build(mt, tok, ids)
+
+
+def markdown(outcomes) -> str:
+    rows = ["| model type | outcome | reason |", "|---|---|---|"]
+    for o in outcomes:
+        why = o.reason.replace("|", "/")
+        rows.append(f"| `{o.model_type}` | {o.outcome}{' (causal)' if o.causal else ''} | {why} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # pragma: no cover - prints the docs table
+    every = []
+    for o in sweep():
+        o.model = o.own = o.loaded = None
+        every.append(o)
+    print(markdown([o for o in every if o.outcome in ("captured", "refused")]))
+    counts = {k: sum(o.outcome == k for o in every) for k in ("captured", "refused", "not a text model",
+                                                               "no tiny model")}
+    print(f"\n{counts}", file=sys.stderr)
