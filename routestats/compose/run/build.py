@@ -9,7 +9,7 @@ Examples
 >>> b, _ = synthetic_pair(tempfile.mkdtemp(), seed=0, n_examples=4)
 >>> rep = build_run_report(load_run(b))
 >>> list(rep.tables())[:3]
-['layers', 'masses', 'head_sfm']
+['layers', 'highest_layer', 'masses']
 """
 
 from __future__ import annotations
