@@ -186,13 +186,14 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
         except Exception as exc:  # a model that cannot run its own eager forward on the probe
             raise RoutestatsError(f"{type(model).__name__}: its own forward failed on the probe: "
                                   f"{first_line(exc)}") from None
+        why = ""
         try:
             model.set_attn_implementation(IMPLEMENTATION)
-        except Exception:
-            pass
+        except Exception as exc:  # transformers refuses models outside the interface; its words follow ours
+            why = f" ({first_line(exc)[:120]})"
         if model.config._attn_implementation != IMPLEMENTATION:
             raise RoutestatsError(f"{type(model).__name__} does not route its attention through transformers' "
-                                  "AttentionInterface; capture cannot add an intervention to its own scores")
+                                  f"AttentionInterface; capture cannot add an intervention to its own scores{why}")
         try:
             with capture_pass(Pass(keep_values=True)) as p:
                 model(**probe)

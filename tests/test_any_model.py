@@ -18,33 +18,19 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-import routestats as rs  # noqa: E402
 from runners.capture import Condition, capture_runs, plan_capture, read_records  # noqa: E402
 from tests.any_model import sweep  # noqa: E402
+from tests.test_families import CAP, own_encoding, stored  # noqa: E402  the same helpers as the in-depth tests
 
 pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = read_records(ROOT / "data" / "docstrings_dbpedia" / "val.csv", "dbpedia", limit=3)
 TEXTS = [t for r in RECORDS for t in dict(r.fields).values()]
-CAP, W = 24, 1.0
+W = 1.0
 # types the issue names, that must be captured (tiny configs of the installed transformers)
 MUST = ("qwen3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "olmoe", "mixtral", "llama4_text", "smollm3",
         "granite", "cohere", "cohere2", "starcoder2", "opt", "gpt_bigcode", "modernbert", "camembert", "ernie",
         "nomic_bert", "eurobert", "llama", "mistral", "qwen2", "phi3", "bert", "gpt2")
-
-
-def own_encoding(tok, causal: bool, title: str, content: str):
-    if causal:
-        return tok(title + "\n" + content, truncation=True, max_length=CAP, return_tensors="pt")
-    return tok(title, content, truncation="only_second", max_length=CAP, return_tensors="pt")
-
-
-def stored(run_path: Path) -> dict[int, np.ndarray]:
-    out = {}
-    for blk in rs.load_run(run_path).iter_attention():
-        L, H = int(blk.layer.max()) + 1, int(blk.head.max()) + 1
-        out[blk.example_id] = blk.weights.reshape(L, H, *blk.weights.shape[1:])
-    return out
 
 
 def check_capture(o, tmp: Path) -> None:
