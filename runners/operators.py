@@ -20,6 +20,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from routestats.errors import RoutestatsError
+
 from .mofa import MoFAGPT, sigmoid_bias_vector
 
 
@@ -126,6 +128,39 @@ def rope_matrix(pos: int, dh: int, theta: float = 10000.0, dtype=torch.float64, 
     return Rm
 
 
+def rope_table_matrix(cos: torch.Tensor, sin: torch.Tensor, dh: int) -> torch.Tensor:
+    """The rotation ``q -> q cos + rotate_half(q) sin`` of one position as a dh x dh matrix.
+
+    ``cos``/``sin`` are one row of a model's own RoPE tables (transformers' half layout, pairs
+    (j, j + rd/2)); a row narrower than dh (partial rotary) leaves the remaining dimensions alone.
+
+    >>> c, s = torch.tensor([0.0, 0.0], dtype=torch.float64), torch.tensor([1.0, 1.0], dtype=torch.float64)
+    >>> rope_table_matrix(c, s, 2) @ torch.tensor([1.0, 2.0], dtype=torch.float64)
+    tensor([-2.,  1.], dtype=torch.float64)
+    """
+    rd = cos.shape[-1]
+    half = rd // 2
+    Rm = torch.eye(dh, dtype=cos.dtype)
+    idx = torch.arange(half)
+    Rm[idx, idx] = cos[:half]
+    Rm[idx + half, idx + half] = cos[half:rd]
+    Rm[idx, idx + half] = -sin[:half]
+    Rm[idx + half, idx] = sin[half:rd]
+    return Rm
+
+
+def rms_norm(x, gamma, eps):
+    """RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * gamma."""
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gamma
+
+
+def rms_jacobian(x, gamma, eps):
+    """d rms_norm(x) / dx = diag(gamma)/rms (I - x x^T / (d rms^2)) (METHODS B.3)."""
+    d = x.shape[-1]
+    rms = torch.sqrt((x * x).mean() + eps)
+    return torch.diag(gamma) / rms @ (torch.eye(d, dtype=x.dtype) - torch.outer(x, x) / (d * rms**2))
+
+
 @dataclass
 class Sublayer:
     """A pre-norm residual attention sublayer described by its tensors (state-dict level).
@@ -136,8 +171,11 @@ class Sublayer:
     ``causal`` False gives bidirectional attention over all positions (encoders);
     ``score_bias`` (n x n, [query, key]) is a constant additive score bias such as the SAAB
     bias; ``head_types`` softmax/sigmoid per head with ``sigmoid_bias`` per query position.
-    Covers GPT-2-like, Llama/Qwen-like (RMSNorm, RoPE, GQA, no biases), pre-LN encoders (SAAB)
-    and MoFA models.
+    The METHODS B.2-B.3 extensions: a score ``scale``, logit ``softcap``, a sliding ``window``, a
+    sandwich ``post_gamma`` norm, per-head QK-norm (``q_gamma``, ``k_gamma``) and the model's
+    own RoPE tables (``rope_cos``/``rope_sin``, which carry any RoPE scaling and partial rotary
+    widths). Covers GPT-2-like, Llama/Qwen-like (RMSNorm, RoPE, GQA), Gemma 2/3, pre-LN encoders
+    (SAAB) and MoFA models.
     """
 
     norm: str
@@ -160,6 +198,17 @@ class Sublayer:
     score_bias: torch.Tensor | None = None
     head_types: list = field(default_factory=list)
     sigmoid_bias: torch.Tensor | None = None  # per query position
+    scale: float | None = None  # score scale; default 1/sqrt(dh) (Gemma: query_pre_attn_scalar^-1/2)
+    softcap: float | None = None  # s = c tanh(s_raw / c) (Gemma 2)
+    window: int | None = None  # sliding window: query r sees keys i with r - i < window
+    post_gamma: torch.Tensor | None = None  # sandwich norm on the attention output (Gemma 2/3), kind ``norm``
+    post_beta: torch.Tensor | None = None
+    post_eps: float = 1e-5
+    q_gamma: torch.Tensor | None = None  # per-head RMSNorm of queries before RoPE (QK-norm: Gemma 3, Qwen 3)
+    k_gamma: torch.Tensor | None = None
+    qk_eps: float = 1e-6
+    rope_cos: torch.Tensor | None = None  # the model's own RoPE tables (positions x rotary dims, half layout)
+    rope_sin: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -177,24 +226,35 @@ class Sublayer:
         return Sublayer(**kw)
 
     def normalise(self, x):
+        return self._norm(x, self.gamma, self.beta, self.eps)
+
+    def _norm(self, x, gamma, beta, eps):
         if self.norm == "layernorm":
             mu = x.mean(-1, keepdim=True)
             var = ((x - mu) ** 2).mean(-1, keepdim=True)
-            return (x - mu) / torch.sqrt(var + self.eps) * self.gamma + (0 if self.beta is None else self.beta)
-        rms = torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps)
-        return x / rms * self.gamma
+            return (x - mu) / torch.sqrt(var + eps) * gamma + (0 if beta is None else beta)
+        return rms_norm(x, gamma, eps)
 
-    def norm_jacobian(self, x):
-        """D_r = dN(x)/dx (METHODS B.3)."""
+    def norm_jacobian(self, x, gamma=None, eps=None):
+        """D_r = dN(x)/dx (METHODS B.3); ``gamma``/``eps`` default to the pre-norm's."""
+        gamma = self.gamma if gamma is None else gamma
+        eps = self.eps if eps is None else eps
         d = x.shape[-1]
         eye = torch.eye(d, dtype=x.dtype)
         if self.norm == "layernorm":
             mu = x.mean()
-            sigma = torch.sqrt(((x - mu) ** 2).mean() + self.eps)
+            sigma = torch.sqrt(((x - mu) ** 2).mean() + eps)
             z = (x - mu) / sigma
-            return torch.diag(self.gamma) / sigma @ (eye - torch.ones(d, d, dtype=x.dtype) / d - torch.outer(z, z) / d)
-        rms = torch.sqrt((x * x).mean() + self.eps)
-        return torch.diag(self.gamma) / rms @ (eye - torch.outer(x, x) / (d * rms**2))
+            return torch.diag(gamma) / sigma @ (eye - torch.ones(d, d, dtype=x.dtype) / d - torch.outer(z, z) / d)
+        return rms_jacobian(x, gamma, eps)
+
+    def post(self, o):
+        """The sandwich norm on the attention output (identity without one)."""
+        return o if self.post_gamma is None else self._norm(o, self.post_gamma, self.post_beta, self.post_eps)
+
+    @property
+    def score_scale(self) -> float:
+        return 1 / math.sqrt(self.dh) if self.scale is None else float(self.scale)
 
     @property
     def dh(self):
@@ -204,19 +264,28 @@ class Sublayer:
         return self.head_types or ["softmax"] * self.n_head
 
     def _rot(self, pos):
+        if self.rope_cos is not None:
+            return rope_table_matrix(self.rope_cos[pos], self.rope_sin[pos], self.dh)
         if not self.rope_theta:
             return torch.eye(self.dh, dtype=self.W_Q.dtype)
         return rope_matrix(pos, self.dh, self.rope_theta, self.W_Q.dtype, self.rope_style)
+
+    @property
+    def rope(self) -> bool:
+        return bool(self.rope_theta) or self.rope_cos is not None
 
     def _lin(self, W, b, x):
         return x @ W.T + (0 if b is None else b)
 
     def keys(self, X, r) -> list[int]:
-        """Key positions seen by query r: all tokens (bidirectional) or 0..r (causal)."""
-        return list(range(X.shape[0])) if not self.causal else list(range(r + 1))
+        """Key positions seen by query r: all tokens (bidirectional) or 0..r (causal), within the window."""
+        lo = 0 if not self.window else max(0, r - self.window + 1)
+        hi = r + 1 if self.causal else (X.shape[0] if not self.window else min(X.shape[0], r + self.window))
+        return list(range(lo, hi))
 
     def _attend(self, X, r, xV, xQ, xK):
-        """Attention weights (B, H, n), per-head values and rotated keys (B, n, H, dh), rotated queries (B, H, dh)."""
+        """Weights (B, H, n), per-head values and rotated keys (B, n, H, dh), rotated queries (B, H, dh) and the
+        soft-capping slope kappa = ds/ds_raw (B, H, n; ones without a cap)."""
         keys = self.keys(X, r)
         ir = keys.index(r)
         B = max(len(xV), len(xQ), len(xK))
@@ -226,20 +295,29 @@ class Sublayer:
         V = self._lin(self.W_V, self.b_V, Xn).expand(B, -1, -1).clone()
         K[:, ir] = self._lin(self.W_K, self.b_K, self.normalise(xK)).expand(B, -1)
         V[:, ir] = self._lin(self.W_V, self.b_V, self.normalise(xV)).expand(B, -1)
-        q = self._lin(self.W_Q, self.b_Q, self.normalise(xQ)).expand(B, -1)
+        q = self._lin(self.W_Q, self.b_Q, self.normalise(xQ)).expand(B, -1).reshape(B, H, dh)
+        K = K.view(B, n, kv, dh)
+        if self.k_gamma is not None:
+            K = rms_norm(K, self.k_gamma, self.qk_eps)
+        if self.q_gamma is not None:
+            q = rms_norm(q, self.q_gamma, self.qk_eps)
         group = torch.arange(H) // (H // kv)
         rot = torch.stack([self._rot(i) for i in keys])
-        Kh = torch.einsum("nij,bngj->bngi", rot, K.view(B, n, kv, dh))[:, :, group]
+        Kh = torch.einsum("nij,bngj->bngi", rot, K)[:, :, group]
         Vh = V.view(B, n, kv, dh)[:, :, group]
-        qh = torch.einsum("ij,bhj->bhi", self._rot(r), q.view(B, H, dh))
-        s = torch.einsum("bhi,bnhi->bhn", qh, Kh) / math.sqrt(dh)
+        qh = torch.einsum("ij,bhj->bhi", self._rot(r), q)
+        s = torch.einsum("bhi,bnhi->bhn", qh, Kh) * self.score_scale
+        kappa = torch.ones_like(s)
+        if self.softcap:
+            t = torch.tanh(s / self.softcap)
+            s, kappa = self.softcap * t, 1 - t * t
         if self.score_bias is not None:
             s = s + self.score_bias[r, keys]
         a = torch.softmax(s, -1)
         sig = torch.tensor([t == "sigmoid" for t in self._types()])
         if sig.any():
             a = torch.where(sig[None, :, None], torch.sigmoid(s + self.sigmoid_bias[r]), a)
-        return a, Vh, Kh, qh
+        return a, Vh, Kh, qh, kappa
 
     def _batch(self, X, r, t):
         t = X[r] if t is None else t
@@ -252,9 +330,9 @@ class Sublayer:
         """
         single = all(t is None or t.dim() == 1 for t in (xV, xQ, xK))
         xV, xQ, xK = (self._batch(X, r, t) for t in (xV, xQ, xK))
-        a, Vh, _, _ = self._attend(X, r, xV, xQ, xK)
+        a, Vh = self._attend(X, r, xV, xQ, xK)[:2]
         o = torch.einsum("bhn,bnhi->bhi", a, Vh).reshape(a.shape[0], -1)
-        y = xV + self._lin(self.W_O, self.b_O, o)
+        y = xV + self.post(self._lin(self.W_O, self.b_O, o))
         return y[0] if single else y
 
     def weights(self, X, r, xQ=None, xK=None):
@@ -271,50 +349,60 @@ class Sublayer:
         return {"J_T": jac[0].numpy(), "J_Q": jac[1].numpy(), "J_K": jac[2].numpy()}
 
     def analytic(self, X, r, per_head: bool = False):
-        """Closed forms of METHODS B.2 with RoPE (P_r), GQA groups, score biases and sigmoid heads.
+        """Closed forms of METHODS B.2-B.3 with RoPE (P_r), GQA groups, score biases, sigmoid heads, QK-norm
+        (its Jacobians D_Q, D_K), soft-capping (kappa) and the sandwich norm (its Jacobian E_r).
 
         With ``per_head`` also returns, per head, what the query-gating geometry (B.7) needs:
-        ``J_Q_heads`` (H, d, d), ``W_VO`` (H, d, d) = W_O^h W_V^g, ``query_map`` (H, dh, d) =
-        P_r W_Q^h D_r / sqrt(dh), rotated ``key_vectors`` (H, n, dh), weights ``alpha`` (H, n),
-        normalised inputs ``X_keys`` (n, d) and, without RoPE, ``W_QK`` (H, d, d) = W_K^g' query_map.
+        ``J_Q_heads`` (H, d, d), ``W_VO`` (H, d, d) = E_r W_O^h W_V^g, ``query_map`` (H, dh, d) =
+        scale P_r D_Q W_Q^h D_r, rotated ``key_vectors`` (H, n, dh) (times kappa under a soft cap, the keys
+        the scores respond with), weights ``alpha`` (H, n), normalised inputs ``X_keys`` (n, d) and, where
+        the scores are one bilinear form of the inputs (no RoPE, QK-norm or cap), ``W_QK`` (H, d, d).
         """
         with torch.no_grad():
             keys = self.keys(X, r)
             ir = keys.index(r)
             x = X[r][None]
-            A, Vh, Kh, Q = (t[0] for t in self._attend(X, r, x, x, x))
+            A, Vh, Kh, Q, kappa = (t[0] for t in self._attend(X, r, x, x, x))
             Dr = self.norm_jacobian(X[r])
             d, dh, group = X.shape[1], self.dh, self.n_head // self.n_kv_head
-            JT, JQ, JK = torch.eye(d, dtype=X.dtype), torch.zeros(d, d, dtype=X.dtype), torch.zeros(d, d, dtype=X.dtype)
+            AT, AQ, AK = (torch.zeros(d, d, dtype=X.dtype) for _ in range(3))
             Pr = self._rot(r)
+            scale = self.score_scale
+            xn = self.normalise(X[r])
+            uq = self._lin(self.W_Q, self.b_Q, xn).view(self.n_head, dh)
+            uk = self._lin(self.W_K, self.b_K, xn).view(self.n_kv_head, dh)
+            eye = torch.eye(dh, dtype=X.dtype)
+            o = self._lin(self.W_O, self.b_O, torch.einsum("hn,nhi->hi", A, Vh).reshape(-1))
+            E = torch.eye(d, dtype=X.dtype) if self.post_gamma is None else self.norm_jacobian(o, self.post_gamma,
+                                                                                                  self.post_eps)
             heads = {"J_Q_heads": [], "W_VO": [], "query_map": [], "W_QK": []}
             for h, t in enumerate(self._types()):
                 g = h // group
                 WQh, WKg, WVg = self.W_Q[h * dh:(h + 1) * dh], self.W_K[g * dh:(g + 1) * dh], self.W_V[g * dh:(g + 1) * dh]
                 WOh = self.W_O[:, h * dh:(h + 1) * dh]
-                a, v, kh, qh = A[h], Vh[:, h], Kh[:, h], Q[h]
-                if t == "softmax":
-                    vbar, kbar = a @ v, a @ kh
-                    cross = ((v - vbar).T * a) @ (kh - kbar)
-                    key_vec = a[ir] * (v[ir] - vbar)
-                else:
-                    w = a * (1 - a)
-                    cross = (v.T * w) @ kh
-                    key_vec = w[ir] * v[ir]
-                qmap = Pr @ WQh @ Dr / math.sqrt(dh)
+                a, v, kh, qh, c = A[h], Vh[:, h], Kh[:, h], Q[h], kappa[h]
+                DQ = eye if self.q_gamma is None else rms_jacobian(uq[h], self.q_gamma, self.qk_eps)
+                DK = eye if self.k_gamma is None else rms_jacobian(uk[g], self.k_gamma, self.qk_eps)
+                w = a if t == "softmax" else a * (1 - a)
+                v_c = v - a @ v if t == "softmax" else v  # only one side of the cross-covariance needs centring
+                cross = (v_c.T * w) @ (c[:, None] * kh)
+                key_vec = w[ir] * c[ir] * v_c[ir]
+                qmap = Pr @ DQ @ WQh @ Dr * scale
                 JQh = WOh @ cross @ qmap
-                JT = JT + a[ir] * WOh @ WVg @ Dr
-                JQ = JQ + JQh
-                JK = JK + torch.outer(WOh @ key_vec, qh) @ Pr @ WKg @ Dr / math.sqrt(dh)
+                AT = AT + a[ir] * WOh @ WVg @ Dr
+                AQ = AQ + JQh
+                AK = AK + torch.outer(WOh @ key_vec, qh) @ Pr @ DK @ WKg @ Dr * scale
                 if per_head:
-                    heads["J_Q_heads"].append(JQh)
-                    heads["W_VO"].append(WOh @ WVg)
+                    heads["J_Q_heads"].append(E @ JQh)
+                    heads["W_VO"].append(E @ WOh @ WVg)
                     heads["query_map"].append(qmap)
                     heads["W_QK"].append(WKg.T @ qmap)
-        out = {"J_T": JT.numpy(), "J_Q": JQ.numpy(), "J_K": JK.numpy()}
+            JT = torch.eye(d, dtype=X.dtype) + E @ AT
+        out = {"J_T": JT.numpy(), "J_Q": (E @ AQ).numpy(), "J_K": (E @ AK).numpy()}
         if per_head:
-            out.update({k: torch.stack(v).numpy() for k, v in heads.items() if not (k == "W_QK" and self.rope_theta)})
-            out["key_vectors"] = Kh.permute(1, 0, 2).numpy()
+            bilinear = not (self.rope or self.q_gamma is not None or self.k_gamma is not None or self.softcap)
+            out.update({k: torch.stack(v).numpy() for k, v in heads.items() if bilinear or k != "W_QK"})
+            out["key_vectors"] = (kappa[:, :, None] * Kh.permute(1, 0, 2)).numpy()
             out["alpha"] = A.numpy()
             out["X_keys"] = self.normalise(X[keys]).detach().numpy()
             out["head_types"] = list(self._types())
@@ -353,23 +441,43 @@ class Sublayer:
         return ((a - a0).norm(dim=-1) / eps).numpy()
 
 
+FORWARD_TOLERANCE = 1e-5
+"""max |F(x_r, x_r, x_r) - own output at r| / max(1, max |own output at r|) an operating point must meet. transformers
+computes some norms and softmaxes in float32 even in a float64 model (Gemma's RMSNorm, eager softmax), so a
+pretrained model's own output is float32-accurate there; an architecture misread by an adapter is off by O(1)."""
+
+
 def operating_point(sub: Sublayer, X: torch.Tensor, r: int, reference: torch.Tensor | None = None,
-                    per_head: bool = True) -> dict:
+                    per_head: bool = True, own: Callable | None = None) -> dict:
     """Analytic and autograd operators at query r, with their max abs errors (METHODS B.8.1-2).
 
     ``reference`` is the model's own sublayer output at r; ``errors['forward']`` is its max abs
-    difference from the pathway-split forward F(x_r, x_r, x_r).
+    difference from the pathway-split forward F(x_r, x_r, x_r), refused in one line above
+    :data:`FORWARD_TOLERANCE` relative to the output's size. ``own`` (x_r -> the model's own output
+    at r, differentiable) adds ``errors['own_jacobian']``: max |autograd of the model's own forward -
+    (J_T + J_Q + J_K)|, the check of the sum that shares no code with the pathway-split forward.
     """
     X = X.detach().double()
     sub = sub.double()
-    ana = sub.analytic(X, r, per_head=per_head)
-    auto = sub.autograd(X, r)
-    errors = {k: float(np.abs(auto[k] - ana[k]).max()) for k in auto}
-    full = torch.autograd.functional.jacobian(lambda x: sub.output(X, r, x, x, x), X[r], vectorize=True).numpy()
-    errors["J_full"] = float(np.abs(full - (ana["J_T"] + ana["J_Q"] + ana["J_K"])).max())
+    errors = {}
     if reference is not None:
         with torch.no_grad():
-            errors["forward"] = float((sub.output(X, r) - reference.double()).abs().max())
+            ref = reference.double()
+            errors["forward"] = float((sub.output(X, r) - ref).abs().max())
+        size = max(1.0, float(ref.abs().max()))
+        if errors["forward"] > FORWARD_TOLERANCE * size:
+            raise RoutestatsError(f"token {r}: the sublayer rebuilt from the model's tensors differs from the model's own "
+                                  f"output by {errors['forward']:.3g} (|y| up to {size:.3g}); regime cannot certify "
+                                  "this architecture")
+    ana = sub.analytic(X, r, per_head=per_head)
+    auto = sub.autograd(X, r)
+    errors.update({k: float(np.abs(auto[k] - ana[k]).max()) for k in auto})
+    total = ana["J_T"] + ana["J_Q"] + ana["J_K"]
+    full = torch.autograd.functional.jacobian(lambda x: sub.output(X, r, x, x, x), X[r], vectorize=True).numpy()
+    errors["J_full"] = float(np.abs(full - total).max())
+    if own is not None:
+        theirs = torch.autograd.functional.jacobian(own, X[r].clone()).detach().double().numpy()
+        errors["own_jacobian"] = float(np.abs(theirs - total).max())
     return {"analytic": ana, "autograd": auto, "errors": errors, "token": r, "sublayer": sub, "X": X}
 
 

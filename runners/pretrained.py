@@ -24,7 +24,7 @@ from routestats.rundir.atomic import sha256_file
 from .families import Family, discover, output_weight, refusal
 from .seam import IMPLEMENTATION, Pass, capture_pass, register_seam
 
-__all__ = ["Loaded", "load_model", "prepare_model", "identity_of_files", "WEIGHT_SUFFIXES"]
+__all__ = ["Checkpoint", "Loaded", "read_checkpoint", "load_model", "prepare_model", "identity_of_files", "WEIGHT_SUFFIXES"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
@@ -116,23 +116,40 @@ def first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
-def load_model(folder: str | Path) -> Loaded:
-    """Load a local transformers folder or a folder with one GGUF file, switched to the capture seam.
+@dataclass(frozen=True)
+class Checkpoint:
+    """A pretrained model read from a local folder, before any check: what capture and regime share."""
 
-    Refused in one line, before anything is written: a folder that is not a model, a configuration
-    whose attention the probe cannot certify (:data:`runners.families.REFUSALS`), a model whose attention
-    does not pass through the seam in every layer, or whose baseline attention through the seam differs
-    from its own eager attention. Any other model is accepted: the probe, not a list of names, decides.
+    model: object
+    tokenizer: object
+    folder: Path
+    weight_files: tuple[Path, ...]
+    gguf: str | None = None
+    quantisation: dict | None = None
+
+
+def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", dtype=None,
+                    refuse_listed: bool = True) -> Checkpoint:
+    """Read a local transformers folder, a folder with one GGUF file, or a GGUF file (offline; the one loader of pretrained
+    checkpoints, shared by capture and the regime operators).
+
+    A ``*ForCausalLM`` architecture loads with its language-model head, anything else as the bare model;
+    ``dtype`` (e.g. ``torch.float64``) converts the weights after loading. Refused in one line: a folder that
+    is not a model, more than one GGUF file, a configuration listed in :data:`runners.families.REFUSALS`
+    (when ``refuse_listed``), and transformers' own refusals (remote code, unsafe pickles, bad config.json).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
     except ImportError:
-        raise RoutestatsError("capture needs transformers: pip install -e '.[capture]'") from None
+        raise RoutestatsError("pretrained models need transformers: pip install -e '.[capture]'") from None
     folder = Path(folder)
-    if not folder.is_dir():
+    ggufs = [folder] if folder.suffix == ".gguf" and folder.is_file() else None
+    if ggufs:
+        folder = folder.parent
+    elif not folder.is_dir():
         raise RoutestatsError(f"{folder}: not a model folder")
-    ggufs = sorted(folder.glob("*.gguf"))
+    ggufs = ggufs or sorted(folder.glob("*.gguf"))
     quant = None
     try:
         if ggufs:
@@ -141,26 +158,41 @@ def load_model(folder: str | Path) -> Loaded:
             g = ggufs[0].name
             quant = _gguf_quantisation(ggufs[0])
             tok = AutoTokenizer.from_pretrained(folder, gguf_file=g)
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=g, attn_implementation="eager")
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=g, attn_implementation=attn_implementation)
             weights = ggufs
         else:
             if not (folder / "config.json").is_file():
                 raise RoutestatsError(f"{folder}: no config.json and no .gguf file: not a model folder")
             cfg = AutoConfig.from_pretrained(folder)
             g = None
-            why = refusal(getattr(cfg, "model_type", None) or "?", cfg)  # refused before the weights load
-            if why:
+            why = refusal(getattr(cfg, "model_type", None) or "?", cfg) if refuse_listed else ""
+            if why:  # refused before the weights load
                 raise RoutestatsError(f"{folder}: the model {why}")
             causal_lm = any(str(a).endswith("ForCausalLM") for a in (getattr(cfg, "architectures", None) or ()))
             cls = AutoModelForCausalLM if causal_lm else AutoModel
-            model = cls.from_pretrained(folder, attn_implementation="eager")
+            model = cls.from_pretrained(folder, attn_implementation=attn_implementation)
             tok = AutoTokenizer.from_pretrained(folder)
             weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+        if dtype is not None:
+            model = model.to(dtype)
     except RoutestatsError:
         raise
     except Exception as exc:  # transformers' own refusals (remote code, unsafe pickles, bad config.json, ...)
         raise RoutestatsError(f"{folder}: cannot load the model: {first_line(exc)}") from None
-    return prepare_model(model.eval(), tok, folder=folder, weight_files=weights, gguf=g, quantisation=quant)
+    return Checkpoint(model.eval(), tok, folder, tuple(weights), g, quant)
+
+
+def load_model(folder: str | Path) -> Loaded:
+    """Load a local transformers folder or a folder with one GGUF file, switched to the capture seam.
+
+    Refused in one line, before anything is written: a folder that is not a model, a configuration
+    whose attention the probe cannot certify (:data:`runners.families.REFUSALS`), a model whose attention
+    does not pass through the seam in every layer, or whose baseline attention through the seam differs
+    from its own eager attention. Any other model is accepted: the probe, not a list of names, decides.
+    """
+    ck = read_checkpoint(folder)
+    return prepare_model(ck.model, ck.tokenizer, folder=ck.folder, weight_files=list(ck.weight_files), gguf=ck.gguf,
+                         quantisation=ck.quantisation)
 
 
 def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gguf=None, quantisation=None) -> Loaded:

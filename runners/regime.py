@@ -45,20 +45,32 @@ def _checkpoint(run) -> Path:
     return run.path / ck[-1]
 
 
+def is_pretrained(path: Path) -> bool:
+    """A transformers checkpoint folder, a folder holding a GGUF file, or a ``.gguf`` file, rather than a run."""
+    path = Path(path)
+    if path.suffix == ".gguf":
+        return True
+    return path.is_dir() and not (path / S.MANIFEST).is_file() and (
+        (path / "config.json").is_file() or any(path.glob("*.gguf")))
+
+
 def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 64):
-    """(kind, point(layer, example) -> (sublayer, X, reference), example count, model file) for a run's
-    final checkpoint, or for a Llama-style ``.gguf`` file whose prompts are the documents of
-    ``domain_file`` (each cut to ``max_tokens`` tokens)."""
-    if Path(run_dir).suffix == ".gguf":
+    """(kind, point(layer, example) -> (sublayer, X, reference[, own]), example count, model name, model identity)
+    for a run's final checkpoint, or for a pretrained checkpoint (a transformers folder, a GGUF folder or file, read
+    by the loader capture uses) whose prompts are the documents of ``domain_file`` (each cut to ``max_tokens``)."""
+    if is_pretrained(run_dir):
         from .domains import read_domain
-        from .gguf_llama import GGUFLlama
+        from .pretrained import identity_of_files
+        from .pretrained_operators import load_stack
 
         if domain_file is None:
-            raise RoutestatsError("a GGUF model needs --domain-file: the documents that are the prompts")
-        model = GGUFLlama(run_dir)
+            raise RoutestatsError("a pretrained model needs --domain-file: the documents that are the prompts")
+        stack = load_stack(run_dir)
         docs = [d for d in read_domain(domain_file) if d.strip()]
-        return ("gguf-llama", lambda layer, ex: model.point(model.encode(docs[ex])[:max_tokens], layer), len(docs),
-                Path(run_dir))
+        files = [Path(run_dir)] if Path(run_dir).is_file() else stack.weight_files
+        kind = f"transformers:{getattr(stack.model.config, 'model_type', '?')}"
+        return (kind, lambda layer, ex: stack.point(stack.encode(docs[ex])[:max_tokens], layer), len(docs),
+                str(run_dir), identity_of_files(files))
     run = load_run(run_dir)
     ck_path = _checkpoint(run)
     state = load_checkpoint(ck_path)
@@ -74,7 +86,8 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
         blocks = blocks_of(encode(["".join(read_domain(domain_file))]), cfg.n_ctx)
         if not len(blocks):
             raise RoutestatsError(f"{domain_file}: shorter than one block of {cfg.n_ctx} tokens")
-        return "mofa", (lambda layer, ex: mofa_point(model, torch.as_tensor(blocks[ex]), layer)), len(blocks), ck_path
+        return ("mofa", (lambda layer, ex: mofa_point(model, torch.as_tensor(blocks[ex]), layer)), len(blocks),
+                _relative(ck_path, run.path), sha256_file(ck_path))
     from .model import EncoderConfig, SAABEncoder
     from .msm import FIELD_START_ID, load_tokenizer
 
@@ -93,7 +106,11 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
             raise RoutestatsError(f"example {row['example_id']}: a token is not in the run's tokenizer")
         return encoder_point(model, ids, [int(f) for f in row["field_ids"]], layer)
 
-    return "encoder", point, len(ex), ck_path
+    return "encoder", point, len(ex), _relative(ck_path, run.path), sha256_file(ck_path)
+
+
+def _relative(path: Path, base: Path) -> str:
+    return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
 
 def _routing_check(sub: Sublayer, X, r: int, heads: dict, n: int, rng) -> np.ndarray:
@@ -116,10 +133,11 @@ def _routing_check(sub: Sublayer, X, r: int, heads: dict, n: int, rng) -> np.nda
 
 
 def build_point(sub: Sublayer, X, r: int, reference: torch.Tensor | None, *, lattice: int = 2000,
-                eps_rel: float = 1e-4, seed: int = 0) -> tuple[dict, dict]:
-    """Arrays and metadata of one operating point (see the module docstring)."""
+                eps_rel: float = 1e-4, seed: int = 0, own: Callable | None = None) -> tuple[dict, dict]:
+    """Arrays and metadata of one operating point (see the module docstring); ``own`` as in
+    :func:`runners.operators.operating_point`."""
     t0 = time.perf_counter()
-    op = operating_point(sub, X, r, reference)
+    op = operating_point(sub, X, r, reference, own=own)
     ana, sub64, X64 = op["analytic"], op["sublayer"], op["X"]
     t_ops = time.perf_counter() - t0
     ops = Operators(ana["J_T"], ana["J_Q"], ana["J_K"])
@@ -164,7 +182,7 @@ def build_point(sub: Sublayer, X, r: int, reference: torch.Tensor | None, *, lat
             "fd_eps": fd["eps"], "named_eps_rel": [1e-3, 1e-5], "lattice": lattice, "slice_seed": seed,
             "seconds": {"operators": round(t_ops, 4), "total": round(time.perf_counter() - t0, 4)},
             "cost": {"t_setup": t_setup, "c_q": c_q, "c_f_mechanism": c_f4, "c_f_switch": c_f4 / 2},
-            "head_types": list(ana["head_types"]), "rope": bool(sub.rope_theta), "causal": sub.causal}
+            "head_types": list(ana["head_types"]), "rope": sub.rope, "causal": sub.causal}
     return arrays, meta
 
 
@@ -179,16 +197,14 @@ def write_operators(run_dir: Path, layers: Sequence[int], examples: Sequence[int
     settings are kept. Returns the index path.
     """
     run_dir = Path(run_dir)
-    if run_dir.suffix == ".gguf" and out is None:
-        raise RoutestatsError("a GGUF model needs --out: the folder that receives operators/")
-    kind, point, n_examples, ck_path = run_model(run_dir, domain_file, max_tokens)
+    if is_pretrained(run_dir) and out is None:
+        raise RoutestatsError("a pretrained model needs --out: the folder that receives operators/")
+    kind, point, n_examples, ck_name, ck_sha = run_model(run_dir, domain_file, max_tokens)
     base = Path(out) if out is not None else run_dir
     folder = base / S.OPERATOR_DIR
     idx_path = folder / S.OPERATOR_INDEX
-    ck_sha = sha256_file(ck_path)
     settings = {"lattice": lattice, "eps_rel": eps_rel, "seed": seed, "max_tokens": max_tokens,
                 "domain_file": str(domain_file) if domain_file else None}
-    ck_name = str(ck_path.relative_to(run_dir)) if ck_path.is_relative_to(run_dir) else str(ck_path)
     index = {"version": INDEX_VERSION, "model_kind": kind, "checkpoint": ck_name,
              "checkpoint_sha256": ck_sha, "settings": settings, "points": []}
     if idx_path.is_file():
@@ -203,13 +219,17 @@ def write_operators(run_dir: Path, layers: Sequence[int], examples: Sequence[int
                 raise RoutestatsError(f"example {ex} is out of range: the run offers {n_examples}")
             if (layer, ex, token) in done:
                 continue
-            sub, X, ref = point(layer, ex)
+            sub, X, ref, *own = point(layer, ex)
             r = X.shape[0] - 1 if token is None else (token if token >= 0 else X.shape[0] + token)
             if not 0 <= r < X.shape[0]:
                 raise RoutestatsError(f"token {token} is out of range for example {ex} ({X.shape[0]} tokens)")
             if progress:
                 progress(f"layer {layer}, example {ex}, token {r}")
-            arrays, meta = build_point(sub, X, r, ref(r), lattice=lattice, eps_rel=eps_rel, seed=seed)
+            try:
+                arrays, meta = build_point(sub, X, r, ref(r), lattice=lattice, eps_rel=eps_rel, seed=seed,
+                                           own=own[0](r) if own else None)
+            except RoutestatsError as exc:
+                raise RoutestatsError(f"layer {layer}, example {ex}, {exc}") from None
             meta.update({"layer": layer, "example": ex, "model_kind": kind})
             name = f"L{layer}-E{ex}-r{r}.npz"
             with atomic_path(folder / name) as tmp:

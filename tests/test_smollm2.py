@@ -66,3 +66,27 @@ def test_smollm2_operating_point(model, tmp_path):
     assert ag["switch_agreement"] == 1.0 and ag["pearson_r"] > 0.9999
     geo = rep.frame("geometry")
     assert geo["rank_bound_holds"].all() and (geo["range_residual"] < 1e-10).all()
+
+
+def test_transformers_reads_the_gguf_file_as_the_hand_written_reader_does(model):
+    """``runners regime`` reads GGUF files through transformers (the loader capture uses); the hand-written
+    reader stays as the independent check: its own dequantisation, interleaved RoPE and SDPA forward."""
+    from runners.operators import operating_point
+    from runners.pretrained_operators import load_stack
+
+    stack = load_stack(smollm2_path())
+    ids = model.encode(PARAGRAPH)
+    assert stack.encode(PARAGRAPH) == ids  # the GGUF's tokenizer, as transformers builds it
+    r = len(ids) - 1
+    sub, X, ref, own = stack.point(ids, 15)
+    op = operating_point(sub, X, r, ref(r), own=own(r))
+    # transformers' own layer: its RMSNorm runs in float32, so ~1e-7 of |y| (measured 6.8e-7 on |y| ~ 2e4)
+    assert op["errors"]["forward"] < 1e-6 * float(ref(r).abs().max())
+    assert op["errors"]["own_jacobian"] < 1e-6  # measured 5.7e-8
+    assert max(op["errors"][k] for k in ("J_T", "J_Q", "J_K", "J_full")) < 1e-10
+    sub_g, X_g, ref_g = model.point(ids, 15)
+    # hidden states of 29 tokens after 15 layers: measured 8.4e-4 on a max of 2.3e4 (float32 norms in transformers)
+    assert float((X - X_g).abs().max()) < 1e-6 * float(X_g.abs().max())
+    theirs = operating_point(sub_g, X_g, r, ref_g(r))["analytic"]
+    for k in ("J_T", "J_Q", "J_K"):  # measured 8e-9, 4.5e-8, 5e-8 against maxima 1.04, 0.34, 0.052
+        assert np.abs(op["analytic"][k] - theirs[k]).max() < 1e-6, k
