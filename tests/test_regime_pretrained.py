@@ -166,6 +166,13 @@ def run_cli(args, capsys) -> tuple[int, str]:
     return exc.value.code or 0, out.out + out.err
 
 
+def the_error(text: str) -> str:
+    """The one line a refusal prints (beside transformers' loading bar and the machine-load hint)."""
+    lines = [ln for ln in text.splitlines() if ln.strip() and "Loading weights" not in ln and not ln.startswith("hint:")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), text
+    return lines[0]
+
+
 def test_regime_cli_on_a_transformers_folder(tmp_path, capsys):
     """``python -m runners regime FOLDER`` on saved tiny GPT-2 and Gemma 2 folders, then ``routestats regime``."""
     from typer.testing import CliRunner
@@ -179,11 +186,13 @@ def test_regime_cli_on_a_transformers_folder(tmp_path, capsys):
     for name in ("gpt2", "gemma2"):
         folder = save_tiny(name, tmp_path / name, words)
         out = tmp_path / f"{name}-ops"
-        code, text = run_cli(["regime", folder, "--layers", "0,1", "--examples", "0,1", "--prompts", prompts,
+        layers = ["--layers", "0,1"] if name == "gpt2" else ["--depths", "7"]  # 7 normalised depths of 2 layers: 0, 1
+        code, text = run_cli(["regime", folder, *layers, "--examples", "0,1", "--prompts", prompts,
                               "--out", out, "--lattice", "60", "--threads", "1"], capsys)
         assert code == 0, text
         idx = json.loads((out / "operators" / "index.json").read_text())
-        assert idx["model_kind"] == f"transformers:{name}" and len(idx["points"]) == 4
+        assert idx["model_kind"] == f"transformers:{name}" and idx["n_layers"] == 2 and len(idx["points"]) == 4
+        assert sorted({p["layer"] for p in idx["points"]}) == [0, 1]
         for p in idx["points"]:
             assert max(v for k, v in p["errors"].items() if k.startswith("J_")) < 1e-10
             assert p["errors"]["own_jacobian"] < 1e-5
@@ -191,5 +200,8 @@ def test_regime_cli_on_a_transformers_folder(tmp_path, capsys):
         assert res.exit_code == 0, res.output
     # a folder without --out is refused in one line, nothing written into the model's folder
     code, text = run_cli(["regime", tmp_path / "gpt2", "--layers", "0", "--prompts", prompts], capsys)
-    assert code == 2 and text.strip().startswith("error:") and "needs --out" in text and len(text.strip().splitlines()) == 1
+    assert code == 2 and "needs --out" in the_error(text)
     assert not (tmp_path / "gpt2" / "operators").exists()
+    for bad, needle in ((["--layers", "0", "--depths", "3"], "not both"), (["--layers", "2"], "layer 2 is out of range")):
+        code, text = run_cli(["regime", tmp_path / "gpt2", *bad, "--prompts", prompts, "--out", tmp_path / "x"], capsys)
+        assert code == 2 and needle in the_error(text)
