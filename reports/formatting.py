@@ -28,6 +28,19 @@ from routestats.report import (  # noqa: F401  (re-exported for callers that for
 _FORMAT = {"num": fmt_num, "p": fmt_p, "sig": fmt_sig}
 
 
+def fmt_range(lo, hi, digits: int = 3) -> str:
+    """'first–last': whole numbers as integers, anything else to ``digits`` significant digits.
+
+    >>> fmt_range(2, 5), fmt_range(0.3, 0.3333), fmt_range(91.83, 108.31)
+    ('2–5', '0.3–0.333', '91.8–108')
+    """
+    if is_missing(lo) and is_missing(hi):
+        return DASH
+    whole = all(not is_missing(v) and float(v).is_integer() for v in (lo, hi))
+    f = fmt_int if whole else (lambda v: fmt_sig(v, digits))
+    return f"{f(lo)}–{f(hi)}"
+
+
 def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
     """Headers and rows of cells ``{"text", "value", "bold", "numeric"}`` of a shown table (a p-value at
     its permutation floor also has ``"short"``, the number alone, and ``"floor": True``)."""
@@ -45,7 +58,7 @@ def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
         for c in table.columns:
             if c.kind in ("ci", "range"):
                 lo, hi = r[c.source[0]], r[c.source[1]]
-                text = fmt_ci(lo, hi, c.digits) if c.kind == "ci" else f"{fmt_int(lo)}–{fmt_int(hi)}"
+                text = fmt_ci(lo, hi, c.digits) if c.kind == "ci" else fmt_range(lo, hi, c.digits)
                 cells.append({"text": text, "value": None if is_missing(lo) else float(lo), "bold": False, "numeric": True})
                 continue
             v = r[c.source]

@@ -164,3 +164,29 @@ def map(frames, params):
         fig.suptitle("Regime map on the slice span(v_rel, v_sev, random): Fibonacci lattice, analytic labels", fontsize=11)
         fig.tight_layout()
         return fig
+
+
+@drawer("regime_depth")
+def depth_profile(frames, params):
+    """Leading switching eigenvalue and normalised switching dimension by normalised depth, one colour per model:
+    dots are prompts, lines join the medians."""
+    bd, pts = frames["by_depth"], frames["points"]
+    models = sorted(bd["model"].unique())
+    pal = palette("colorblind", max(len(models), 2))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4))
+    for i, m in enumerate(models):
+        b, p = bd[bd["model"] == m], pts[pts["model"] == m]
+        a1.plot(b["depth"], b["lambda_max"], marker="o", color=pal[i], label=m)
+        a1.scatter(p["depth"], p["probe_lambda_max"], color=pal[i], s=12, alpha=0.5)
+        a2.plot(b["depth"], b["normalised_d_sw"], marker="o", color=pal[i], label=m)
+        a2.scatter(p["depth"], p["probe_normalised_d_sw"], color=pal[i], s=12, alpha=0.5)
+    a1.axhline(1, color="0.2", lw=1)
+    a1.set_yscale("log")
+    probe = int(pts["probe"].iloc[0]) if len(pts) else 0
+    a1.set(xlabel="normalised depth (layer / (layers − 1))", ylabel="λ_max (> 1: switching)",
+           title=f"Leading switching eigenvalue (probe p = {probe})")
+    a2.set(xlabel="normalised depth (layer / (layers − 1))", ylabel="d_sw / dim S_proj", ylim=(0, 1.02),
+           title=f"Normalised switching dimension (probe p = {probe})")
+    a1.legend(fontsize=9)
+    fig.tight_layout()
+    return fig

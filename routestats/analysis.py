@@ -56,7 +56,8 @@ def _pair_with_bias_off(pairs: list[RunPair]) -> tuple[RunPair, Run] | None:
 
 def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progress=None,
             init_probe: str | Path | None = None, workers: int = 1, **overrides) -> Report:
-    """The :class:`Report` of whatever ``path`` holds (pair, study tree, MoFA tree, regime operators).
+    """The :class:`Report` of whatever ``path`` holds (pair, study tree, MoFA tree, regime operators, a folder of
+    several models' operators: the cross-architecture comparison).
 
     Keyword ``overrides`` are :class:`AnalysisSettings` fields (``resamples=2000``, ...).
     ``workers`` > 1 reduces the runs of a tree in parallel processes through the on-disk cache.
@@ -67,6 +68,17 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
         from routestats.compose.regime.build import build_regime_report
 
         return build_regime_report(path, s, progress)
+    if path.is_dir() and not (path / S.MANIFEST).is_file():
+        if (path / S.OPERATOR_DIR / S.OPERATOR_INDEX).is_file():  # a pretrained model's operators (runners regime --out)
+            from routestats.compose.regime.build import build_regime_report
+
+            return build_regime_report(path, s, progress)
+        from routestats.regime.compare import model_folders
+
+        if model_folders(path):  # one folder per model, each with operators/: the cross-architecture comparison
+            from routestats.compose.regime.compare import build_comparison_report
+
+            return build_comparison_report(path, s, progress)
     obj = load(path, s)
     if isinstance(obj, Run):
         if (obj.path / S.OPERATOR_DIR / S.OPERATOR_INDEX).is_file():

@@ -359,8 +359,9 @@ def table(
 
 @command
 def regime(
-    source: Path = typer.Argument(..., help="A run directory with operators/ (python -m runners regime) or one .npz "
-                                            "with J_T, J_Q, J_K."),
+    source: Path = typer.Argument(..., help="A run directory with operators/ (python -m runners regime), one .npz "
+                                            "with J_T, J_Q, J_K, or a folder of several models' operator folders "
+                                            "(the cross-architecture comparison by normalised depth)."),
     layer: Optional[int] = typer.Option(None, help="Only this layer [default: every stored layer]."),
     example: Optional[int] = typer.Option(None, help="Only this example [default: every stored example]."),
     token: Optional[int] = typer.Option(None, help="Only this query token [default: every stored token]."),
@@ -380,8 +381,20 @@ def regime(
     formats = _formats(format)
     if out is not None:
         check_output(out, force, [source])
-    rep = build_regime_report(source, _settings(layer=layer, example=example, token=token, probes=probes, seed=seed))
-    _print(terminal_tables(rep))
+    settings = _settings(layer=layer, example=example, token=token, probes=probes, seed=seed)
+    from routestats.regime.compare import model_folders
+
+    if source.is_dir() and not (source / "operators").is_dir() and model_folders(source):
+        from routestats.compose.regime.compare import build_comparison_report, comparison_terminal_tables
+
+        if any(v is not None for v in (layer, example, token)):
+            _fail(f"{source} holds several models' operators; --layer, --example and --token select points of one "
+                  "model: give its folder")
+        rep = build_comparison_report(source, settings)
+        _print(comparison_terminal_tables(rep))
+    else:
+        rep = build_regime_report(source, settings)
+        _print(terminal_tables(rep))
     import reports
 
     for name, p in (reports.write(rep, out, formats, force=force, inputs=[source]) if out is not None else {}).items():

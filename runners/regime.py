@@ -1,11 +1,13 @@
-"""Operators of a trained run over a grid of operating points, written into the run directory.
+"""Operators of a model over a grid of operating points, written into the run directory (or ``--out``).
 
 ``write_operators(run_dir, layers, examples, token)`` rebuilds the run's final checkpoint (a
-MoFA GPT or a SAAB encoder), and at every (layer, example, token r) stores under
-``RUN/operators/``:
+MoFA GPT or a SAAB encoder), or reads a pretrained checkpoint (a transformers folder, a GGUF folder
+or file: :mod:`runners.pretrained_operators`), and at every (layer, example, token r) stores under
+``operators/``:
 
 * the analytic J_T, J_Q, J_K (float64) and their max abs errors against autograd of the
-  pathway-split forward, plus the forward check against the model's own sublayer output;
+  pathway-split forward, plus the forward check against the model's own sublayer output (and, for
+  pretrained checkpoints, J_T + J_Q + J_K against autograd of the model's own layer);
 * per-head arrays for the query-gating geometry (METHODS B.7) and a finite-forward routing
   check (|delta alpha| / eps for directions outside vs inside the query support);
 * finite-forward growth of v_rel and v_sev at two step sizes (B.8.3) and of every point of a

@@ -308,20 +308,21 @@ def mutations(c: Claim):
 
 
 def test_every_claim_of_every_report_kind_has_a_precondition_that_can_fail(tmp_path):
-    # the claims as the five report kinds build them (demo pair and study, a single run, a MoFA tree, a regime
-    # run): every claim kind has computed preconditions, and some change of its cited rows or design withholds it
+    # the claims as the six report kinds build them (demo pair and study, a single run, a MoFA tree, a regime
+    # run, a cross-architecture comparison): every claim kind has computed preconditions, and some change of its cited rows or design withholds it
     from routestats.compose.regime.build import build_regime_report
     from routestats.rundir.synthetic import synthetic_pair
     from routestats.settings import AnalysisSettings
     from tests.conftest import synthetic_mofa_tree
-    from tests.test_regime_report import write_points
+    from tests.test_regime_report import comparison_tree, write_points
 
     b, _ = synthetic_pair(tmp_path / "pair", seed=2, n_examples=10, effect=(0.0, 0.3, -0.3, 0.0), exact_null=True)
     kw = dict(resamples=300, permutations=300, length_resamples=100, flow="off")
     reports = [rs.analyse(demo_run_dir(), **kw), rs.analyse(demo_run_dir().parent / "demo_study", **kw),
                rs.analyse(b, **kw), rs.analyse(tmp_path / "pair", **kw),
                (synthetic_mofa_tree(tmp_path / "mofa"), rs.analyse(tmp_path / "mofa", **kw))[1],
-               build_regime_report(write_points(tmp_path / "regime"), AnalysisSettings(probes=64, seed=0))]
+               build_regime_report(write_points(tmp_path / "regime"), AnalysisSettings(probes=64, seed=0)),
+               rs.analyse(comparison_tree(tmp_path / "cmp"), probes=64)]
     claims = [c for r in reports for part in r.all_reports() for c in part.claims]
     no_check = sorted({c.kind for c in claims if not c.requires})
     assert no_check == [], no_check
@@ -330,4 +331,4 @@ def test_every_claim_of_every_report_kind_has_a_precondition_that_can_fail(tmp_p
     assert never == [], never
     kinds = {c.kind for c in claims}
     assert {"rose", "highest_layer", "highest_tie", "layer_effect", "profile", "counts", "point",
-            "pca", "endpoint_worst", "seed_layer", "patterns"} <= kinds, sorted(kinds)
+            "pca", "endpoint_worst", "seed_layer", "patterns", "compare_scope", "compare_model"} <= kinds, sorted(kinds)

@@ -3,6 +3,8 @@ stored operator points and the report (against closed forms, brute force and sci
 
 import json
 
+import routestats as rs
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -132,15 +134,16 @@ def test_severity_sweep_reaches_tau_cert():
     assert sw["lambda_max"].iloc[0] == pytest.approx(c.lambda_max, rel=1e-9)  # the lowest level is all of S
 
 
-def write_points(run, seed=0, lattice=200):
-    """A run directory with operators/ as the runners write it, from numpy-built operators."""
+def write_points(run, seed=0, lattice=200, layers=(0, 1), n_layers=None, examples=(0,)):
+    """A run directory with operators/ as the runners write it, from numpy-built operators (``n_layers``, when
+    given, is the layer count the index records)."""
     folder = run / "operators"
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)
     index = {"version": "routestats-operators/1", "model_kind": "synthetic", "checkpoint_sha256": "0" * 64,
-             "settings": {}, "points": []}
-    for layer in (0, 1):
-        ops = operators(seed + layer, d=12, gate=0.9)
+             "settings": {}, "points": [], **({"n_layers": n_layers} if n_layers else {})}
+    for layer, example in ((lyr, ex) for lyr in layers for ex in examples):
+        ops = operators(seed + layer + 100 * example, d=12, gate=0.9)
         X = rng.standard_normal((6, 12))
         heads = [factorised_head(rng, X=X) for _ in range(2)]
         J_Q = sum(h["J_q"] for h in heads)
@@ -154,10 +157,10 @@ def write_points(run, seed=0, lattice=200):
                   "alpha": np.stack([h["alpha"] for h in heads]), "X_keys": heads[0]["X"],
                   "head_types": np.array(["softmax", "softmax"]), "slice_E": E, "lattice_W": W,
                   "lattice_fd": g + 1e-9 * rng.standard_normal(g.shape)}
-        name = f"L{layer}-E0-r5.npz"
-        meta = {"layer": layer, "example": 0, "token": 5, "errors": {"J_T": 1e-16, "J_Q": 2e-16, "J_K": 1e-16}}
+        name = f"L{layer}-E{example}-r5.npz"
+        meta = {"layer": layer, "example": example, "token": 5, "errors": {"J_T": 1e-16, "J_Q": 2e-16, "J_K": 1e-16}}
         np.savez(folder / name, **arrays, meta=json.dumps(meta))
-        index["points"].append({"layer": layer, "example": 0, "token": 5, "token_arg": None, "file": name,
+        index["points"].append({"layer": layer, "example": example, "token": 5, "token_arg": None, "file": name,
                                 "sha256": sha256_file(folder / name), "errors": meta["errors"]})
     (folder / "index.json").write_text(json.dumps(index))
     return run
@@ -247,3 +250,62 @@ def test_overlap_sweep_starts_in_the_query_null_space():
     # theta = 0 lies in the null space: no overlap and (Prop. 1) no response; theta > 0 leaves it
     assert t["theta"].iloc[0] == 0 and t["overlap"].iloc[0] < 1e-12 and t["response"].iloc[0] < 1e-12
     assert (t["overlap"].iloc[1:] > 0).all() and t["response"].max() > 1e-3
+
+
+def comparison_tree(root):
+    """Two synthetic models: A with 5 layers (points at layers 0, 2, 4) and B with 3 (layers 0, 1, 2), 2 prompts."""
+    write_points(root / "A", seed=1, lattice=20, layers=(0, 2, 4), n_layers=5, examples=(0, 1))
+    write_points(root / "B", seed=7, lattice=20, layers=(0, 1, 2), n_layers=3, examples=(0, 1))
+    return root
+
+
+def test_models_compare_by_normalised_depth(tmp_path):
+    from routestats.regime.certify import probe_basis
+    from routestats.regime.compare import compare_models
+
+    root = comparison_tree(tmp_path / "cmp")
+    t = compare_models(root, directions=64, seed=3)
+    # depth = layer / (layers - 1): A's layers 0, 2, 4 of 5 and B's 0, 1, 2 of 3 both sit at 0, 0.5, 1
+    assert t["by_depth"].groupby("model")["depth"].apply(list).to_dict() == {"A": [0, 0.5, 1], "B": [0, 0.5, 1]}
+    assert t["models"][["model", "n_layers", "d", "points", "examples"]].values.tolist() == [["A", 5, 12, 6, 2],
+                                                                                             ["B", 3, 12, 6, 2]]
+    # the probe is capped at the narrowest width (12), and each point's probe certificate is the certificate of
+    # its operators restricted to the first 12 columns of the seeded basis (an orthonormal basis of R^12)
+    pts = t["points"]
+    assert (pts["probe"] == 12).all()
+    for pt in load_operator_points(root / "A"):
+        r = pts[(pts["model"] == "A") & (pts["layer"] == pt.layer) & (pts["example"] == pt.example)].iloc[0]
+        c = certify(pt.operators, P=probe_basis(12, 12, seed=3))
+        assert r["probe_lambda_max"] == pytest.approx(c.lambda_max) and r["probe_d_sw"] == c.d_sw
+        assert r["lambda_max"] == pytest.approx(certify(pt.operators).lambda_max)
+    # the depth profile is the median over prompts, by numpy on the point rows
+    for (m, layer), g in pts.groupby(["model", "layer"]):
+        row = t["by_depth"][(t["by_depth"]["model"] == m) & (t["by_depth"]["layer"] == layer)].iloc[0]
+        assert row["lambda_max"] == pytest.approx(np.median(g["probe_lambda_max"]))
+        assert row["switching"] == int((g["probe_lambda_max"] > 1).sum()) and row["points"] == 2
+
+
+def test_the_comparison_report_states_its_scope_and_refuses_unnormalisable_depths(tmp_path):
+    from typer.testing import CliRunner
+
+    from routestats.cli import app
+
+    root = comparison_tree(tmp_path / "cmp")
+    rep = rs.analyse(root, probes=64)
+    assert rep.title.startswith("regime switching across models")
+    head = [c for c in rep.claims if c.kind == "compare_scope"][0]
+    assert head.holds and head.sentence.startswith("2 model(s) compared at 3 normalised depths, 2 prompt(s) each")
+    per = {c.sentence.split(":")[0]: c for c in rep.claims if c.kind == "compare_model"}
+    bd = rep.frame("by_depth")
+    for m in ("A", "B"):  # the counts in the sentence are the table's
+        rows = bd[bd["model"] == m]
+        assert f"at {int(rows['switching'].sum())} of 6 points" in per[m].sentence and per[m].holds
+    res = CliRunner().invoke(app, ["regime", str(root), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "out" / "figures").is_dir() and "across models" in (tmp_path / "out" / "report.html").read_text()
+    res = CliRunner().invoke(app, ["regime", str(root), "--layer", "0"])
+    assert res.exit_code == 2 and "give its folder" in res.output
+    # an index without the layer count cannot place its points on a normalised depth: one line, exit 2
+    write_points(root / "C", seed=2, lattice=20)
+    res = CliRunner().invoke(app, ["regime", str(root)])
+    assert res.exit_code == 2 and "no layer count (n_layers)" in res.output, res.output

@@ -148,6 +148,7 @@ def analyse_point(pt: OperatorPoint, probes: int = 512, seed: int | None = None,
     lo, hi = cert.d_sw_band(eps_W) if cert.dim_S else (0, 0)
     summary = summary.assign(d_sw_low=lo, d_sw_high=hi, eps_W=eps_W, n_keys=pt.meta.get("n_keys"),
                              max_error=eps_W, forward_error=errors.get("forward", np.nan),
+                             own_jacobian_error=errors.get("own_jacobian", np.nan),
                              seconds=(pt.meta.get("seconds") or {}).get("total", np.nan))
     out = {"summary": summary,
            "spectrum": pd.DataFrame({"rank": np.arange(1, len(cert.eigenvalues) + 1), "eigenvalue": cert.eigenvalues}),

@@ -60,11 +60,15 @@ def shown_tables(t: dict) -> dict[str, Table]:
     specs = {"summary": (
         "Spectral certificate per operating point (METHODS B.5-B.6): dim S (eigenvalues of G_T below "
         "−tol), λ_max(W) from eigh(R, C), d_sw = #{λ > 1} with its band for ε_W = max |analytic − autograd|, "
-        "τ_cert (binary search over nested severity subspaces) and τ_max (convex dual; ours, not in the paper).",
+        "τ_cert (binary search over nested severity subspaces) and τ_max (convex dual; ours, not in the paper). "
+        "Errors: max error = max |analytic − autograd of F|; forward error = max |F(x_r, x_r, x_r) − the model's own "
+        "sublayer output|; own J error (pretrained checkpoints) = max |J_T + J_Q + J_K − autograd of the model's own "
+        "layer|.",
         (*K, Column("d", "dim", "int"), Column("dim S", "dim_S", "int"), Column("λ_max", "lambda_max", "sig"),
          Column("d_sw", "d_sw", "int"), Column("band", ("d_sw_low", "d_sw_high"), "range"),
          Column("τ_cert", "tau_cert", "num", 4), Column("τ_max", "tau_max_dual", "num", 4),
-         Column("max error", "max_error", "sig", 2), Column("forward error", "forward_error", "sig", 2))),
+         Column("max error", "max_error", "sig", 2), Column("forward error", "forward_error", "sig", 2),
+         Column("own J error", "own_jacobian_error", "sig", 2))),
         "counterfactual": (
         "Counterfactual growth of the relative-switching direction v_rel and the certified severe "
         "direction v_sev: analytic quadratic forms and finite forwards at two step sizes (METHODS B.8.3).",
