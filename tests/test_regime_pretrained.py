@@ -198,6 +198,14 @@ def test_regime_cli_on_a_transformers_folder(tmp_path, capsys):
             assert p["errors"]["own_jacobian"] < 1e-5
         res = CliRunner().invoke(rs_app, ["regime", str(out), "--out", str(tmp_path / f"{name}-report")])
         assert res.exit_code == 0, res.output
+    # the cross-architecture protocol in one command: both checkpoints, 7 normalised depths, OUT/<name>/operators
+    both = tmp_path / "both"
+    code, text = run_cli(["regime", tmp_path / "gpt2", tmp_path / "gemma2", "--depths", "7", "--prompts", prompts,
+                          "--out", both, "--lattice", "30", "--threads", "1"], capsys)
+    assert code == 0 and "routestats regime" in text, text
+    assert sorted(p.name for p in both.iterdir()) == ["gemma2", "gpt2"]
+    res = CliRunner().invoke(rs_app, ["regime", str(both), "-o", str(tmp_path / "both-report")])
+    assert res.exit_code == 0 and "across models" in res.output, res.output
     # a folder without --out is refused in one line, nothing written into the model's folder
     code, text = run_cli(["regime", tmp_path / "gpt2", "--layers", "0", "--prompts", prompts], capsys)
     assert code == 2 and "needs --out" in the_error(text)
