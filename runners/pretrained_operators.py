@@ -24,6 +24,7 @@ layer's own forward with respect to x_r gives J_full to compare with J_T + J_Q +
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -34,11 +35,26 @@ from routestats.errors import RoutestatsError
 
 from .operators import Sublayer
 
-__all__ = ["PretrainedStack", "load_stack"]
+__all__ = ["PretrainedStack", "load_stack", "refusing"]
 
 Q_NAMES, K_NAMES, V_NAMES = ("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")
 FUSED_NAMES = ("c_attn", "qkv_proj")  # one projection whose rows are [queries; keys; values]
 OUT_NAMES = ("o_proj", "out_proj", "c_proj", "dense", "out_lin")
+
+
+@contextlib.contextmanager
+def refusing(where: str):
+    """Turn any failure to rebuild a pretrained layer into a one-line refusal that names ``where`` and the failure:
+    the adapter reads structures it was not written for, and what it cannot rebuild it refuses."""
+    lead = f"{where}: " if where else ""
+    try:
+        yield
+    except RoutestatsError as exc:
+        raise RoutestatsError(f"{lead}{exc}") from None
+    except Exception as exc:
+        text = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise RoutestatsError(f"{lead}regime cannot rebuild this model's attention sublayer "
+                              f"({type(exc).__name__}: {text})") from None
 
 
 class _Stop(Exception):
@@ -118,16 +134,19 @@ class PretrainedStack:
         cfg = model.config
         self.n_layer = int(cfg.num_hidden_layers)
         self.n_head = int(cfg.num_attention_heads)
-        self.n_kv = int(getattr(cfg, "num_key_value_heads", None) or self.n_head)
         self.d = int(cfg.hidden_size)
         self.layers = self._find_layers()
+        try:  # mixture-of-experts layers: the per-expert loop runs in float64 (grouped matmuls do not)
+            model.set_experts_implementation("eager")
+        except Exception:  # a model without experts has nothing to switch
+            pass
 
     def _find_layers(self):
         for _, m in self.model.named_modules():
             if isinstance(m, torch.nn.ModuleList) and len(m) == self.n_layer and all(_attention_child(x) for x in m):
                 return m
         raise RoutestatsError(f"{type(self.model).__name__}: no list of {self.n_layer} layers with an attention module "
-                              "(q/k/v or fused c_attn projections and an output projection) was found")
+                              "(separate q/k/v or fused c_attn/qkv_proj projections and an output projection) was found")
 
     def encode(self, text: str) -> list[int]:
         """The tokenizer's ids of ``text`` with its own special tokens."""
@@ -190,20 +209,21 @@ class PretrainedStack:
             raise RoutestatsError(f"{where}: its pre-norm is a {pre['kind']} and its post-attention norm a {post['kind']}")
         sub = self._sublayer(attn, pre, post, rec, where)
         X = (rec.args[0] if rec.args else rec.kwargs["hidden_states"])[0].detach().double()
-        Y = rec.inputs[after[-1]][0].detach().double()
+        Y = rec.inputs[after[-1]].detach().double().reshape(-1, self.d)  # one sequence (OPT flattens its tokens)
         own = self._own(layer, rec, after[-1])
         return sub, X, (lambda r: Y[r]), own
 
     def _sublayer(self, attn, pre: dict, post: dict | None, rec: _LayerPass, where: str) -> Sublayer:
-        H, kv = self.n_head, self.n_kv
+        H = self.n_head
         fused = _child(attn, FUSED_NAMES)
         dh = int(getattr(attn, "head_dim", None) or self.d // H)
-        if fused is not None:
+        if fused is not None:  # rows [H heads; kv heads; kv heads]: the key/value head count from the shape
             W, b = _weight(fused).double(), _bias(fused)
+            kv = (W.shape[0] // dh - H) // 2
             sizes = [H * dh, kv * dh, kv * dh]
-            if W.shape[0] != sum(sizes):
+            if kv < 1 or W.shape[0] != sum(sizes):
                 raise RoutestatsError(f"{where}: a fused query/key/value projection of {W.shape[0]} rows is not "
-                                      f"{H} + 2 x {kv} heads of {dh}")
+                                      f"{H} query heads and as many key as value heads of {dh}")
             Ws = W.split(sizes)
             bs = b.double().split(sizes) if b is not None else (None,) * 3
         else:
@@ -212,8 +232,9 @@ class PretrainedStack:
                 raise RoutestatsError(f"{where}: the attention has no separate query, key and value projections")
             Ws = [_weight(m).double() for m in mods]
             bs = [None if _bias(m) is None else _bias(m).double() for m in mods]
+            kv = Ws[1].shape[0] // dh
         o = _child(attn, OUT_NAMES)
-        if Ws[0].shape[0] != H * dh or Ws[1].shape[0] != kv * dh or _weight(o).shape[1] != H * dh:
+        if Ws[0].shape[0] != H * dh or Ws[1].shape[0] != kv * dh or kv < 1 or H % kv or _weight(o).shape[1] != H * dh:
             raise RoutestatsError(f"{where}: projections of {Ws[0].shape[0]}/{Ws[1].shape[0]} rows do not split into "
                                   f"{H} query and {kv} key/value heads of {dh}")
         qk = {}
@@ -264,7 +285,7 @@ class PretrainedStack:
                     pass
                 finally:
                     h.remove()
-                return got[0][0, r].double()
+                return got[0].reshape(-1, X0.shape[-1])[r].double()
             return f
         return at
 

@@ -19,6 +19,7 @@ after each point, so an interrupted grid resumes where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from routestats.regime.certify import Operators, certify, directional, severity_
 from routestats.regime.maps import fibonacci_sphere, slice_basis
 
 from .checkpoints import load_checkpoint
+from .pretrained_operators import refusing
 from .operators import Sublayer, encoder_point, mofa_point, operating_point
 
 INDEX_VERSION = "routestats-operators/1"
@@ -123,6 +125,15 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
         return encoder_point(model, ids, [int(f) for f in row["field_ids"]], layer)
 
     return "encoder", point, len(ex), _relative(ck_path, run.path), sha256_file(ck_path), len(model.layers)
+
+
+@contextlib.contextmanager
+def _prefixed(where: str):
+    """Our own models: a user error names the point; anything else is a bug and stays one."""
+    try:
+        yield
+    except RoutestatsError as exc:
+        raise RoutestatsError(f"{where}: {exc}") from None
 
 
 def _relative(path: Path, base: Path) -> str:
@@ -259,17 +270,16 @@ def write_operators(run_dir: Path, layers: Sequence[int] | None, examples: Seque
                 raise RoutestatsError(f"example {ex} is out of range: the run offers {n_examples}")
             if (layer, ex, token) in done:
                 continue
-            sub, X, ref, *own = point(layer, ex)
-            r = X.shape[0] - 1 if token is None else (token if token >= 0 else X.shape[0] + token)
-            if not 0 <= r < X.shape[0]:
-                raise RoutestatsError(f"token {token} is out of range for example {ex} ({X.shape[0]} tokens)")
             if progress:
-                progress(f"layer {layer}, example {ex}, token {r}")
-            try:
+                progress(f"layer {layer}, example {ex}")
+            where = f"layer {layer}, example {ex}"
+            with refusing(where) if kind.startswith("transformers:") else _prefixed(where):
+                sub, X, ref, *own = point(layer, ex)
+                r = X.shape[0] - 1 if token is None else (token if token >= 0 else X.shape[0] + token)
+                if not 0 <= r < X.shape[0]:
+                    raise RoutestatsError(f"token {token} is out of range for example {ex} ({X.shape[0]} tokens)")
                 arrays, meta = build_point(sub, X, r, ref(r), lattice=lattice, eps_rel=eps_rel, seed=seed,
                                            own=own[0](r) if own else None)
-            except RoutestatsError as exc:
-                raise RoutestatsError(f"layer {layer}, example {ex}, {exc}") from None
             meta.update({"layer": layer, "example": ex, "model_kind": kind})
             name = f"L{layer}-E{ex}-r{r}.npz"
             with atomic_path(folder / name) as tmp:

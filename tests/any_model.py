@@ -13,6 +13,10 @@ word-level tokenizer (:mod:`tests.tiny_models`). Then the model is either
   is wrapped, and capture loads text models) or **no tiny model** (transformers cannot build it at this
   size, or it has over 25 M parameters at this size).
 
+Each built model also goes through the regime adapter (:func:`regime_outcome`): every attention sublayer
+rebuilt in float64 and proven at the last of 12 tokens (analytic vs autograd, the model's own output and its
+own Jacobian), or refused in one line.
+
 ``python -m tests.any_model`` prints the table that docs/real-models.md holds.
 """
 
@@ -40,6 +44,7 @@ class Outcome:
     model: object = None
     own: object = None
     loaded: object = None
+    regime: tuple = ()  # (certified | refused, errors or reason), when the sweep asks for it
 
 
 def model_types() -> list[str]:
@@ -84,8 +89,35 @@ def build(model_type: str, tok, ids: dict) -> Outcome:
     except RoutestatsError as exc:
         if "takes no input_ids" in str(exc):
             return Outcome(model_type, "not a text model", str(exc))
-        return Outcome(model_type, "refused", str(exc))
+        return Outcome(model_type, "refused", str(exc), own=own)  # regime may still rebuild what capture refuses
     return Outcome(model_type, "captured", "", loaded.causal, model, own, loaded)
+
+
+REGIME_IDS = list(range(3, 15))  # 12 tokens
+
+
+def regime_outcome(model) -> tuple[str, str]:
+    """("certified", worst errors) when the regime adapter rebuilds every attention sublayer of ``model`` (float64)
+    and every check holds at the last token, else ("refused", the one-line reason)."""
+    import torch
+
+    from routestats.errors import RoutestatsError
+    from runners.operators import operating_point
+    from runners.pretrained_operators import PretrainedStack, refusing
+
+    r, worst = len(REGIME_IDS) - 1, {"J": 0.0, "forward": 0.0, "own": 0.0}
+    try:
+        with refusing(""):  # the table names the model type
+            stack = PretrainedStack(model.to(torch.float64), None)
+            for layer in range(stack.n_layer):
+                sub, X, ref, own = stack.point(REGIME_IDS, layer)
+                e = operating_point(sub, X, r, ref(r), own=own(r))["errors"]
+                worst["J"] = max(worst["J"], *(v for k, v in e.items() if k.startswith("J_")))
+                worst["forward"] = max(worst["forward"], e["forward"] / max(1.0, float(ref(r).abs().max())))
+                worst["own"] = max(worst["own"], e["own_jacobian"])
+    except RoutestatsError as exc:
+        return "refused", str(exc)
+    return "certified", f"J {worst['J']:.0e}, forward {worst['forward']:.0e}, own J {worst['own']:.0e}"
 
 
 def sweep(types=None, texts=("alpha beta gamma delta epsilon zeta eta theta",)):
@@ -103,16 +135,19 @@ def sweep(types=None, texts=("alpha beta gamma delta epsilon zeta eta theta",)):
 
 
 def markdown(outcomes) -> str:
-    rows = ["| model type | outcome | reason |", "|---|---|---|"]
+    rows = ["| model type | capture | reason | regime |", "|---|---|---|---|"]
     for o in outcomes:
         why = o.reason.replace("|", "/")
-        rows.append(f"| `{o.model_type}` | {o.outcome}{' (causal)' if o.causal else ''} | {why} |")
+        reg = f"{o.regime[0]}: {o.regime[1]}".replace("|", "/") if o.regime else ""
+        rows.append(f"| `{o.model_type}` | {o.outcome}{' (causal)' if o.causal else ''} | {why} | {reg} |")
     return "\n".join(rows)
 
 
 if __name__ == "__main__":  # pragma: no cover - prints the docs table
     every = []
     for o in sweep():
+        if o.own is not None:
+            o.regime = regime_outcome(o.own)
         o.model = o.own = o.loaded = None
         every.append(o)
     print(markdown([o for o in every if o.outcome in ("captured", "refused")]))

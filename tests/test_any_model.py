@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
 from runners.capture import Condition, capture_runs, plan_capture, read_records  # noqa: E402
-from tests.any_model import sweep  # noqa: E402
+from tests.any_model import regime_outcome, sweep  # noqa: E402
 from tests.test_families import CAP, own_encoding, stored  # noqa: E402  the same helpers as the in-depth tests
 
 pytestmark = pytest.mark.torch
@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = read_records(ROOT / "data" / "docstrings_dbpedia" / "val.csv", "dbpedia", limit=3)
 TEXTS = [t for r in RECORDS for t in dict(r.fields).values()]
 W = 1.0
+# the regime adapter: the four families of the paper and their relatives are certified at every layer
+REGIME_MUST = ("gpt2", "llama", "qwen2", "gemma2", "gemma3_text", "mistral", "qwen3", "phi3", "gemma", "smollm3",
+               "starcoder2", "granite", "mixtral", "qwen3_moe")
 # types the issue names, that must be captured (tiny configs of the installed transformers)
 MUST = ("qwen3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "olmoe", "mixtral", "llama4_text", "smollm3",
         "granite", "cohere", "cohere2", "starcoder2", "opt", "gpt_bigcode", "modernbert", "camembert", "ernie",
@@ -66,6 +69,8 @@ def test_every_model_type_is_captured_bitwise_or_refused_in_one_line(tmp_path):
     for o in sweep(texts=TEXTS):
         if o.outcome == "captured":
             check_capture(o, tmp_path / o.model_type)
+        if o.own is not None:
+            o.regime = regime_outcome(o.own)
         o.model = o.own = o.loaded = None
         outcomes.append(o)
     by = {o.model_type: o for o in outcomes}
@@ -82,3 +87,18 @@ def test_every_model_type_is_captured_bitwise_or_refused_in_one_line(tmp_path):
                    ("gpt_oss", "rows sum to as little as")):
         if t in by:
             assert by[t].outcome == "refused" and why in by[t].reason, (t, by[t].reason)
+    # regime: every built model is certified at every layer or refused in one line; the paper's families and
+    # their relatives are certified, within the tolerances of tests/test_regime_pretrained.py
+    regime = {o.model_type: o.regime for o in outcomes if o.regime}
+    assert all(v[0] in ("certified", "refused") and "\n" not in v[1] for v in regime.values())
+    not_certified = [(t, regime[t]) for t in REGIME_MUST if t in regime and regime[t][0] != "certified"]
+    assert not not_certified, not_certified
+    for t, (verdict, text) in regime.items():
+        if verdict == "certified":
+            J, fwd, own = (float(x.split()[-1]) for x in text.split(", "))
+            assert J < 1e-10 and fwd < 1e-5 and own < 1e-4, (t, text)
+    # architectures outside METHODS B.3 are refused for what they are: parallel attention and MLP (Phi), no norm
+    # before the attention (OLMo 2's post-norm)
+    for t, why in (("phi", "0 norms follow the attention"), ("olmo2", "no norm is called before the attention")):
+        if t in regime:
+            assert regime[t][0] == "refused" and why in regime[t][1], (t, regime[t])
