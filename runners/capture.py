@@ -256,6 +256,7 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
                forms, dtype, layers, batch_size, padding, device, progress, pairing: dict | None,
                device_reductions: bool | None = None) -> Path:
     value_norms = S.FORM_MATRICES in forms and not loaded.no_value_norms
+    sinks = loaded.head_type == "sink"  # rows sum to 1 - the learned sinks' mass
     w = RunWriter(path, run_id=run_id, study=study, factors=cond.factors, seed=None, init_id=init_id,
                   data_order_id=plan.data_order_id, fields=plan.fields_manifest(), causal=loaded.causal)
     w.write_examples(plan.examples())
@@ -271,14 +272,15 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
             # examples go in batch order: each one's rows stay contiguous, as the reader requires
             if on_device:
                 red = got.reductions if layers is None else {k: v[list(layers)] for k, v in got.reductions.items()}
-                sink.add_reduced(got.index, red)
+                sink.add_reduced(got.index, red, head_types=["sink"] * red["row_mass"].shape[1] if sinks else None)
             else:
                 if loaded.causal:
                     _check_causal(got.weights, got.index)
                 a, nv = got.weights, got.norms
                 if layers is not None:
                     a, nv = a[list(layers)], (None if nv is None else nv[list(layers)])
-                sink.add(got.index, a, value_norms=nv if sink.value_norms else None)
+                sink.add(got.index, a, head_types=["sink"] * a.shape[1] if sinks else None,
+                         value_norms=nv if sink.value_norms else None)
             done += 1
             if progress:
                 progress(cond.name, done, len(plan.encoded))

@@ -42,6 +42,7 @@ class Loaded:
     quantisation: dict | None = None
     input_names: tuple[str, ...] = ("input_ids", "attention_mask")
     no_value_norms: str = ""  # why value norms cannot be computed (no output projection found), or ""
+    head_type: str = "softmax"  # "sink" when the probe's rows sum to less than 1 (learned attention sinks)
 
     @property
     def causal(self) -> bool:
@@ -88,7 +89,8 @@ class Loaded:
     def provenance(self) -> dict:
         return {"name": self.name, "class": type(self.model).__name__,
                 "model_type": getattr(self.model.config, "model_type", None), "family": self.family.name,
-                "layers": self.n_layers, "heads": self.n_heads, "dtype": str(self.model.dtype).replace("torch.", ""),
+                "layers": self.n_layers, "heads": self.n_heads, "head_type": self.head_type,
+                "dtype": str(self.model.dtype).replace("torch.", ""),
                 "weights_id": self.weights_id, "gguf_file": self.gguf, "quantisation": self.quantisation}
 
 
@@ -245,12 +247,13 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
         where = f"layer {differ[0]}" if differ else f"{len(own)} vs {len(p.weights)} layers"
         raise RoutestatsError(f"{type(model).__name__}: attention through the seam differs from the model's own "
                               f"eager attention ({where}); refusing to capture it")
-    rows = [w.sum(-1) for w in p.weights]
-    if not all(torch.allclose(r, torch.ones_like(r), atol=1e-4) for r in rows):
-        low = min(float(r.min()) for r in rows)
-        raise RoutestatsError(f"{type(model).__name__}: its attention rows sum to as little as {low:.3g}, not 1 "
-                              "(mass outside the sequence, e.g. learned attention sinks); capture stores rows that "
-                              "sum to 1")
+    rows = [w.to(torch.float64).sum(-1) for w in p.weights]
+    high, low = max(float(r.max()) for r in rows), min(float(r.min()) for r in rows)
+    if high > 1 + 1e-4:
+        raise RoutestatsError(f"{type(model).__name__}: its attention rows sum to as much as {high:.6g}, more than 1; "
+                              "these are not attention probabilities")
+    # rows below 1: mass outside the sequence (learned attention sinks); stored as it is, the rest is the sink mass
+    head_type = "sink" if low < 1 - 1e-4 else "softmax"
     fam = discover(model, p.modules, p.weights)
     no_norms = ""
     try:
@@ -262,6 +265,6 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
                                       f"shape {tuple(w.shape)}, not [d_model, {width}] (heads x head size)")
     except RoutestatsError as exc:
         no_norms = str(exc)
-    return Loaded(model, tok, fam, folder, list(weight_files), gguf, quantisation, names, no_norms)
+    return Loaded(model, tok, fam, folder, list(weight_files), gguf, quantisation, names, no_norms, head_type)
 
 

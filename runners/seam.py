@@ -226,13 +226,16 @@ def reduce_rows(w: torch.Tensor, fields: torch.Tensor, n_fields: int) -> dict[st
             "first_mass": w[..., 0].clone()}
 
 
-def _checked(att: torch.Tensor, causal: bool, dtype: str, first: int) -> None:
-    """Finite rows summing to 1 (within the storage dtype's tolerance); zero upper triangle when causal."""
+def _checked(att: torch.Tensor, causal: bool, dtype: str, first: int, sinks: bool = False) -> None:
+    """Finite rows summing to 1 (at most 1 with attention sinks; within the storage dtype's tolerance); zero
+    upper triangle when causal."""
     if not bool(torch.isfinite(att).all()):
         raise RoutestatsError(f"records from {first}: the model returned non-finite attention")
-    err = float((att.to(torch.float64).sum(-1) - 1).abs().max())
+    sums = att.to(torch.float64).sum(-1)
+    err = float((sums - 1).clamp_min(0).max() if sinks else (sums - 1).abs().max())
     if err > S.ROW_SUM_ATOL[dtype]:
-        raise RoutestatsError(f"records from {first}: attention rows sum to 1 within {err:.2g} only")
+        raise RoutestatsError(f"records from {first}: attention rows sum to 1 within {err:.2g} only"
+                              + (" (at most 1 with attention sinks)" if sinks else ""))
     if causal:
         n = att.shape[-1]
         upper = torch.triu(torch.ones(n, n, dtype=torch.bool, device=att.device), 1)
@@ -275,7 +278,7 @@ def forward_batches(loaded: "Loaded", encoded: Sequence[Encoded], cond: Conditio
             model(**_batch_inputs(loaded, batch, device))
         att = torch.stack(p.weights, dim=1)  # (batch, layers, heads, n, n)
         if store is not None:
-            yield from _reduced(att, idx, batch, store, reduce, loaded.causal, n_fields)
+            yield from _reduced(att, idx, batch, store, reduce, loaded.causal, n_fields, loaded.head_type == "sink")
             continue
         norms = (torch.stack([transported_norms(v, w_out[li], n_heads) for li, v in enumerate(p.values)], dim=1)
                  if value_norms else None)
@@ -286,7 +289,7 @@ def forward_batches(loaded: "Loaded", encoded: Sequence[Encoded], cond: Conditio
             yield Captured(i, att_np[k, :, :, :n, :n], None if norms_np is None else norms_np[k, :, :, :n])
 
 
-def _reduced(att, idx, batch, store, dtype: str, causal: bool, n_fields: int):
+def _reduced(att, idx, batch, store, dtype: str, causal: bool, n_fields: int, sinks: bool = False):
     """Reductions of a batch on its device: the whole batch at once when it has one length
     (bitwise as one record at a time), else record by record after slicing off the padding."""
     n_max = att.shape[-1]
@@ -294,7 +297,7 @@ def _reduced(att, idx, batch, store, dtype: str, causal: bool, n_fields: int):
         [([k], len(e)) for k, e in enumerate(batch)]
     for ks, n in groups:
         a = att[ks][..., :n, :n].to(store)
-        _checked(a, causal, dtype, idx[ks[0]])
+        _checked(a, causal, dtype, idx[ks[0]], sinks)
         g = torch.tensor([batch[k].fields for k in ks], device=a.device)[:, None, None, :]
         red = {k: v.cpu().numpy() for k, v in reduce_rows(a, g, n_fields).items()}
         for j, k in enumerate(ks):

@@ -85,6 +85,9 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
                            "sfm_named": [0.55, 0.6, 0.55, 0.58], "first_mass": [0.1, 0.78, 0.09, 0.74]})
     u = P.unnamed_claims(masses)[0]
     withheld(rows(u, unnamed_change=0.005))
+    learned = P.learned_sink_claims(masses.assign(sink_mass=[0.05, 0.09, 0.04, 0.08]))[0]
+    assert learned.holds and "4–9%" in learned.sentence  # the sinks' share, lowest (0.04) to highest (0.09)
+    withheld(rows(learned, sink_mass=0.001))
     sink = P.sink_claims(masses, {"title": 30}, 32)[0]
     withheld(rows(sink, first_mass=0.1))
     withheld(design(sink, first_named=10))

@@ -474,3 +474,33 @@ def test_add_reduced_checks_what_it_stores(tmp_path):
     with pytest.raises(RoutestatsError, match="reductions only"):
         with w.attention(2, dtype="float32", forms=("matrices",)) as sink:
             sink.add_reduced(0, ok)
+
+
+def test_heads_with_attention_sinks_store_rows_below_one_and_their_sink_mass_is_reported(tmp_path, rng):
+    """A ``sink`` head's row sums to 1 - the mass its learned sinks take (GPT-OSS): stored as it is, in both
+    forms, refused above 1; mass_split reports 1 - row mass as sink_mass and renormalises SFM over the named keys."""
+    import routestats as rs
+    from routestats.errors import RoutestatsError
+    from routestats.metrics.routing import mass_split
+    from tests.conftest import random_attention, write_run
+
+    fields = [[4, 4, 3, 3], [4, 3, 3, 3, 3]]  # every position named: U = 0
+    att = [random_attention(rng, 1, 2, len(f)) * np.array([0.8, 0.6])[None, :, None, None] for f in fields]
+    for forms in (("matrices",), ("reductions",)):
+        path = write_run(tmp_path / forms[0], att, fields, head_types=["sink", "sink"], forms=forms)
+        m = mass_split(rs.load_run(path))
+        # by hand: every query's row sums to 0.8 (head 0) or 0.6 (head 1), so the sinks take 0.3 on average
+        assert m["sink_mass"].iloc[0] == pytest.approx(0.3, abs=1e-6)
+        s = m.iloc[0]
+        assert s["sfm"] + s["cross_mass"] + s["unnamed_mass"] + s["sink_mass"] == pytest.approx(1.0, abs=1e-6)
+        # named-key SFM: each query's same-field mass over its named mass (the row sum here), averaged as SFM is
+        want = []
+        for a, f in zip(att, fields):
+            g = np.asarray(f)
+            same = (g[:, None] == g[None, :])
+            want.append(np.mean([(a[0, h] * same).sum(-1) / a[0, h].sum(-1) for h in range(2)]))
+        assert s["sfm_named"] == pytest.approx(np.mean(want), abs=1e-6)
+    with pytest.raises(RoutestatsError, match="sum to at most 1"):
+        # rows summing to 1.05 (every weight still below 1): more than a sink head's row can hold
+        write_run(tmp_path / "over", [random_attention(rng, 1, 2, len(f)) * 1.05 for f in fields], fields,
+                  head_types=["sink", "sink"])

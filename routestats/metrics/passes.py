@@ -278,7 +278,7 @@ def _summaries_batched(run: Run, step: int, fields_by_ex, named, trivial):
     seen = 0
     for b in run.iter_reduction_batches(step):
         g = np.stack([np.asarray(fields_by_ex[e]) for e in b.example_id.tolist()])
-        sm = summarise_batch(b.reductions, g, named, run.causal, trivial, extra)
+        sm = summarise_batch(b.reductions, g, named, run.causal, trivial, extra, np.asarray(b.head_type) == "sink")
         pos = b.position
         if out is None:
             rows, F = len(b.layer), sm["has_source"].shape[-1]
@@ -335,7 +335,7 @@ def _summaries_per_example(run: Run, step: int, form: str, weighting: str, field
             red = {k: getattr(blk, k) for k in S.REDUCTION_COLUMNS}
         else:
             red = reduce_queries(blk.weights, g, named)
-        summ = summarise_queries(red, g, named, run.causal, trivial, extra)
+        summ = summarise_queries(red, g, named, run.causal, trivial, extra, np.asarray(blk.head_type) == "sink")
         r = len(blk.layer)
         cols["example_id"].append(np.full(r, blk.example_id, dtype=np.int64))
         cols["layer"].append(blk.layer)

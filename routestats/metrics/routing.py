@@ -135,13 +135,16 @@ def unnamed_mass(obj, step: int | None = None, examples=None, trivial: str | Non
 
 def mass_split(obj, step: int | None = None, examples=None, trivial: str | None = None) -> pd.DataFrame:
     """Per run x layer: same-field (sfm), other-named-field (cross_mass) and unnamed-key mass,
-    first-key mass and named-renormalised SFM, each the mean over examples of the head mean
-    (METHODS 3.2). Columns: run_id, [role], layer, sfm, cross_mass, unnamed_mass, first_mass,
-    sfm_named, n_examples."""
+    first-key mass, named-renormalised SFM and the mass on learned attention sinks (1 - row mass of
+    ``sink`` heads, 0 for others; sfm + cross_mass + unnamed_mass + sink_mass = 1 for softmax and sink
+    heads), each the mean over examples of the head mean (METHODS 3.2). Columns: run_id, [role], layer,
+    sfm, cross_mass, unnamed_mass, first_mass, sfm_named, sink_mass, n_examples."""
     frames = []
-    cols = ["sfm", "row_mass", "unnamed_mass", "first_mass", "sfm_named"]
+    cols = ["sfm", "row_mass", "unnamed_mass", "first_mass", "sfm_named", "sink_mass"]
     for role, run in runs_by_role(obj):
         h = _selected(run, step, examples, trivial)[0]
+        # heads with learned attention sinks: what a row lacks of 1 went to the sinks, outside the sequence
+        h = h.assign(sink_mass=np.where(h["head_type"] == "sink", 1.0 - h["row_mass"], 0.0))
         per_ex = h.groupby(["example_id", "layer"], sort=False)[cols].mean()
         t = per_ex.groupby("layer").agg(**{c: (c, "mean") for c in cols}, n_examples=("sfm", "count")).reset_index()
         t.insert(2, "cross_mass", t["row_mass"] - t["sfm"] - t["unnamed_mass"])

@@ -331,8 +331,8 @@ def matrices_block(fname, ex, rows, lengths, dtype, causal: bool = False) -> Exa
 
 
 def check_probabilities(fname, ex, layer, head, head_type, w, dtype) -> None:
-    """Attention rows of known head types: finite, in [0, 1], softmax rows summing to 1 (the writer
-    checks what it stores with this too)."""
+    """Attention rows of known head types: finite, in [0, 1], softmax rows summing to 1, rows of heads with
+    attention sinks to at most 1 (the writer checks what it stores with this too)."""
     _check_head_types(fname, ex, head_type)
     finite = np.isfinite(w)
     if not finite.all():
@@ -356,6 +356,17 @@ def check_probabilities(fname, ex, layer, head, head_type, w, dtype) -> None:
             f"holds {float(w[tuple(i)]):.6g} at query {i[1]}, key {i[2]}; attention weights lie in [0, 1] "
             f"(within {S.ROW_SUM_ATOL[dtype]:g} for {dtype})"
         )
+    sinks = head_type == "sink"
+    if sinks.any():  # mass outside the sequence: a row sums to at most 1
+        sums = w[sinks].sum(axis=-1, dtype=np.float64)
+        tol = S.ROW_SUM_ATOL[dtype]
+        if sums.size and sums.max() > 1 + tol:
+            r, q = np.unravel_index(int(sums.argmax()), sums.shape)
+            rr = np.flatnonzero(sinks)[r]
+            raise RunFormatError(
+                f"{fname}: sink-head row of example_id {ex}, layer {layer[rr]}, head {head[rr]}, query {q} sums to "
+                f"{sums[r, q]:.6g}; rows of heads with attention sinks sum to at most 1 (within {tol:g} for {dtype})"
+            )
     soft = head_type == "softmax"
     if soft.any():
         sums = w[soft].sum(axis=-1, dtype=np.float64)
@@ -406,8 +417,9 @@ def reductions_block(fname, ex, rows, lengths, n_fields, dtype: str = "float64")
 
 
 def check_reductions(fname, ex, layer, head, head_type, red, n, dtype) -> None:
-    """Per-query reductions that a real attention row can have: softmax rows carry mass 1, sigmoid
-    rows at most n; field masses add up to at most the row mass; entropies within [0, ln n]."""
+    """Per-query reductions that a real attention row can have: softmax rows carry mass 1, rows of heads with
+    attention sinks at most 1, sigmoid rows at most n; field masses add up to at most the row mass; entropies
+    within [0, ln n]."""
     tol = S.ROW_SUM_ATOL.get(dtype, 1e-9)
     mass, fmass = red["row_mass"], red["field_mass"]
 
@@ -420,6 +432,10 @@ def check_reductions(fname, ex, layer, head, head_type, red, n, dtype) -> None:
     if err.size and err.max() > tol:
         i, q = np.unravel_index(int(err.argmax()), err.shape)
         fail(f"row_mass of a softmax row (must be 1 within {tol:g} for {dtype})", i, q, mass[i, q])
+    over = np.where((head_type == "sink")[:, None], mass - 1.0 - tol, -np.inf)
+    if over.size and over.max() > 0:
+        i, q = np.unravel_index(int(over.argmax()), over.shape)
+        fail(f"row_mass of a head with attention sinks (at most 1 within {tol:g} for {dtype})", i, q, mass[i, q])
     over = mass - n * (1 + tol)
     if over.size and over.max() > 0:
         i, q = np.unravel_index(int(over.argmax()), over.shape)

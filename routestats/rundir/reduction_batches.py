@@ -33,7 +33,8 @@ def reductions_group(fname, cols: RowGroupColumns, segs, lengths, n_fields, dtyp
     n_row = np.repeat(n_ex, n_rows)
     present = [c for c in _RED_COLUMNS if c != "first_mass" or c in cols.table.column_names]
     flat = _flat_values(cols, present, r0, r1, n_row, n_fields)
-    if flat is None or not _values_ok(flat, head_type == "softmax", n_row, n_ex, n_rows, n_fields, dtype):
+    if flat is None or not _values_ok(flat, head_type == "softmax", n_row, n_ex, n_rows, n_fields, dtype,
+                                      head_type == "sink"):
         return None
     out, q = [], 0
     layer0 = np.repeat(grid[0], len(grid[1])).astype(np.int64)  # as the per-example path gives them
@@ -92,8 +93,9 @@ def _flat_values(cols: RowGroupColumns, present, r0: int, r1: int, n_row, n_fiel
     return flat
 
 
-def _values_ok(flat: dict, soft, n_row, n_ex, n_rows: int, n_fields: int, dtype: str) -> bool:
-    """The value checks of ``check_reductions``, as whole-chunk reductions with the same outcome."""
+def _values_ok(flat: dict, soft, n_row, n_ex, n_rows: int, n_fields: int, dtype: str, sink=None) -> bool:
+    """The value checks of ``check_reductions``, as whole-chunk reductions with the same outcome (``sink``: rows
+    of heads with attention sinks, whose mass is at most 1)."""
     tol = S.ROW_SUM_ATOL.get(dtype, 1e-9)
     mass = flat["row_mass"]
     starts = np.concatenate([[0], np.cumsum(n_row)[:-1]])  # first query of each row
@@ -102,6 +104,8 @@ def _values_ok(flat: dict, soft, n_row, n_ex, n_rows: int, n_fields: int, dtype:
         row_min = np.minimum.reduceat(mass, starts)
         # max |m - 1| > tol, exactly: fl(m - 1) is monotone in m
         if soft.any() and max((row_max[soft] - 1.0).max(), (1.0 - row_min[soft]).max()) > tol:
+            return False
+        if sink is not None and sink.any() and (row_max[sink] - 1.0).max() > tol:
             return False
         if (row_max - n_row * (1 + tol)).max() > 0:
             return False

@@ -97,7 +97,7 @@ SUMMARIES = ("sfm", "entropy", "entropy_rownorm", "row_mass", "unnamed_mass", "f
 
 
 def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal: bool = False,
-                    trivial: str = "include", extra: dict | None = None) -> dict:
+                    trivial: str = "include", extra: dict | None = None, sink_rows: np.ndarray | None = None) -> dict:
     """:func:`summarise_queries` for a batch of E examples of one length n, in one vectorised pass.
 
     ``red`` holds arrays of shape (E, rows, n[, F]) and ``field_ids`` has shape (E, n). Every sum
@@ -106,6 +106,8 @@ def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal:
 
     ``extra`` maps further metric names to ``per_query(red, field_ids, named, causal) -> (E, rows, n)``
     (the registry of :mod:`routestats.metrics.definitions`), averaged over the same queries.
+    ``sink_rows`` (rows,) or (E, rows) marks heads with learned attention sinks: their named-renormalised SFM
+    divides by the named mass S + C = 1 - U - sink mass, not by 1 - U.
 
     Returns
     -------
@@ -138,9 +140,13 @@ def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal:
     vf = valid.astype(np.float64)[:, None, :]
     unnamed = red["row_mass"] - fm.sum(axis=-1)
     first = red.get("first_mass")
-    named_ok = valid[:, None, :] & (unnamed < 1.0 - 1e-12)
+    named_mass = 1.0 - unnamed
+    if sink_rows is not None and np.any(sink_rows):  # S + C = 1 - U - sink mass: the mass on named keys
+        sink = np.asarray(sink_rows, dtype=bool)
+        named_mass = np.where(sink.reshape(-1, sink.shape[-1])[:, :, None], fm.sum(axis=-1), named_mass)
+    named_ok = valid[:, None, :] & (named_mass > 1e-12)
     with np.errstate(invalid="ignore", divide="ignore"):
-        own_named = np.where(named_ok, own / np.where(named_ok, 1.0 - unnamed, 1.0), 0.0)
+        own_named = np.where(named_ok, own / np.where(named_ok, named_mass, 1.0), 0.0)
         sfm_named = own_named.sum(axis=-1) / named_ok.sum(axis=-1)
     per_query = {"sfm": own, "entropy": red["entropy"], "entropy_rownorm": red["entropy_rownorm"],
                  "row_mass": red["row_mass"], "unnamed_mass": unnamed, "first_mass": first}
@@ -192,7 +198,7 @@ def _extra_summaries(extra: dict, red, g, named, causal, vf, nq) -> dict:
 
 
 def summarise_queries(red: dict, field_ids: np.ndarray, named: np.ndarray, causal: bool = False,
-                      trivial: str = "include", extra: dict | None = None) -> dict:
+                      trivial: str = "include", extra: dict | None = None, sink_rows: np.ndarray | None = None) -> dict:
     """Per-(layer, head) summaries of one example from its per-query reductions.
 
     Averages run over valid queries (named-field positions), with the denominator clamped
@@ -207,13 +213,14 @@ def summarise_queries(red: dict, field_ids: np.ndarray, named: np.ndarray, causa
     dict
         ``sfm``, ``entropy``, ``entropy_rownorm``, ``row_mass``, ``unnamed_mass`` (row mass off
         the named fields), ``first_mass`` (mass on key 0; NaN when the reductions lack it),
-        ``sfm_named`` (SFM / (1 - unnamed mass) over queries with unnamed mass < 1) (each shape
+        ``sfm_named`` (SFM / (1 - unnamed mass) over queries with unnamed mass < 1; SFM / the named mass
+        for ``sink_rows``, heads with learned attention sinks) (each shape
         (rows,)), ``n_valid`` and ``n_trivial`` (int), ``f2f`` (rows, F, F): mean over valid
         source-field queries of the mass on each destination field, 0 where the source is
         absent, and ``has_source`` (F,).
     """
     one = summarise_batch({k: v[None] for k, v in red.items() if v is not None},
-                          np.asarray(field_ids)[None], named, causal, trivial, extra)
+                          np.asarray(field_ids)[None], named, causal, trivial, extra, sink_rows)
     out = {k: v[0] for k, v in one.items()}
     out["n_valid"], out["n_trivial"] = int(out["n_valid"]), int(out["n_trivial"])
     return out

@@ -75,8 +75,10 @@ ROW_SUM_ATOL = {"float16": 2e-3, "float32": 1e-4, "float64": 1e-9}
 #: Epsilon inside the logarithm of the attention entropy (METHODS 2.2).
 ENTROPY_EPS = 1e-10
 
-#: Head types; only softmax rows must sum to 1 (MoFA sigmoid rows need not).
-HEAD_TYPES = ("softmax", "sigmoid")
+#: Head types; only softmax rows must sum to 1 (MoFA sigmoid rows need not); ``sink`` heads are
+#: softmax heads with learned attention sinks (GPT-OSS): the sink logits take part in the softmax
+#: but are no key, so a row sums to 1 - its sink mass, at most 1 (METHODS 3.2: sink mass).
+HEAD_TYPES = ("softmax", "sigmoid", "sink")
 
 # ---------------------------------------------------------------- schemas
 EXAMPLES_SCHEMA = pa.schema(

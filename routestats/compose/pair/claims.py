@@ -20,7 +20,7 @@ __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed
 
 # headline and findings in this rank (a kind not listed follows in section order)
 CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "small_sample_intervals", "no_evidence_shape", "differs_across_layers", "largest_contrast", "unnamed_shift",
-               "first_key_sink", "early_share", "needs_bias_off", "direct_learned", "scope", "censoring",
+               "first_key_sink", "learned_sink", "early_share", "needs_bias_off", "direct_learned", "scope", "censoring",
                "depends_on_length", "length_adjusted", "layers_listed", "layer_effect", "highest_layer", "highest_tie",
                "profile_distance", "adjusted_counts")
 
@@ -83,6 +83,22 @@ def unnamed_claims(masses: pd.DataFrame) -> list[Claim]:
     evidence = pd.DataFrame({"layer": [layer], "unnamed_change": [float(cited["variant"] - cited["baseline"])]})
     return [Claim("unnamed_shift", text + ".", "headline", "masses", (layer,),
                   requires=(Check("|change of unnamed mass| > 0.01", "abs(unnamed_change) > 0.01"),), evidence=evidence)]
+
+
+def learned_sink_claims(masses: pd.DataFrame) -> list[Claim]:
+    """When the model has learned attention sinks (GPT-OSS), how much of each layer's attention they take: mass
+    outside the sequence that counts in no field, like the unnamed mass (METHODS 3.2, sink mass)."""
+    if masses is None or not len(masses) or "sink_mass" not in masses or not (masses["sink_mass"] > 0.01).any():
+        return []
+    lo, hi = masses.loc[masses["sink_mass"].idxmin()], masses.loc[masses["sink_mass"].idxmax()]
+    return [Claim("learned_sink", f"The model's learned attention sinks take {100 * float(lo['sink_mass']):.0f}–"
+                  f"{100 * float(hi['sink_mass']):.0f}% of a layer's attention (lowest in layer {int(lo['layer'])}, "
+                  f"highest in layer {int(hi['layer'])}): mass outside the sequence, counted in no field, so S + C + U "
+                  "stays below 1 by that much; the Sink column of the mass table shows it per layer.",
+                  "headline", "masses", tuple(sorted({int(lo["layer"]), int(hi["layer"])})),
+                  requires=(Check("some sink mass > 0.01", "sink_mass > 0.01", every="any"),
+                            Check("sink mass is a share", "sink_mass >= 0 and sink_mass <= 1")),
+                  evidence=masses.loc[[lo.name, hi.name]])]
 
 
 def sink_claims(masses: pd.DataFrame, first_fields: dict, n_examples: int) -> list[Claim]:

@@ -18,7 +18,7 @@ from routestats.metrics.routing import field_to_field, head_sfm, mass_split
 from routestats.compose.claims import direct_learned_claim, profile_claims
 from routestats.compose.pair.claims import (
     adjusted_claims, censoring_claims, distance_claims, early_claims, effects_claims, length_claims, shape_claims,
-    sink_claims, unnamed_claims,
+    learned_sink_claims, sink_claims, unnamed_claims,
 )
 from routestats.report import Column, Section, Table, pct
 from routestats.rundir import schema as S
@@ -172,17 +172,21 @@ def masses_section(ctx: PairContext) -> Section:
     ctx.say("mass outside the named fields")
     m = mass_split(ctx.pair, ctx.step, ctx.settings.examples, ctx.settings.trivial_queries)
     outside = float(np.nanmax(m["unnamed_mass"].to_numpy())) if len(m) else 0.0
-    claims = tuple(unnamed_claims(m) + sink_claims(m, ctx.first_key_fields, ctx.n_examples))
+    claims = tuple(unnamed_claims(m) + sink_claims(m, ctx.first_key_fields, ctx.n_examples) + learned_sink_claims(m))
+    sinks = "sink_mass" in m and float(np.nanmax(m["sink_mass"].to_numpy(), initial=0.0)) > 0
     if outside <= 0.01 and not ctx.pretrained:
         return Section("masses", "Mass outside the named fields", (Table("masses", m),),
                        skipped="All attention lies on named keys (U = 0 in every layer), so SFM over all keys and "
                                "over the named keys are the same.", claims=claims)
     t = ctx.table("masses", m, "Where each query's attention goes, per layer (mean over valid queries, heads and "
                   "examples): same-field (S), other named fields (C) and keys outside the named fields (U: special "
-                  "tokens, separators, unnamed positions; S + C + U = 1 for softmax heads), the first key's mass (the "
-                  "attention-sink diagnostic) and SFM renormalised over the named keys, S / (1 − U).",
+                  "tokens, separators, unnamed positions; S + C + U = 1 for softmax heads"
+                  + ("; with learned attention sinks, S + C + U + Sink = 1, Sink being the mass the sinks take, outside "
+                     "the sequence" if sinks else "") + "), the first key's mass (the attention-sink diagnostic) and SFM "
+                  "renormalised over the named keys, S / (1 − U).",
                   (Column("Model", "role", "text"), Column("Layer", "layer", "int"), Column("S", "sfm"),
-                   Column("C", "cross_mass"), Column("U", "unnamed_mass"), Column("First key", "first_mass"),
+                   Column("C", "cross_mass"), Column("U", "unnamed_mass"),
+                   *((Column("Sink", "sink_mass"),) if sinks else ()), Column("First key", "first_mass"),
                    Column("SFM named", "sfm_named"), Column("Examples", "n_examples", "int")))
     return Section("masses", "Mass outside the named fields", (t,), (ctx.figure("masses", "mass_split", masses=m),),
                    text=f"Up to {100 * outside:.0f}% of a layer's attention lies on keys outside the named fields "
