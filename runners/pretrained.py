@@ -24,7 +24,7 @@ from routestats.rundir.atomic import sha256_file
 from .families import Family, discover, output_weight, refusal
 from .seam import IMPLEMENTATION, Pass, capture_pass, register_seam
 
-__all__ = ["Checkpoint", "Loaded", "read_checkpoint", "load_model", "prepare_model", "identity_of_files", "WEIGHT_SUFFIXES"]
+__all__ = ["Checkpoint", "Loaded", "read_checkpoint", "text_part", "load_model", "prepare_model", "identity_of_files", "WEIGHT_SUFFIXES"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
@@ -135,8 +135,8 @@ def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", d
     """Read a local transformers folder, a folder with one GGUF file, or a GGUF file (offline; the one loader of pretrained
     checkpoints, shared by capture and the regime operators).
 
-    A ``*ForCausalLM`` architecture loads with its language-model head, anything else as the bare model;
-    ``dtype`` (e.g. ``torch.float64``) converts the weights after loading. Refused in one line: a folder that
+    A ``*ForCausalLM`` architecture loads with its language-model head, anything else as the bare model, of which
+    :func:`text_part` keeps the part that reads text; ``dtype`` (e.g. ``torch.float64``) converts the weights. Refused in one line: a folder that
     is not a model, more than one GGUF file, a configuration listed in :data:`runners.families.REFUSALS`
     (when ``refuse_listed``), and transformers' own refusals (remote code, unsafe pickles, bad config.json).
     """
@@ -175,6 +175,7 @@ def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", d
             model = cls.from_pretrained(folder, attn_implementation=attn_implementation)
             tok = AutoTokenizer.from_pretrained(folder)
             weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+        model = text_part(model)
         if dtype is not None:
             model = model.to(dtype)
     except RoutestatsError:
@@ -182,6 +183,21 @@ def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", d
     except Exception as exc:  # transformers' own refusals (remote code, unsafe pickles, bad config.json, ...)
         raise RoutestatsError(f"{folder}: cannot load the model: {first_line(exc)}") from None
     return Checkpoint(model.eval(), tok, folder, tuple(weights), g, quant)
+
+
+def text_part(model):
+    """The part of a loaded model that reads the text and holds the attention routestats records: an
+    encoder-decoder's encoder (T5, BART: its decoder needs decoder inputs and attends across), an image-text
+    model's language model (Gemma 3, Mistral 3, Qwen3-VL: ``model.language_model``), else the model itself.
+    The load probe then decides whether that part is captured."""
+    if getattr(model.config, "is_encoder_decoder", False) and callable(getattr(model, "get_encoder", None)):
+        enc = model.get_encoder()
+        return enc if hasattr(enc, "config") else model  # an encoder without its config is not a model to probe
+    for owner in (getattr(model, "model", None), model):
+        lm = getattr(owner, "language_model", None) if owner is not None else None
+        if isinstance(lm, torch.nn.Module) and hasattr(lm, "config"):
+            return lm
+    return model
 
 
 def load_model(folder: str | Path) -> Loaded:

@@ -59,7 +59,7 @@ def build(model_type: str, tok, ids: dict) -> Outcome:
     import transformers as T
 
     from routestats.errors import RoutestatsError
-    from runners.pretrained import prepare_model
+    from runners.pretrained import prepare_model, text_part
 
     try:
         cfg = T.AutoConfig.for_model(model_type)
@@ -80,7 +80,7 @@ def build(model_type: str, tok, ids: dict) -> Outcome:
         if size > MAX_PARAMETERS:
             return Outcome(model_type, "no tiny model", f"{size:,} parameters at this size")
         torch.manual_seed(0)
-        model = T.AutoModel.from_config(cfg, attn_implementation="eager").eval()
+        model = text_part(T.AutoModel.from_config(cfg, attn_implementation="eager").eval())  # as the loader does
     except Exception as exc:
         return Outcome(model_type, "no tiny model", (str(exc).splitlines() or [type(exc).__name__])[0][:100])
     own = copy.deepcopy(model)  # the model run its own way, untouched by the seam

@@ -33,7 +33,7 @@ REGIME_MUST = ("gpt2", "llama", "qwen2", "gemma2", "gemma3_text", "mistral", "qw
 # types the issue names, that must be captured (tiny configs of the installed transformers)
 MUST = ("qwen3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "olmoe", "mixtral", "llama4_text", "smollm3",
         "granite", "cohere", "cohere2", "starcoder2", "opt", "gpt_bigcode", "modernbert", "camembert", "ernie",
-        "nomic_bert", "eurobert", "llama", "mistral", "qwen2", "phi3", "bert", "gpt2", "gpt_oss")
+        "nomic_bert", "eurobert", "llama", "mistral", "qwen2", "phi3", "bert", "gpt2", "gpt_oss", "t5", "bart")
 
 
 def check_capture(o, tmp: Path) -> None:
@@ -103,3 +103,41 @@ def test_every_model_type_is_captured_bitwise_or_refused_in_one_line(tmp_path):
     for t, why in (("phi", "0 norms follow the attention"), ("olmo2", "no norm is called before the attention")):
         if t in regime:
             assert regime[t][0] == "refused" and why in regime[t][1], (t, regime[t])
+
+
+def test_an_image_text_models_language_model_is_what_capture_loads():
+    """Gemma 3, Mistral 3 and Qwen3-VL wrap their language model in an image-text model; the loader keeps the
+    language model (``text_part``), which the probe then accepts: bitwise its own attention, as every sweep model."""
+    import copy
+
+    from routestats.errors import RoutestatsError
+    from runners.pretrained import prepare_model, text_part
+    from tests.tiny_models import tokenizer, words_of
+
+    tok, ids = tokenizer(words_of(TEXTS), "plain")
+    text = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                intermediate_size=48, vocab_size=len(tok) + 8, pad_token_id=ids["pad"])
+    vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=28,
+                  patch_size=14)
+    cases = {"gemma3": ("Gemma3TextModel", dict(text_config=dict(text, sliding_window=8), vision_config=vision,
+                                                mm_tokens_per_image=4)),
+             "mistral3": ("MistralModel", dict(text_config=dict(text, model_type="mistral"),
+                                               vision_config=dict(vision, head_dim=16)))}
+    enc = tok("alpha beta gamma delta", return_tensors="pt")
+    for name, (lm_class, kw) in cases.items():
+        torch.manual_seed(0)
+        whole = T.AutoModel.from_config(T.AutoConfig.for_model(name, **kw), attn_implementation="eager").eval()
+        lm = text_part(whole)
+        assert type(lm).__name__ == lm_class and lm is whole.language_model  # the wrapped model, not a copy
+        own = copy.deepcopy(lm)
+        try:
+            loaded = prepare_model(lm, tok)
+        except RoutestatsError as exc:  # pragma: no cover - the assertion below says why
+            raise AssertionError(f"{name}: {exc}") from None
+        with torch.no_grad():
+            want = own(**enc, output_attentions=True).attentions
+        from runners.seam import Pass, capture_pass
+
+        with torch.no_grad(), capture_pass(Pass()) as p:
+            loaded.model(**enc)
+        assert all(torch.equal(a, b) for a, b in zip(want, p.weights)) and len(p.weights) == 2, name
