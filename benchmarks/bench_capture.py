@@ -47,9 +47,9 @@ def timed(fn, repeats: int) -> float:
 
 
 def main(argv=None) -> dict:
-    from runners.capture import Condition, capture_runs, plan_capture, read_records
-    from runners.pretrained import load_model
-    from runners.seam import length_batches
+    from runners.pretrained.capture import Condition, capture_runs, plan_capture, read_records
+    from runners.pretrained.load import load_model
+    from runners.pretrained.seam import length_batches
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", type=Path, default=None, help="model folder (default: the packaged MiniLM)")

@@ -1,6 +1,6 @@
 """SAAB vs baseline training-step and inference latency, explicit vs fused attention, in one run.
 
-Uses ``runners.overhead.run_overhead`` (the Table 13 machinery) with the tiny model on CPU (or
+Uses ``runners.training.overhead.run_overhead`` (the Table 13 machinery) with the tiny model on CPU (or
 ``--device cuda`` with the paper model on a GPU) and prints the SAAB / baseline ratios per
 length for both attention paths. Run: ``python benchmarks/bench_training.py [--device cuda]``.
 """
@@ -13,8 +13,8 @@ import tempfile
 
 import torch
 
-from runners.overhead import run_overhead
-from runners.presets import get_preset
+from runners.training.overhead import run_overhead
+from runners.training.presets import get_preset
 
 
 def main(argv=None):

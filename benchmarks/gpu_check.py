@@ -13,8 +13,8 @@ It writes ``summary.json`` and ``summary.md`` into ``--out`` (rewritten after ev
 killed check still leaves what it measured, marked incomplete). Everything else (run trees,
 checkpoints, overhead tables) goes to a scratch folder that is deleted at the end
 (``--keep-work`` keeps it). Nothing here re-implements the model or the training: the parts
-call ``runners.overhead.run_overhead``, ``runners.train.prepare`` / ``train_run``,
-``runners.model.SAABEncoder`` and ``routestats.load_run(...).validate(deep=True)``.
+call ``runners.training.overhead.run_overhead``, ``runners.training.train.prepare`` / ``train_run``,
+``runners.training.model.SAABEncoder`` and ``routestats.load_run(...).validate(deep=True)``.
 
 Parts and their time budgets (seconds; GPU / dry run; ``--budget PART=S`` changes one):
 
@@ -283,7 +283,7 @@ def deterministic(on: bool, record: list):
 
 # ---------------------------------------------------------------------------- part 1: overhead
 def part_overhead(part: Part, ctx: dict) -> None:
-    from runners.presets import get_preset
+    from runners.training.presets import get_preset
 
     dry, rec = ctx["dry"], part.rec
     preset = get_preset("smoke" if dry else "paper")
@@ -293,7 +293,7 @@ def part_overhead(part: Part, ctx: dict) -> None:
                               repeats=5))
     rec["settings"] = {"preset": preset.name, "model": preset.model, "vocab_size": preset.vocab_size,
                        "lengths": list(lengths), "batch_size": ctx["overhead_batch"], **iters,
-                       "allow_tf32": False, "inputs": "runners.overhead: random ids, half field 4 / half field 3, "
+                       "allow_tf32": False, "inputs": "runners.training.overhead: random ids, half field 4 / half field 3, "
                                                       "all-ones mask, plain cross-entropy"}
     precisions = ["float32"] + (["bf16-autocast"] if ctx["bf16"] else [])
     rec["precisions"] = precisions
@@ -307,7 +307,7 @@ def part_overhead(part: Part, ctx: dict) -> None:
 def overhead_units(part, ctx, preset, lengths, iters, precisions, rows):
     import torch
 
-    from runners.overhead import run_overhead
+    from runners.training.overhead import run_overhead
 
     dev, rec, last = ctx["device"], part.rec, None
     for prec in precisions:
@@ -398,7 +398,7 @@ def compare_runs(a, b, sfm: bool = False) -> dict:
 
 
 def train_one(ctx, part, label, run_dir, prep, preset, cond, device, **kw):
-    from runners.train import train_run
+    from runners.training.train import train_run
 
     t = time.perf_counter()
 
@@ -430,8 +430,8 @@ def validate_runs(summary, part_name, runs: dict) -> None:
 def pair_units(part, ctx, preset, spec, max_length, work, stop_after, mid, runs, times, st):
     import numpy as np
 
-    from runners.presets import parse_condition
-    from runners.train import data_order, prepare
+    from runners.training.presets import parse_condition
+    from runners.training.train import data_order, prepare
 
     dev, rec, tc, steps = ctx["device"], part.rec, preset.train, ctx["steps"]
     with part.unit("prepare data"):
@@ -471,8 +471,8 @@ def part_pair(part: Part, ctx: dict) -> None:
     import torch
 
     import routestats as rs
-    from runners.data import resolve
-    from runners.presets import get_preset
+    from runners.training.data import resolve
+    from runners.training.presets import get_preset
 
     summary, dev, rec = ctx["summary"], ctx["device"], part.rec
     steps = ctx["steps"]
@@ -552,9 +552,9 @@ def _init_agreement(ctx, prep, preset, cond, dev) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from runners.model import EncoderConfig, SAABEncoder
-    from runners.msm import collate, mask_field_ids
-    from runners.train import seed_everything
+    from runners.training.model import EncoderConfig, SAABEncoder
+    from runners.training.msm import collate, mask_field_ids
+    from runners.training.train import seed_everything
 
     spec = prep.spec
     cfg = EncoderConfig(vocab_size=preset.vocab_size, field_vocab_size=spec.field_vocab_size,
@@ -597,8 +597,8 @@ def agreement_units(part, ctx, preset, spec, work, other, conds, runs, st):
     import numpy as np
     import torch
 
-    from runners.msm import mask_field_ids
-    from runners.train import prepare
+    from runners.training.msm import mask_field_ids
+    from runners.training.train import prepare
 
     rec, dry = part.rec, ctx["dry"]
     with part.unit("prepare data"):
@@ -626,8 +626,8 @@ def agreement_units(part, ctx, preset, spec, work, other, conds, runs, st):
 
 def part_agreement(part: Part, ctx: dict) -> None:
     import routestats as rs
-    from runners.data import resolve
-    from runners.presets import get_preset, parse_condition
+    from runners.training.data import resolve
+    from runners.training.presets import get_preset, parse_condition
 
     summary, dev, rec = ctx["summary"], ctx["device"], part.rec
     dry = ctx["dry"]
@@ -688,8 +688,8 @@ def part_capture(part: Part, ctx: dict) -> None:
     import importlib.util
 
     import routestats as rs
-    from runners.capture import Condition, capture_runs, read_records
-    from runners.pretrained import load_model
+    from runners.pretrained.capture import Condition, capture_runs, read_records
+    from runners.pretrained.load import load_model
     from tests.tiny_models import save_tiny
 
     summary, dev, rec = ctx["summary"], ctx["device"], part.rec

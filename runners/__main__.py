@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from .threads import set_threads
+from runners.threads import set_threads
 
 THREADS_HELP = ("torch CPU threads (default: the cores the 1-minute load leaves free; a count that oversubscribes a "
                 "busy machine gets a hint).")
@@ -113,9 +113,9 @@ def init_probe(
 ) -> None:
     """Initialisation probes: initial-state summaries, dropout-free initial losses, one-update probe."""
 
-    from .data import resolve
-    from .initprobe import run_init_probe
-    from .presets import get_preset
+    from runners.training.data import resolve
+    from runners.training.initprobe import run_init_probe
+    from runners.training.presets import get_preset
 
     set_threads(threads)
     frames = run_init_probe(out, data=resolve(data), preset=get_preset(preset, depth=depth),
@@ -131,9 +131,9 @@ def lengths(
     preset: str = typer.Option("tiny", help="Tokenizer size and max length come from the preset."),
 ) -> None:
     """Token lengths of every split of a corpus (Table 11), after the preset's max-length cut."""
-    from .data import resolve
-    from .lengths import corpus_lengths
-    from .presets import get_preset
+    from runners.training.data import resolve
+    from runners.training.lengths import corpus_lengths
+    from runners.training.presets import get_preset
 
     p = get_preset(preset)
     spec = resolve(data)
@@ -144,8 +144,8 @@ def lengths(
 @app.command()
 def domains(out: Path = typer.Option(Path("data/domains"), help="Folder for <domain>.jsonl and domains_manifest.json."),
             max_chars: int = typer.Option(150_000, help="Characters per domain at most.")) -> None:
-    """Build the offline real-text domains for zero-shot perplexity (see runners/domains.py)."""
-    from .domains import build_domains
+    """Build the offline real-text domains for zero-shot perplexity (see runners/training/domains.py)."""
+    from runners.training.domains import build_domains
 
     m = build_domains(out, max_chars)
     for name, d in m["domains"].items():
@@ -249,7 +249,7 @@ def capture(
     Conditions on the same weights and inputs pair automatically: baseline, --bias W (same-field
     bias), --ablate L.H,... (heads zeroed); or two checkpoints with --compare. Report with
     `routestats report OUT`."""
-    from .capture import run_capture_command
+    from runners.pretrained.capture import run_capture_command
 
     set_threads(threads)
     run_capture_command(model=model, records=records, out=out, format=format, fields=fields, limit=limit,
@@ -303,8 +303,8 @@ def overhead(
 ) -> None:
     """Compute overhead of SAAB vs baseline (paper Table 13): parameters, FLOPs, latency, memory."""
 
-    from .overhead import run_overhead
-    from .presets import get_preset
+    from runners.training.overhead import run_overhead
+    from runners.training.presets import get_preset
 
     set_threads(threads)
     p = get_preset(preset)
@@ -319,7 +319,7 @@ def overhead(
 def bundled(out: Path = typer.Option(Path("data"), help="Output folder."),
             check: bool = typer.Option(False, help="Rebuild in a temporary folder and compare bytes.")) -> None:
     """Build the bundled docstring corpora (see runners/bundled.py)."""
-    from .bundled import main
+    from runners.bundled import main
 
     raise typer.Exit(main(["--out", str(out)] + (["--check"] if check else [])))
 
@@ -328,7 +328,7 @@ def main() -> None:
     """Run the CLI; a user error, a missing optional dependency or a failed file operation ends in
     one line and exit code 2; anything else (a bug) in one line and exit code 1
     (``ROUTESTATS_DEBUG=1`` shows the traceback)."""
-    from .commands import one_line_errors
+    from runners.commands import one_line_errors
 
     with one_line_errors():
         app()

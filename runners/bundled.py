@@ -36,7 +36,7 @@ from pathlib import Path
 
 from routestats.rundir.atomic import sha256_file, write_bytes_atomic, write_json_atomic
 
-from .corpora import split_rows, write_dbpedia_csv, write_pubmed
+from runners.corpora import split_rows, write_dbpedia_csv, write_pubmed
 
 PACKAGES = ("numpy", "scipy", "pandas", "statsmodels")
 NAMESPACES = (

@@ -15,8 +15,8 @@ from typing import Callable
 
 from routestats.errors import RoutestatsError
 
-from .progress import progress_bars
-from .threads import set_threads
+from runners.progress import progress_bars
+from runners.threads import set_threads
 
 Echo = Callable[[str], None]
 
@@ -29,7 +29,7 @@ def _int_list(text: str, option: str) -> list[int]:
 
 
 def _preset_and_conditions(preset, conditions, *, depth=None, max_steps=None, checkpoint_steps=None, **train):
-    from .presets import get_preset, parse_condition
+    from runners.training.presets import get_preset, parse_condition
 
     try:
         p = get_preset(preset, depth=depth, max_steps=max_steps,
@@ -43,7 +43,7 @@ def _preset_and_conditions(preset, conditions, *, depth=None, max_steps=None, ch
 
 
 def _data(spec: str):
-    from .data import resolve
+    from runners.training.data import resolve
 
     try:
         return resolve(spec)
@@ -54,7 +54,7 @@ def _data(spec: str):
 def saab(*, out: Path, preset, seed, conditions, data, depth, max_steps, device, attention, threads, keep_checkpoints,
          study, examples, length_sample, sample_seed, checkpoint_steps, echo: Echo) -> None:
     """Train a paired condition set from one seed into a run tree."""
-    from .train import train_study
+    from runners.training.train import train_study
 
     set_threads(threads)
     train = {"length_sample": length_sample, "sample_seed": sample_seed,
@@ -72,7 +72,7 @@ def saab(*, out: Path, preset, seed, conditions, data, depth, max_steps, device,
 def _launcher(launcher, out: Path, timeout_min, slurm_partition, gpus_per_node):
     if launcher == "sequential":
         return None
-    from .launch import SubmititLauncher
+    from runners.launch import SubmititLauncher
 
     cluster = {"submitit-local": "local", "submitit-debug": "debug", "slurm": "slurm"}.get(launcher)
     if cluster is None:
@@ -87,7 +87,7 @@ def _launcher(launcher, out: Path, timeout_min, slurm_partition, gpus_per_node):
 def sweep(*, out: Path, seeds, conditions, preset, data, depth, max_steps, device, threads, keep_checkpoints, study,
           launcher, slurm_partition, timeout_min, gpus_per_node, echo: Echo) -> int:
     """Train seeds x conditions (one job per seed); returns the exit code (1 when a seed failed)."""
-    from .sweep import run_sweep
+    from runners.training.sweep import run_sweep
 
     set_threads(threads)
     p, conds = _preset_and_conditions(preset, conditions, depth=depth, max_steps=max_steps)
@@ -105,7 +105,7 @@ def sweep(*, out: Path, seeds, conditions, preset, data, depth, max_steps, devic
 
 def evaluate(*, pair: Path, out, bias, sample_size, sample_seed, batch_size, device, threads, echo: Echo) -> None:
     """A test-sample evaluation of a pair, or a bias-off evaluation of a SAAB run (``bias="off"``)."""
-    from .evaluate import evaluate_bias_off, evaluate_split
+    from runners.training.evaluate import evaluate_bias_off, evaluate_split
 
     set_threads(threads)
     if bias not in ("on", "off"):
@@ -131,8 +131,8 @@ MOFA_PRESETS = {"tiny": dict(steps=300, n_ctx=64, n_layer=4, n_head=4, d_model=1
 def mofa(*, out: Path, seeds, sigmoid_heads, domains_dir: Path, preset, steps, n_ctx, n_layer, n_head, d_model,
          concat_scope, separator, sigmoid_bias, device, threads, echo: Echo) -> None:
     """Train MoFA GPTs (ratios x seeds), score every domain, dump head entropies."""
-    from .domains import docstrings_domain, read_domain
-    from .mofa import GPTConfig, MoFATrain, train_mofa_run
+    from runners.training.domains import docstrings_domain, read_domain
+    from runners.training.mofa import GPTConfig, MoFATrain, train_mofa_run
 
     set_threads(threads)
     files = sorted(p for p in domains_dir.iterdir() if p.suffix in (".jsonl", ".parquet", ".txt")) \
@@ -163,7 +163,7 @@ def regime(*, run, layers, examples, token, domain_file, out, max_tokens, lattic
            echo: Echo, depths: int | None = None) -> None:
     """Operators over a grid of operating points, validated, into RUN/operators/ (several pretrained checkpoints:
     OUT/<model name>/operators/ each)."""
-    from .regime import is_pretrained, model_name, write_operators
+    from runners.regime.grid import is_pretrained, model_name, write_operators
 
     set_threads(threads)
     if (layers is None) == (depths is None):
@@ -213,11 +213,11 @@ def clear_written(out: Path, echo: Echo) -> None:
 
 def demo(*, out: Path, threads, echo: Echo) -> None:
     """Regenerate the recorded demo run (tiny preset, baseline + SAAB, seed 1001, 32 examples)."""
-    from .train import train_study
+    from runners.training.train import train_study
 
     set_threads(threads)
     p, conds = _preset_and_conditions("tiny", "baseline,saab", eval_examples=32, final_forms=("matrices",))
-    from .dumps import check_replaceable
+    from runners.outputs import check_replaceable
 
     check_replaceable(out)  # the runs of an earlier demo only: never a folder holding anything else
     clear_written(out, echo)
@@ -230,12 +230,12 @@ def demo(*, out: Path, threads, echo: Echo) -> None:
 
 def demo_study(*, out: Path, seeds, threads, echo: Echo) -> None:
     """Regenerate the recorded demo study (tiny preset, baseline + SAAB for each seed, reductions only)."""
-    from .sweep import run_sweep
+    from runners.training.sweep import run_sweep
 
     set_threads(threads)
     p, conds = _preset_and_conditions("tiny", "baseline,saab", eval_examples=32, final_forms=("reductions",))
     p = replace(p, train=replace(p.train, checkpoint_steps=(1, 500)))
-    from .dumps import check_replaceable
+    from runners.outputs import check_replaceable
 
     check_replaceable(out)  # the runs of an earlier demo only: never a folder holding anything else
     clear_written(out, echo)

@@ -5,7 +5,7 @@ For each ``model_type`` in transformers' base-model mapping (the list is read fr
 32, 2 layers, 4 heads, 2 key/value heads, head size 8, 4 experts where the type has experts) with a
 word-level tokenizer (:mod:`tests.tiny_models`). Then the model is either
 
-* **captured**: :func:`runners.pretrained.prepare_model` accepts it (its probe proves the seam sees every
+* **captured**: :func:`runners.pretrained.load.prepare_model` accepts it (its probe proves the seam sees every
   layer and equals the model's own eager attention), and :func:`check_capture` compares the captured
   runs with the model's own ``output_attentions`` on the tokenizer's full encoding; or
 * **refused** in one line, with the reason the probe or the load gives; or
@@ -59,7 +59,7 @@ def build(model_type: str, tok, ids: dict) -> Outcome:
     import transformers as T
 
     from routestats.errors import RoutestatsError
-    from runners.pretrained import prepare_model, text_part
+    from runners.pretrained.load import prepare_model, text_part
 
     try:
         cfg = T.AutoConfig.for_model(model_type)
@@ -102,8 +102,8 @@ def regime_outcome(model) -> tuple[str, str]:
     import torch
 
     from routestats.errors import RoutestatsError
-    from runners.operators import operating_point
-    from runners.pretrained_operators import PretrainedStack, refusing
+    from runners.regime.sublayer import operating_point
+    from runners.regime.pretrained import PretrainedStack, refusing
 
     r, worst = len(REGIME_IDS) - 1, {"J": 0.0, "forward": 0.0, "own": 0.0}
     try:

@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from runners.capture import Condition, capture_runs, plan_capture, read_records  # noqa: E402
+from runners.pretrained.capture import Condition, capture_runs, plan_capture, read_records  # noqa: E402
 from tests.any_model import regime_outcome, sweep  # noqa: E402
 from tests.test_families import CAP, own_encoding, stored  # noqa: E402  the same helpers as the in-depth tests
 
@@ -111,7 +111,7 @@ def test_an_image_text_models_language_model_is_what_capture_loads():
     import copy
 
     from routestats.errors import RoutestatsError
-    from runners.pretrained import prepare_model, text_part
+    from runners.pretrained.load import prepare_model, text_part
     from tests.tiny_models import tokenizer, words_of
 
     tok, ids = tokenizer(words_of(TEXTS), "plain")
@@ -136,7 +136,7 @@ def test_an_image_text_models_language_model_is_what_capture_loads():
             raise AssertionError(f"{name}: {exc}") from None
         with torch.no_grad():
             want = own(**enc, output_attentions=True).attentions
-        from runners.seam import Pass, capture_pass
+        from runners.pretrained.seam import Pass, capture_pass
 
         with torch.no_grad(), capture_pass(Pass()) as p:
             loaded.model(**enc)

@@ -27,9 +27,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import routestats as rs  # noqa: E402
-from runners.capture import Condition, capture_runs, read_records  # noqa: E402
-from runners.fielding import encode_record  # noqa: E402
-from runners.pretrained import load_model  # noqa: E402
+from runners.pretrained.capture import Condition, capture_runs, read_records  # noqa: E402
+from runners.pretrained.fielding import encode_record  # noqa: E402
+from runners.pretrained.load import load_model  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]

@@ -103,7 +103,7 @@ def test_value_norms_are_validated(tmp_path):
 def test_saab_model_norms_are_what_the_output_projection_makes_of_one_value(tmp_path):
     # independent path: feed head h's value of key j alone through the layer's own output projection
     torch = pytest.importorskip("torch")
-    from runners.model import EncoderConfig, SAABEncoder
+    from runners.training.model import EncoderConfig, SAABEncoder
 
     torch.manual_seed(0)
     m = SAABEncoder(EncoderConfig(vocab_size=50, max_length=8, d_model=16, num_layers=2, num_heads=4, ff_dim=32,

@@ -64,9 +64,9 @@ def test_runner_probe_smoke(tmp_path):
     pytest.importorskip("tokenizers")
     import torch
 
-    from runners.data import resolve
-    from runners.initprobe import run_init_probe
-    from runners.presets import get_preset
+    from runners.training.data import resolve
+    from runners.training.initprobe import run_init_probe
+    from runners.training.presets import get_preset
 
     torch.set_num_threads(1)
     run_init_probe(tmp_path, data=resolve("bundled-dbpedia"), preset=get_preset("smoke"), seeds=[1, 2, 3],

@@ -7,9 +7,9 @@ torch = pytest.importorskip("torch")
 
 import routestats as rs  # noqa: E402
 from routestats.compose.mofa.build import build_mofa_report  # noqa: E402
-from runners.mofa import GPTConfig, MoFAGPT, MoFATrain, blocks_of, encode, train_mofa_run  # noqa: E402
-from runners.train import seed_everything  # noqa: E402
-from runners.model import state_hash  # noqa: E402
+from runners.training.mofa import GPTConfig, MoFAGPT, MoFATrain, blocks_of, encode, train_mofa_run  # noqa: E402
+from runners.training.train import seed_everything  # noqa: E402
+from runners.training.model import state_hash  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -81,7 +81,7 @@ def test_tiny_mofa_tree_reports(tmp_path):
 
 
 def test_domain_block_scopes():
-    from runners.mofa import domain_blocks
+    from runners.training.mofa import domain_blocks
 
     docs = ["abcde", "fgh", "ijklmno"]
     assert domain_blocks(docs, 4).tolist() == [list(b"abcd"), list(b"efgh"), list(b"ijkl")]  # global: 15 -> 3 blocks

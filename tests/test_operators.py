@@ -11,10 +11,10 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from routestats.regime.certify import Operators, certify, directional  # noqa: E402
-from runners.mofa import GPTConfig, MoFAGPT  # noqa: E402
-from runners.operators import (encoder_point, gpt2_sublayer, llama_sublayer, mofa_point, operating_point,  # noqa: E402
+from runners.training.mofa import GPTConfig, MoFAGPT  # noqa: E402
+from runners.regime.sublayer import (encoder_point, gpt2_sublayer, llama_sublayer, mofa_point, operating_point,  # noqa: E402
                                random_sublayer, rope_matrix)
-from runners.train import seed_everything  # noqa: E402
+from runners.training.train import seed_everything  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -189,7 +189,7 @@ def test_llama_state_dict_against_an_independent_forward():
 @pytest.mark.parametrize("variant, shuffle, mask", [("baseline", False, None), ("saab", False, None),
                                                     ("saab", True, None), ("saab", False, [0.0, 2.0])])
 def test_saab_encoder_adapter(variant, shuffle, mask):
-    from runners.model import EncoderConfig, SAABEncoder
+    from runners.training.model import EncoderConfig, SAABEncoder
 
     torch.manual_seed(3)
     cfg = EncoderConfig(vocab_size=50, d_model=16, num_layers=2, num_heads=4, ff_dim=32, max_length=16, dropout=0.0,
@@ -213,7 +213,7 @@ def test_regime_commands_end_to_end(tmp_path):
 
     import routestats.cli as rcli
     import runners.__main__ as rmain
-    from runners.mofa import MoFATrain, train_mofa_run
+    from runners.training.mofa import MoFATrain, train_mofa_run
 
     torch.set_num_threads(1)
     text = "The quick brown fox jumps over the lazy dog. " * 20

@@ -25,8 +25,8 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
 from routestats.errors import RoutestatsError  # noqa: E402
-from runners.operators import operating_point  # noqa: E402
-from runners.pretrained_operators import PretrainedStack  # noqa: E402
+from runners.regime.sublayer import operating_point  # noqa: E402
+from runners.regime.pretrained import PretrainedStack  # noqa: E402
 
 pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parents[1]

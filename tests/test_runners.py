@@ -11,11 +11,11 @@ pytest.importorskip("tokenizers")
 
 import routestats as rs  # noqa: E402
 from runners.corpora import Record  # noqa: E402
-from runners.data import resolve  # noqa: E402
-from runners.model import EncoderConfig, SAABEncoder, shuffle_bias_ids, state_hash  # noqa: E402
-from runners.msm import encode_record, lr_at, mask_field_ids, train_tokenizer  # noqa: E402
-from runners.presets import Condition, get_preset, parse_condition  # noqa: E402
-from runners.train import data_order, prepare, seed_everything, train_run, train_study  # noqa: E402
+from runners.training.data import resolve  # noqa: E402
+from runners.training.model import EncoderConfig, SAABEncoder, shuffle_bias_ids, state_hash  # noqa: E402
+from runners.training.msm import encode_record, lr_at, mask_field_ids, train_tokenizer  # noqa: E402
+from runners.training.presets import Condition, get_preset, parse_condition  # noqa: E402
+from runners.training.train import data_order, prepare, seed_everything, train_run, train_study  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -251,7 +251,7 @@ def test_cuda_fused_matches_explicit():
 
 
 def test_evaluation_indices_union_primary_and_reservoir():
-    from runners.train import evaluation_indices
+    from runners.training.train import evaluation_indices
 
     # METHODS 3.7: N = 10, k = 5, seed 1001 -> {2, 4, 5, 7, 8}
     idx, primary, sample = evaluation_indices(10, 3, 5, 1001)
@@ -262,7 +262,7 @@ def test_evaluation_indices_union_primary_and_reservoir():
 
 
 def test_overhead_benchmark_small(tmp_path):
-    from runners.overhead import run_overhead
+    from runners.training.overhead import run_overhead
 
     s = run_overhead(tmp_path, model=dict(d_model=16, num_layers=2, num_heads=2, ff_dim=32, dropout=0.0),
                      lengths=(8, 16), batch_size=2, vocab_size=50, inference_warmup=1, inference_iterations=2,
@@ -278,7 +278,7 @@ def test_overhead_benchmark_small(tmp_path):
 def test_sweep_is_resumable(tmp_path):
     import json
 
-    from runners.sweep import run_sweep
+    from runners.training.sweep import run_sweep
 
     p = get_preset("smoke", max_steps=4, checkpoint_steps=[2, 4])
     conds = [parse_condition(c, p.model["num_layers"]) for c in ("baseline", "saab")]
@@ -297,7 +297,7 @@ def test_sweep_is_resumable(tmp_path):
 def test_untouched_test_evaluation(smoke_study, tmp_path):
     import json
 
-    from runners.evaluate import evaluate_split
+    from runners.training.evaluate import evaluate_split
     from routestats.rundir.sampling import reservoir_indices
 
     out, _ = smoke_study
@@ -327,7 +327,7 @@ def test_untouched_test_evaluation(smoke_study, tmp_path):
 def test_sweep_through_submitit_local_resumes(tmp_path):
     pytest.importorskip("submitit")
     from runners.launch import SubmititLauncher
-    from runners.sweep import run_sweep
+    from runners.training.sweep import run_sweep
 
     p = get_preset("smoke", max_steps=4, checkpoint_steps=[2, 4])
     conds = [parse_condition(c, p.model["num_layers"]) for c in ("baseline", "saab", "shuffled")]
@@ -356,7 +356,7 @@ def test_launcher_reports_failures(tmp_path):
 
 def test_corpus_lengths_feed_the_length_table(tmp_path):
     from routestats.studies.lengths import length_table
-    from runners.lengths import corpus_lengths
+    from runners.training.lengths import corpus_lengths
 
     spec = resolve("bundled-pubmed")
     df = corpus_lengths(tmp_path, spec, vocab_size=300, max_length=32)
@@ -418,7 +418,7 @@ def test_missing_torch_is_one_line(tmp_path):
 
 
 def test_bias_off_evaluation_of_a_wf0_run_equals_the_baseline(smoke_study, tmp_path):
-    from runners.evaluate import evaluate_bias_off
+    from runners.training.evaluate import evaluate_bias_off
 
     out, _ = smoke_study
     torch.set_num_threads(1)
@@ -452,7 +452,7 @@ def _baseline_and_saab(study: Path, tree: Path) -> Path:
 def test_bias_off_is_a_sweep_condition(smoke_study, tmp_path):
     # `--conditions ...,bias-off`: trained runs are skipped (complete), the saab run is evaluated without its
     # bias into saab-bias-off, bitwise what `runners evaluate --bias off` writes
-    from runners.evaluate import evaluate_bias_off
+    from runners.training.evaluate import evaluate_bias_off
 
     out, _ = smoke_study
     tree = _baseline_and_saab(out, tmp_path / "seed3")
@@ -474,7 +474,7 @@ def test_bias_off_is_a_sweep_condition(smoke_study, tmp_path):
 
 def test_decomposition_total_is_direct_plus_learned(smoke_study, tmp_path):
     from routestats.studies.decomposition import decomposition
-    from runners.evaluate import evaluate_bias_off
+    from runners.training.evaluate import evaluate_bias_off
 
     out, _ = smoke_study
     tree = _baseline_and_saab(out, tmp_path / "tree")
@@ -535,7 +535,7 @@ def test_a_complete_run_with_other_settings_is_refused_not_kept(smoke_study):
 def test_bias_off_and_demo_never_replace_a_folder_with_other_files(smoke_study, tmp_path):
     from routestats.errors import RoutestatsError
     from runners.commands import demo
-    from runners.evaluate import evaluate_bias_off
+    from runners.training.evaluate import evaluate_bias_off
 
     out, _ = smoke_study
     target = tmp_path / "saab-off"

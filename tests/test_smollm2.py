@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("gguf")
 
-from runners.gguf_llama import GGUFLlama, smollm2_path  # noqa: E402
+from runners.regime.gguf_llama import GGUFLlama, smollm2_path  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
@@ -28,8 +28,8 @@ def test_smollm2_operating_point(model, tmp_path):
     from routestats.regime.certify import Operators, certify, directional, severity_certificate, tau_max_dual
     from routestats.compose.regime.build import build_regime_report
     from routestats.settings import AnalysisSettings
-    from runners.operators import operating_point
-    from runners.regime import build_point
+    from runners.regime.sublayer import operating_point
+    from runners.regime.grid import build_point
 
     assert (model.n_layer, model.d, model.n_head, model.n_kv) == (30, 576, 9, 3)  # METHODS C.1
     # the loader is right: our own forward of the 4-bit weights predicts English text (METHODS measured
@@ -71,8 +71,8 @@ def test_smollm2_operating_point(model, tmp_path):
 def test_transformers_reads_the_gguf_file_as_the_hand_written_reader_does(model):
     """``runners regime`` reads GGUF files through transformers (the loader capture uses); the hand-written
     reader stays as the independent check: its own dequantisation, interleaved RoPE and SDPA forward."""
-    from runners.operators import operating_point
-    from runners.pretrained_operators import load_stack
+    from runners.regime.sublayer import operating_point
+    from runners.regime.pretrained import load_stack
 
     stack = load_stack(smollm2_path())
     ids = model.encode(PARAGRAPH)

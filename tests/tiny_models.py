@@ -9,7 +9,7 @@ Mistral, Gemma 2, Phi-3) or nothing (GPT-2, GPT-NeoX, Qwen2, Phi). :func:`save_t
 model and tokenizer as a transformers folder, so capture loads it as any local model.
 
 The last two dicts hold the independent test-side knowledge of where each family's value vectors
-and output projection live (hooked in the tests, never taken from :mod:`runners.families`).
+and output projection live (hooked in the tests, never taken from :mod:`runners.pretrained.families`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Initialisation probes, analysis side (METHODS 3.8): do initial-state quantities predict which
 seeds end up with a large displacement (delta_last - delta_penultimate)?
 
-Inputs are the frames ``runners.initprobe`` writes (``init_summaries``, ``initial_loss``,
+Inputs are the frames ``runners.training.initprobe`` writes (``init_summaries``, ``initial_loss``,
 ``one_update``) and per-seed final outcomes (e.g. :func:`routestats.studies.seed_table`'s
 ``displacement``). All correlations are Spearman rho (average ranks; NaN when either
 variable is constant).

@@ -28,11 +28,12 @@ from routestats.rundir.read import load_run
 from routestats.rundir.write import RunWriter, software_versions
 from routestats.rundir.sampling import reservoir_indices
 
-from .checkpoints import load_checkpoint
-from .data import resolve
-from .model import EncoderConfig, SAABEncoder
-from .msm import encode_record, load_tokenizer
-from .dumps import cut_example, check_replaceable, dump_attention, pick_device
+from runners.checkpoints import load_checkpoint
+from runners.training.data import resolve
+from runners.training.model import EncoderConfig, SAABEncoder
+from runners.training.msm import encode_record, load_tokenizer
+from runners.outputs import check_replaceable
+from runners.training.dumps import cut_example, dump_attention, pick_device
 
 _NAMES = {"docstrings-dbpedia": "bundled-dbpedia", "docstrings-pubmed": "bundled-pubmed"}
 
@@ -144,7 +145,7 @@ def evaluate_bias_off(run_dir: Path, out: Path | None = None, *, batch_size: int
     so the report can split the total effect into direct (bias on - bias off, same weights) and
     learned (bias off - baseline).
     """
-    from .msm import Encoded
+    from runners.training.msm import Encoded
 
     run = load_run(run_dir)
     cfg = dict(run.manifest.get("model") or {})

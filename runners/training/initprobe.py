@@ -30,12 +30,12 @@ from routestats.rundir.atomic import write_json_atomic, write_table_atomic
 from routestats.errors import RoutestatsError
 from routestats.rundir.write import software_versions
 
-from .data import DataSpec
-from .model import EncoderConfig, SAABEncoder, state_hash
-from .msm import collate, mask_field_ids
-from .presets import Preset
-from .dumps import cut_example, seed_everything
-from .train import prepare
+from runners.training.data import DataSpec
+from runners.training.model import EncoderConfig, SAABEncoder, state_hash
+from runners.training.msm import collate, mask_field_ids
+from runners.training.presets import Preset
+from runners.training.dumps import cut_example, seed_everything
+from runners.training.train import prepare
 
 
 def _joint(*ws) -> float:

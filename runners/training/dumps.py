@@ -15,8 +15,8 @@ import torch
 
 from routestats.errors import RoutestatsError
 
-from .model import SAABEncoder
-from .msm import collate
+from runners.training.model import SAABEncoder
+from runners.training.msm import collate
 
 __all__ = ["seed_everything", "pick_device", "git_commit", "dump_attention", "cut_example"]
 
@@ -75,18 +75,3 @@ def dump_attention(model: SAABEncoder, records: Sequence, sink, batch_size: int,
             n = len(e.input_ids)
             sink.add(s + i if example_ids is None else example_ids[s + i], stacked[i, :, :, :n, :n],
                      value_norms=None if norms is None else norms[i, :, :, :n])
-
-
-def check_replaceable(path: Path, what: str = "--out") -> None:
-    """Refuse (one line) to replace a folder holding any file its runs did not write (a user's notes, a
-    report, another tool's output): runners replace only what they wrote, and only whole runs."""
-    from routestats.errors import RoutestatsError
-    from routestats.rundir.write import describe_paths, unlisted_files
-
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise RoutestatsError(f"{path}: is a file; {what} names a folder")
-    foreign = unlisted_files(path) if path.is_dir() else []
-    if foreign:
-        raise RoutestatsError(f"{path}: holds files no run there wrote ({describe_paths(foreign)}); it is replaced only "
-                              f"when it holds nothing else: move them, or choose another {what}")

@@ -14,13 +14,13 @@ schema-valid run per *condition* -- interventions on the same weights:
 (base vs fine-tuned, before vs after an edit) on the same records.
 
 Faithful by construction. The model runs on exactly what its tokenizer returns for the fielded
-input (:mod:`runners.fielding`: every tensor it returns that the model takes). Attention is
+input (:mod:`runners.pretrained.fielding`: every tensor it returns that the model takes). Attention is
 reached through transformers' ``AttentionInterface``: the registered function
-:func:`runners.seam.seam_attention` receives each layer's query, key, value and *that layer's own mask*
+:func:`runners.pretrained.seam.seam_attention` receives each layer's query, key, value and *that layer's own mask*
 (causal, sliding window, padding), adds the intervention to the mask, and delegates the
 arithmetic to the model's own ``eager_attention_forward`` (scaling, soft-capping, grouped-query
 heads stay the model's). What a family needs beyond that (causality, the output projection for
-value norms) lives in :mod:`runners.families`; any other architecture is refused before
+value norms) lives in :mod:`runners.pretrained.families`; any other architecture is refused before
 anything is written. On loading, a probe forward checks that the seam sees every layer and that
 its baseline attention equals the model's own eager attention bit for bit.
 
@@ -57,10 +57,10 @@ from routestats.errors import RoutestatsError
 from routestats.rundir import schema as S
 from routestats.rundir.write import RunWriter, software_versions
 
-from .dumps import check_replaceable
-from .fielding import POLICIES, Encoded, encode_records
-from .pretrained import Loaded, first_line, identity_of_files, load_model
-from .seam import IMPLEMENTATION, Condition, forward_batches
+from runners.outputs import check_replaceable
+from runners.pretrained.fielding import POLICIES, Encoded, encode_records
+from runners.pretrained.load import Loaded, first_line, identity_of_files, load_model
+from runners.pretrained.seam import IMPLEMENTATION, Condition, forward_batches
 
 __all__ = ["Condition", "Loaded", "load_model", "read_records", "plan_capture", "capture_runs",
            "capture_checkpoints", "check_destination"]
@@ -80,7 +80,7 @@ def read_records(path: str | Path, fmt: str, fields: Sequence[str] | None = None
     Read as a stream, a record at a time: a CSV field or a JSONL line over ``max_bytes`` (default
     :data:`runners.corpora.MAX_RECORD_BYTES`, 8 MB; ``--max-record-mb``) is refused in one line before it is
     held whole."""
-    from .corpora import MAX_RECORD_BYTES, CorpusFormatError, Record, dbpedia_records, iter_pubmed, read_dbpedia_csv
+    from runners.corpora import MAX_RECORD_BYTES, CorpusFormatError, Record, dbpedia_records, iter_pubmed, read_dbpedia_csv
 
     max_bytes = MAX_RECORD_BYTES if max_bytes is None else int(max_bytes)
     path = Path(path)
@@ -459,7 +459,7 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
                         compare, reason, layers, forms, dtype, batch_size, padding, device, force, echo,
                         max_record_mb: float = 8.0) -> None:
     """``python -m runners capture``: every option checked before the model loads, then the runs."""
-    from .progress import progress_bars
+    from runners.progress import progress_bars
 
     names = [f.strip() for f in fields.split(",") if f.strip()]
     form_list = [f.strip() for f in forms.split(",") if f.strip()]

@@ -28,12 +28,12 @@ from routestats.errors import RoutestatsError
 from routestats.rundir.write import RunWriter, software_versions
 from routestats.rundir.sampling import reservoir_indices
 
-from .checkpoints import load_checkpoint
-from .dumps import cut_example, dump_attention, git_commit, pick_device, seed_everything  # noqa: F401  (re-exported)
-from .data import DataSpec
-from .model import EncoderConfig, SAABEncoder, qkv_grad_norms, state_hash
-from .msm import collate, encode_record, load_tokenizer, lr_at, mask_field_ids, train_tokenizer
-from .presets import Condition, Preset
+from runners.checkpoints import load_checkpoint
+from runners.training.dumps import cut_example, dump_attention, git_commit, pick_device, seed_everything  # noqa: F401  (re-exported)
+from runners.training.data import DataSpec
+from runners.training.model import EncoderConfig, SAABEncoder, qkv_grad_norms, state_hash
+from runners.training.msm import collate, encode_record, load_tokenizer, lr_at, mask_field_ids, train_tokenizer
+from runners.training.presets import Condition, Preset
 
 
 # ------------------------------------------------------------------ prepared data
@@ -184,7 +184,7 @@ def train_run(
     opt = torch.optim.AdamW(model.parameters(), lr=tc.learning_rate, betas=tc.betas, weight_decay=tc.weight_decay)
     factors = {**condition.factors(), "depth": cfg.num_layers, "dataset": spec.name, "preset": preset.name}
     # unique across data sets and depths of one study tree
-    from .presets import PRESETS
+    from runners.training.presets import PRESETS
 
     depth_tag = "" if cfg.num_layers == PRESETS[preset.name].model["num_layers"] else f"-L{cfg.num_layers}"
     run_id = f"{study}-{spec.name}-{condition.name}{depth_tag}-seed{seed}"
@@ -341,7 +341,7 @@ def train_study(
     """Train every condition at ``seed`` into ``out/<condition>`` and verify they are an exact pair set.
 
     A ``bias-off`` condition is not trained: after the others, the ``saab`` run's final weights are
-    evaluated with the bias removed (:func:`runners.evaluate.evaluate_bias_off`) into ``out/saab-bias-off``.
+    evaluated with the bias removed (:func:`runners.training.evaluate.evaluate_bias_off`) into ``out/saab-bias-off``.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -361,7 +361,7 @@ def train_study(
     for c in evaluated:
         target = out / c.name
         if not (target / S.MANIFEST).is_file():
-            from .evaluate import evaluate_bias_off
+            from runners.training.evaluate import evaluate_bias_off
 
             if progress is None:
                 print(f"{c.name}: evaluating {out / 'saab'} with the bias removed", file=sys.stderr, flush=True)

@@ -21,7 +21,7 @@ import contextvars
 import inspect
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -29,11 +29,8 @@ import torch
 from routestats.errors import RoutestatsError
 from routestats.rundir import schema as S
 
-from .families import output_weight
-from .fielding import Encoded
-
-if TYPE_CHECKING:
-    from .pretrained import Loaded
+from runners.pretrained.families import output_weight
+from runners.pretrained.fielding import Encoded
 
 __all__ = ["IMPLEMENTATION", "Condition", "Pass", "seam_attention", "register_seam", "capture_pass",
            "length_batches", "transported_norms", "reduce_rows", "Captured", "forward_batches"]
@@ -159,7 +156,7 @@ def length_batches(lengths: Sequence[int], batch_size: int, padding: str = "none
     return out
 
 
-def _batch_inputs(loaded: "Loaded", batch: Sequence[Encoded], device) -> dict[str, torch.Tensor]:
+def _batch_inputs(loaded, batch: Sequence[Encoded], device) -> dict[str, torch.Tensor]:
     """Right-padded input tensors of a batch (padding never shifts a real token's position)."""
     n = max(len(e) for e in batch)
     pad_id = loaded.tokenizer.pad_token_id or 0
@@ -254,11 +251,12 @@ class Captured:
     reductions: dict | None = None
 
 
-def forward_batches(loaded: "Loaded", encoded: Sequence[Encoded], cond: Condition, *, batch_size: int = 8,
+def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batch_size: int = 8,
                     padding: str = "none", value_norms: bool = False, device="cpu", reduce: str | None = None,
                     n_fields: int = 0):
     """Yield :class:`Captured` per record (in batch order) under ``cond``; padding is sliced off.
 
+    ``loaded`` is a :class:`runners.pretrained.load.Loaded` (the loader imports this module, not the reverse).
     ``reduce="float32"`` (or ``"float16"``: the storage dtype the values are cast to first) reduces
     each record on the device (:func:`reduce_rows` over ``n_fields`` named fields) and yields no
     matrices; the checks of :func:`_checked` run there too.

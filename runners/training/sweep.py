@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 from routestats.rundir import schema as S
 from routestats.rundir.atomic import write_json_atomic, write_text_atomic
 
-from .data import DataSpec
-from .presets import Condition, Preset
+from runners.training.data import DataSpec
+from runners.training.presets import Condition, Preset
 
 
 @dataclass
@@ -55,10 +55,10 @@ def plan(out: Path, seeds: Sequence[int], conditions: Sequence[Condition], prese
 def train_seed(out: str, seed: int, conditions, preset: Preset, data: DataSpec, study: str, device: str,
                keep_checkpoints: str, threads: int | None = None) -> list[str]:
     """One sweep job: train every condition of one seed (resuming what a killed job left)."""
-    from .threads import set_threads
+    from runners.threads import set_threads
 
     set_threads(threads)
-    from .train import train_study
+    from runners.training.train import train_study
 
     paths = train_study(Path(out) / f"seed{seed}", data=data, preset=preset, conditions=conditions, seed=seed,
                         study=study, device=device, keep_checkpoints=keep_checkpoints)
@@ -74,8 +74,8 @@ def run_sweep(out: Path, *, seeds: Sequence[int], conditions: Sequence[Condition
     One job per seed with something left to train; ``launcher`` defaults to
     :class:`runners.launch.SequentialLauncher` (with live progress bars).
     """
-    from .launch import Job, SequentialLauncher
-    from .train import train_study
+    from runners.launch import Job, SequentialLauncher
+    from runners.training.train import train_study
 
     out = Path(out)
     plan(out, seeds, conditions, preset, data)

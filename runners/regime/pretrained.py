@@ -1,7 +1,7 @@
-"""Attention sublayers of a transformers checkpoint as :class:`~runners.operators.Sublayer`, proven at each point.
+"""Attention sublayers of a transformers checkpoint as :class:`~runners.regime.sublayer.Sublayer`, proven at each point.
 
 The regime operators of a pretrained model are built from the *transformers* module itself, read by
-the loader capture uses (:func:`runners.pretrained.read_checkpoint`) and converted to float64. What
+the loader capture uses (:func:`runners.pretrained.load.read_checkpoint`) and converted to float64. What
 the sublayer is made of is found from the loaded layer, not from a list of model names:
 
 * the list of layers: the ``ModuleList`` of ``num_hidden_layers`` blocks that hold an attention module
@@ -17,7 +17,7 @@ the sublayer is made of is found from the loaded layer, not from a list of model
 
 The proof is the model's own arithmetic, at every operating point (METHODS B.3 pseudocode): the
 residual entering the pre-MLP norm, recorded from the layer's own forward, must equal the pathway-split
-forward F(x_r, x_r, x_r) within :data:`runners.operators.FORWARD_TOLERANCE` relative to its size, and autograd of the
+forward F(x_r, x_r, x_r) within :data:`runners.regime.sublayer.FORWARD_TOLERANCE` relative to its size, and autograd of the
 layer's own forward with respect to x_r gives J_full to compare with J_T + J_Q + J_K
 (``errors["own_jacobian"]``). A layer that fails is refused in one line naming the layer and the check.
 """
@@ -33,7 +33,7 @@ import torch
 
 from routestats.errors import RoutestatsError
 
-from .operators import Sublayer
+from runners.regime.sublayer import Sublayer
 
 __all__ = ["PretrainedStack", "load_stack", "refusing"]
 
@@ -124,7 +124,7 @@ class PretrainedStack:
     Parameters
     ----------
     model, tokenizer
-        As :func:`runners.pretrained.read_checkpoint` returns them (``dtype=torch.float64``).
+        As :func:`runners.pretrained.load.read_checkpoint` returns them (``dtype=torch.float64``).
     weight_files
         The files the weights came from (the model's identity in the operator index).
     """
@@ -297,7 +297,7 @@ def load_stack(folder: Path) -> PretrainedStack:
     """
     from transformers import AutoConfig
 
-    from .pretrained import read_checkpoint
+    from runners.pretrained.load import read_checkpoint
 
     softcap = False
     if (Path(folder) / "config.json").is_file():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from routestats.rundir.atomic import sha256_file
 
-from .corpora import dbpedia_records, iter_pubmed, read_dbpedia_csv, split_rows
+from runners.corpora import dbpedia_records, iter_pubmed, read_dbpedia_csv, split_rows
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 
 DBPEDIA_FIELD_IDS = {"content": 3, "title": 4}
 PUBMED_FIELD_IDS = {"methods": 3, "results": 4, "conclusions": 5}

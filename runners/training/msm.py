@@ -10,7 +10,7 @@ from typing import Sequence
 
 import torch
 
-from .corpora import Record
+from runners.corpora import Record
 
 SPECIAL_TOKENS = ("<PAD>", "<UNK>", "[FIELD_START]")
 PAD_ID, FIELD_START_ID = 0, 2  # <UNK> is id 1: the tokenizer maps unknown pieces there itself

@@ -1,16 +1,16 @@
 """What capture learns about a Hugging Face model from the model itself -- and the few exceptions.
 
-Capture (:mod:`runners.capture`) reaches a model's attention through transformers'
+Capture (:mod:`runners.pretrained.capture`) reaches a model's attention through transformers'
 ``AttentionInterface``: a model that routes its attention there hands each layer's query, key,
 value and *its own* mask (causal, sliding window, padding, already combined) to a module-level
 ``eager_attention_forward`` that applies the model's own arithmetic (scaling, soft-capping,
 grouped-query heads). No list of names decides what is accepted: the load probe
-(:func:`runners.pretrained.prepare_model`) proves it, on the model as loaded, that the seam sees
+(:func:`runners.pretrained.load.prepare_model`) proves it, on the model as loaded, that the seam sees
 every layer and that its baseline attention equals the model's own eager attention bit for bit.
 What a per-family table used to say is found from that probe (:func:`discover`):
 
 * ``causal``: every layer's probe attention puts exactly zero weight on later keys (a decoder) or
-  not (a bidirectional encoder); this also decides the fielding (:mod:`runners.fielding`);
+  not (a bidirectional encoder); this also decides the fielding (:mod:`runners.pretrained.fielding`);
 * ``out_proj``: the output projection W_O of each layer, the linear layer that consumes the attention
   output, found beside the module that called the seam (``o_proj``, ``out_proj``, ``c_proj``,
   ``out_lin``, ``dense``, ``wo``, ... in that module, or in its parent's ``output``); value norms need

@@ -14,9 +14,9 @@ import pyarrow as pa
 
 from routestats.rundir.atomic import write_table_atomic
 
-from .data import DataSpec
-from .msm import encode_record
-from .train import prepare
+from runners.training.data import DataSpec
+from runners.training.msm import encode_record
+from runners.training.train import prepare
 
 
 def corpus_lengths(out: Path, data: DataSpec, vocab_size: int, max_length: int) -> pd.DataFrame:
@@ -26,7 +26,7 @@ def corpus_lengths(out: Path, data: DataSpec, vocab_size: int, max_length: int) 
     rows = [("train", min(len(e.input_ids), max_length)) for e in prep.train]
     rows += [("val", min(n, max_length)) for n in prep.val_prepared_lengths]
     if data.test is not None and data.test.is_file():
-        from .msm import load_tokenizer
+        from runners.training.msm import load_tokenizer
 
         tok = load_tokenizer(prep.tokenizer_path)
         rows += [("test", min(encode_record(tok, r, data.field_ids, max_length)[1], max_length))
