@@ -49,6 +49,25 @@ def write_run(path, attention_by_example, field_lists, *, run_id="r", variant="b
     return w.finalize()
 
 
+def runners_cli(args, capsys) -> tuple[int, str, str]:
+    """``python -m runners ARGS`` in-process through ``runners.__main__.main``: (its real exit code, stdout, stderr);
+    what the test printed before is not the CLI's."""
+    import sys
+
+    from runners.__main__ import main
+
+    capsys.readouterr()
+    old, sys.argv = sys.argv, ["runners", *map(str, args)]
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main()
+            raise SystemExit(0)
+    finally:
+        sys.argv = old
+    out = capsys.readouterr()
+    return exc.value.code or 0, out.out, out.err
+
+
 def random_attention(rng, n_layers, n_heads, n):
     x = rng.standard_normal((n_layers, n_heads, n, n))
     e = np.exp(x - x.max(-1, keepdims=True))

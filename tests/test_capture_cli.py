@@ -5,7 +5,6 @@ the CLI runs in-process through ``runners.__main__.main`` (its real exit codes).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from runners.__main__ import main  # noqa: E402
-from tests.conftest import write_run  # noqa: E402
+from tests.conftest import runners_cli, write_run  # noqa: E402
 from tests.tiny_models import save_tiny  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -30,17 +28,7 @@ def bert(tmp_path_factory):
 
 
 def run_cli(args, capsys) -> tuple[int, str, str]:
-    capsys.readouterr()  # what the test printed before (model saving) is not the CLI's
-    old = sys.argv
-    sys.argv = ["runners", "capture", "--threads", "1", *map(str, args)]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            main()
-            raise SystemExit(0)
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return exc.value.code or 0, out.out, out.err
+    return runners_cli(["capture", "--threads", "1", *args], capsys)
 
 
 def tree_bytes(root: Path) -> dict:

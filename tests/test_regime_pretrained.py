@@ -27,6 +27,7 @@ T = pytest.importorskip("transformers")
 from routestats.errors import RoutestatsError  # noqa: E402
 from runners.regime.sublayer import operating_point  # noqa: E402
 from runners.regime.pretrained import PretrainedStack  # noqa: E402
+from tests.conftest import runners_cli  # noqa: E402
 
 pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,21 +150,9 @@ def test_parallel_attention_and_mlp_is_refused_in_one_line():
 
 
 def run_cli(args, capsys) -> tuple[int, str]:
-    """``python -m runners ARGS`` in-process through ``runners.__main__.main`` (its real exit codes)."""
-    import sys
-
-    from runners.__main__ import main
-
-    capsys.readouterr()
-    old, sys.argv = sys.argv, ["runners", *map(str, args)]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            main()
-            raise SystemExit(0)
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return exc.value.code or 0, out.out + out.err
+    """``python -m runners ARGS`` in-process (its real exit codes); stdout and stderr together."""
+    code, out, err = runners_cli(args, capsys)
+    return code, out + err
 
 
 def the_error(text: str) -> str:
