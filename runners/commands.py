@@ -170,6 +170,9 @@ def regime(*, run, layers, examples, token, domain_file, out, max_tokens, lattic
         raise RoutestatsError("name the layers (--layers 0,3) or the number of normalised depths (--depths 7), not both")
     ls, es = (_int_list(layers, "--layers") if layers else None), _int_list(examples, "--examples")
     runs = [Path(r) for r in ([run] if isinstance(run, (str, Path)) else run)]
+    missing = [r for r in runs if not r.exists()]
+    if missing:
+        raise RoutestatsError(f"{missing[0]}: no such file or directory")
     targets = [(r, out) for r in runs]
     if len(runs) > 1:
         if out is None or not all(is_pretrained(r) for r in runs):
