@@ -305,6 +305,17 @@ def test_the_comparison_report_states_its_scope_and_refuses_unnormalisable_depth
     assert (tmp_path / "out" / "figures").is_dir() and "across models" in (tmp_path / "out" / "report.html").read_text()
     res = CliRunner().invoke(app, ["regime", str(root), "--layer", "0"])
     assert res.exit_code == 2 and "give its folder" in res.output
+    # a point whose operators are of another width than the model's other points: one line, exit 2
+    odd = tmp_path / "odd"
+    comparison_tree(odd)
+    idx = json.loads((odd / "B" / "operators" / "index.json").read_text())
+    f = odd / "B" / "operators" / idx["points"][-1]["file"]
+    np.savez(f, J_T=np.eye(10), J_Q=np.zeros((10, 10)), J_K=np.zeros((10, 10)),
+             meta=json.dumps({"layer": 2, "example": 1, "token": 5}))
+    idx["points"][-1]["sha256"] = sha256_file(f)
+    (odd / "B" / "operators" / "index.json").write_text(json.dumps(idx))
+    res = CliRunner().invoke(app, ["regime", str(odd)])
+    assert res.exit_code == 2 and "but the model's other points are 12 x 12" in res.output, res.output
     # an index without the layer count cannot place its points on a normalised depth: one line, exit 2
     write_points(root / "C", seed=2, lattice=20)
     res = CliRunner().invoke(app, ["regime", str(root)])

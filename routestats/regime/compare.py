@@ -39,8 +39,12 @@ PROBE_SIZES = (32, 64, 128, 256)
 def model_folders(root: str | Path) -> list[Path]:
     """The folders directly below ``root`` that hold ``operators/index.json``, sorted by name.
 
-    >>> model_folders(".")
-    []
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "a" / "operators").mkdir(parents=True); _ = (root / "a" / "operators" / "index.json").write_text("{}")
+    >>> (root / "notes").mkdir()
+    >>> [p.name for p in model_folders(root)]
+    ['a']
     """
     root = Path(root)
     return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
@@ -79,6 +83,9 @@ def compare_models(root: str | Path, probe: int = 64, probe_sizes=PROBE_SIZES, d
         for pt in pts:
             if not 0 <= pt.layer < n_layers:
                 raise RoutestatsError(f"{pt.source}: layer {pt.layer} outside the model's {n_layers} layers")
+            if pt.operators.J_T.shape != (d, d):  # one model, one width: a point of another width is not this model's
+                raise RoutestatsError(f"{pt.source}: operators of shape {pt.operators.J_T.shape}, but the model's "
+                                      f"other points are {d} x {d}")
             say(f"compare: {folder.name} layer {pt.layer}, example {pt.example}")
             ops = pt.operators
             cert = certify(ops)

@@ -33,6 +33,7 @@ import torch
 
 from routestats.errors import RoutestatsError
 
+from runners.pretrained.load import first_line
 from runners.regime.sublayer import Sublayer
 
 __all__ = ["PretrainedStack", "load_stack", "refusing"]
@@ -52,9 +53,8 @@ def refusing(where: str):
     except RoutestatsError as exc:
         raise RoutestatsError(f"{lead}{exc}") from None
     except Exception as exc:
-        text = (str(exc).strip().splitlines() or [""])[0][:200]
         raise RoutestatsError(f"{lead}regime cannot rebuild this model's attention sublayer "
-                              f"({type(exc).__name__}: {text})") from None
+                              f"({type(exc).__name__}: {first_line(exc)})") from None
 
 
 class _Stop(Exception):
