@@ -221,7 +221,8 @@ def _field_compact(f2f: pd.DataFrame, layers) -> "plt.Figure":
 
 @drawer("mass_split")
 def mass_split(frames, params):
-    """Per layer: same-field, other-field and unnamed mass (stacked bars) and the first key's mass."""
+    """Per layer: same-field, other-field and unnamed mass (and the learned sinks' mass, where a model has them) as
+    stacked bars, and the first key's mass."""
     m = frames["masses"]
     roles = [r for r in ("baseline", "variant", "run") if r in set(m["role"])]
     fig, axes = plt.subplots(1, len(roles), figsize=(4.6 * len(roles) + 1.4, 3.6), squeeze=False, sharey=True)
@@ -230,8 +231,11 @@ def mass_split(frames, params):
         t = m[m["role"] == role].sort_values("layer")
         x = t["layer"].to_numpy()
         bottom = np.zeros(len(t))
-        for col, name, color in (("sfm", "same field (S)", "#4C72B0"), ("cross_mass", "other named fields (C)", "#8FB0D9"),
-                                 ("unnamed_mass", "outside named fields (U)", "#DD8452")):
+        parts = [("sfm", "same field (S)", "#4C72B0"), ("cross_mass", "other named fields (C)", "#8FB0D9"),
+                 ("unnamed_mass", "outside named fields (U)", "#DD8452")]
+        if "sink_mass" in m and float(m["sink_mass"].max()) > 0:  # learned attention sinks: the rest of each row
+            parts.append(("sink_mass", "learned sinks (K)", "#BBBBBB"))
+        for col, name, color in parts:
             v = t[col].to_numpy(float)
             ax.bar(x, v, bottom=bottom, color=color, width=0.8, label=name)
             bottom += v

@@ -91,10 +91,11 @@ def learned_sink_claims(masses: pd.DataFrame) -> list[Claim]:
     if masses is None or not len(masses) or "sink_mass" not in masses or not (masses["sink_mass"] > 0.01).any():
         return []
     lo, hi = masses.loc[masses["sink_mass"].idxmin()], masses.loc[masses["sink_mass"].idxmax()]
+    where = lambda r: f"{r['role']}, layer {int(r['layer'])}" if "role" in r else f"layer {int(r['layer'])}"  # noqa: E731
     return [Claim("learned_sink", f"The model's learned attention sinks take {100 * float(lo['sink_mass']):.0f}–"
-                  f"{100 * float(hi['sink_mass']):.0f}% of a layer's attention (lowest in layer {int(lo['layer'])}, "
-                  f"highest in layer {int(hi['layer'])}): mass outside the sequence, counted in no field, so S + C + U "
-                  "stays below 1 by that much; the Sink column of the mass table shows it per layer.",
+                  f"{100 * float(hi['sink_mass']):.0f}% of a layer's attention (lowest: {where(lo)}; highest: "
+                  f"{where(hi)}): mass outside the sequence, counted in no field, so S + C + U stays below 1 by that "
+                  "much; the Sink column of the mass table shows it per layer.",
                   "headline", "masses", tuple(sorted({int(lo["layer"]), int(hi["layer"])})),
                   requires=(Check("some sink mass > 0.01", "sink_mass > 0.01", every="any"),
                             Check("sink mass is a share", "sink_mass >= 0 and sink_mass <= 1")),
