@@ -227,3 +227,27 @@ def test_force_keeps_a_capture_run_that_holds_a_users_file(bert, tmp_path, capsy
     code, _, err = run_cli([*args, "--force"], capsys)
     assert code == 2 and "holds files no run there wrote (NOTES.txt)" in err, err
     assert tree_bytes(out) == before
+
+
+def test_a_stored_subset_of_layers_keeps_the_models_layer_numbers(bert, tmp_path, capsys):
+    # the expected numbers are the full capture's own rows at layer 1: a subset run must label its one stored
+    # layer 1 (not 0) and measure exactly what the full run measures there
+    import routestats as rs
+
+    args = ["--records", RECORDS, "--limit", "6", "--cap", "20", "--bias", "2", "--forms", "reductions,matrices"]
+    assert run_cli(["--model", bert, "--out", tmp_path / "all", *args], capsys)[0] == 0
+    assert run_cli(["--model", bert, "--out", tmp_path / "one", "--layers", "1", *args], capsys)[0] == 0
+    one = rs.load_run(tmp_path / "one" / "baseline")
+    assert one.capture["layers_stored"] == [1] and one.capture["model_layers"] == 2
+    assert {int(b.layer[0]) for b in one.iter_attention()} == {1}
+    full = rs.analyse(tmp_path / "all", resamples=200, permutations=200, flow="on")
+    part = rs.analyse(tmp_path / "one", resamples=200, permutations=200, flow="on")
+    for name in ("layers", "effects"):
+        a, b = full.frame(name), part.frame(name)
+        assert sorted(set(b["layer"])) == [1]
+        want = a[a["layer"] == 1].reset_index(drop=True)
+        np.testing.assert_allclose(b["mean_diff" if name == "effects" else "sfm"].to_numpy(),
+                                   want["mean_diff" if name == "effects" else "sfm"].to_numpy(), rtol=0, atol=1e-12)
+    assert "rollout_effects" in full.tables() and "rollout_effects" not in part.tables()
+    text = part.methods + " ".join(str(s.text) for s in part.sections)
+    assert "Only layers 1 of its 2 were stored" in text and "Rollout is not computed" in text

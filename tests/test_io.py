@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -48,6 +49,32 @@ def test_selective_reads(tmp_path, rng):
     assert [b.example_id for b in blocks] == [1, 3]
     assert np.array_equal(blocks[1].weights, att[3][2].astype("float32"))
     assert run.examples(["example_id", "length"]).columns.tolist() == ["example_id", "length"]
+
+
+@pytest.mark.parametrize("layers, says", [([3, 1], "increasing"), ([-1, 2], "increasing"), ([2], "opened for layers [2]")])
+def test_stored_layer_numbers_are_checked(tmp_path, rng, layers, says):
+    from routestats.errors import RoutestatsError
+
+    w = rs.RunWriter(tmp_path / "r", run_id="r", study="t", factors={"variant": "baseline"}, seed=0, init_id="i",
+                     data_order_id="d", fields=FIELDS)
+    w.write_examples(make_examples([[4, 3]]))
+    with pytest.raises(RoutestatsError, match=re.escape(says)):
+        with w.attention(1, dtype="float32", layers=layers) as sink:
+            sink.add(0, random_attention(rng, 2, 1, 2))
+
+
+def test_stored_layer_numbers_label_the_rows(tmp_path, rng):
+    w = rs.RunWriter(tmp_path / "r", run_id="r", study="t", factors={"variant": "baseline"}, seed=0, init_id="i",
+                     data_order_id="d", fields=FIELDS)
+    w.write_examples(make_examples([[4, 3, 3]]))
+    att = random_attention(rng, 2, 2, 3)
+    with w.attention(1, dtype="float32", forms=("matrices", "reductions"), layers=[5, 9]) as sink:
+        sink.add(0, att)
+    run = rs.load_run(w.finalize())
+    (blk,) = run.iter_attention()
+    assert blk.layer.tolist() == [5, 5, 9, 9]  # the labels given, in the stored order
+    assert np.array_equal(blk.weights[2], att[1, 0].astype("float32"))  # stored layer 1 is model layer 9
+    assert sorted(rs.layer_summary(run)["layer"]) == [5, 9]
 
 
 def test_row_groups_hold_whole_examples(tmp_path, rng):
@@ -462,8 +489,8 @@ def test_add_reduced_checks_what_it_stores(tmp_path):
     for bad, says in ((dict(ok, field_mass=np.full((1, 1, 3, 2), 0.9)), "summed field_mass"),
                       (dict(ok, row_mass=np.full((1, 1, 3), 1.01)), "row_mass of a softmax row"),
                       (dict(ok, entropy=np.full((1, 1, 3), 5.0)), "entropy"),
-                      (dict(ok, field_mass=np.full((1, 1, 4, 2), 0.5)), "expected \\(layers, heads, 3, 2\\)")):
-        with pytest.raises(RoutestatsError, match=says):
+                      (dict(ok, field_mass=np.full((1, 1, 4, 2), 0.5)), "expected (layers, heads, 3, 2)")):
+        with pytest.raises(RoutestatsError, match=re.escape(says)):
             with w.attention(1, dtype="float32", forms=("reductions",)) as sink:
                 sink.add_reduced(0, bad)
     with w.attention(1, dtype="float32", forms=("reductions",)) as sink:

@@ -147,6 +147,9 @@ def _weighted_blocks(run: Run, step: int, weighting: str):
                                    norm_weighted(blk.weights, blk.value_norms))
         else:
             layers = np.unique(blk.layer)
+            if not np.array_equal(layers, np.arange(len(layers))):
+                raise RoutestatsError(f"{run.run_id}: rollout multiplies every layer from layer 0 up, but this run "
+                                      f"stores layers {layers.tolist()} only")
             yield ExampleAttention(blk.example_id, layers, np.zeros(len(layers), dtype=np.int64),
                                    np.full(len(layers), "softmax", dtype=object), rollout(blk.weights, len(layers)))
 

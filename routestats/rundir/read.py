@@ -111,7 +111,8 @@ class Run:
         """How a pretrained model's attention was captured (``python -m runners capture``), read
         defensively from the manifest (entries of the wrong type are left out): model class, family,
         model type, dtype, quantisation, capture path, tokenizer inputs, special-token policy, cap,
-        truncation policy and counts, and for a checkpoint pair its reason. None for other runs."""
+        truncation policy and counts, the model's layer count and the layers stored (None: all), and for a
+        checkpoint pair its reason. None for other runs."""
         m, ev = self.manifest, self.manifest.get("evaluation")
         if not self.pretrained or not isinstance(ev, dict):
             return None
@@ -135,6 +136,9 @@ class Run:
             "fallbacks": count(trunc.get("fallback_longest_first")),
             "tokens_cut": {str(k): v for k, v in cut.items() if count(v) is not None},
             "pairing_reason": text(pairing.get("reason")) if pairing.get("kind") == "checkpoints" else None,
+            "model_layers": count(model.get("layers")),
+            "layers_stored": [x for x in cap["layers_stored"] if count(x) is not None]
+            if isinstance(cap.get("layers_stored"), list) else None,
         }
 
     @property

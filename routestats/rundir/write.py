@@ -61,8 +61,13 @@ class AttentionSink:
     """Streams one step's attention into Parquet, one row group per ``group_size`` examples."""
 
     def __init__(self, writer: "RunWriter", step: int, dtype: str, forms: Sequence[str], group_size: int,
-                 value_norms: bool = False):
+                 value_norms: bool = False, layers: Sequence[int] | None = None):
         self._w = writer
+        self.layers = None if layers is None else np.asarray(layers, dtype=np.int64)
+        if self.layers is not None and (self.layers.ndim != 1 or not len(self.layers) or (self.layers < 0).any()
+                                        or (self.layers > np.iinfo(np.int16).max).any()
+                                        or (np.diff(self.layers) <= 0).any()):
+            raise RoutestatsError(f"layers must be increasing layer numbers >= 0, got {list(layers)}")
         self.value_norms = bool(value_norms)
         self.step = int(step)
         self.dtype = dtype
@@ -136,8 +141,12 @@ class AttentionSink:
         if self._grid is not None and self._grid != (n_layers, n_heads):
             raise RoutestatsError(f"attention of example_id {ex} has {n_layers} layers x {n_heads} heads, but earlier "
                                   f"examples have {self._grid[0]} x {self._grid[1]}")
+        if self.layers is not None and len(self.layers) != n_layers:
+            raise RoutestatsError(f"attention of example_id {ex} has {n_layers} layers, but the sink was opened for "
+                                  f"layers {self.layers.tolist()}")
         self._grid = (n_layers, n_heads)
-        return (np.repeat(np.arange(n_layers, dtype=np.int16), n_heads),
+        labels = np.arange(n_layers) if self.layers is None else self.layers
+        return (np.repeat(labels.astype(np.int16), n_heads),
                 np.tile(np.arange(n_heads, dtype=np.int16), n_layers),
                 np.tile(np.asarray(types, dtype=object), n_layers))
 
@@ -354,9 +363,10 @@ class RunWriter:
         self._register(S.EXAMPLES)
 
     def attention(self, step: int, dtype: str = "float16", forms=(S.FORM_MATRICES,), group_size: int = 8,
-                  value_norms: bool = False) -> AttentionSink:
+                  value_norms: bool = False, layers: Sequence[int] | None = None) -> AttentionSink:
         """Open a streaming sink for one step's attention (use as a context manager); ``value_norms``
-        adds the per-key transported-vector norms to the matrices (schema 1.1)."""
+        adds the per-key transported-vector norms to the matrices (schema 1.1). ``layers`` names the
+        model's layer number of each stored layer when a subset is stored (default 0, 1, ...)."""
         if not self._field_ids:
             raise RoutestatsError("write the examples before the attention")
         if self._dtype is not None and dtype != self._dtype:
@@ -365,7 +375,7 @@ class RunWriter:
             raise RoutestatsError(f"attention dtype must be one of {S.ATTENTION_DTYPES}")
         for f in forms:
             self._register(S.attention_file(step, f))
-        return AttentionSink(self, step, dtype, forms, group_size, value_norms and S.FORM_MATRICES in forms)
+        return AttentionSink(self, step, dtype, forms, group_size, value_norms and S.FORM_MATRICES in forms, layers)
 
     def adopt_attention(self, step: int, forms: Sequence[str], dtype: str) -> None:
         """List attention files already on disk (written before a resume) in the manifest."""

@@ -4,6 +4,7 @@ output is seen, and its attention grouped into words for both runs, every layer 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -150,9 +151,11 @@ def word_window(word_fields: list[str], most: int) -> tuple[int, int]:
     return start, start + most
 
 
-def word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) -> WordMap | None:
+def word_map(p: RunPair, settings: AnalysisSettings, step: int, layers_stored: Sequence[int]) -> WordMap | None:
     """The pair's word map at ``step`` (None when no example qualifies or no matrices are stored); a long
-    example is shown as a window of ``settings.token_map_max_words`` words (:func:`word_window`)."""
+    example is shown as a window of ``settings.token_map_max_words`` words (:func:`word_window`).
+    ``layers_stored``: the runs' layer numbers; the map shows ``settings.token_map_layers`` (each one
+    stored, else refused) or the last two stored."""
     ex_id, rule = choose_word_example(p.baseline, settings)
     if ex_id is None:
         return None
@@ -176,7 +179,12 @@ def word_map(p: RunPair, settings: AnalysisSettings, step: int, n_layers: int) -
     if (a, b) != (0, len(words)):
         rule += (f"; {len(words)} words, shown as words {a + 1}-{b} around the first field boundary (attention to "
                  "words outside the window is not drawn, so rows sum to less than 1)")
-    layers = settings.token_map_layers or tuple(range(max(0, n_layers - 2), n_layers))
+    stored = sorted(int(x) for x in layers_stored)
+    layers = settings.token_map_layers or tuple(stored[-2:])
+    missing = [x for x in layers if x not in stored]
+    if missing:
+        raise RoutestatsError(f"token_map_layers {list(layers)}: layer {missing[0]} is not stored (the runs store "
+                              f"layers {', '.join(map(str, stored))})")
     mats, per_head = {}, {}
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):
         (blk,) = list(run.iter_attention(step, examples=[ex_id]))

@@ -256,13 +256,15 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
                forms, dtype, layers, batch_size, padding, device, progress, pairing: dict | None,
                device_reductions: bool | None = None) -> Path:
     value_norms = S.FORM_MATRICES in forms and not loaded.no_value_norms
+    layers = None if layers is None else sorted(set(int(x) for x in layers))  # stored in the model's order
     sinks = loaded.head_type == "sink"  # rows sum to 1 - the learned sinks' mass
     w = RunWriter(path, run_id=run_id, study=study, factors=cond.factors, seed=None, init_id=init_id,
                   data_order_id=plan.data_order_id, fields=plan.fields_manifest(), causal=loaded.causal)
     w.write_examples(plan.examples())
     t0 = time.perf_counter()
     done = 0
-    with w.attention(0, dtype=dtype, forms=list(forms), value_norms=value_norms) as sink:
+    with w.attention(0, dtype=dtype, forms=list(forms), value_norms=value_norms,
+                     layers=layers) as sink:
         # on an accelerator only per-query summaries leave the device; on the CPU numpy reduces faster
         on_device = S.FORM_MATRICES not in forms and (not str(device).startswith("cpu") if device_reductions is None
                                                       else bool(device_reductions))
@@ -284,7 +286,6 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
             done += 1
             if progress:
                 progress(cond.name, done, len(plan.encoded))
-    stored = len(layers) if layers is not None else loaded.n_layers
     evaluation = {"kind": "pretrained", "condition": cond.name, "bias": cond.bias,
                   "ablate": [f"{a}.{b}" for a, b in cond.ablate], "special_tokens": plan.special, "cap": plan.cap,
                   "fields": plan.names, "causal": loaded.causal, "truncation": plan.truncation_record(),
@@ -295,7 +296,7 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
                               "value_norms": "" if value_norms else (loaded.no_value_norms or "matrices not stored"),
                               "reductions_on_device": on_device},
                   "seconds": round(time.perf_counter() - t0, 3)}
-    w.finalize(pretrained=True, model={**loaded.provenance(), "layers": int(stored)}, evaluation=evaluation,
+    w.finalize(pretrained=True, model=loaded.provenance(), evaluation=evaluation,
                software=software_versions(("torch", "transformers")), **({"pairing": pairing} if pairing else {}))
     return path
 

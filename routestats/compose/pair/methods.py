@@ -58,6 +58,10 @@ def capture_sentences(base: dict | None, variant: dict | None, n_examples: int) 
               if base["fallbacks"] else "")
         out.append(f"Records were cut to the {base['cap']}-token cap ({rule}): {base['examples_truncated']} of "
                    f"{n_examples} examples were truncated (tokens cut: {cut}){fb}.")
+    if base.get("layers_stored"):
+        of = f" of its {base['model_layers']}" if base.get("model_layers") else ""
+        out.append(f"Only layers {', '.join(map(str, base['layers_stored']))}{of} were stored; tables and figures "
+                   "label them by the model's own layer numbers.")
     q = base["quantisation"]
     if q and q.get("file_type"):
         out.append(f"The weights are {q.get('format', '').upper()} {q['file_type']} (quantised), dequantised to "

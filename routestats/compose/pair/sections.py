@@ -269,22 +269,28 @@ def flow_section(ctx: PairContext) -> Section:
                        f"{mb:,.0f} MB, read whole for these measures (more than flow_max_mb = {s.flow_max_mb}); pass "
                        "--flow on.")
     ctx.say("rollout and norm-weighted attention")
-    measures, note = {"weights": ctx.effects(), "rollout": ctx.effects(weighting="rollout")}, ""
+    stored = sorted(set(int(x) for x in ctx.layers["layer"]))
+    whole = stored == list(range(len(stored)))  # rollout multiplies every layer from layer 0 up
+    measures, note = {"weights": ctx.effects(), **({"rollout": ctx.effects(weighting="rollout")} if whole else {})}, ""
+    if not whole:
+        note = (f" Rollout is not computed: it multiplies every layer from layer 0 up, and these runs store layers "
+                f"{', '.join(map(str, stored))} only.")
     try:
         measures["norm-weighted"] = ctx.effects(weighting="norm")
     except RoutestatsError as exc:
         if "value norms" not in str(exc):
             raise
-        note = (" Norm-weighted attention needs the transported-vector norms, which these runs do not store (runs "
+        note += (" Norm-weighted attention needs the transported-vector norms, which these runs do not store (runs "
                 "written before schema 1.1 or by a writer without value_norms).")
     cols = effects_columns(ctx, "SFM", raw_p=False)
     tables = ([ctx.table("norm_effects", measures["norm-weighted"], "Norm-weighted SFM (attention weighted by the norm "
                          "of each key's transported vector, rows renormalised): paired effects with the procedures of "
                          "the SFM table." + _undefined_norms(ctx) + _left_out_layers(ctx, measures["norm-weighted"]),
                          cols)] if "norm-weighted" in measures else []) + \
-        [ctx.table("rollout_effects", measures["rollout"], "Rollout SFM (head-mean attention mixed with the identity, rows "
-                   "renormalised, multiplied up to each layer): paired effects with the procedures of the SFM table. "
-                   "Descriptive: equal residual and attention contributions are assumed.", cols)]
+        ([ctx.table("rollout_effects", measures["rollout"], "Rollout SFM (head-mean attention mixed with the identity, "
+                    "rows renormalised, multiplied up to each layer): paired effects with the procedures of the SFM "
+                    "table. Descriptive: equal residual and attention contributions are assumed.", cols)]
+         if "rollout" in measures else [])
     frame = pd.concat([f.assign(measure=m) for m, f in measures.items()], ignore_index=True)
     text = ("Norm-weighted attention weighs each key by the norm of what the head transports from it, ‖α_ij f(x_j)‖ "
             "(Kobayashi et al., 2020); rollout multiplies head-averaged attention, mixed half-and-half with the "
@@ -462,7 +468,7 @@ def lengths_section(ctx: PairContext) -> Section | None:
 @section("words", "Word-level attention")
 def words_section(ctx: PairContext) -> Section:
     ctx.say("word-level map")
-    wm = word_map(ctx.pair, ctx.settings, ctx.step, ctx.n_layers)
+    wm = word_map(ctx.pair, ctx.settings, ctx.step, ctx.layers["layer"].unique())
     if wm is None:
         return Section("words", "Word-level attention",
                        skipped="No evaluated example meets the selection rule (or no full matrices are stored at this "
