@@ -122,5 +122,120 @@ def main(argv=None) -> dict:
     return {name: (t, floor) for name, t, floor in rows}
 
 
+# ------------------------------------------------------------------ long context (issue [long-context])
+ONE = """
+import json, resource, sys, time, torch
+sys.path.insert(0, {root!r})
+from benchmarks.bench_capture import long_setup
+mode, n, model, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+torch.set_num_threads(threads)
+loaded, rec, inputs = long_setup(model, n)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+if mode.startswith("bare"):
+    loaded.model.set_attn_implementation("sdpa" if mode == "bare-sdpa" else "eager")
+    with torch.no_grad():
+        out = loaded.model(**inputs, output_attentions=mode == "bare-eager")
+else:
+    from runners.pretrained.capture import Condition, capture_runs
+    capture_runs(loaded, [rec], sys.argv[5], cap=n, attention=mode.split("-")[1], attention_mb=256,
+                 conditions=[Condition("baseline")])
+t = time.perf_counter() - t0
+print(json.dumps({{"seconds": t, "rss_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}}))
+"""
+
+
+def long_setup(model: str, n: int):
+    """(loaded model, one record of exactly ``n`` tokens, its input tensors). ``model``: ``tiny`` (a random-weight
+    Llama-style decoder: hidden 64, 2 layers, 4 heads, 2 key/value heads), ``1b`` (random weights, hidden 2048, 16
+    layers, 32 heads) or a model folder (e.g. SmolLM2's)."""
+    import transformers as T
+
+    from runners.corpora import Record
+    from runners.pretrained.capture import plan_capture
+    from runners.pretrained.load import load_model, prepare_model
+
+    words = (ROOT / "data" / "docstrings_dbpedia" / "val.csv").read_text().split()
+    if model == "tiny":
+        from tests.tiny_models import tokenizer, words_of
+
+        tok, ids = tokenizer(words_of(words[:400]), "plain")
+        cfg = T.LlamaConfig(vocab_size=len(tok) + 4, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, intermediate_size=128, max_position_embeddings=n + 8,
+                            pad_token_id=ids["pad"], bos_token_id=ids["bos"], eos_token_id=ids["eos"])
+        torch.manual_seed(0)
+        loaded = prepare_model(T.AutoModel.from_config(cfg, attn_implementation="eager").eval(), tok)
+        words = words[:400]
+    elif model == "1b":  # a 1B-class Llama configuration, random weights (the GPU check's 32k step)
+        from tests.tiny_models import tokenizer, words_of
+
+        tok, ids = tokenizer(words_of(words[:400]), "plain")
+        cfg = T.LlamaConfig(vocab_size=len(tok) + 4, hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                            num_key_value_heads=8, intermediate_size=8192, max_position_embeddings=n + 8,
+                            pad_token_id=ids["pad"], bos_token_id=ids["bos"], eos_token_id=ids["eos"])
+        torch.manual_seed(0)
+        loaded = prepare_model(T.AutoModel.from_config(cfg, attn_implementation="eager").eval(), tok)
+        words = words[:400]
+    else:
+        loaded = load_model(model)
+    text = " ".join(words[i % len(words)] for i in range(2 * n))
+    rec = Record("0", (("title", text[:200]), ("content", text[200:])))
+    enc = plan_capture(loaded, [rec], fields=None, cap=n, special="unnamed", truncation="only-last").encoded[0]
+    assert len(enc) == n, (len(enc), n)
+    return loaded, rec, {k: torch.tensor([v]) for k, v in enc.inputs.items()}
+
+
+def long_context(lengths, model: str, threads: int, eager_max: int) -> list[dict]:
+    """Each mode at each length in its own process (its own peak RSS): the bare forward with SDPA (no weights:
+    the floor of the work) and with eager attention returning the weights (the obvious alternative), and
+    capture with chunked and with eager attention."""
+    import json
+    import subprocess
+    import sys
+
+    rows = []
+    for n in lengths:
+        for mode in ("bare-sdpa", "bare-eager", "capture-chunked", "capture-eager"):
+            if mode.endswith("eager") and n > eager_max:
+                rows.append({"n": n, "mode": mode, "seconds": None, "rss_mb": None})
+                continue
+            out = tempfile.mkdtemp()
+            got = subprocess.run([sys.executable, "-c", ONE.format(root=str(ROOT)), mode, str(n), model, str(threads),
+                                  out + "/cap"], capture_output=True, text=True, cwd=ROOT)
+            shutil.rmtree(out, ignore_errors=True)
+            if got.returncode:
+                raise SystemExit(got.stderr[-2000:])
+            rows.append({"n": n, "mode": mode, **json.loads(got.stdout.strip().splitlines()[-1])})
+            print(f"  {n:>6} {mode:<16} {rows[-1]['seconds']:8.2f} s {rows[-1]['rss_mb']:8.0f} MB", flush=True)
+    return rows
+
+
+def long_table(rows) -> str:
+    by = {(r["n"], r["mode"]): r for r in rows}
+    out = ["| tokens | bare SDPA s | bare eager s | capture chunked s | x SDPA | x eager | capture eager s | "
+           "peak RSS rise MB: SDPA / eager / chunked / capture eager |", "|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
+    for n in sorted({r["n"] for r in rows}):
+        s, e, c, ce = (by[(n, m)] for m in ("bare-sdpa", "bare-eager", "capture-chunked", "capture-eager"))
+        ratio = lambda a, b: None if a["seconds"] is None or b["seconds"] is None else a["seconds"] / b["seconds"]  # noqa: E731
+        out.append(f"| {n:,} | {fmt(s['seconds'])} | {fmt(e['seconds'])} | {fmt(c['seconds'])} | "
+                   f"{fmt(ratio(c, s))} | {fmt(ratio(c, e))} | {fmt(ce['seconds'])} | "
+                   + " / ".join(fmt(r["rss_mb"], "{:,.0f}") for r in (s, e, c, ce)) + " |")
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--lengths" in sys.argv:
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--lengths", default="512,2048,8192,16384")
+        ap.add_argument("--model", default="tiny", help="tiny (random-weight decoder) or a model folder")
+        ap.add_argument("--threads", type=int, default=2)
+        ap.add_argument("--eager-max", type=int, default=8192, help="longest length run with eager attention")
+        a = ap.parse_args()
+        print(f"load average before: {load_average()} ({os.cpu_count()} cores; threads {a.threads}); model {a.model}")
+        table = long_table(long_context([int(x) for x in a.lengths.split(",")], a.model, a.threads, a.eager_max))
+        print("\n" + table + f"\n\nload average after: {load_average()}")
+    else:
+        main()

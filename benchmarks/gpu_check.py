@@ -687,6 +687,8 @@ def part_capture(part: Part, ctx: dict) -> None:
     and on the CPU; the packaged MiniLM's records/s against its bare batched forward when installed."""
     import importlib.util
 
+    import torch
+
     import routestats as rs
     from runners.pretrained.capture import Condition, capture_runs, read_records
     from runners.pretrained.load import load_model
@@ -726,6 +728,26 @@ def part_capture(part: Part, ctx: dict) -> None:
                 size = ["--records", "16", "--repeats", "1"] if ctx["dry"] else ["--records", "64", "--repeats", "3"]
                 rows = bench(["--device", str(dev), "--threads", str(torch_threads()), *size])
                 rec["minilm"] = {name: {"seconds": t, "x_floor": t / floor} for name, (t, floor) in rows.items()}
+        n_long, which = (1024, "tiny") if ctx["dry"] else (32768, "1b")
+        if part.fits(f"long context {n_long}", None):
+            from benchmarks.bench_capture import long_setup
+
+            with part.unit(f"long context {n_long}"):
+                loaded, record, _ = long_setup(which, n_long)
+                loaded = loaded.to(dev)
+                if dev.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                t = time.perf_counter()
+                (path,) = capture_runs(loaded, [record], ctx["work"] / "capture" / "long", cap=n_long,
+                                       conditions=[Condition("baseline")], attention="chunked",
+                                       attention_mb=4096 if dev.type == "cuda" else 64, device=dev)
+                ev = json.loads((path / "run.json").read_text())["evaluation"]["capture"]["attention"]
+                rec["long_context"] = {"tokens": n_long, "model": which, "seconds": round(time.perf_counter() - t, 3),
+                                       "peak_device_mb": round(torch.cuda.max_memory_allocated() / 2 ** 20)
+                                       if dev.type == "cuda" else None, "attention": ev}
+            check(summary, "capture", f"chunked capture of {n_long} tokens ({which}): the probe agrees with eager",
+                  ev["probe"]["ok"], measured=ev["probe"]["reductions_max_abs"], tolerance=1e-6,
+                  note="first 96 tokens, blocks of 32 rows; reductions (max abs)")
     if rec["families"]:
         check(summary, "capture", f"reductions on {'cpu' if ctx['dry'] else dev.type} vs on the CPU "
               f"({', '.join(rec['families'])})", worst <= TOLERANCES["capture_reductions"], measured=worst,

@@ -241,6 +241,12 @@ def capture(
     padding: str = typer.Option("none", help="none (batch records of one length: bitwise as one at a time) or "
                                              "longest (pad to the batch's longest, padding sliced off)."),
     device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
+    attention: str = typer.Option("auto", help="eager (every layer's n x n weights of a batch, as the model's own "
+                                               "eager attention), chunked (per-query reductions in blocks of query "
+                                               "rows, never n x n; proven against eager at load) or auto (chunked "
+                                               "when the eager weights would exceed --attention-mb)."),
+    attention_mb: float = typer.Option(256.0, "--attention-mb", help="Memory for one block of chunked attention "
+                                                                     "(and auto's threshold), MB."),
     force: bool = typer.Option(False, help="Replace earlier capture runs under --out (never other folders)."),
     threads: int = typer.Option(2, help="torch CPU threads."),
 ) -> None:
@@ -257,6 +263,7 @@ def capture(
                         truncation=truncation, special_tokens=special_tokens, bias=bias, ablate=ablate,
                         compare=compare, reason=reason, layers=layers, forms=forms, dtype=dtype,
                         batch_size=batch_size, padding=padding, device=device, force=force,
+                        attention=attention, attention_mb=attention_mb,
                         echo=lambda msg, err=False: typer.echo(msg, err=err))
 
 

@@ -13,6 +13,8 @@ word-level tokenizer (:mod:`tests.tiny_models`). Then the model is either
   is wrapped, and capture loads text models) or **no tiny model** (transformers cannot build it at this
   size, or it has over 25 M parameters at this size).
 
+Each captured model is also run through chunked attention (:func:`chunk_outcome`: per-query reductions in
+blocks of query rows, as long records are captured), which it reproduces or falls back from to eager attention.
 Each built model also goes through the regime adapter (:func:`regime_outcome`): every attention sublayer
 rebuilt in float64 and proven at the last of 12 tokens (analytic vs autograd, the model's own output and its
 own Jacobian), or refused in one line.
@@ -45,6 +47,7 @@ class Outcome:
     own: object = None
     loaded: object = None
     regime: tuple = ()  # (certified | refused, errors or reason), when the sweep asks for it
+    chunked: tuple = ()  # (chunked | eager, agreement or reason), for a captured model when the sweep asks for it
 
 
 def model_types() -> list[str]:
@@ -120,6 +123,25 @@ def regime_outcome(model) -> tuple[str, str]:
     return "certified", f"J {worst['J']:.0e}, forward {worst['forward']:.0e}, own J {worst['own']:.0e}"
 
 
+def chunk_outcome(loaded, texts=("alpha beta gamma delta", "epsilon zeta eta theta alpha beta gamma")) -> tuple:
+    """("chunked", agreement) when chunked attention reproduces the eager path on a record of ``texts`` in blocks
+    of a third of its rows, baseline and bias w = 1 (:func:`runners.pretrained.seam.chunk_probe`), else
+    ("eager", the reason capture falls back)."""
+    from runners.corpora import Record
+    from runners.pretrained.capture import Condition, plan_capture
+    from runners.pretrained.seam import chunk_probe
+
+    plan = plan_capture(loaded, [Record("0", (("title", texts[0]), ("content", texts[1])))], fields=None, cap=24,
+                        special="unnamed", truncation="only-last")
+    got = [chunk_probe(loaded, plan.encoded[0], c, n_fields=len(plan.names))
+           for c in (Condition("baseline"), Condition("bias", bias=1.0))]
+    bad = [g for g in got if not g.ok]
+    if bad:
+        return "eager", bad[0].reason
+    return "chunked", (f"reductions {max(g.reductions_max for g in got):.0e}, "
+                       f"output {max(g.output_rel for g in got):.0e}")
+
+
 def sweep(types=None, texts=("alpha beta gamma delta epsilon zeta eta theta",)):
     """Every model type's :class:`Outcome`, in name order (a generator: one model in memory at a time), with a
     word-level tokenizer over the words of ``texts``."""
@@ -135,17 +157,20 @@ def sweep(types=None, texts=("alpha beta gamma delta epsilon zeta eta theta",)):
 
 
 def markdown(outcomes) -> str:
-    rows = ["| model type | capture | reason | regime |", "|---|---|---|---|"]
+    rows = ["| model type | capture | reason | long context | regime |", "|---|---|---|---|---|"]
     for o in outcomes:
         why = o.reason.replace("|", "/")
         reg = f"{o.regime[0]}: {o.regime[1]}".replace("|", "/") if o.regime else ""
-        rows.append(f"| `{o.model_type}` | {o.outcome}{' (causal)' if o.causal else ''} | {why} | {reg} |")
+        chunk = f"{o.chunked[0]}: {o.chunked[1]}".replace("|", "/") if o.chunked else ""
+        rows.append(f"| `{o.model_type}` | {o.outcome}{' (causal)' if o.causal else ''} | {why} | {chunk} | {reg} |")
     return "\n".join(rows)
 
 
 if __name__ == "__main__":  # pragma: no cover - prints the docs table
     every = []
     for o in sweep():
+        if o.outcome == "captured":
+            o.chunked = chunk_outcome(o.loaded)
         if o.own is not None:
             o.regime = regime_outcome(o.own)
         o.model = o.own = o.loaded = None

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
 from runners.pretrained.capture import Condition, capture_runs, plan_capture, read_records  # noqa: E402
-from tests.any_model import regime_outcome, sweep  # noqa: E402
+from tests.any_model import chunk_outcome, regime_outcome, sweep  # noqa: E402
 from tests.test_families import CAP, own_encoding, stored  # noqa: E402  the same helpers as the in-depth tests
 
 pytestmark = pytest.mark.torch
@@ -71,6 +71,7 @@ def test_every_model_type_is_captured_bitwise_or_refused_in_one_line(tmp_path):
     for o in sweep(texts=TEXTS):
         if o.outcome == "captured":
             check_capture(o, tmp_path / o.model_type)
+            o.chunked = chunk_outcome(o.loaded)
         if o.own is not None:
             o.regime = regime_outcome(o.own)
         o.model = o.own = o.loaded = None
@@ -88,6 +89,14 @@ def test_every_model_type_is_captured_bitwise_or_refused_in_one_line(tmp_path):
     for t, why in (("mpnet", "does not route its attention"), ("falcon", "does not route its attention")):
         if t in by:
             assert by[t].outcome == "refused" and why in by[t].reason, (t, by[t].reason)
+    # long context: chunked attention reproduces the eager path (reductions within 1e-6) or capture falls back to
+    # eager; the architectures the issue names are chunked, but for GPT-OSS (learned sinks) and T5 (relative bias)
+    chunked = {o.model_type: o.chunked for o in outcomes if o.chunked}
+    assert set(chunked) == set(captured) and all(v[0] in ("chunked", "eager") for v in chunked.values())
+    eager = [(t, chunked[t]) for t in MUST if t in chunked and chunked[t][0] != "chunked" and t not in ("gpt_oss", "t5")]
+    assert not eager, eager
+    assert chunked["gpt_oss"][0] == "eager" and chunked["t5"][0] == "eager"
+    assert sum(v[0] == "chunked" for v in chunked.values()) >= 100
     # regime: every built model is certified at every layer or refused in one line; the paper's families and
     # their relatives are certified, within the tolerances of tests/test_regime_pretrained.py
     regime = {o.model_type: o.regime for o in outcomes if o.regime}

@@ -182,4 +182,7 @@ def test_capture_part_compares_device_and_host_reductions(dry):
     c = s["parts"]["capture"]
     assert set(c["families"]) == {"bert", "llama", "mistral"}
     assert all(v["max_abs_diff"] <= 1e-5 for v in c["families"].values())  # the same weights and records
+    # the long-context step (32k tokens of a 1B-class config on a GPU) runs at 1024 tokens of a tiny decoder dry
+    long = c["long_context"]
+    assert long["tokens"] == 1024 and long["attention"]["path"] == "chunked" and long["attention"]["probe"]["ok"]
     assert "## Capture" in md

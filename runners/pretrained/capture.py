@@ -37,6 +37,7 @@ Identity recipe (torch-free, documented in ``docs/real-models.md``):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -60,7 +61,7 @@ from routestats.rundir.write import RunWriter, software_versions
 from runners.outputs import check_replaceable
 from runners.pretrained.fielding import POLICIES, Encoded, encode_records
 from runners.pretrained.load import Loaded, first_line, identity_of_files, load_model
-from runners.pretrained.seam import IMPLEMENTATION, Condition, forward_batches
+from runners.pretrained.seam import IMPLEMENTATION, Condition, chunk_probe, forward_batches
 
 __all__ = ["Condition", "Loaded", "load_model", "read_records", "plan_capture", "capture_runs",
            "capture_checkpoints", "check_destination"]
@@ -252,25 +253,91 @@ def check_conditions(loaded: Loaded, conditions: Sequence[Condition], layers: Se
             raise RoutestatsError(f"--layers {li}: {type(loaded.model).__name__} has layers 0-{L - 1}")
 
 
+ATTENTION_PATHS = ("auto", "chunked", "eager")
+PROBE_TOKENS = 96  # the chunk probe's record: the first this many tokens of the longest record
+
+
+def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtype: str, batch_size: int,
+                     mode: str = "auto", budget_mb: float = 256.0, device="cpu") -> tuple[float, dict, str]:
+    """How each layer's attention is computed: ``(chunk_mb, record, notice)``.
+
+    ``eager`` keeps every layer's n x n weights of a batch until the forward ends (what the matrices
+    form stores); ``chunked`` computes per-query reductions in blocks of query rows within
+    ``budget_mb`` (:func:`runners.pretrained.seam.chunked_attention`), proven on the first
+    :data:`PROBE_TOKENS` tokens of the longest record against the eager path
+    (:func:`runners.pretrained.seam.chunk_probe`); ``auto`` chunks when the eager weights of a batch
+    would exceed ``budget_mb`` and falls back to eager, with a ``notice``, when the probe refuses.
+    """
+    if mode not in ATTENTION_PATHS:
+        raise RoutestatsError(f"--attention must be one of {', '.join(ATTENTION_PATHS)}, got {mode!r}")
+    if not 0 < budget_mb < 1 << 20:
+        raise RoutestatsError(f"--attention-mb must be a positive number of MB, got {budget_mb}")
+    longest = max(range(len(plan.encoded)), key=lambda i: len(plan.encoded[i]))
+    n = len(plan.encoded[longest])
+    eager_mb = min(batch_size, len(plan.encoded)) * loaded.n_layers * loaded.n_heads * n * n * 4 / 2 ** 20
+    if mode == "eager" or S.FORM_MATRICES in forms:
+        if mode == "chunked":
+            raise RoutestatsError("--attention chunked keeps per-query reductions only; store --forms reductions")
+        return 0.0, {"path": "eager", "eager_weights_mb": round(eager_mb, 1)}, ""
+    if mode == "auto" and eager_mb <= budget_mb:
+        return 0.0, {"path": "eager", "eager_weights_mb": round(eager_mb, 1), "budget_mb": budget_mb}, ""
+    e = plan.encoded[longest]
+    m = min(len(e), PROBE_TOKENS)
+    short = dataclasses.replace(e, inputs={k: v[:m] for k, v in e.inputs.items()}, fields=e.fields[:m])
+    probe = chunk_probe(loaded, short, cond, n_fields=len(plan.names), reduce=dtype, device=device)
+    if not probe.ok:
+        if mode == "chunked":
+            raise RoutestatsError(f"--attention chunked: {probe.reason} on the first {m} tokens of record "
+                                  f"{plan.labels[longest]!r}")
+        return 0.0, {"path": "eager", "eager_weights_mb": round(eager_mb, 1), "budget_mb": budget_mb,
+                     "probe": probe.record()}, \
+            (f"note: {cond.name}: eager attention ({eager_mb:,.0f} MB of weights per batch): {probe.reason}")
+    return budget_mb, {"path": "chunked", "budget_mb": budget_mb, "eager_weights_mb": round(eager_mb, 1),
+                       "probe": probe.record()}, ""
+
+
+MAPPED_BLOCK = 1 << 20
+
+
+def map_large_blocks() -> bool:
+    """Have glibc map every allocation of 1 MB or more on its own pages and return them when freed
+    (``mallopt(M_MMAP_THRESHOLD)``), so that chunked attention's blocks -- allocated and freed
+    thousands of times, in sizes that vary at the edges -- never pile up in the heap: a 3,072-token
+    capture's peak RSS rose by 290-790 MB with glibc's adaptive threshold and by 35-45 MB with this
+    (measured). Left alone when the environment sets ``MALLOC_MMAP_THRESHOLD_``; False without glibc."""
+    from routestats.rundir.memory import M_MMAP_THRESHOLD, libc
+
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    c = libc()
+    return bool(c and hasattr(c, "mallopt") and c.mallopt(M_MMAP_THRESHOLD, MAPPED_BLOCK))
+
+
 def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_id: str, init_id: str, study: str,
                forms, dtype, layers, batch_size, padding, device, progress, pairing: dict | None,
-               device_reductions: bool | None = None) -> Path:
+               device_reductions: bool | None = None, attention: str = "auto", attention_mb: float = 256.0) -> Path:
     value_norms = S.FORM_MATRICES in forms and not loaded.no_value_norms
     layers = None if layers is None else sorted(set(int(x) for x in layers))  # stored in the model's order
     sinks = loaded.head_type == "sink"  # rows sum to 1 - the learned sinks' mass
     w = RunWriter(path, run_id=run_id, study=study, factors=cond.factors, seed=None, init_id=init_id,
                   data_order_id=plan.data_order_id, fields=plan.fields_manifest(), causal=loaded.causal)
     w.write_examples(plan.examples())
+    chunk_mb, how, notice = choose_attention(loaded, plan, cond, forms=forms, dtype=dtype, batch_size=batch_size,
+                                             mode=attention, budget_mb=attention_mb, device=device)
+    if notice:
+        echo_notice(notice)
+    if chunk_mb:
+        map_large_blocks()
     t0 = time.perf_counter()
     done = 0
     with w.attention(0, dtype=dtype, forms=list(forms), value_norms=value_norms,
                      layers=layers) as sink:
         # on an accelerator only per-query summaries leave the device; on the CPU numpy reduces faster
-        on_device = S.FORM_MATRICES not in forms and (not str(device).startswith("cpu") if device_reductions is None
-                                                      else bool(device_reductions))
+        on_device = bool(chunk_mb) or S.FORM_MATRICES not in forms and (
+            not str(device).startswith("cpu") if device_reductions is None else bool(device_reductions))
         for got in forward_batches(loaded, plan.encoded, cond, batch_size=batch_size, padding=padding,
                                    value_norms=value_norms, device=device, reduce=dtype if on_device else None,
-                                   n_fields=len(plan.names)):
+                                   n_fields=len(plan.names), chunk_mb=chunk_mb):
             # examples go in batch order: each one's rows stay contiguous, as the reader requires
             if on_device:
                 red = got.reductions if layers is None else {k: v[list(layers)] for k, v in got.reductions.items()}
@@ -294,7 +361,7 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
                               "inputs": list(plan.encoded[0].inputs), "batch_size": batch_size, "padding": padding,
                               "device": str(device), "layers_stored": list(layers) if layers is not None else None,
                               "value_norms": "" if value_norms else (loaded.no_value_norms or "matrices not stored"),
-                              "reductions_on_device": on_device},
+                              "reductions_on_device": on_device, "attention": how},
                   "seconds": round(time.perf_counter() - t0, 3)}
     w.finalize(pretrained=True, model=loaded.provenance(), evaluation=evaluation,
                software=software_versions(("torch", "transformers")), **({"pairing": pairing} if pairing else {}))
@@ -362,7 +429,7 @@ def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: 
                  truncation: str = "only-last", layers: Sequence[int] | None = None,
                  forms: Sequence[str] = ("reductions",), dtype: str = "float32", study: str = "capture",
                  batch_size: int = 8, padding: str = "none", device="cpu", force: bool = False,
-                 device_reductions: bool | None = None,
+                 device_reductions: bool | None = None, attention: str = "auto", attention_mb: float = 256.0,
                  progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
     """Write one run per condition under ``out`` (``out/<condition name>``); return their paths.
 
@@ -370,7 +437,8 @@ def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: 
     (default: the first record's order). ``forms``: the per-query reductions (default; what every
     metric needs) and/or full matrices (word maps, rollout, norm weighting; large: layers x heads
     x n^2 values per example). ``device_reductions`` (default: on any device but the CPU, with
-    reductions alone) reduces on the device so that only per-query summaries leave it. Everything
+    reductions alone) reduces on the device so that only per-query summaries leave it. ``attention``
+    (auto, chunked, eager) and ``attention_mb``: see :func:`choose_attention`. Everything
     is checked before the first file is written; the runs are written in a temporary folder and
     moved into place when all are complete.
     """
@@ -383,7 +451,7 @@ def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: 
             _write_run(tmp / cond.name, loaded, plan, cond, run_id=f"{loaded.name}-{cond.name}",
                        init_id=loaded.weights_id, study=study, forms=forms, dtype=dtype, layers=layers,
                        batch_size=batch_size, padding=padding, device=device, progress=progress, pairing=None,
-                       device_reductions=device_reductions)
+                       device_reductions=device_reductions, attention=attention, attention_mb=attention_mb)
     return [out / c.name for c in conditions]
 
 
@@ -392,6 +460,7 @@ def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: str
                         truncation: str = "only-last", layers: Sequence[int] | None = None,
                         forms: Sequence[str] = ("reductions",), dtype: str = "float32", study: str = "capture",
                         batch_size: int = 8, padding: str = "none", device="cpu", force: bool = False,
+                        attention: str = "auto", attention_mb: float = 256.0,
                         progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
     """Two checkpoints of one architecture and tokenizer on the same records, as a pair
     (``out/baseline`` = ``base``, ``out/compare`` = ``other``), with ``reason`` recorded.
@@ -423,7 +492,8 @@ def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: str
         for loaded, cond in ((base, conds[0]), (other, conds[1])):
             _write_run(tmp / cond.name, loaded, plan, cond, run_id=f"{loaded.name}-{cond.name}", init_id=init_id,
                        study=study, forms=forms, dtype=dtype, layers=layers, batch_size=batch_size,
-                       padding=padding, device=device, progress=progress, pairing=pairing)
+                       padding=padding, device=device, progress=progress, pairing=pairing, attention=attention,
+                       attention_mb=attention_mb)
     return [out / c.name for c in conds]
 
 
@@ -458,7 +528,7 @@ def parse_indices(text: str | None, option: str) -> list[int] | None:
 
 def run_capture_command(*, model, records, out, format, fields, limit, cap, truncation, special_tokens, bias, ablate,
                         compare, reason, layers, forms, dtype, batch_size, padding, device, force, echo,
-                        max_record_mb: float = 8.0) -> None:
+                        max_record_mb: float = 8.0, attention: str = "auto", attention_mb: float = 256.0) -> None:
     """``python -m runners capture``: every option checked before the model loads, then the runs."""
     from runners.progress import progress_bars
 
@@ -473,6 +543,12 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
         raise RoutestatsError(f"--limit must be at least 1, got {limit}")
     if not 0 < max_record_mb < 1 << 20:
         raise RoutestatsError(f"--max-record-mb must be a positive number of MB, got {max_record_mb}")
+    if attention not in ATTENTION_PATHS:
+        raise RoutestatsError(f"--attention must be one of {', '.join(ATTENTION_PATHS)}, got {attention!r}")
+    if not 0 < attention_mb < 1 << 20:
+        raise RoutestatsError(f"--attention-mb must be a positive number of MB, got {attention_mb}")
+    if attention == "chunked" and S.FORM_MATRICES in form_list:
+        raise RoutestatsError("--attention chunked keeps per-query reductions only; store --forms reductions")
     if compare is not None and (bias is not None or ablate):
         raise RoutestatsError("--compare pairs two checkpoints as they are; run --bias / --ablate captures separately")
     heads, stored = parse_heads(ablate), parse_indices(layers, "--layers")
@@ -491,6 +567,7 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
     with progress_bars() as (_, bar):
         kw = dict(fields=names, cap=cap, special_tokens=special_tokens, truncation=truncation, layers=stored,
                   forms=form_list, dtype=dtype, batch_size=batch_size, padding=padding, device=device, force=force,
+                  attention=attention, attention_mb=attention_mb,
                   progress=lambda name, done, total: bar(f"{name} records", done, total))
         if compare is not None:
             other = load_model(compare)

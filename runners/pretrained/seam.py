@@ -32,22 +32,69 @@ from routestats.rundir import schema as S
 from runners.pretrained.families import output_weight
 from runners.pretrained.fielding import Encoded
 
-__all__ = ["IMPLEMENTATION", "Condition", "Pass", "seam_attention", "register_seam", "capture_pass",
-           "length_batches", "transported_norms", "reduce_rows", "Captured", "forward_batches"]
+__all__ = ["IMPLEMENTATION", "Condition", "Pass", "RowMask", "seam_attention", "seam_mask", "chunked_attention",
+           "register_seam", "capture_pass", "length_batches", "transported_norms", "reduce_rows", "Captured",
+           "forward_batches", "block_rows", "ChunkProbe", "chunk_probe"]
 
 IMPLEMENTATION = "routestats"
 
 
 @dataclass
 class Pass:
-    """One forward's intervention and what the seam recorded, layer by layer in call order."""
+    """One forward's intervention and what the seam recorded, layer by layer in call order.
 
-    bias: torch.Tensor | None = None  # (batch, 1, n, n) additive
+    ``bias_w``: the same-field bias w_f (None: no bias path) on query/key pairs whose ``fields``
+    (batch, n; -1 unnamed or padding) agree. ``block`` > 0 computes each layer's attention in blocks
+    of that many query rows (:func:`chunked_attention`): only per-query reductions over ``n_fields``
+    named fields are kept (in ``reductions``), never a layer's n x n weights.
+    """
+
+    bias_w: float | None = None
+    fields: torch.Tensor | None = None
     ablate: dict[int, tuple[int, ...]] = field(default_factory=dict)
     keep_values: bool = False
+    block: int = 0
+    causal_check: bool = False  # chunked: refuse a weight above the diagonal (a decoder's)
+    lengths: tuple[int, ...] = ()  # each record's length in the batch (the rest is padding)
+    store: torch.dtype = torch.float32  # the storage dtype the weights are cast to before they are reduced
+    n_fields: int = 0
     weights: list = field(default_factory=list)
     values: list = field(default_factory=list)
     modules: list = field(default_factory=list)  # the module that called the seam, per layer in call order
+    reductions: list = field(default_factory=list)  # chunked: per layer, (batch, heads, n[, fields]) float64
+
+    @property
+    def layers_seen(self) -> int:
+        return len(self.reductions) if self.block else len(self.weights)
+
+    def bias_rows(self, q0: int, q1: int) -> torch.Tensor | None:
+        """The additive bias of query rows q0..q1 over every key, (batch, 1, rows, n) float32."""
+        if self.bias_w is None:
+            return None
+        g = self.fields
+        same = (g[:, q0:q1, None] == g[:, None, :]) & (g[:, q0:q1, None] >= 0)
+        return (same.to(torch.float32) * float(self.bias_w))[:, None]
+
+
+class RowMask:
+    """A layer's own eager mask, built a block of query rows at a time (never n x n at once).
+
+    Registered as the mask of the ``"routestats"`` implementation while a chunked pass runs
+    (:func:`seam_mask`): it keeps the arguments the model handed its mask builder and calls
+    transformers' ``eager_mask`` for rows q0..q1 (the mask functions are index-based, so the rows
+    are exactly those of the whole mask; tested).
+    """
+
+    def __init__(self, arguments: dict):
+        self.arguments = arguments
+
+    def rows(self, q0: int, q1: int) -> torch.Tensor | None:
+        from transformers.masking_utils import eager_mask
+
+        a = dict(self.arguments)
+        a["q_offset"] = int(a.get("q_offset", 0)) + q0
+        a["q_length"] = q1 - q0
+        return eager_mask(**a)
 
 
 _ACTIVE: contextvars.ContextVar[Pass | None] = contextvars.ContextVar("routestats_capture_pass", default=None)
@@ -77,36 +124,103 @@ def seam_attention(module, query, key, value, attention_mask, **kwargs):
     p = _ACTIVE.get()
     if p is None:
         return eager(module, query, key, value, attention_mask, **kwargs)
-    layer = len(p.weights)
-    if p.bias is not None:
-        if attention_mask is not None and not torch.is_floating_point(attention_mask):
-            raise RoutestatsError(f"{type(module).__name__} passes a boolean mask; the bias needs an additive one")
-        dtype = attention_mask.dtype if attention_mask is not None else query.dtype
-        b = p.bias.to(device=query.device, dtype=dtype)
-        attention_mask = b if attention_mask is None else attention_mask + b
-    out, weights = eager(module, query, key, value, attention_mask, **kwargs)
-    if weights is None:
-        raise RoutestatsError(f"{type(module).__name__}: its eager attention returned no weights")
+    layer = p.layers_seen
+    if p.block:
+        out, weights = chunked_attention(module, query, key, value, attention_mask, p, **kwargs), None
+    else:
+        n = query.shape[-2]
+        b = p.bias_rows(0, n)
+        if b is not None:
+            if attention_mask is not None and not torch.is_floating_point(attention_mask):
+                raise RoutestatsError(f"{type(module).__name__} passes a boolean mask; the bias needs an additive one")
+            b = b.to(device=query.device, dtype=attention_mask.dtype if attention_mask is not None else query.dtype)
+            attention_mask = b if attention_mask is None else attention_mask + b
+        out, weights = eager(module, query, key, value, attention_mask, **kwargs)
+        if weights is None:
+            raise RoutestatsError(f"{type(module).__name__}: its eager attention returned no weights")
+        p.weights.append(weights.detach())
     heads = p.ablate.get(layer)
     if heads:
-        if out.dim() != 4 or out.shape[2] != weights.shape[1]:
+        if out.dim() != 4 or out.shape[2] != query.shape[1]:
             raise RoutestatsError(f"{type(module).__name__}: attention output of shape {tuple(out.shape)} is not "
                                   "(batch, positions, heads, head_dim); cannot ablate heads")
         out = out.clone()
         out[:, :, list(heads), :] = 0
-    p.weights.append(weights.detach())
     p.modules.append(module)
     if p.keep_values:
         p.values.append(value.detach())
     return out, weights
 
 
+def chunked_attention(module, query, key, value, mask, p: Pass, **kwargs) -> torch.Tensor:
+    """A layer's attention output computed ``p.block`` query rows at a time, with its per-query
+    reductions appended to ``p.reductions``; never more than block x n weights per head.
+
+    The arithmetic is that of transformers' eager attention: scores = Q K^T x scaling (the layer's
+    own ``scaling``), the layer's soft cap, plus its own mask rows (:class:`RowMask`) plus the bias,
+    a float32 softmax cast back to the query's dtype, then weights @ V. Arithmetic a family adds
+    beyond this (learned sinks, another scaling order) is found by :func:`chunk_probe`, which falls
+    back to the eager path.
+    """
+    if kwargs.get("dropout") and module.training:
+        raise RoutestatsError("chunked attention runs in evaluation mode only")
+    b, H, n, d = query.shape
+    n_k = key.shape[-2]
+    rep = H // key.shape[1]
+    k = key[:, :, None].expand(b, key.shape[1], rep, n_k, d).reshape(b, H, n_k, d) if rep > 1 else key
+    v = value[:, :, None].expand(b, value.shape[1], rep, n_k, value.shape[-1]).reshape(b, H, n_k, -1) \
+        if rep > 1 else value
+    scaling = kwargs.get("scaling")
+    scaling = d ** -0.5 if scaling is None else scaling
+    softcap = kwargs.get("softcap")
+    out = query.new_empty(b, H, n, v.shape[-1])
+    parts: dict[str, list] = {}
+    g = p.fields[:, :n_k][:, None].to(query.device)  # (batch, 1, keys)
+    for q0 in range(0, n, p.block):
+        q1 = min(n, q0 + p.block)
+        s = torch.matmul(query[:, :, q0:q1], k.transpose(2, 3)) * scaling
+        if softcap is not None:
+            s = torch.tanh(s / softcap) * softcap
+        m = mask.rows(q0, q1) if isinstance(mask, RowMask) else (None if mask is None else mask[:, :, q0:q1])
+        bias = p.bias_rows(q0, q1)
+        if bias is not None:
+            bias = bias.to(device=query.device, dtype=m.dtype if m is not None else query.dtype)
+            m = bias if m is None else m + bias
+        if m is not None:
+            s = s + m[:, :, :, :n_k]
+        w = torch.nn.functional.softmax(s, dim=-1, dtype=torch.float32).to(query.dtype)
+        out[:, :, q0:q1] = torch.matmul(w, v)
+        for name, val in reduce_rows(w.to(p.store), g, p.n_fields).items():
+            parts.setdefault(name, []).append(val)
+        if p.causal_check:  # each record's own rows and keys (a padded row may have no key left to attend)
+            for r, length in enumerate(p.lengths or (n,) * b):
+                rows = min(q1, length) - q0
+                if rows > 0 and float(torch.triu(w[r, :, :rows, :length], q0 + 1).abs().max()) != 0.0:
+                    raise RoutestatsError("a decoder attended to a later position")
+    p.reductions.append({name: torch.cat(v, dim=2) for name, v in parts.items()})
+    return out.transpose(1, 2).contiguous()
+
+
 def register_seam() -> None:
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(IMPLEMENTATION, seam_attention)
-    AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)  # the model builds its own eager masks
+    AttentionMaskInterface.register(IMPLEMENTATION, seam_mask)  # the model builds its own eager masks
+
+
+def seam_mask(*args, **kwargs):
+    """The mask builder of the ``"routestats"`` implementation: transformers' ``eager_mask``, or while a
+    chunked pass runs a :class:`RowMask` holding its arguments (built a block of rows at a time)."""
+    from transformers.masking_utils import eager_mask
+
+    p = _ACTIVE.get()
+    if p is None or not p.block:
+        return eager_mask(*args, **kwargs)
+    bound = inspect.signature(eager_mask).bind(*args, **kwargs)
+    arguments = dict(bound.arguments)
+    arguments.update(arguments.pop("kwargs", {}))
+    return RowMask(arguments)
 
 
 @contextlib.contextmanager
@@ -170,16 +284,13 @@ def _batch_inputs(loaded, batch: Sequence[Encoded], device) -> dict[str, torch.T
     return out
 
 
-def _bias(batch: Sequence[Encoded], w: float, device) -> torch.Tensor | None:
-    """w on every query/key pair of positions in the same named field, (batch, 1, n, n)."""
-    if not w:
-        return None if w is None else torch.zeros(1, device=device)  # w_f = 0 still goes through the bias path
+def _fields(batch: Sequence[Encoded], device) -> torch.Tensor:
+    """Each position's named-field index (batch, n): -1 for unnamed positions and padding."""
     n = max(len(e) for e in batch)
     g = torch.full((len(batch), n), -1, dtype=torch.long)
     for i, e in enumerate(batch):
         g[i, :len(e)] = torch.tensor(e.fields)
-    same = (g[:, :, None] == g[:, None, :]) & (g[:, :, None] >= 0)
-    return (same.to(torch.float32) * float(w))[:, None].to(device)
+    return g.to(device)
 
 
 def transported_norms(values: torch.Tensor, w_out: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -253,13 +364,15 @@ class Captured:
 
 def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batch_size: int = 8,
                     padding: str = "none", value_norms: bool = False, device="cpu", reduce: str | None = None,
-                    n_fields: int = 0):
+                    n_fields: int = 0, chunk_mb: float = 0.0):
     """Yield :class:`Captured` per record (in batch order) under ``cond``; padding is sliced off.
 
     ``loaded`` is a :class:`runners.pretrained.load.Loaded` (the loader imports this module, not the reverse).
     ``reduce="float32"`` (or ``"float16"``: the storage dtype the values are cast to first) reduces
     each record on the device (:func:`reduce_rows` over ``n_fields`` named fields) and yields no
-    matrices; the checks of :func:`_checked` run there too.
+    matrices; the checks of :func:`_checked` run there too. ``chunk_mb`` > 0 (with ``reduce``) computes
+    each layer's attention in blocks of query rows sized to that many MB (:func:`block_rows`,
+    :func:`chunked_attention`), never n x n.
     """
     model = loaded.model
     n_heads = loaded.n_heads
@@ -268,15 +381,26 @@ def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batc
     for li, h in cond.ablate:
         ablate[li] = tuple(sorted(set(ablate.get(li, ())) | {h}))
     store = {"float16": torch.float16, "float32": torch.float32}.get(reduce or "", None)
+    if chunk_mb and store is None:
+        raise RoutestatsError("chunked attention keeps per-query reductions only (forms: reductions)")
+    sinks = loaded.head_type == "sink"
     for idx in length_batches([len(e) for e in encoded], batch_size, padding):
         batch = [encoded[i] for i in idx]
-        p = Pass(bias=_bias(batch, cond.bias if cond.name != "baseline" else None, device), ablate=ablate,
-                 keep_values=value_norms)
+        block = block_rows(chunk_mb, len(batch), n_heads, max(len(e) for e in batch)) if chunk_mb else 0
+        p = Pass(bias_w=cond.bias if cond.name != "baseline" else None, fields=_fields(batch, device), ablate=ablate,
+                 keep_values=value_norms, block=block, causal_check=loaded.causal, store=store or torch.float32,
+                 n_fields=n_fields, lengths=tuple(len(e) for e in batch))
         with torch.no_grad(), capture_pass(p):
-            model(**_batch_inputs(loaded, batch, device))
+            try:
+                model(**_batch_inputs(loaded, batch, device))
+            except RoutestatsError as exc:
+                raise RoutestatsError(f"records from {idx[0]}: {exc}") from None
+        if block:
+            yield from _chunked_records(p, idx, batch, reduce, sinks)
+            continue
         att = torch.stack(p.weights, dim=1)  # (batch, layers, heads, n, n)
         if store is not None:
-            yield from _reduced(att, idx, batch, store, reduce, loaded.causal, n_fields, loaded.head_type == "sink")
+            yield from _reduced(att, idx, batch, store, reduce, loaded.causal, n_fields, sinks)
             continue
         norms = (torch.stack([transported_norms(v, w_out[li], n_heads) for li, v in enumerate(p.values)], dim=1)
                  if value_norms else None)
@@ -285,6 +409,96 @@ def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batc
         for k, i in enumerate(idx):
             n = len(encoded[i])
             yield Captured(i, att_np[k, :, :, :n, :n], None if norms_np is None else norms_np[k, :, :, :n])
+
+
+BYTES_PER_WEIGHT = 48  # a block's scores, weights and the float64 copies reduce_rows makes, per weight
+
+
+def block_rows(budget_mb: float, batch: int, heads: int, n: int) -> int:
+    """Query rows per block so that one block's working set (:data:`BYTES_PER_WEIGHT` per weight of
+    batch x heads x rows x n) stays within ``budget_mb``; at least 1, at most n.
+
+    >>> block_rows(256, 1, 32, 8192)    # 8k tokens, 32 heads: 21 rows of 8192 keys per block
+    21
+    >>> block_rows(256, 8, 4, 100)      # short records fit in one block
+    100
+    """
+    per_row = BYTES_PER_WEIGHT * batch * heads * n
+    return int(min(n, max(1, budget_mb * 2 ** 20 // per_row)))
+
+
+@dataclass(frozen=True)
+class ChunkProbe:
+    """How chunked attention compared with the eager path on one record (:func:`chunk_probe`)."""
+
+    ok: bool
+    reason: str  # what differed or failed ('' when ok)
+    block: int
+    output_bitwise: bool = False
+    output_rel: float = float("nan")  # max |chunked - eager| / max |eager| of the model's output
+    reductions_max: float = float("nan")  # max |chunked - eager| over every reduction
+
+    def record(self) -> dict:
+        return {"ok": self.ok, "reason": self.reason, "block_rows": self.block, "output_bitwise": self.output_bitwise,
+                "output_rel": self.output_rel, "reductions_max_abs": self.reductions_max}
+
+
+def _first_tensor(out) -> torch.Tensor:
+    for name in ("last_hidden_state", "logits"):
+        if getattr(out, name, None) is not None:
+            return getattr(out, name)
+    return out[0]
+
+
+def chunk_probe(loaded, record: Encoded, cond: Condition, *, n_fields: int, reduce: str = "float32",
+                device="cpu", reductions_atol: float = 1e-6, output_rtol: float = 1e-5) -> ChunkProbe:
+    """Run ``record`` through the eager path and through :func:`chunked_attention` in blocks of a third
+    of its rows (so block edges are crossed) under ``cond``; the chunked path is accepted when every
+    per-query reduction agrees within ``reductions_atol`` and the model's output within ``output_rtol``
+    of its largest value. Any failure of the chunked path (a model that uses its mask outside the
+    attention function, say) is a refusal with its first line, never an error."""
+    store = {"float16": torch.float16, "float32": torch.float32}[reduce]
+    n = len(record)
+    block = max(1, -(-n // 3))
+    ablate: dict[int, tuple[int, ...]] = {}
+    for li, h in cond.ablate:
+        ablate[li] = tuple(sorted(set(ablate.get(li, ())) | {h}))
+    outs, reds = [], []
+    for blk in (0, block):
+        p = Pass(bias_w=cond.bias if cond.name != "baseline" else None, fields=_fields([record], device),
+                 ablate=ablate, block=blk, causal_check=loaded.causal, store=store, n_fields=n_fields)
+        try:
+            with torch.no_grad(), capture_pass(p):
+                outs.append(_first_tensor(loaded.model(**_batch_inputs(loaded, [record], device))).to(torch.float64))
+        except Exception as exc:  # noqa: BLE001 -- any failure of the chunked path means: use the eager one
+            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return ChunkProbe(False, f"the chunked path failed ({type(exc).__name__}: {line[:160]})", block)
+        if blk:
+            reds.append({k: torch.stack([r[k] for r in p.reductions], dim=1) for k in p.reductions[0]})
+        else:
+            att = torch.stack(p.weights, dim=1).to(store)
+            reds.append(reduce_rows(att, p.fields[:, None, None, :], n_fields))
+    scale = float(outs[0].abs().max()) or 1.0
+    rel = float((outs[1] - outs[0]).abs().max()) / scale
+    red = max(float((reds[1][k] - reds[0][k]).abs().max()) for k in reds[0])
+    ok = red <= reductions_atol and rel <= output_rtol
+    reason = "" if ok else (f"the chunked path differs from the eager one (reductions by {red:.2g}, output by "
+                            f"{rel:.2g} relative)")
+    return ChunkProbe(ok, reason, block, bool(torch.equal(outs[0], outs[1])), rel, red)
+
+
+def _chunked_records(p: Pass, idx, batch, dtype: str, sinks: bool):
+    """Each record's reductions from a chunked pass: layers stacked, padded query rows sliced off
+    (padded keys carry no weight and no field), row sums checked as :func:`_checked` checks weights."""
+    red = {name: torch.stack([r[name] for r in p.reductions], dim=1).cpu().numpy() for name in p.reductions[0]}
+    for k, i in enumerate(idx):
+        n = len(batch[k])
+        one = {name: v[k, :, :, :n] for name, v in red.items()}
+        sums = one["row_mass"]
+        err = float(np.clip(sums - 1, 0, None).max() if sinks else np.abs(sums - 1).max())
+        if not np.isfinite(sums).all() or err > S.ROW_SUM_ATOL[dtype]:
+            raise RoutestatsError(f"records from {i}: attention rows sum to 1 within {err:.2g} only")
+        yield Captured(i, None, None, one)
 
 
 def _reduced(att, idx, batch, store, dtype: str, causal: bool, n_fields: int, sinks: bool = False):

@@ -1,0 +1,164 @@
+"""Chunked attention (issue [long-context]): per-query reductions computed in blocks of query rows, never a
+layer's n x n weights, equal to the eager path's.
+
+The eager path is the model's own eager attention bitwise (tests/test_families.py, tests/test_any_model.py);
+its reductions here are computed by routestats' numpy ``reduce_queries`` from the stored weights, the chunked
+ones by the seam's torch ``reduce_rows`` block by block -- two implementations over two computations of the
+weights. The masks are transformers' own: a block's rows of :class:`RowMask` are compared with the rows of the
+whole mask transformers builds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+
+import routestats as rs  # noqa: E402
+from runners.pretrained.capture import Condition, capture_runs, read_records  # noqa: E402
+from runners.pretrained.load import load_model  # noqa: E402
+from runners.pretrained.seam import RowMask, block_rows  # noqa: E402
+from tests.tiny_models import STYLES, WINDOW, save_tiny  # noqa: E402
+
+pytestmark = pytest.mark.torch
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = read_records(ROOT / "data" / "docstrings_dbpedia" / "val.csv", "dbpedia", limit=8)
+TEXTS = [t for r in RECORDS for t in dict(r.fields).values()]
+W = 1.0
+
+
+def reductions(path: Path) -> dict[int, dict]:
+    run = rs.load_run(path)
+    return {b.example_id: {k: np.asarray(getattr(b, k), dtype=np.float64) for k in
+                           ("row_mass", "entropy", "entropy_rownorm", "first_mass", "field_mass")}
+            for b in run.iter_reductions()}
+
+
+def test_a_blocks_rows_are_the_rows_of_transformers_whole_mask():
+    from transformers.masking_utils import eager_mask, sliding_window_causal_mask_function
+
+    pad = torch.tensor([[1] * 11, [1] * 7 + [0] * 4]).bool()  # one record padded
+    args = dict(batch_size=2, q_length=11, kv_length=11, mask_function=sliding_window_causal_mask_function(3),
+                attention_mask=pad, dtype=torch.float32)
+    whole = eager_mask(**args)
+    for q0, q1 in ((0, 4), (4, 8), (8, 11), (5, 6)):
+        assert torch.equal(RowMask(args).rows(q0, q1), whole[:, :, q0:q1])
+
+
+def test_block_rows_keep_a_block_within_its_budget():
+    # 48 bytes per weight: 256 MB / (48 * 8 * 4 * 2048) = 85.3 -> 85 rows (hand arithmetic)
+    assert block_rows(256, 8, 4, 2048) == 85
+    assert block_rows(0.001, 8, 4, 2048) == 1 and block_rows(1e6, 1, 1, 10) == 10
+
+
+@pytest.mark.parametrize("family", sorted(STYLES))
+def test_chunked_reductions_equal_eager_ones(family, tmp_path):
+    # every tiny family of tests/tiny_models.py: sliding windows of 8 (mistral; gemma2 layer 0, with a soft cap),
+    # records cut at 6 tokens (inside every window) and at 40 (beyond it), batches of 1 and 8 (padded to the
+    # longest), baseline and bias; blocks of 1-3 rows so that every block edge is crossed
+    assert 6 < WINDOW < 40  # the caps fall on either side of every window
+    folder = save_tiny(family, tmp_path / "model", TEXTS)
+    loaded = load_model(folder)
+    conds = [Condition("baseline"), Condition("bias", bias=W)]
+    worst = 0.0
+    for cap in (6, 40):
+        kw = dict(conditions=conds, cap=cap, forms=("reductions",), device_reductions=False)
+        eager = tmp_path / f"eager{cap}"
+        capture_runs(loaded, RECORDS, eager, batch_size=1, attention="eager", **kw)
+        for batch, padding in ((1, "none"), (8, "longest")):
+            out = tmp_path / f"chunked{cap}-{batch}"
+            capture_runs(loaded, RECORDS, out, batch_size=batch, padding=padding, attention="chunked",
+                         attention_mb=3 * 48 * batch * loaded.n_heads * cap / 2 ** 20,  # >= 3 rows a block
+                         **kw)
+            for c in conds:
+                ev = json.loads((out / c.name / "run.json").read_text())["evaluation"]["capture"]["attention"]
+                assert ev["path"] == "chunked" and ev["probe"]["ok"], ev
+                a, b = reductions(eager / c.name), reductions(out / c.name)
+                assert a.keys() == b.keys()
+                for ex in a:
+                    for k in a[ex]:
+                        worst = max(worst, float(np.abs(a[ex][k] - b[ex][k]).max()))
+    assert worst <= 1e-6, (family, worst)
+
+
+def test_attention_options_are_refused_in_one_line(tmp_path, capsys):
+    from tests.conftest import runners_cli
+
+    folder = save_tiny("llama", tmp_path / "model", TEXTS)
+    base = ["capture", "--threads", "1", "--model", folder, "--records", ROOT / "data" / "docstrings_dbpedia" /
+            "val.csv", "--limit", "2", "--out", tmp_path / "out"]
+    for extra, says in ((["--attention", "fast"], "--attention must be one of auto, chunked, eager"),
+                        (["--attention-mb", "0"], "--attention-mb must be a positive number"),
+                        (["--attention", "chunked", "--forms", "matrices"], "keeps per-query reductions only")):
+        code, _, err = runners_cli([*base, *extra], capsys)
+        assert code == 2 and says in err and "Traceback" not in err, err
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_model_the_chunked_path_does_not_reproduce_falls_back_to_eager(tmp_path, capsys):
+    # GPT-OSS adds learned sinks to each softmax: the chunked path leaves them out, the probe sees the difference;
+    # auto then captures with eager attention and says so, chunked is refused
+    from runners.pretrained.load import prepare_model
+    from tests.tiny_models import tokenizer, words_of
+
+    tok, ids = tokenizer(words_of(TEXTS), "plain")
+    cfg = T.GptOssConfig(vocab_size=len(tok) + 4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, intermediate_size=32, num_local_experts=4,
+                         num_experts_per_tok=2, max_position_embeddings=64, pad_token_id=ids["pad"])
+    torch.manual_seed(0)
+    loaded = prepare_model(T.AutoModel.from_config(cfg, attn_implementation="eager").eval(), tok)
+    got = capture_runs(loaded, RECORDS[:2], tmp_path / "auto", cap=24, attention="auto", attention_mb=1e-4)
+    ev = json.loads((got[0] / "run.json").read_text())["evaluation"]["capture"]["attention"]
+    assert ev["path"] == "eager" and not ev["probe"]["ok"] and "differs from the eager one" in ev["probe"]["reason"]
+    assert "eager attention" in capsys.readouterr().err
+    with pytest.raises(rs.RoutestatsError, match="--attention chunked: the chunked path differs"):
+        capture_runs(loaded, RECORDS[:2], tmp_path / "chunked", cap=24, attention="chunked")
+
+
+LONG = r"""
+import json, resource, sys, torch, transformers as T
+from pathlib import Path
+from runners.corpora import Record
+from runners.pretrained.capture import Condition, capture_runs
+from runners.pretrained.load import prepare_model
+from tests.tiny_models import tokenizer
+n, mode, out = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+torch.set_num_threads(1)
+words = [f"w{i}" for i in range(50)]
+tok, ids = tokenizer(words, "plain")
+cfg = T.LlamaConfig(vocab_size=len(tok) + 4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, intermediate_size=64, max_position_embeddings=n + 8,
+                    pad_token_id=ids["pad"], bos_token_id=ids["bos"], eos_token_id=ids["eos"])
+torch.manual_seed(0)
+loaded = prepare_model(T.AutoModel.from_config(cfg, attn_implementation="eager").eval(), tok)
+text = " ".join(words[i % 50] for i in range(n))
+rec = Record("0", (("title", text[: len(text) // 4]), ("content", text[len(text) // 4:])))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+capture_runs(loaded, [rec], out, cap=n, attention=mode, attention_mb=16, conditions=[Condition("baseline")])
+print(json.dumps({"before_kb": before, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def test_a_long_record_is_captured_without_its_n_by_n_weights(tmp_path):
+    # 3072 tokens, 2 layers x 4 heads: the eager weights alone are 2 * 4 * 3072^2 * 4 B = 302 MB (and the eager
+    # reductions copy them again); chunked blocks of 16 MB never hold them, so the capture's peak RSS rises by
+    # well under that
+    n = 3072
+
+    def peak(mode: str) -> float:
+        out = subprocess.run([sys.executable, "-c", LONG, str(n), mode, str(tmp_path / mode)], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout
+        got = json.loads(out.strip().splitlines()[-1])
+        return (got["peak_kb"] - got["before_kb"]) / 1024
+
+    chunked, eager = peak("chunked"), peak("eager")
+    assert chunked < 120 < 300 < eager, (chunked, eager)
+    a, b = reductions(tmp_path / "eager" / "baseline"), reductions(tmp_path / "chunked" / "baseline")
+    assert max(float(np.abs(a[0][k] - b[0][k]).max()) for k in a[0]) <= 1e-6
