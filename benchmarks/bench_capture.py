@@ -141,7 +141,8 @@ else:
     capture_runs(loaded, [rec], sys.argv[5], cap=n, attention=mode.split("-")[1], attention_mb=256,
                  conditions=[Condition("baseline")])
 t = time.perf_counter() - t0
-print(json.dumps({{"seconds": t, "rss_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}}))
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({{"seconds": t, "rss_mb": (peak - before) / 1024, "peak_mb": peak / 1024}}))
 """
 
 
@@ -197,7 +198,7 @@ def long_context(lengths, model: str, threads: int, eager_max: int) -> list[dict
     for n in lengths:
         for mode in ("bare-sdpa", "bare-eager", "capture-chunked", "capture-eager"):
             if mode.endswith("eager") and n > eager_max:
-                rows.append({"n": n, "mode": mode, "seconds": None, "rss_mb": None})
+                rows.append({"n": n, "mode": mode, "seconds": None, "rss_mb": None, "peak_mb": None})
                 continue
             out = tempfile.mkdtemp()
             got = subprocess.run([sys.executable, "-c", ONE.format(root=str(ROOT)), mode, str(n), model, str(threads),
@@ -206,21 +207,23 @@ def long_context(lengths, model: str, threads: int, eager_max: int) -> list[dict
             if got.returncode:
                 raise SystemExit(got.stderr[-2000:])
             rows.append({"n": n, "mode": mode, **json.loads(got.stdout.strip().splitlines()[-1])})
-            print(f"  {n:>6} {mode:<16} {rows[-1]['seconds']:8.2f} s {rows[-1]['rss_mb']:8.0f} MB", flush=True)
+            print(f"  {n:>6} {mode:<16} {rows[-1]['seconds']:8.2f} s {rows[-1]['rss_mb']:8.0f} MB rise "
+                  f"{rows[-1]['peak_mb']:8.0f} MB peak", flush=True)
     return rows
 
 
 def long_table(rows) -> str:
     by = {(r["n"], r["mode"]): r for r in rows}
     out = ["| tokens | bare SDPA s | bare eager s | capture chunked s | x SDPA | x eager | capture eager s | "
-           "peak RSS rise MB: SDPA / eager / chunked / capture eager |", "|---|---|---|---|---|---|---|---|"]
+           "peak RSS rise MB: SDPA / eager / chunked / capture eager | capture chunked peak RSS MB |",
+           "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     for n in sorted({r["n"] for r in rows}):
         s, e, c, ce = (by[(n, m)] for m in ("bare-sdpa", "bare-eager", "capture-chunked", "capture-eager"))
         ratio = lambda a, b: None if a["seconds"] is None or b["seconds"] is None else a["seconds"] / b["seconds"]  # noqa: E731
         out.append(f"| {n:,} | {fmt(s['seconds'])} | {fmt(e['seconds'])} | {fmt(c['seconds'])} | "
                    f"{fmt(ratio(c, s))} | {fmt(ratio(c, e))} | {fmt(ce['seconds'])} | "
-                   + " / ".join(fmt(r["rss_mb"], "{:,.0f}") for r in (s, e, c, ce)) + " |")
+                   + " / ".join(fmt(r["rss_mb"], "{:,.0f}") for r in (s, e, c, ce)) + f" | {fmt(c['peak_mb'], '{:,.0f}')} |")
     return "\n".join(out)
 
 

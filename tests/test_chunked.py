@@ -162,3 +162,23 @@ def test_a_long_record_is_captured_without_its_n_by_n_weights(tmp_path):
     assert chunked < 120 < 300 < eager, (chunked, eager)
     a, b = reductions(tmp_path / "eager" / "baseline"), reductions(tmp_path / "chunked" / "baseline")
     assert max(float(np.abs(a[0][k] - b[0][k]).max()) for k in a[0]) <= 1e-6
+
+
+def test_a_weight_above_the_diagonal_is_refused_in_every_block():
+    # no mask: every query sees later keys, which the decoder check must refuse in some block; with the causal
+    # mask (transformers' own, additive) the same call passes and its rows match a whole-matrix softmax
+    from transformers.masking_utils import causal_mask_function, eager_mask
+
+    from runners.pretrained.seam import Pass, chunked_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 4) for _ in range(3))
+    p = Pass(fields=torch.tensor([[0, 0, 1, 1, -1]]), block=2, causal_check=True, n_fields=2, lengths=(5,))
+    with pytest.raises(rs.RoutestatsError, match="attended to a later position"):
+        chunked_attention(torch.nn.Module(), q, k, v, None, p)
+    mask = eager_mask(batch_size=1, q_length=5, kv_length=5, mask_function=causal_mask_function)
+    p = Pass(fields=torch.tensor([[0, 0, 1, 1, -1]]), block=2, causal_check=True, n_fields=2, lengths=(5,))
+    out = chunked_attention(torch.nn.Module(), q, k, v, mask, p)
+    w = torch.softmax(q @ k.transpose(2, 3) * 0.5 + mask, -1)  # scaling 4 ** -0.5, as eager attention's default
+    torch.testing.assert_close(out, (w @ v).transpose(1, 2), rtol=0, atol=1e-6)
+    torch.testing.assert_close(p.reductions[0]["row_mass"], torch.ones(1, 2, 5, dtype=torch.float64), rtol=0, atol=1e-6)
