@@ -186,7 +186,10 @@ def long_setup(model: str, n: int):
     return loaded, rec, {k: torch.tensor([v]) for k, v in enc.inputs.items()}
 
 
-def long_context(lengths, model: str, threads: int, eager_max: int) -> list[dict]:
+MODES = ("bare-sdpa", "bare-eager", "capture-chunked", "capture-eager")
+
+
+def long_context(lengths, model: str, threads: int, eager_max: int, modes=MODES) -> list[dict]:
     """Each mode at each length in its own process (its own peak RSS): the bare forward with SDPA (no weights:
     the floor of the work) and with eager attention returning the weights (the obvious alternative), and
     capture with chunked and with eager attention."""
@@ -196,8 +199,8 @@ def long_context(lengths, model: str, threads: int, eager_max: int) -> list[dict
 
     rows = []
     for n in lengths:
-        for mode in ("bare-sdpa", "bare-eager", "capture-chunked", "capture-eager"):
-            if mode.endswith("eager") and n > eager_max:
+        for mode in MODES:
+            if mode not in modes or mode.endswith("eager") and n > eager_max:
                 rows.append({"n": n, "mode": mode, "seconds": None, "rss_mb": None, "peak_mb": None})
                 continue
             out = tempfile.mkdtemp()
@@ -219,7 +222,8 @@ def long_table(rows) -> str:
            "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     for n in sorted({r["n"] for r in rows}):
-        s, e, c, ce = (by[(n, m)] for m in ("bare-sdpa", "bare-eager", "capture-chunked", "capture-eager"))
+        none = {"seconds": None, "rss_mb": None, "peak_mb": None}
+        s, e, c, ce = (by.get((n, m), none) for m in MODES)
         ratio = lambda a, b: None if a["seconds"] is None or b["seconds"] is None else a["seconds"] / b["seconds"]  # noqa: E731
         out.append(f"| {n:,} | {fmt(s['seconds'])} | {fmt(e['seconds'])} | {fmt(c['seconds'])} | "
                    f"{fmt(ratio(c, s))} | {fmt(ratio(c, e))} | {fmt(ce['seconds'])} | "
@@ -236,9 +240,11 @@ if __name__ == "__main__":
         ap.add_argument("--model", default="tiny", help="tiny (random-weight decoder) or a model folder")
         ap.add_argument("--threads", type=int, default=2)
         ap.add_argument("--eager-max", type=int, default=8192, help="longest length run with eager attention")
+        ap.add_argument("--modes", default=",".join(MODES), help="which of " + ", ".join(MODES))
         a = ap.parse_args()
         print(f"load average before: {load_average()} ({os.cpu_count()} cores; threads {a.threads}); model {a.model}")
-        table = long_table(long_context([int(x) for x in a.lengths.split(",")], a.model, a.threads, a.eager_max))
+        table = long_table(long_context([int(x) for x in a.lengths.split(",")], a.model, a.threads, a.eager_max,
+                                        a.modes.split(",")))
         print("\n" + table + f"\n\nload average after: {load_average()}")
     else:
         main()
