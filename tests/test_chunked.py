@@ -100,6 +100,9 @@ def test_attention_options_are_refused_in_one_line(tmp_path, capsys):
         code, _, err = runners_cli([*base, *extra], capsys)
         assert code == 2 and says in err and "Traceback" not in err, err
         assert not (tmp_path / "out").exists()
+    code, out, err = runners_cli([*base, "--attention", "chunked"], capsys)
+    assert code == 0, err
+    assert "MB per record; chunked attention)" in out  # what each record cost on disk, and how it was computed
 
 
 def test_a_model_the_chunked_path_does_not_reproduce_falls_back_to_eager(tmp_path, capsys):

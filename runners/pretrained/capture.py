@@ -575,5 +575,8 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
         else:
             paths = capture_runs(loaded.to(device), recs, out, conditions=conds, **kw)
     for p in paths:
-        echo(f"wrote {p}")
+        files = [f for f in p.rglob("*") if f.is_file()]
+        mb = sum(f.stat().st_size for f in files) / 2 ** 20
+        how = json.loads((p / "run.json").read_text())["evaluation"]["capture"].get("attention", {}).get("path")
+        echo(f"wrote {p} ({mb:,.1f} MB, {mb / len(recs):,.3f} MB per record; {how} attention)")
     echo(f"{len(paths)} runs in {time.monotonic() - t0:.1f} s; next: routestats report {out}")
