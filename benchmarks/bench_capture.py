@@ -146,6 +146,14 @@ print(json.dumps({{"seconds": t, "rss_mb": (peak - before) / 1024, "peak_mb": pe
 """
 
 
+RANDOM_DECODERS = {  # "1b": a 1B-class configuration, the GPU check's 32k step
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128),
+    "1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+               intermediate_size=8192),
+}
+
+
 def long_setup(model: str, n: int):
     """(loaded model, one record of exactly ``n`` tokens, its input tensors). ``model``: ``tiny`` (a random-weight
     Llama-style decoder: hidden 64, 2 layers, 4 heads, 2 key/value heads), ``1b`` (random weights, hidden 2048, 16
@@ -157,32 +165,22 @@ def long_setup(model: str, n: int):
     from runners.pretrained.load import load_model, prepare_model
 
     words = (ROOT / "data" / "docstrings_dbpedia" / "val.csv").read_text().split()
-    if model == "tiny":
+    if model in RANDOM_DECODERS:  # random weights, Llama-style, a word-level tokenizer over 400 words
         from tests.tiny_models import tokenizer, words_of
 
-        tok, ids = tokenizer(words_of(words[:400]), "plain")
-        cfg = T.LlamaConfig(vocab_size=len(tok) + 4, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                            num_key_value_heads=2, intermediate_size=128, max_position_embeddings=n + 8,
+        words = words[:400]
+        tok, ids = tokenizer(words_of(words), "plain")
+        cfg = T.LlamaConfig(vocab_size=len(tok) + 4, **RANDOM_DECODERS[model], max_position_embeddings=n + 8,
                             pad_token_id=ids["pad"], bos_token_id=ids["bos"], eos_token_id=ids["eos"])
         torch.manual_seed(0)
         loaded = prepare_model(T.AutoModel.from_config(cfg, attn_implementation="eager").eval(), tok)
-        words = words[:400]
-    elif model == "1b":  # a 1B-class Llama configuration, random weights (the GPU check's 32k step)
-        from tests.tiny_models import tokenizer, words_of
-
-        tok, ids = tokenizer(words_of(words[:400]), "plain")
-        cfg = T.LlamaConfig(vocab_size=len(tok) + 4, hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
-                            num_key_value_heads=8, intermediate_size=8192, max_position_embeddings=n + 8,
-                            pad_token_id=ids["pad"], bos_token_id=ids["bos"], eos_token_id=ids["eos"])
-        torch.manual_seed(0)
-        loaded = prepare_model(T.AutoModel.from_config(cfg, attn_implementation="eager").eval(), tok)
-        words = words[:400]
     else:
         loaded = load_model(model)
     text = " ".join(words[i % len(words)] for i in range(2 * n))
     rec = Record("0", (("title", text[:200]), ("content", text[200:])))
     enc = plan_capture(loaded, [rec], fields=None, cap=n, special="unnamed", truncation="only-last").encoded[0]
-    assert len(enc) == n, (len(enc), n)
+    if len(enc) != n:
+        raise SystemExit(f"{model}: the record has {len(enc)} tokens, not {n}")
     return loaded, rec, {k: torch.tensor([v]) for k, v in enc.inputs.items()}
 
 

@@ -185,3 +185,14 @@ def test_a_weight_above_the_diagonal_is_refused_in_every_block():
     w = torch.softmax(q @ k.transpose(2, 3) * 0.5 + mask, -1)  # scaling 4 ** -0.5, as eager attention's default
     torch.testing.assert_close(out, (w @ v).transpose(1, 2), rtol=0, atol=1e-6)
     torch.testing.assert_close(p.reductions[0]["row_mass"], torch.ones(1, 2, 5, dtype=torch.float64), rtol=0, atol=1e-6)
+
+
+def test_the_long_context_benchmark_runs():
+    # benchmarks/bench_capture.py --lengths, at one short length: every mode runs in its own process and the table
+    # has its row (a refactor that breaks the benchmark fails here, not in the next measurement)
+    from benchmarks.bench_capture import long_context, long_table
+
+    rows = long_context([128], "tiny", 1, 128)
+    assert [r["mode"] for r in rows] == ["bare-sdpa", "bare-eager", "capture-chunked", "capture-eager"]
+    assert all(r["seconds"] > 0 and r["peak_mb"] > 0 for r in rows)
+    assert long_table(rows).splitlines()[2].startswith("| 128 |")
