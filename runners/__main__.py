@@ -247,6 +247,13 @@ def capture(
                                                "when the eager weights would exceed --attention-mb)."),
     attention_mb: float = typer.Option(256.0, "--attention-mb", help="Memory for one block of chunked attention "
                                                                      "(and auto's threshold), MB."),
+    shards: int = typer.Option(1, help="Split the records into this many shards, each captured as a job, then "
+                                       "merged into one run per condition; rerunning skips finished shards."),
+    launcher: str = typer.Option("sequential", help="Where shards run: sequential (this process), submitit-local, "
+                                                    "submitit-debug or slurm (one job per shard)."),
+    slurm_partition: Optional[str] = typer.Option(None, help="SLURM partition (launcher slurm)."),
+    timeout_min: int = typer.Option(240, help="Per-shard time limit for submitit launchers."),
+    gpus_per_node: Optional[int] = typer.Option(None, help="GPUs per shard job (launcher slurm)."),
     force: bool = typer.Option(False, help="Replace earlier capture runs under --out (never other folders)."),
     threads: int = typer.Option(2, help="torch CPU threads."),
 ) -> None:
@@ -263,8 +270,9 @@ def capture(
                         truncation=truncation, special_tokens=special_tokens, bias=bias, ablate=ablate,
                         compare=compare, reason=reason, layers=layers, forms=forms, dtype=dtype,
                         batch_size=batch_size, padding=padding, device=device, force=force,
-                        attention=attention, attention_mb=attention_mb,
-                        echo=lambda msg, err=False: typer.echo(msg, err=err))
+                        attention=attention, attention_mb=attention_mb, shards=shards, launcher=launcher,
+                        timeout_min=timeout_min, slurm_partition=slurm_partition, gpus_per_node=gpus_per_node,
+                        threads=threads, echo=lambda msg, err=False: typer.echo(msg, err=err))
 
 
 @app.command()

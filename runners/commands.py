@@ -15,6 +15,7 @@ from typing import Callable
 
 from routestats.errors import RoutestatsError
 
+from runners.launch import make_launcher
 from runners.progress import progress_bars
 from runners.threads import set_threads
 
@@ -69,21 +70,6 @@ def saab(*, out: Path, preset, seed, conditions, data, depth, max_steps, device,
         echo(f"run complete: {path}")
 
 
-def _launcher(launcher, out: Path, timeout_min, slurm_partition, gpus_per_node):
-    if launcher == "sequential":
-        return None
-    from runners.launch import SubmititLauncher
-
-    cluster = {"submitit-local": "local", "submitit-debug": "debug", "slurm": "slurm"}.get(launcher)
-    if cluster is None:
-        raise RoutestatsError(f"unknown launcher {launcher!r}: sequential, submitit-local, submitit-debug or slurm")
-    params = {"timeout_min": timeout_min}
-    if cluster == "slurm":
-        params.update({k: v for k, v in dict(slurm_partition=slurm_partition, gpus_per_node=gpus_per_node).items()
-                       if v is not None})
-    return SubmititLauncher(out / "submitit", cluster, **params)
-
-
 def sweep(*, out: Path, seeds, conditions, preset, data, depth, max_steps, device, threads, keep_checkpoints, study,
           launcher, slurm_partition, timeout_min, gpus_per_node, echo: Echo) -> int:
     """Train seeds x conditions (one job per seed); returns the exit code (1 when a seed failed)."""
@@ -92,7 +78,8 @@ def sweep(*, out: Path, seeds, conditions, preset, data, depth, max_steps, devic
     set_threads(threads)
     p, conds = _preset_and_conditions(preset, conditions, depth=depth, max_steps=max_steps)
     seed_list, spec = _int_list(seeds, "--seeds"), _data(data)
-    runner = _launcher(launcher, out, timeout_min, slurm_partition, gpus_per_node)
+    runner = make_launcher(launcher, out, timeout_min=timeout_min, slurm_partition=slurm_partition,
+                           gpus_per_node=gpus_per_node)
     with progress_bars() as (bar, progress):
         res = run_sweep(out, seeds=seed_list, conditions=conds, preset=p, data=spec, study=study, device=device,
                         keep_checkpoints=keep_checkpoints, progress=progress if runner is None else None,

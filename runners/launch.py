@@ -98,3 +98,24 @@ class SubmititLauncher:
                 out.append(JobResult(job.name, False, error=str(exc).strip().splitlines()[-1] if str(exc) else
                                      type(exc).__name__, log=log))
         return out
+
+
+LAUNCHERS = ("sequential", "submitit-local", "submitit-debug", "slurm")
+
+
+def make_launcher(name: str, folder: Path, *, timeout_min: int = 240, slurm_partition: str | None = None,
+                  gpus_per_node: int | None = None):
+    """The launcher a command's ``--launcher`` names: None for ``sequential`` (the caller runs jobs itself or
+    through :class:`SequentialLauncher`), else a :class:`SubmititLauncher` logging under ``folder/submitit``."""
+    from routestats.errors import RoutestatsError
+
+    if name == "sequential":
+        return None
+    cluster = {"submitit-local": "local", "submitit-debug": "debug", "slurm": "slurm"}.get(name)
+    if cluster is None:
+        raise RoutestatsError(f"unknown launcher {name!r}: {', '.join(LAUNCHERS)}")
+    params = {"timeout_min": timeout_min}
+    if cluster == "slurm":
+        params.update({k: v for k, v in dict(slurm_partition=slurm_partition, gpus_per_node=gpus_per_node).items()
+                       if v is not None})
+    return SubmititLauncher(Path(folder) / "submitit", cluster, **params)

@@ -61,7 +61,7 @@ from routestats.rundir.write import RunWriter, software_versions
 from runners.outputs import check_replaceable
 from runners.pretrained.fielding import POLICIES, Encoded, encode_records
 from runners.pretrained.load import Loaded, first_line, identity_of_files, load_model
-from runners.pretrained.seam import IMPLEMENTATION, Condition, chunk_probe, forward_batches
+from runners.pretrained.seam import IMPLEMENTATION, Captured, Condition, chunk_probe, forward_batches
 
 __all__ = ["Condition", "Loaded", "load_model", "read_records", "plan_capture", "capture_runs",
            "capture_checkpoints", "check_destination"]
@@ -313,41 +313,74 @@ def map_large_blocks() -> bool:
     return bool(c and hasattr(c, "mallopt") and c.mallopt(M_MMAP_THRESHOLD, MAPPED_BLOCK))
 
 
+def shard_captures(shards: Sequence[tuple[int, Path]]):
+    """The records of finished shard runs read back as :class:`runners.pretrained.seam.Captured`, example ids
+    offset by each shard's first record (``shards``: (offset, run folder)); their stored layers only."""
+    from routestats.rundir.read import load_run
+
+    for offset, folder in shards:
+        run = load_run(folder)
+        if S.FORM_MATRICES in run.attention_forms(0):
+            for b in run.iter_attention(0):
+                L, H, n = len(np.unique(b.layer)), len(np.unique(b.head)), b.weights.shape[-1]
+                yield Captured(offset + b.example_id, b.weights.reshape(L, H, n, n),
+                               None if b.value_norms is None else b.value_norms.reshape(L, H, n))
+        else:
+            for b in run.iter_reductions(0):
+                L, H, n = len(np.unique(b.layer)), len(np.unique(b.head)), b.row_mass.shape[-1]
+                red = {k: np.asarray(getattr(b, k)).reshape(L, H, n, -1) if k == "field_mass" else
+                       np.asarray(getattr(b, k)).reshape(L, H, n) for k in S.REDUCTION_COLUMNS}
+                yield Captured(offset + b.example_id, None, None, red)
+
+
 def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_id: str, init_id: str, study: str,
                forms, dtype, layers, batch_size, padding, device, progress, pairing: dict | None,
-               device_reductions: bool | None = None, attention: str = "auto", attention_mb: float = 256.0) -> Path:
+               device_reductions: bool | None = None, attention: str = "auto", attention_mb: float = 256.0,
+               shards: Sequence[tuple[int, Path]] | None = None) -> Path:
+    """One condition's run at ``path``: captured here, or (``shards``) merged from shard runs of the same
+    capture, whose records are read back in order (:func:`shard_captures`)."""
+    from routestats.rundir.read import load_run
+
     value_norms = S.FORM_MATRICES in forms and not loaded.no_value_norms
     layers = None if layers is None else sorted(set(int(x) for x in layers))  # stored in the model's order
     sinks = loaded.head_type == "sink"  # rows sum to 1 - the learned sinks' mass
     w = RunWriter(path, run_id=run_id, study=study, factors=cond.factors, seed=None, init_id=init_id,
                   data_order_id=plan.data_order_id, fields=plan.fields_manifest(), causal=loaded.causal)
     w.write_examples(plan.examples())
-    chunk_mb, how, notice = choose_attention(loaded, plan, cond, forms=forms, dtype=dtype, batch_size=batch_size,
-                                             mode=attention, budget_mb=attention_mb, device=device)
-    if notice:
-        echo_notice(notice)
+    if shards:
+        first = load_run(shards[0][1]).manifest["evaluation"]
+        how = {**first["capture"]["attention"], "shards": len(shards)}
+        chunk_mb, on_device = 0.0, bool(first["capture"]["reductions_on_device"])
+    else:
+        chunk_mb, how, notice = choose_attention(loaded, plan, cond, forms=forms, dtype=dtype,
+                                                 batch_size=batch_size, mode=attention, budget_mb=attention_mb,
+                                                 device=device)
+        if notice:
+            echo_notice(notice)
+        # on an accelerator only per-query summaries leave the device; on the CPU numpy reduces faster
+        on_device = bool(chunk_mb) or S.FORM_MATRICES not in forms and (
+            not str(device).startswith("cpu") if device_reductions is None else bool(device_reductions))
     if chunk_mb:
         map_large_blocks()
     t0 = time.perf_counter()
     done = 0
+    subset = layers if layers is not None and not shards else None  # shard runs hold the stored layers already
     with w.attention(0, dtype=dtype, forms=list(forms), value_norms=value_norms,
                      layers=layers) as sink:
-        # on an accelerator only per-query summaries leave the device; on the CPU numpy reduces faster
-        on_device = bool(chunk_mb) or S.FORM_MATRICES not in forms and (
-            not str(device).startswith("cpu") if device_reductions is None else bool(device_reductions))
-        for got in forward_batches(loaded, plan.encoded, cond, batch_size=batch_size, padding=padding,
-                                   value_norms=value_norms, device=device, reduce=dtype if on_device else None,
-                                   n_fields=len(plan.names), chunk_mb=chunk_mb):
+        source = shard_captures(shards) if shards else forward_batches(
+            loaded, plan.encoded, cond, batch_size=batch_size, padding=padding, value_norms=value_norms, device=device,
+            reduce=dtype if on_device else None, n_fields=len(plan.names), chunk_mb=chunk_mb)
+        for got in source:
             # examples go in batch order: each one's rows stay contiguous, as the reader requires
-            if on_device:
-                red = got.reductions if layers is None else {k: v[list(layers)] for k, v in got.reductions.items()}
+            if got.reductions is not None:
+                red = got.reductions if subset is None else {k: v[list(subset)] for k, v in got.reductions.items()}
                 sink.add_reduced(got.index, red, head_types=["sink"] * red["row_mass"].shape[1] if sinks else None)
             else:
                 if loaded.causal:
                     _check_causal(got.weights, got.index)
                 a, nv = got.weights, got.norms
-                if layers is not None:
-                    a, nv = a[list(layers)], (None if nv is None else nv[list(layers)])
+                if subset is not None:
+                    a, nv = a[list(subset)], (None if nv is None else nv[list(subset)])
                 sink.add(got.index, a, head_types=["sink"] * a.shape[1] if sinks else None,
                          value_norms=nv if sink.value_norms else None)
             done += 1
@@ -362,7 +395,8 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
                               "device": str(device), "layers_stored": list(layers) if layers is not None else None,
                               "value_norms": "" if value_norms else (loaded.no_value_norms or "matrices not stored"),
                               "reductions_on_device": on_device, "attention": how},
-                  "seconds": round(time.perf_counter() - t0, 3)}
+                  "seconds": round(sum(load_run(d).manifest["evaluation"]["seconds"] for _, d in shards)
+                                   if shards else time.perf_counter() - t0, 3)}
     w.finalize(pretrained=True, model=loaded.provenance(), evaluation=evaluation,
                software=software_versions(("torch", "transformers")), **({"pairing": pairing} if pairing else {}))
     return path
@@ -430,7 +464,8 @@ def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: 
                  forms: Sequence[str] = ("reductions",), dtype: str = "float32", study: str = "capture",
                  batch_size: int = 8, padding: str = "none", device="cpu", force: bool = False,
                  device_reductions: bool | None = None, attention: str = "auto", attention_mb: float = 256.0,
-                 progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
+                 progress: Callable[[str, int, int], None] | None = None,
+                 shards: Sequence[tuple[int, Path]] | None = None) -> list[Path]:
     """Write one run per condition under ``out`` (``out/<condition name>``); return their paths.
 
     ``records`` are :class:`runners.corpora.Record` s; ``fields`` picks and orders the fields
@@ -438,7 +473,10 @@ def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: 
     metric needs) and/or full matrices (word maps, rollout, norm weighting; large: layers x heads
     x n^2 values per example). ``device_reductions`` (default: on any device but the CPU, with
     reductions alone) reduces on the device so that only per-query summaries leave it. ``attention``
-    (auto, chunked, eager) and ``attention_mb``: see :func:`choose_attention`. Everything
+    (auto, chunked, eager) and ``attention_mb``: see :func:`choose_attention`. ``shards`` ((first record,
+    folder) per shard, in record order): merge the runs ``folder/<condition>`` that captures of those slices
+    of ``records`` with the same options wrote (:mod:`runners.pretrained.shards`) instead of running the
+    model. Everything
     is checked before the first file is written; the runs are written in a temporary folder and
     moved into place when all are complete.
     """
@@ -451,7 +489,8 @@ def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: 
             _write_run(tmp / cond.name, loaded, plan, cond, run_id=f"{loaded.name}-{cond.name}",
                        init_id=loaded.weights_id, study=study, forms=forms, dtype=dtype, layers=layers,
                        batch_size=batch_size, padding=padding, device=device, progress=progress, pairing=None,
-                       device_reductions=device_reductions, attention=attention, attention_mb=attention_mb)
+                       device_reductions=device_reductions, attention=attention, attention_mb=attention_mb,
+                       shards=[(a, Path(d) / cond.name) for a, d in shards] if shards else None)
     return [out / c.name for c in conditions]
 
 
@@ -498,6 +537,13 @@ def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: str
 
 
 # ------------------------------------------------------------------ the command line
+def _said_written(paths: Sequence[Path], n_records: int, echo) -> None:
+    for p in paths:
+        mb = sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 2 ** 20
+        how = json.loads((p / "run.json").read_text())["evaluation"]["capture"].get("attention", {}).get("path")
+        echo(f"wrote {p} ({mb:,.1f} MB, {mb / n_records:,.3f} MB per record; {how} attention)")
+
+
 def parse_heads(text: str | None) -> tuple[tuple[int, int], ...]:
     """``"0.3,2.5"`` -> ((0, 3), (2, 5)); anything else is refused in one line.
 
@@ -528,7 +574,10 @@ def parse_indices(text: str | None, option: str) -> list[int] | None:
 
 def run_capture_command(*, model, records, out, format, fields, limit, cap, truncation, special_tokens, bias, ablate,
                         compare, reason, layers, forms, dtype, batch_size, padding, device, force, echo,
-                        max_record_mb: float = 8.0, attention: str = "auto", attention_mb: float = 256.0) -> None:
+                        max_record_mb: float = 8.0, attention: str = "auto", attention_mb: float = 256.0,
+                        shards: int = 1, launcher: str = "sequential", timeout_min: int = 240,
+                        slurm_partition: str | None = None, gpus_per_node: int | None = None,
+                        threads: int = 1) -> None:
     """``python -m runners capture``: every option checked before the model loads, then the runs."""
     from runners.progress import progress_bars
 
@@ -560,6 +609,24 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
 
     hf_logging.disable_progress_bar()  # our own progress lines say what happens
     t0 = time.monotonic()
+    if shards != 1:
+        from runners.launch import make_launcher
+        from runners.pretrained.shards import capture_in_shards, shard_bounds
+
+        if compare is not None:
+            raise RoutestatsError("--shards splits one model's capture; run --compare unsharded")
+        shard_bounds(len(recs), shards)  # refuse a bad count before any job
+        runner = make_launcher(launcher, Path(out).parent / f".{Path(out).name}.capture-shards",
+                               timeout_min=timeout_min, slurm_partition=slurm_partition, gpus_per_node=gpus_per_node)
+        echo(f"capturing {len(recs)} records in {shards} shards ({launcher}) ...", err=True)
+        paths = capture_in_shards(model, recs, out, shards=shards, launcher=runner, force=force, threads=threads,
+                                  echo=lambda line: echo(line, err=True), conditions=conds, fields=names, cap=cap,
+                                  special_tokens=special_tokens, truncation=truncation, layers=stored,
+                                  forms=form_list, dtype=dtype, batch_size=batch_size, padding=padding,
+                                  device=device, attention=attention, attention_mb=attention_mb)
+        _said_written(paths, len(recs), echo)
+        echo(f"{len(paths)} runs in {time.monotonic() - t0:.1f} s; next: routestats report {out}")
+        return
     echo(f"loading {model} ...", err=True)
     loaded = load_model(model)
     echo(f"[{time.monotonic() - t0:6.1f} s] loaded {type(loaded.model).__name__} ({loaded.family.name} family, "
@@ -574,9 +641,5 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
             paths = capture_checkpoints(loaded.to(device), other.to(device), recs, out, reason=reason or "", **kw)
         else:
             paths = capture_runs(loaded.to(device), recs, out, conditions=conds, **kw)
-    for p in paths:
-        files = [f for f in p.rglob("*") if f.is_file()]
-        mb = sum(f.stat().st_size for f in files) / 2 ** 20
-        how = json.loads((p / "run.json").read_text())["evaluation"]["capture"].get("attention", {}).get("path")
-        echo(f"wrote {p} ({mb:,.1f} MB, {mb / len(recs):,.3f} MB per record; {how} attention)")
+    _said_written(paths, len(recs), echo)
     echo(f"{len(paths)} runs in {time.monotonic() - t0:.1f} s; next: routestats report {out}")

@@ -1,0 +1,106 @@
+"""Sharded capture (issue [long-context]): records split into shards, each captured as a job, merged into one run
+per condition that reports exactly as the unsharded capture; a rerun skips finished shards.
+
+The expected tables are the unsharded capture's own (the same model, records and options, one process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import routestats as rs  # noqa: E402
+from runners.launch import SequentialLauncher  # noqa: E402
+from runners.pretrained.capture import Condition, capture_runs, read_records  # noqa: E402
+from runners.pretrained.load import load_model  # noqa: E402
+from runners.pretrained.shards import capture_in_shards  # noqa: E402
+from tests.tiny_models import save_tiny  # noqa: E402
+
+pytestmark = pytest.mark.torch
+ROOT = Path(__file__).resolve().parents[1]
+CSV = ROOT / "data" / "docstrings_dbpedia" / "val.csv"
+RECORDS = read_records(CSV, "dbpedia", limit=10)
+TEXTS = [t for r in RECORDS for t in dict(r.fields).values()]
+CONDS = [Condition("baseline"), Condition("bias", bias=1.0)]
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return save_tiny("llama", tmp_path_factory.mktemp("llama") / "model", TEXTS)
+
+
+def tables(out: Path) -> dict:
+    rep = rs.analyse(out, resamples=200, permutations=200)
+    return {name: frame.reset_index(drop=True) for name, frame in rep.tables().items()}
+
+
+def assert_same_tables(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].equals(b[name]), name
+
+
+class FailingOnce(SequentialLauncher):
+    """Runs the jobs here, but the job named ``fail`` dies (as a killed shard would)."""
+
+    def __init__(self, fail: str):
+        super().__init__()
+        self.fail = fail
+
+    def run(self, jobs):
+        from runners.launch import Job
+
+        def killed(**_):
+            raise RuntimeError("killed")
+
+        return super().run([Job(j.name, killed, j.kwargs) if j.name == self.fail else j for j in jobs])
+
+
+@pytest.mark.parametrize("forms", [("reductions",), ("reductions", "matrices")])
+def test_three_shards_report_as_one_capture_and_a_killed_shard_is_all_a_rerun_repeats(llama, tmp_path, forms):
+    kw = dict(conditions=CONDS, cap=24, forms=forms, batch_size=4)
+    capture_runs(load_model(llama), RECORDS, tmp_path / "whole", **kw)
+    said = []
+    with pytest.raises(rs.RoutestatsError, match="1 of 3 shards failed, shard-1: RuntimeError: killed; rerun the same command"):
+        capture_in_shards(llama, RECORDS, tmp_path / "sharded", shards=3, launcher=FailingOnce("shard-1"),
+                          echo=said.append, **kw)
+    work = tmp_path / ".sharded.capture-shards"
+    assert sorted(p.name for p in work.iterdir()) == ["shard-0", "shard-2", "shards.json"]
+    assert not (tmp_path / "sharded").exists()  # nothing under --out until every shard is in
+    capture_in_shards(llama, RECORDS, tmp_path / "sharded", shards=3, echo=said.append, **kw)
+    assert said == ["shards: 1 captured, 2 already complete; merging"]
+    assert not work.exists()
+    assert_same_tables(tables(tmp_path / "whole"), tables(tmp_path / "sharded"))
+    merged = rs.load_run(tmp_path / "sharded" / "bias")
+    whole = rs.load_run(tmp_path / "whole" / "bias")
+    assert merged.data_order_id == whole.data_order_id and merged.init_id == whole.init_id
+    assert merged.manifest["evaluation"]["capture"]["attention"]["shards"] == 3
+    assert merged.validate(deep=True)
+
+
+def test_a_folder_of_another_commands_shards_is_refused(llama, tmp_path):
+    kw = dict(conditions=CONDS[:1], cap=24)
+    with pytest.raises(rs.RoutestatsError, match="killed"):
+        capture_in_shards(llama, RECORDS, tmp_path / "out", shards=2, launcher=FailingOnce("shard-1"), **kw)
+    with pytest.raises(rs.RoutestatsError, match="holds the shards of another capture"):
+        capture_in_shards(llama, RECORDS, tmp_path / "out", shards=2, conditions=CONDS[:1], cap=20)
+    with pytest.raises(rs.RoutestatsError, match="--shards must be between 1 and the 10 records, got 11"):
+        capture_in_shards(llama, RECORDS, tmp_path / "other", shards=11, **kw)
+
+
+def test_submitit_local_shards_from_the_command_line(llama, tmp_path, capsys):
+    pytest.importorskip("submitit")
+    from tests.conftest import runners_cli
+
+    args = ["capture", "--threads", "1", "--model", llama, "--records", CSV, "--limit", "10", "--cap", "24",
+            "--bias", "1"]
+    assert runners_cli([*args, "--out", tmp_path / "whole"], capsys)[0] == 0
+    code, out, err = runners_cli([*args, "--out", tmp_path / "sharded", "--shards", "3", "--launcher",
+                                  "submitit-local", "--timeout-min", "10"], capsys)
+    assert code == 0, err
+    assert "shards: 3 captured, 0 already complete; merging" in err and "MB per record" in out
+    assert_same_tables(tables(tmp_path / "whole"), tables(tmp_path / "sharded"))
+    assert not (tmp_path / ".sharded.capture-shards").exists()
