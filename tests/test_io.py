@@ -77,6 +77,19 @@ def test_stored_layer_numbers_label_the_rows(tmp_path, rng):
     assert sorted(rs.layer_summary(run)["layer"]) == [5, 9]
 
 
+def test_a_row_group_closes_once_its_buffer_holds_the_byte_budget(tmp_path, rng, monkeypatch):
+    # 5 examples of 2 heads (2 rows each): a 1-byte budget closes a group after every example; a budget no example
+    # reaches keeps write_run's group_size of 2 examples (4 rows, then the last example's 2)
+    from routestats.rundir.write import AttentionSink
+
+    fields = [[4, 4, 3]] * 5
+    for budget, want in ((1, [2] * 5), (10**9, [4, 4, 2])):
+        monkeypatch.setattr(AttentionSink, "GROUP_BYTES", budget)
+        path = write_run(tmp_path / f"r{budget}", [random_attention(rng, 1, 2, 3) for _ in fields], fields)
+        pf = pq.ParquetFile(path / S.attention_file(10, "matrices"))
+        assert [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)] == want
+
+
 def test_row_groups_hold_whole_examples(tmp_path, rng):
     fields = [[4, 3]] * 5
     path = write_run(tmp_path / "r", [random_attention(rng, 1, 2, 2) for _ in fields], fields)

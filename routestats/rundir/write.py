@@ -58,7 +58,10 @@ def software_versions(extra: Iterable[str] = ()) -> dict:
 
 
 class AttentionSink:
-    """Streams one step's attention into Parquet, one row group per ``group_size`` examples."""
+    """Streams one step's attention into Parquet, one row group per ``group_size`` examples -- or fewer, once the
+    buffered examples hold :attr:`GROUP_BYTES` (long records: the host holds about one group, never the step)."""
+
+    GROUP_BYTES = 64 * 2 ** 20
 
     def __init__(self, writer: "RunWriter", step: int, dtype: str, forms: Sequence[str], group_size: int,
                  value_norms: bool = False, layers: Sequence[int] | None = None):
@@ -78,6 +81,7 @@ class AttentionSink:
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._buf: dict[str, list] = {f: [] for f in self.forms}
         self._pending = 0
+        self._bytes = 0  # buffered, for GROUP_BYTES
         self._seen: set[int] = set()
         self._grid: tuple[int, int] | None = None
         for form in self.forms:
@@ -172,7 +176,8 @@ class AttentionSink:
     def _added(self, ex: int) -> None:
         self._seen.add(ex)
         self._pending += 1
-        if self._pending >= self.group_size:
+        self._bytes += sum(getattr(v, "nbytes", 0) for rows in self._buf.values() if rows for v in rows[-1].values())
+        if self._pending >= self.group_size or self._bytes >= self.GROUP_BYTES:
             self.flush()
 
     def add_reduced(self, example_id: int, reductions: dict, head_types: Sequence[str] | None = None) -> None:
@@ -216,14 +221,18 @@ class AttentionSink:
                     # one row per (layer, head); list length varies between examples
                     parts = [r[f.name].reshape(len(r[f.name]), -1) for r in rows]
                     sizes = np.concatenate([np.full(len(p), p.shape[1], dtype=np.int64) for p in parts])
-                    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+                    offsets = np.concatenate([[0], np.cumsum(sizes)])
+                    if offsets[-1] > np.iinfo(np.int32).max:  # a list column's offsets are int32
+                        raise RoutestatsError(f"{f.name}: one example holds {offsets[-1]:,} values, more than a "
+                                              "row group's list column can (2^31 - 1); store the reductions form")
+                    offsets = offsets.astype(np.int32)
                     flat = np.concatenate([p.ravel() for p in parts])
                     cols[f.name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, f.type.value_type))
                 else:
                     cols[f.name] = pa.array(np.concatenate([r[f.name] for r in rows]), f.type)
             self._writers[form].write_table(pa.table(cols, schema=schema))
             self._buf[form] = []
-        self._pending = 0
+        self._pending = self._bytes = 0
 
     def close(self, ok: bool = True) -> None:
         if ok:
