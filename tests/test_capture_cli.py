@@ -251,3 +251,7 @@ def test_a_stored_subset_of_layers_keeps_the_models_layer_numbers(bert, tmp_path
     assert "rollout_effects" in full.tables() and "rollout_effects" not in part.tables()
     text = part.methods + " ".join(str(s.text) for s in part.sections)
     assert "Only layers 1 of its 2 were stored" in text and "Rollout is not computed" in text
+    assert "layer 1 of 2 × 4 heads" in part.subtitle and "2 layers × 4 heads" in full.subtitle
+    # one stored layer: no highest layer is claimed, the table's runner-up cells are empty
+    assert any("One layer in the baseline: layer 1" in c.sentence for c in part.claims if c.holds)
+    assert part.frame("highest_layer")["runner_up"].isna().all()

@@ -183,9 +183,9 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     withheld(rows(P.effect_findings(eff2, "95%")[0], mean_diff=float("nan")))
     dist = pd.DataFrame({"profile_distance": [0.2], "ci_low": [0.1], "ci_high": [0.3]})
     withheld(rows(P.distance_claims(dist)[0], ci_low=float("nan")))
-    one = profile_claims(pd.DataFrame({"role": ["baseline"], "layer": [0], "sfm": [0.5]}))[0]
-    assert one.kind == "highest_layer" and one.holds
-    withheld(replace(one, evidence=pd.concat([one.evidence, one.evidence])))
+    one = profile_claims(pd.DataFrame({"role": ["baseline"], "layer": [3], "sfm": [0.5], "layers": [1]}))[0]
+    assert one.kind == "highest_layer" and one.holds and "One layer in the baseline: layer 3" in one.sentence
+    withheld(rows(one, layers=2))  # several layers without a runner-up (no per-example values): nothing is said
     across_seed = {c.kind: c for c in St.across_seed_claims(across, 0.05, "95%")}
     withheld(rows(across_seed["seed_layer"], mean_delta=float("nan")))
     seeds = pd.DataFrame({"seed": [1, 2], "pattern": ["Gap narrows", "Small change"]})

@@ -247,11 +247,10 @@ def profile_claims(highest: pd.DataFrame, alpha: float = 0.05, conf: str = "95%"
         r = highest.iloc[i]
         role, a, ev = str(r["role"]), int(r["layer"]), highest.iloc[[i]]
         if "runner_up" not in r or pd.isna(r.get("runner_up")):
-            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}).",
-                             "finding", "highest_layer", (role,), "role", evidence=ev,
-                             requires=(Check("one layer only: nothing to tell it from", "others != others or "
-                                             "others == 0") if "others" in ev else
-                                       Check("one layer only: nothing to tell it from", "rows == 1", on="design"),)))
+            # said only of a single layer; several layers without per-example values say nothing about a highest
+            out.append(Claim("highest_layer", f"One layer in the {role}: layer {a} (SFM {fmt_num(r['sfm'])}); there "
+                             "is no other layer to compare it with.", "finding", "highest_layer", (role,), "role",
+                             evidence=ev, requires=(Check("one layer only: nothing to tell it from", "layers == 1"),)))
             continue
         b, k = int(r["runner_up"]), int(r["others"])
         if r["p_adj"] < alpha and r["ci_low"] > 0 and r["above_all"]:

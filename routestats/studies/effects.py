@@ -195,9 +195,9 @@ def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,
     the paired percentile interval of its difference.
 
     ``layers``: role, layer, sfm (the layer-profile table); ``per_example``: example_id, layer, baseline,
-    variant (per-example SFM). Columns: role, layer, sfm, runner_up, runner_up_sfm, difference (mean over
-    examples of top − runner-up), ci_low, ci_high, p_adj, others, n; no runner-up columns without
-    per-example values or with one layer.
+    variant (per-example SFM). Columns: role, layer, sfm, layers (how many the model has), runner_up, runner_up_sfm, difference (mean over
+    examples of top − runner-up), ci_low, ci_high, p_adj, others, n; the runner-up columns are empty
+    without per-example values or with one layer.
 
     >>> lay = pd.DataFrame({"role": ["variant"] * 3, "layer": [0, 1, 2], "sfm": [0.5, 0.9, 0.6]})
     >>> ex = pd.DataFrame({"example_id": [0, 1, 2, 3] * 3, "layer": [0] * 4 + [1] * 4 + [2] * 4,
@@ -210,7 +210,7 @@ def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,
     for role, t in layers.groupby("role", sort=False):
         t = t.sort_values("sfm", ascending=False, kind="stable")
         a = int(t["layer"].iloc[0])
-        row = {"role": role, "layer": a, "sfm": float(t["sfm"].iloc[0])}
+        row = {"role": role, "layer": a, "sfm": float(t["sfm"].iloc[0]), "layers": len(t)}
         if per_example is not None and len(t) > 1 and role in per_example:
             w = per_example.pivot(index="example_id", columns="layer", values=role).dropna()
             others = [int(x) for x in t["layer"].iloc[1:]]
@@ -222,4 +222,7 @@ def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,
                        p_adj=min(1.0, float(res["p_raw"].max()) * len(others)),
                        above_all=bool((res["mean_diff"] > 0).all()), others=len(others), n=len(w))
         rows.append(row)
-    return pd.DataFrame(rows)
+    # the columns are there (empty) when no model has a runner-up: one layer, or no per-example values
+    return pd.DataFrame(rows).reindex(columns=list(dict.fromkeys(
+        ["role", "layer", "sfm", "layers", "runner_up", "runner_up_sfm", "difference", "ci_low", "ci_high", "p_adj",
+         "above_all", "others", "n", *(k for r in rows for k in r)])))

@@ -77,6 +77,15 @@ def facts(ctx: PairContext) -> dict:
             "confidence": ctx.settings.confidence, "first_key_fields": ctx.first_key_fields}
 
 
+def layers_phrase(ctx) -> str:
+    """"12 layers", or for a capture that stored some: "layers 3, 7 of 12"."""
+    cap = ctx.pair.baseline.capture or {}
+    if cap.get("layers_stored"):
+        of = f" of {cap['model_layers']}" if cap.get("model_layers") else ""
+        return f"layer{'s' if len(cap['layers_stored']) > 1 else ''} {', '.join(map(str, cap['layers_stored']))}{of}"
+    return f"{ctx.n_layers} layer{'s' if ctx.n_layers != 1 else ''}"
+
+
 def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                       progress: Callable[[str], None] | None = None, within_study: bool = False,
                       bias_off=None) -> Report:
@@ -92,7 +101,7 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
     rep = build_report(
         ctx, pair_sections(), title=ctx.subject,
         subtitle=f"Baseline {p.baseline.run_id} · variant {p.variant.run_id} · {when} · {ctx.n_examples} examples · "
-                 f"{ctx.n_layers} layers × {ctx.n_heads} heads",
+                 f"{layers_phrase(ctx)} × {ctx.n_heads} heads",
         methods=lambda draft: pair_methods(draft, s), provenance=provenance(p, s, ctx.step), facts=facts(ctx),
         scope=(scope_claim(ctx.pretrained, within_study, ctx.n_examples),), claim_order=CLAIM_ORDER)
     data = {name: f.frames[key] for sec in rep.sections for f in sec.figures if f.name in FIGURE_DATA
