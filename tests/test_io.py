@@ -544,3 +544,17 @@ def test_heads_with_attention_sinks_store_rows_below_one_and_their_sink_mass_is_
         # rows summing to 1.05 (every weight still below 1): more than a sink head's row can hold
         write_run(tmp_path / "over", [random_attention(rng, 1, 2, len(f)) * 1.05 for f in fields], fields,
                   head_types=["sink", "sink"])
+
+
+def test_a_subset_stored_before_layer_numbers_were_kept_is_said_to_be_renumbered():
+    # such runs recorded the stored count as model.layers and numbered rows 0..k-1: layers_stored [1] with
+    # model.layers 1 cannot be the model's numbering, and the methods must not claim it is
+    from routestats.compose.pair.methods import capture_sentences
+    from routestats.rundir.read import stored_layers
+
+    base = {"class": None, "family": None, "model_type": None, "path": None, "inputs": [], "special_tokens": None,
+            "truncation": None, "cap": None, "examples_truncated": None, "quantisation": None, "dtype": None}
+    old = capture_sentences({**base, **stored_layers(1, [1])}, None, 4)
+    new = capture_sentences({**base, **stored_layers(2, [1])}, None, 4)
+    assert "number them 0 to 0" in old and "own layer numbers" not in old
+    assert "Only layers 1 of its 2 were stored" in new

@@ -136,9 +136,7 @@ class Run:
             "fallbacks": count(trunc.get("fallback_longest_first")),
             "tokens_cut": {str(k): v for k, v in cut.items() if count(v) is not None},
             "pairing_reason": text(pairing.get("reason")) if pairing.get("kind") == "checkpoints" else None,
-            "model_layers": count(model.get("layers")),
-            "layers_stored": [x for x in cap["layers_stored"] if count(x) is not None]
-            if isinstance(cap.get("layers_stored"), list) else None,
+            **stored_layers(count(model.get("layers")), cap.get("layers_stored")),
         }
 
     @property
@@ -400,6 +398,20 @@ class Run:
                     raise RunFormatError(
                         f"{self.path / S.attention_file(step, S.FORM_REDUCTIONS)}: column {col!r} of example_id "
                         f"{r.example_id} differs from the stored matrices by {err.max():.3g} (> {atol:g})")
+
+
+def stored_layers(model_layers: int | None, stored) -> dict:
+    """``model_layers``, ``layers_stored`` and ``layers_renumbered``: runs written before rows kept the model's
+    layer numbers recorded the stored count as ``model.layers`` and numbered the stored layers 0..k-1; such a run
+    is recognised by a stored layer at or beyond its recorded layer count.
+
+    >>> stored_layers(2, [1])["layers_renumbered"], stored_layers(1, [1])["layers_renumbered"]
+    (False, True)
+    """
+    stored = [x for x in stored if isinstance(x, int) and not isinstance(x, bool) and x >= 0] \
+        if isinstance(stored, list) else None
+    renumbered = bool(stored) and model_layers is not None and max(stored) >= model_layers
+    return {"model_layers": model_layers, "layers_stored": stored or None, "layers_renumbered": renumbered}
 
 
 def _stream(path, blocks, build):

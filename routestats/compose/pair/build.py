@@ -80,7 +80,7 @@ def facts(ctx: PairContext) -> dict:
 def layers_phrase(ctx) -> str:
     """"12 layers", or for a capture that stored some: "layers 3, 7 of 12"."""
     cap = ctx.pair.baseline.capture or {}
-    if cap.get("layers_stored"):
+    if cap.get("layers_stored") and not cap.get("layers_renumbered"):
         of = f" of {cap['model_layers']}" if cap.get("model_layers") else ""
         return f"layer{'s' if len(cap['layers_stored']) > 1 else ''} {', '.join(map(str, cap['layers_stored']))}{of}"
     return f"{ctx.n_layers} layer{'s' if ctx.n_layers != 1 else ''}"

@@ -58,7 +58,11 @@ def capture_sentences(base: dict | None, variant: dict | None, n_examples: int) 
               if base["fallbacks"] else "")
         out.append(f"Records were cut to the {base['cap']}-token cap ({rule}): {base['examples_truncated']} of "
                    f"{n_examples} examples were truncated (tokens cut: {cut}){fb}.")
-    if base.get("layers_stored"):
+    if base.get("layers_renumbered"):
+        out.append(f"Only layers {', '.join(map(str, base['layers_stored']))} were stored, by a capture written "
+                   "before runs kept the model's layer numbers: tables and figures number them 0 to "
+                   f"{len(base['layers_stored']) - 1}.")
+    elif base.get("layers_stored"):
         of = f" of its {base['model_layers']}" if base.get("model_layers") else ""
         out.append(f"Only layers {', '.join(map(str, base['layers_stored']))}{of} were stored; tables and figures "
                    "label them by the model's own layer numbers.")
