@@ -348,9 +348,14 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
                   data_order_id=plan.data_order_id, fields=plan.fields_manifest(), causal=loaded.causal)
     w.write_examples(plan.examples())
     if shards:
-        first = load_run(shards[0][1]).manifest["evaluation"]
-        how = {**first["capture"]["attention"], "shards": len(shards)}
-        chunk_mb, on_device = 0.0, bool(first["capture"]["reductions_on_device"])
+        evs = [load_run(d).manifest.get("evaluation") for _, d in shards]
+        caps = [e.get("capture") if isinstance(e, dict) else None for e in evs]
+        if not all(isinstance(c, dict) and isinstance(c.get("attention"), dict) for c in caps) or \
+                not all(isinstance(e.get("seconds"), (int, float)) for e in evs):
+            raise RoutestatsError(f"{shards[0][1].parent.parent}: a shard run's manifest is not a capture's; remove "
+                                  "the shard folder and rerun")
+        how = {**caps[0]["attention"], "shards": len(shards)}
+        chunk_mb, on_device = 0.0, bool(caps[0].get("reductions_on_device"))
     else:
         chunk_mb, how, notice = choose_attention(loaded, plan, cond, forms=forms, dtype=dtype,
                                                  batch_size=batch_size, mode=attention, budget_mb=attention_mb,
@@ -395,8 +400,7 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
                               "device": str(device), "layers_stored": list(layers) if layers is not None else None,
                               "value_norms": "" if value_norms else (loaded.no_value_norms or "matrices not stored"),
                               "reductions_on_device": on_device, "attention": how},
-                  "seconds": round(sum(load_run(d).manifest["evaluation"]["seconds"] for _, d in shards)
-                                   if shards else time.perf_counter() - t0, 3)}
+                  "seconds": round(sum(e["seconds"] for e in evs) if shards else time.perf_counter() - t0, 3)}
     w.finalize(pretrained=True, model=loaded.provenance(), evaluation=evaluation,
                software=software_versions(("torch", "transformers")), **({"pairing": pairing} if pairing else {}))
     return path
