@@ -127,6 +127,44 @@ def profile(layers: pd.DataFrame, effects: pd.DataFrame, labels: dict):
     return fig
 
 
+VERDICT_COLORS = {"rose": "#2a7d4f", "fell": "#b03a2e", "excludes": "#8fbf9f", "includes": "0.55"}
+VERDICT_WORDS = {"rose": "rose (p < α)", "fell": "fell (p < α)", "excludes": "interval excludes 0, p ≥ α",
+                 "includes": "interval includes 0"}
+
+
+@drawer("answer_layers")
+def answer_layers(frames, params):
+    """The answer at a glance: each layer's estimate with its interval, coloured by the verdict the headline
+    states of it (rose, fell, excludes 0 without p < α, includes 0); with ``points``, each unit's estimate
+    (a seed's Δ) as a small dot beside it. Compact: it sits beside the first-screen sentence."""
+    e = frames["estimates"].sort_values("layer")
+    pts = frames.get("points")
+    n = len(e)
+    fig, ax = plt.subplots(figsize=(4.6, 2.7))
+    x = e["layer"].to_numpy(float)
+    if pts is not None and len(pts):
+        jitter = np.random.default_rng(0).uniform(-0.12, 0.12, len(pts))
+        ax.scatter(pts["layer"].to_numpy(float) - 0.22 + jitter, pts["estimate"], s=9, color="0.45", alpha=0.8,
+                   lw=0, label=f"each {params.get('points', 'unit')}", zorder=2)
+    for verdict, color in VERDICT_COLORS.items():
+        g = e[e["asserted"] == verdict]
+        if not len(g):
+            continue
+        err = np.vstack([g["estimate"] - g["low"], g["high"] - g["estimate"]])
+        ax.errorbar(g["layer"].to_numpy(float), g["estimate"], yerr=err, fmt="o", ms=4 if n <= 12 else 3,
+                    capsize=3 if n <= 12 else 0, color=color, lw=1.4, label=VERDICT_WORDS[verdict], zorder=3)
+    ax.axhline(0, color="0.25", lw=0.9, ls="--", zorder=1)
+    layer_ticks(ax, e["layer"].unique(), most=10)
+    ax.set_xlim(x.min() - 0.6, x.max() + 0.6)
+    ax.tick_params(labelsize=9)
+    ax.set_xlabel("layer", fontsize=10)
+    ax.set_ylabel(f"Δ {params.get('metric', 'SFM')} ({params.get('conf', '95%')} interval)", fontsize=9)
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False,
+              handletextpad=0.3, columnspacing=1.0)
+    fig.tight_layout(pad=0.4)
+    return fig
+
+
 @drawer("flow_measures")
 def flow_measures(frames, params):
     """Δ SFM per layer with its CI under each routing measure (weights, norm-weighted, rollout)."""

@@ -25,6 +25,33 @@ def heatmap(frames, params):
     return fig
 
 
+@drawer("mofa_answer")
+def answer(frames, params):
+    """The first screen's figure: each ratio's perplexity relative to its domain's lowest mean (0 = the lowest),
+    one line per domain through the seed means, each seed a faint dot."""
+    r = frames["relative"]
+    order = list(params["order"])
+    domains = list(dict.fromkeys(r["domain"]))
+    colors = palette("colorblind", len(domains))
+    fig, ax = plt.subplots(figsize=(4.6, 2.7))
+    x = {ratio: i for i, ratio in enumerate(order)}
+    for k, (dom, color) in enumerate(zip(domains, colors)):
+        g = r[r["domain"] == dom]
+        off = (k - (len(domains) - 1) / 2) * 0.06
+        ax.scatter(g["ratio"].map(x) + off, 100 * g["relative"], s=8, color=color, alpha=0.45, lw=0)
+        m = g.groupby("ratio")["relative"].mean().reindex(order)
+        ax.plot(np.arange(len(order)) + off, 100 * m.to_numpy(), marker="o", ms=4, lw=1.4, color=color,
+                label=F.plain(dom))
+    ax.axhline(0, color="0.25", lw=0.9, ls="--")
+    ax.set_xticks(range(len(order)), order)
+    ax.tick_params(labelsize=9)
+    ax.set_xlabel("ratio (softmax:sigmoid heads)", fontsize=10)
+    ax.set_ylabel("PPL above the domain's\nlowest mean (%)", fontsize=9)
+    ax.legend(fontsize=7.5, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout(pad=0.4)
+    return fig
+
+
 @drawer("mofa_pca")
 def pca(frames, params):
     s = frames["scores"].sort_values("pc1")

@@ -126,6 +126,15 @@ def _sentences(rep: Report, where: str, s: str, prefix: str, numbers: dict) -> l
     return out
 
 
+ANSWER = "answer-at-a-glance"  # the figures key of a part's first-screen figure
+
+
+def answer_figure(rep: Report):
+    """The figure beside a report's first-screen answer: the answer claim's own, or None."""
+    c = rep.answer_claim
+    return c.figure if c is not None else None
+
+
 def build_context(report: Report, figures: dict | None = None) -> dict:
     """The dict rendered by ``report.html.j2``. ``figures`` maps (part slug, figure name) -> PNG bytes."""
     from routestats import __version__
@@ -153,7 +162,9 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
                 continue
             blocks.append({"id": sec.id, "title": sec.title, "tables": shown, "figures": figs,
                            "text": sec.skipped or sec.text, "skipped": bool(sec.skipped)})
-        parts.append({"slug": s, "label": rep.title, "subtitle": rep.subtitle,
+        key = figures.get((s, ANSWER))
+        parts.append({"slug": s, "label": rep.title, "subtitle": rep.subtitle, "answer": rep.answer,
+                      "answer_png": embedded(key) if isinstance(key, bytes) else None,
                       "findings": _sentences(rep, "finding", s, prefix, numbers),
                       "headline": _sentences(rep, "headline", s, prefix, numbers),
                       "blocks": blocks, "methods": rep.methods, "provenance_rows": provenance_rows(dict(rep.provenance)),
@@ -196,7 +207,7 @@ def markdown(report: Report) -> str:
     for rep, _, _ in _parts(report):
         out += [f"# {rep.title}", "", rep.subtitle, ""]
         if rep.headline:
-            out += ["## Answer", "", " ".join(rep.headline), ""]
+            out += ["## Answer", ""] + ([f"**{rep.answer}**", ""] if rep.answer else []) + [" ".join(rep.headline), ""]
         out += [f"- {f}" for f in rep.findings] + [""]
         for sec in rep.sections:
             shown = [t for t in sec.tables if t.shown]
@@ -249,6 +260,10 @@ def _render_into(report: Report, out: Path, formats: Sequence[str], progress, ve
                     continue
                 jobs[prefix + f.name] = f
                 where[prefix + f.name] = (s, f.name)
+        key = answer_figure(rep)
+        if key is not None:  # the first screen's figure, beside the answer
+            jobs[prefix + key.name] = key
+            where[prefix + key.name] = (s, ANSWER)
     pngs = draw_all(jobs, out / "figures", vector=vector)
     figs = {where[stem]: png for stem, png in pngs.items()}
     figs.update(widgets)

@@ -218,6 +218,12 @@ class Claim:
     ``requires`` are its preconditions (:class:`Check` s), computed from ``evidence`` and ``design``
     by :func:`evaluate` whenever they are read; ``because`` are reasons that hold by the design of the
     report and are shown, not tested. A claim is printed only when every check holds (:attr:`holds`).
+
+    ``short`` is the claim in brief, for a report's first screen (:attr:`Report.answer`): the same verdict
+    under the same checks, its numbers left to ``figure`` (the :class:`Figure` that shows it) and to the
+    full sentence. A ``qualifier`` is a headline claim that qualifies the answer (a confound such as mass moving
+    off special tokens, a test that cannot reach alpha): its brief form joins the answer's sentence, never stands
+    alone.
     """
 
     kind: str
@@ -230,6 +236,9 @@ class Claim:
     because: tuple[str, ...] = ()
     evidence: pd.DataFrame | None = field(default=None, repr=False, compare=False)
     design: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    short: str = ""
+    figure: Figure | None = field(default=None, repr=False, compare=False)
+    qualifier: bool = False
 
     @property
     def checks(self) -> tuple[tuple[str, bool], ...]:
@@ -257,8 +266,8 @@ class Section:
 
 def claims_frame(claims) -> pd.DataFrame:
     """The tidy frame of claims (what ``claims.csv`` holds): sentence, kind, where, table, key, rows,
-    asserts (what it says of each row, :func:`asserted_rows`), checks (``name=True;...``, computed), printed
-    and because (reasons, ``;``-separated).
+    asserts (what it says of each row, :func:`asserted_rows`), checks (``name=True;...``, computed), printed,
+    because (reasons, ``;``-separated) and short (the brief form, when the claim has one).
 
     >>> import pandas as pd
     >>> ev = pd.DataFrame({"layer": [1], "p_holm": [0.01]})
@@ -270,9 +279,9 @@ def claims_frame(claims) -> pd.DataFrame:
     return pd.DataFrame([{"sentence": c.sentence, "kind": c.kind, "where": c.where, "table": c.table, "key": c.key,
                           "rows": ",".join(str(r) for r in c.rows), "asserts": asserted_rows(c),
                           "checks": ";".join(f"{name}={ok}" for name, ok in c.checks), "printed": c.holds,
-                          "because": ";".join(c.because)}
+                          "because": ";".join(c.because), "short": c.short}
                          for c in claims], columns=["sentence", "kind", "where", "table", "key", "rows", "asserts",
-                                                    "checks", "printed", "because"])
+                                                    "checks", "printed", "because", "short"])
 
 
 def asserted_rows(claim: Claim) -> str:
@@ -333,6 +342,37 @@ class Report:
     def findings(self) -> tuple[str, ...]:
         """The printed per-layer (per-domain, per-point) sentences under the headline."""
         return self._printed("finding")
+
+    @property
+    def answer_claim(self) -> Claim | None:
+        """The printed headline claim that answers the report's question: the first with a brief form that is not a
+        qualifier."""
+        return next((c for c in self.claims if c.where == "headline" and c.short and not c.qualifier and c.holds),
+                    None)
+
+    @property
+    def answer(self) -> str:
+        """The answer in one short sentence for the first screen: the brief form of :attr:`answer_claim`,
+        with the brief forms of the printed headline claims that qualify it (confounds such as mass moving
+        off special tokens) in the same sentence; '' when no headline claim has a brief form.
+
+        >>> import pandas as pd
+        >>> ev = pd.DataFrame({"layer": [0], "p": [0.01]})
+        >>> rose = Claim("rose", "SFM rose in layer 0 (Δ +0.1, p = 0.01).", "headline", evidence=ev,
+        ...              requires=(Check("p < 0.05", "p < 0.05"),), short="SFM rose in layer 0 of 1.")
+        >>> conf = Claim("unnamed_shift", "...", "headline", short="part of it is mass leaving special tokens",
+        ...              qualifier=True)
+        >>> Report("t", "s", (Section("e", "E", claims=(rose, conf)),)).answer
+        'SFM rose in layer 0 of 1; part of it is mass leaving special tokens.'
+        >>> Report("t", "s", (Section("e", "E", claims=(rose,)),), scope=()).answer_claim.kind
+        'rose'
+        """
+        main = self.answer_claim
+        if main is None:
+            return ""
+        more = [c.short.rstrip(".") for c in self.claims if c.where == "headline" and c.qualifier and c.short
+                and c.holds]
+        return "; ".join([main.short.rstrip("."), *more]) + "."
 
     def claims_frame(self) -> pd.DataFrame:
         """Every claim of this report (not of its parts) as a tidy frame (see :func:`claims_frame`)."""

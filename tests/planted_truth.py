@@ -179,7 +179,7 @@ def check_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None, tables: 
 
 
 def direction(v: Verdict, sentence: str, asserts: str, rows: pd.DataFrame, sc,
-              cols: tuple[str, str, str] = ("p_holm", "ci_low", "ci_high")) -> None:
+              cols: tuple[str, str, str] = ("p_holm", "ci_low", "ci_high"), short: str = "") -> None:
     """Rose/fell/excludes/includes per layer: the decision rule recomputed from the cells, and the planted sign."""
     a = family_alpha(sentence)
     said = dict(x.split("=") for x in asserts.split(";") if x)
@@ -195,11 +195,18 @@ def direction(v: Verdict, sentence: str, asserts: str, rows: pd.DataFrame, sc,
         if word == "rose" and not e > 0 or word == "fell" and not e < 0:
             v.problems.append(f"layer {layer} '{word}' but the planted effect is {e:+g}")
     for word in ("rose", "fell"):
-        m = re.search(rf"SFM {word} in (all \d+ layers|layers? [\d–, and]+?) \(", sentence)
-        named = set(range(sc.layers)) if m and m.group(1).startswith("all") else \
-            set(layer_list(m.group(1).split(" ", 1)[1])) if m else set()
-        if named != {int(k) for k, w in said.items() if w == word}:
-            v.problems.append(f"the words name {sorted(named)} as '{word}', the claim's rows say otherwise")
+        # the sentence and its brief form (the report's first-screen answer) name the same layers as the rows
+        # (the brief form: "SFM rose in layers 0 and 1 of 3 and fell in layer 2 of 3, ...")
+        for text, pattern in ((sentence, rf"SFM {word} in (all \d+ layers|layers? [\d–, and]+?) \("),
+                              (short, rf"(?:SFM|and) {word} in (all \d+ layers|layers? [\d–, and]+?) of \d+")):
+            if not text:
+                continue
+            m = re.search(pattern, text) or (re.search(rf"(?:SFM|and) {word} in (all \d+ layers)", text)
+                                             if text is short else None)
+            named = set(range(sc.layers)) if m and m.group(1).startswith("all") else \
+                set(layer_list(m.group(1).split(" ", 1)[1])) if m else set()
+            if named != {int(k) for k, w in said.items() if w == word}:
+                v.problems.append(f"the words {text[:40]!r}… name {sorted(named)} as '{word}', the rows say otherwise")
     v.judged_by_truth = True
 
 
@@ -210,7 +217,10 @@ def judge_row(row: pd.Series, tables: dict, sc: Scenario, examples: pd.DataFrame
     check_numbers(v, s, rows, tables)
     asserts = row["asserts"] if isinstance(row["asserts"], str) else ""
     if kind in ("rose", "fell", "mixed", "no_evidence") and rows is not None:
-        direction(v, s, asserts, rows, sc)
+        short = row["short"] if isinstance(row.get("short"), str) else ""
+        direction(v, s, asserts, rows, sc, short=short)
+        if short and f"({sc.n - sc.unnamed} examples)" not in short:
+            v.problems.append(f"the brief answer does not count the {sc.n - sc.unnamed} examples it rests on")
         used = sc.n - sc.unnamed
         said = f"({used} of {sc.n} examples; {sc.unnamed} without a valid query left out" if sc.unnamed else \
             f"({sc.n} examples"
@@ -360,7 +370,8 @@ def judge_study_row(row: pd.Series, tables: dict, sc: StudyScenario) -> Verdict:
     k = len(sc.seeds)
     asserts = row["asserts"] if isinstance(row["asserts"], str) else ""
     if kind in ("rose", "fell", "mixed", "no_evidence") and rows is not None:
-        direction(v, s, asserts, rows, sc, ("p_t_holm", "ci_low_t", "ci_high_t"))
+        direction(v, s, asserts, rows, sc, ("p_t_holm", "ci_low_t", "ci_high_t"),
+                  short=row["short"] if isinstance(row.get("short"), str) else "")
         if f"Across {k} seeds" not in s:
             v.problems.append(f"the lead does not say {k} seeds")
     elif kind == "signflip_floor":

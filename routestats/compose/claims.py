@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from routestats.report import Check, Claim, fmt_ci, fmt_num, fmt_p
+from routestats.report import Check, Claim, Figure, fmt_ci, fmt_num, fmt_p
 
 __all__ = ["layers_phrase", "direction_claim", "direct_learned_claim", "signed", "span", "span_r", "p_after",
            "ci_text", "p_max_phrase", "floor_text", "rows_of", "profile_claims"]
@@ -168,9 +168,12 @@ def effect_list(g: pd.DataFrame, est: str) -> str:
 
 def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi: str, alpha: float, metric: str,
                     table: str, conf: str, where: str = "headline", floor: float | None = None,
-                    family: str = "Holm over layers", floor_note: str = "") -> Claim:
+                    family: str = "Holm over layers", floor_note: str = "", brief: str = "") -> Claim:
     """The answer over a family of layers: which rose or fell (p < alpha and the interval on that side
     of 0), which have an interval excluding 0 without reaching alpha after Holm, and which include 0.
+
+    Its brief form (``short``, the report's first-screen answer) says the verdict and ``brief``, the scope in a
+    few words; its ``figure`` (kind ``answer_layers``) shows every layer's estimate and interval.
 
     >>> t = pd.DataFrame({"layer": [0, 1, 2], "d": [0.12, 0.03, 0.01], "p": [0.001, 0.2, 0.6],
     ...                   "lo": [0.05, 0.01, -0.02], "hi": [0.2, 0.06, 0.03]})
@@ -209,6 +212,15 @@ def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi
     asserted = {**{int(x): "rose" for x in up["layer"]}, **{int(x): "fell" for x in down["layer"]},
                 **{int(x): "excludes" for x in excl["layer"]}, **{int(x): "includes" for x in incl["layer"]}}
     evidence = t.assign(asserted=[asserted.get(int(x), "") for x in t["layer"]])
+    n = len(t)
+    said = [f"{word} in " + (f"all {n} layers" if len(g) == n and n > 1 else f"{layers_phrase(g['layer'])} of {n}")
+            for word, g in (("rose", up), ("fell", down)) if len(g)]
+    short = (f"{metric} {' and '.join(said)}" if said else f"No layer's {metric} change reaches p_Holm < {alpha:g}") \
+        + (f", {brief}" if brief else "") + "."
+    figure = Figure("answer", "answer_layers", {"estimates": pd.DataFrame(
+        {"layer": t["layer"].astype(int).to_numpy(), "estimate": t[est].to_numpy(float), "low": t[lo].to_numpy(float),
+         "high": t[hi].to_numpy(float), "asserted": evidence["asserted"].to_numpy()})},
+        {"metric": metric, "conf": conf})
     a = repr(float(alpha))
     checks = (Check("rose: p_holm < alpha and ci_low > 0", f"`{p}` < {a} and `{lo}` > 0", "asserted == 'rose'"),
               Check("fell: p_holm < alpha and ci_high < 0", f"`{p}` < {a} and `{hi}` < 0", "asserted == 'fell'"),
@@ -217,7 +229,7 @@ def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi
               Check("includes 0: ci_low <= 0 <= ci_high", f"`{lo}` <= 0 and `{hi}` >= 0", "asserted == 'includes'"),
               Check("every layer of the table is described", f"rows == {len(t)}", "asserted != ''", on="design"))
     return Claim(kind, f"{lead}, {text}.", where, table, tuple(int(x) for x in t["layer"]), "layer", checks,
-                 evidence=evidence)
+                 evidence=evidence, short=short, figure=figure)
 
 
 def direct_learned_claim(decomp: pd.DataFrame, bias_off_runs: int) -> Claim:

@@ -36,7 +36,7 @@ from routestats.studies.mofa import (
 
 __all__ = ["build_mofa_report", "MofaContext", "MOFA_SECTIONS", "CLAIM_ORDER"]
 
-CLAIM_ORDER = ("counts", "endpoint_worst", "worst_best", "floor", "pca")
+CLAIM_ORDER = ("best_ratio", "counts", "endpoint_worst", "worst_best", "floor", "pca")
 
 
 def shown_tables(t: dict, ratios: list, pca: PCAResult | None, s: AnalysisSettings) -> dict[str, Table]:
@@ -170,7 +170,34 @@ def ranking_section(ctx: MofaContext) -> Section:
                   requires=(Check("the count is of the ranked domains", f"rows >= {n_end}", on="design"),))
     return Section("ranking", "Zero-shot perplexity by domain",
                    (Table("ppl", ctx.ppl), tables["ranking"], tables["per_ratio"]),
-                   (Figure("mofa-heatmap", "mofa_heatmap", {"mean_ppl": Y, "zscore": z}),), claims=(claim,))
+                   (Figure("mofa-heatmap", "mofa_heatmap", {"mean_ppl": Y, "zscore": z}),),
+                   claims=(best_ratio_claim(tables["per_ratio"].frame, ranking, ctx.ppl, ctx.order, ctx.n_seeds), claim))
+
+
+def best_ratio_claim(per_ratio: pd.DataFrame, ranking: pd.DataFrame, ppl: pd.DataFrame, order: list,
+                     n_seeds: int) -> Claim:
+    """The answer: which ratio has the lowest mean perplexity in how many domains (a ranking of means, not a test:
+    the worst-vs-best test qualifies it), with the figure of every ratio's perplexity relative to its domain's
+    lowest, per seed and mean."""
+    d = len(ranking)
+    best = per_ratio[per_ratio["n_best"] > 0].sort_values("n_best", ascending=False, kind="stable")
+    top = best.iloc[0]
+    if int(top["n_best"]) == d:
+        short = f"Ratio {top['ratio']} has the lowest mean perplexity in all {d} domains ({n_seeds} seeds)."
+    else:
+        short = ("No one ratio has the lowest mean perplexity in every domain: "
+                 + ", ".join(f"{r['ratio']} in {int(r['n_best'])} of {d}" for _, r in best.iterrows())
+                 + f" ({n_seeds} seeds).")
+    sentence = (short[:-1] + "; "
+                + "; ".join(f"{r['domain']}: lowest {r['best']}, highest {r['worst']}, spread "
+                            f"{fmt_num(r['spread'], 1)} PPL" for _, r in ranking.iterrows()) + ".")
+    mean = ppl.groupby(["domain", "ratio"])["ppl"].mean()
+    lowest = mean.groupby(level="domain").min()
+    rel = ppl.assign(relative=ppl["ppl"] / ppl["domain"].map(lowest) - 1)[["domain", "ratio", "seed", "relative"]]
+    return Claim("best_ratio", sentence, "headline", "per_ratio", tuple(per_ratio["ratio"]), "ratio",
+                 requires=(Check("each domain has one lowest ratio", "n_best == domains", on="design"),),
+                 evidence=per_ratio, design={"n_best": int(per_ratio["n_best"].sum()), "domains": d}, short=short,
+                 figure=Figure("answer", "mofa_answer", {"relative": rel}, {"order": list(order)}))
 
 
 def worst_best_claims(wb: pd.DataFrame, alpha: float, test: str) -> list[Claim]:
@@ -180,11 +207,14 @@ def worst_best_claims(wb: pd.DataFrame, alpha: float, test: str) -> list[Claim]:
     p = "p_holm" if "p_holm" in wb else "p_raw"
     floor = wb["min_attainable_p"].max()
     reach = not (np.isfinite(floor) and floor > alpha)
+    reached = int((wb[p] < alpha).sum())
     out = [Claim("worst_best", f"Worst − best PPL reaches p < {alpha:g} ({test}-test across seeds, "
                  f"{'Holm over domains' if p == 'p_holm' else 'per domain, unadjusted'}) in {int((wb[p] < alpha).sum())} "
                  f"of {len(wb)} domains; worst and best are picked from the same perplexities, so these p-values are "
-                 "optimistic.", "finding", "worst_best", tuple(wb["stratum"]), "stratum",
-                 requires=(Check("the test can reach alpha", f"not (min_attainable_p > {alpha!r})"),), evidence=wb)]
+                 "optimistic.", "headline", "worst_best", tuple(wb["stratum"]), "stratum",
+                 requires=(Check("the test can reach alpha", f"not (min_attainable_p > {alpha!r})"),), evidence=wb,
+                 short=f"worst − best reaches p < {alpha:g} in {reached} of {len(wb)} domains ({test}-test, "
+                       f"{'Holm' if p == 'p_holm' else 'unadjusted'}; optimistic)", qualifier=True)]
     if not reach:
         out.append(Claim("floor", f"With {int(wb['n_seeds'].min())} seeds the {test} test cannot reach p < {alpha:g} "
                          f"(smallest attainable p = {floor_text(floor, floor)}).", "finding", "worst_best",

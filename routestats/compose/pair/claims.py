@@ -81,8 +81,14 @@ def unnamed_claims(masses: pd.DataFrame) -> list[Claim]:
                  f"about {signed(part)}, {100 * share:.0f}% of the raw change")
     cited = masses[masses["layer"] == layer].set_index("role")["unnamed_mass"]
     evidence = pd.DataFrame({"layer": [layer], "unnamed_change": [float(cited["variant"] - cited["baseline"])]})
+    brief = (f"in layer {layer} about {100 * share:.0f}% of that change is attention "
+             f"{'leaving' if du < 0 else 'moving onto'} special tokens and "
+             f"separators (SFM over the named keys: {signed(d_named)})" if share > 0 else
+             f"part of it is attention moving to or from special tokens and separators (layer {layer}: SFM over the "
+             f"named keys {signed(d_named)} against {signed(d_raw)} raw)")
     return [Claim("unnamed_shift", text + ".", "headline", "masses", (layer,),
-                  requires=(Check("|change of unnamed mass| > 0.01", "abs(unnamed_change) > 0.01"),), evidence=evidence)]
+                  requires=(Check("|change of unnamed mass| > 0.01", "abs(unnamed_change) > 0.01"),), evidence=evidence,
+                  short=brief, qualifier=True)]
 
 
 def learned_sink_claims(masses: pd.DataFrame) -> list[Claim]:
@@ -99,7 +105,10 @@ def learned_sink_claims(masses: pd.DataFrame) -> list[Claim]:
                   "headline", "masses", tuple(sorted({int(lo["layer"]), int(hi["layer"])})),
                   requires=(Check("some sink mass > 0.01", "sink_mass > 0.01", every="any"),
                             Check("sink mass is a share", "sink_mass >= 0 and sink_mass <= 1")),
-                  evidence=masses.loc[[lo.name, hi.name]])]
+                  evidence=masses.loc[[lo.name, hi.name]],
+                  short=f"the model's learned sinks take {100 * float(lo['sink_mass']):.0f}–"
+                        f"{100 * float(hi['sink_mass']):.0f}% of a layer's attention, counted in no field",
+                  qualifier=True)]
 
 
 def sink_claims(masses: pd.DataFrame, first_fields: dict, n_examples: int) -> list[Claim]:
@@ -120,7 +129,10 @@ def sink_claims(masses: pd.DataFrame, first_fields: dict, n_examples: int) -> li
                   requires=(Check(f"first-key mass >= {SINK:g}", f"first_mass >= {SINK!r}"),
                             Check("the first token is named in most examples", "2 * first_named >= n_examples",
                                   on="design")),
-                  evidence=masses.loc[[top_i]], design={"first_named": count, "n_examples": n_examples})]
+                  evidence=masses.loc[[top_i]], design={"first_named": count, "n_examples": n_examples},
+                  short=f"the first token, an attention sink, takes up to {100 * float(top['first_mass']):.0f}% of a "
+                        f"layer's attention and counts as cross-field outside the {field} field",
+                  qualifier=True)]
 
 
 def early_claims(init: pd.DataFrame, alpha: float, bias_off_runs: int) -> list[Claim]:
@@ -256,13 +268,15 @@ def effects_claims(eff: pd.DataFrame, *, n_examples: int, pretrained: bool, alph
         count += f"; α {alpha * families:g} shared by {families} headline families, {alpha:.3g} each"
     lead = (f"On this pretrained checkpoint ({count}, the intervention applied at inference only)"
             if pretrained else f"Within one initialisation ({count})")
+    brief = (f"on this pretrained checkpoint ({n_used} examples)" if pretrained
+             else f"within one initialisation ({n_used} examples)")
     n_layers = len(eff)
     raw_floor, small = signflip_floor(n_used, permutations)
     floor = min(1.0, n_layers * raw_floor)  # Holm multiplies the smallest p by the number of layers
     note = f" with {n_used} examples" if small else ""
     answer = direction_claim(eff.rename(columns={"mean_diff": "d"}), lead, est="d", p="p_holm", lo="ci_low",
                              hi="ci_high", alpha=alpha, metric="SFM", table="effects", conf=conf, floor=floor,
-                             family=f"Holm over {n_layers} layers", floor_note=note)
+                             family=f"Holm over {n_layers} layers", floor_note=note, brief=brief)
     out = [answer]
     if floor >= alpha:
         out.append(Claim("pair_floor", f"With {n_used} examples the sign-flip test cannot reach p_Holm < {alpha:.3g} "
@@ -270,7 +284,9 @@ def effects_claims(eff: pd.DataFrame, *, n_examples: int, pretrained: bool, alph
                          f"({n_layers} × 2/2^{n_used}); the per-layer intervals show the precision there is.",
                          "headline", "effects", requires=(Check("smallest attainable p_Holm >= alpha",
                                                                 f"floor >= {alpha!r}", on="design"),),
-                         design={"floor": floor}))
+                         design={"floor": floor}, qualifier=True,
+                         short=f"with {n_used} examples no layer can reach it (smallest attainable p_Holm "
+                               f"{floor_text(floor, floor)})"))
     out += small_sample_claims(n_used, confidence)
     return out + effect_findings(eff, conf)
 

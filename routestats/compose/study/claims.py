@@ -26,7 +26,7 @@ def across_seed_claims(across: pd.DataFrame, alpha: float, conf: str) -> list[Cl
     lead = f"Across {k} seeds (seed as the unit; paired t, Holm over layers)"
     out = [direction_claim(across.rename(columns={"mean_delta": "d"}), lead, est="d", p="p_t_holm", lo="ci_low_t",
                            hi="ci_high_t", alpha=alpha, metric="SFM", table="across_seeds", conf=conf,
-                           family=f"Holm over {len(across)} layers")]
+                           family=f"Holm over {len(across)} layers", brief=f"across {k} seeds (seed as the unit)")]
     d = across["mean_delta"]
     sig = (across["p_t_holm"] < alpha)
     if (~sig).any() and ((d > 0).all() or (d < 0).all()):

@@ -9,7 +9,7 @@ the across-seed tests, the two-stage bootstrap, the mixed model).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import pandas as pd
@@ -166,7 +166,19 @@ def across_seeds_section(ctx: StudyContext) -> Section | None:
          Column("t", "t", "num", 2), Column(f"{ctx.conf} CI (t)", ("ci_low_t", "ci_high_t"), "ci"),
          Column("p t (Holm)", "p_t_holm", "p"), Column("p sign-flip (Holm)", "p_signflip_holm", "p"),
          Column("min p", "min_attainable_p", "p"))),
-        claims=across_seed_claims(ctx.across_seeds, ctx.settings.alpha, ctx.conf))
+        claims=with_seed_points(across_seed_claims(ctx.across_seeds, ctx.settings.alpha, ctx.conf),
+                                ctx.deltas[ctx.ref]))
+
+
+def with_seed_points(claims: list, ref: pd.DataFrame) -> list:
+    """The answer's figure with each seed's Δ beside the across-seed interval (one data set: the points of
+    several would share a layer's column)."""
+    if ref["dataset"].nunique() != 1:
+        return claims
+    pts = ref[["seed", "layer", "delta"]].rename(columns={"delta": "estimate"})
+    return [replace(c, figure=replace(c.figure, frames={**c.figure.frames, "points": pts},
+                                      params={**c.figure.params, "points": "seed"}))
+            if c.figure is not None else c for c in claims]
 
 
 @section("hierarchical", "Example vs initialisation variance: two-stage bootstrap")
