@@ -30,6 +30,32 @@ def _panels(keys):
     return n, rows, cols
 
 
+@drawer("regime_answer")
+def answer(frames, params):
+    """The first screen's figure: λ_max of every operating point by layer (one colour per example), the switching
+    threshold λ_max = 1 dashed."""
+    s = frames["summary"]
+    fig, ax = plt.subplots(figsize=(4.6, 2.7))
+    examples = sorted(s["example"].unique())
+    colors = palette("colorblind", len(examples))
+    for ex, color in zip(examples, colors):
+        g = s[s["example"] == ex].sort_values("layer")
+        ax.plot(g["layer"], g["lambda_max"], marker="o", ms=4, lw=1, color=color, label=f"example {int(ex)}")
+    ax.axhline(1, color="0.25", lw=0.9, ls="--")
+    lam = s["lambda_max"].to_numpy(float)
+    if np.all(lam > 0):  # a log axis: λ_max spans orders of magnitude, and 1 stays in view
+        ax.set_yscale("log")
+        ax.set_ylim(min(lam.min(), 1) / 1.5, max(lam.max(), 1) * 1.5)
+    ax.set_xticks(sorted(s["layer"].unique()))
+    ax.tick_params(labelsize=9)
+    ax.set_xlabel("layer", fontsize=10)
+    ax.set_ylabel("λ_max (> 1: switching)", fontsize=9)
+    if len(examples) <= 8:
+        ax.legend(fontsize=7.5, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout(pad=0.4)
+    return fig
+
+
 @drawer("regime_spectrum")
 def spectrum(frames, params):
     t = frames

@@ -101,3 +101,16 @@ def test_a_confound_joins_the_answer_sentence():
                                                                 requires=answer.requires, short=answer.short),
                                                           shift)),))
     assert failed.answer_claim is None and failed.answer == ""
+
+
+def test_the_regime_answer_counts_the_certified_points(tmp_path):
+    from routestats.compose.regime.build import build_regime_report
+    from routestats.settings import AnalysisSettings
+    from tests.test_regime_report import write_points
+
+    run = write_points(tmp_path / "run", layers=(0, 1, 2), examples=(0, 1))
+    rep = build_regime_report(run, AnalysisSettings(probes=64, seed=0))
+    s = rep.frame("summary")
+    k = int((s["lambda_max"] > 1).sum())  # switching certified: λ_max > 1 (METHODS, regime switching)
+    assert rep.answer == f"Switching is certified (λ_max > 1) at {k} of 6 operating point(s), layers 0–2."
+    assert len(rep.answer_claim.figure.frames["summary"]) == 6

@@ -99,7 +99,20 @@ def shown_tables(t: dict) -> dict[str, Table]:
 def summary_claims(s: pd.DataFrame) -> list[Claim]:
     """The count of points with a non-empty S and a certified switch, and each point's certificate in words."""
     pts = tuple(point_label(r) for _, r in s.iterrows())
-    out = [Claim("counts", f"{len(s)} operating point(s); transport-contractive subspace S non-empty at "
+    n, k = len(s), int(s["switches"].sum())
+    top = s.loc[s["lambda_max"].idxmax()]
+    where = (f"layer {int(s['layer'].iloc[0])}" if s["layer"].nunique() == 1 else
+             f"layers {int(s['layer'].min())}–{int(s['layer'].max())}")
+    answer = Claim("certified", f"The spectral certificate shows switching (λ_max > 1) at {k} of {n} operating point(s) "
+                   f"({where}); the largest λ_max is {fmt_sig(top['lambda_max'])} at {point_label(top)}"
+                   + (f"; at the other {n - k}, λ_max ≤ 1: no switching direction is certified there" if k < n else "")
+                   + "; exact for these stored operators, not a sample from a population of inputs.", "headline",
+                   "summary", pts, "point", evidence=s.assign(point=list(pts)),
+                   requires=(Check("switches counted as λ_max > 1", "switches == (lambda_max > 1)"),),
+                   short=f"Switching is certified (λ_max > 1) at {k} of {n} operating point(s), {where}.",
+                   figure=Figure("answer", "regime_answer", {"summary": s[["layer", "example", "token", "lambda_max",
+                                                                           "switches"]]}))
+    out = [answer, Claim("counts", f"{len(s)} operating point(s); transport-contractive subspace S non-empty at "
                  f"{(s['dim_S'] > 0).sum()}, switching certified (λ_max > 1) at {int(s['switches'].sum())}.",
                  "finding", "summary", pts, "point", evidence=s,
                  requires=(Check("every point is counted", f"rows == {len(s)}", on="design"),))]
@@ -147,7 +160,7 @@ def prop1_claims(geo: pd.DataFrame | None) -> list[Claim]:
                                   "null_residual == null_residual"),))]
 
 
-CLAIM_ORDER = ("counts", "point", "more_points", "agreement", "prop1")
+CLAIM_ORDER = ("certified", "counts", "point", "more_points", "agreement", "prop1")
 
 
 @dataclass(frozen=True)
