@@ -292,6 +292,14 @@ def test_sweep_is_resumable(tmp_path):
     assert [x.name for x in res2.complete] == ["saab"] and len(res2.skipped) == 3
     assert (tmp_path / "seed1" / "baseline" / "run.json").stat().st_mtime_ns == kept
     assert len(rs.load_runs(tmp_path)) == 4
+    # 4 steps of the smoke recipe's 20 (its preset): the manifest records the recipe, and the report's first
+    # screen says the runs stopped short of it
+    man = json.loads((tmp_path / "seed1" / "saab" / "run.json").read_text())
+    assert man["recipe"] == {"preset": "smoke", "max_steps": 20} and man["training"]["max_steps"] == 4
+    rep = rs.analyse(tmp_path, resamples=99, permutations=99, flow="off")
+    assert "after 4 of the smoke recipe’s 20 training steps" in rep.answer
+    assert "4 of 4 runs stopped after 4 training steps, short of the smoke preset's 20-step recipe" in \
+        " ".join(rep.headline)
 
 
 def test_untouched_test_evaluation(smoke_study, tmp_path):
@@ -321,6 +329,47 @@ def test_untouched_test_evaluation(smoke_study, tmp_path):
     assert ex["example_id"].tolist() == man["indices"] and ex["in_test_sample"].all()
     t = rs.paired_effects(p, examples="test_sample", mode="numpy", resamples=50, permutations=50)
     assert t["n"].unique().tolist() == [6]
+    # every copy names the run whose weights it evaluates
+    assert p.baseline.manifest["source_run"] == "saab-docstrings-dbpedia-baseline-seed3"
+    assert p.variant.manifest["source_run"] == "saab-docstrings-dbpedia-saab-seed3"
+
+
+def test_the_confirmation_step_reports_the_pair_and_its_decomposition(smoke_study, tmp_path):
+    # the README's order: a pair, its bias-off evaluation beside it, then `evaluate PAIR --out OUT --sample-size N`
+    import shutil
+
+    from runners.training.evaluate import evaluate_bias_off, evaluate_split
+
+    out, _ = smoke_study
+    pair_dir = tmp_path / "pair"
+    pair_dir.mkdir()
+    for name in ("baseline", "saab"):
+        shutil.copytree(out / name, pair_dir / name)
+    shutil.copy(out / "tokenizer.json", pair_dir / "tokenizer.json")
+    evaluate_bias_off(pair_dir / "saab")
+    said = []
+    evaluate_split(pair_dir, tmp_path / "test", sample_size=12, sample_seed=1001, device="cpu", progress=said.append)
+    # by default the pair alone: the folder reports as the pair, with its effects table and its scope said
+    assert sorted(r.run_id for r in rs.load_runs(tmp_path / "test")) == [
+        "saab-docstrings-dbpedia-baseline-seed3-test", "saab-docstrings-dbpedia-saab-seed3-test"]
+    assert any("not evaluated: saab-docstrings-dbpedia-saab-seed3-bias-off" in m for m in said)
+    rep = rs.analyse(tmp_path / "test", resamples=199, permutations=999, flow="off")
+    assert rep.table("effects").frame["n"].unique().tolist() == [12]
+    scope = [c for c in rep.claims if c.kind == "test_sample"]
+    assert scope and scope[0].holds and scope[0].sentence.startswith(
+        "Evaluated on an untouched test sample of 12 examples of the held-out split's")
+    assert "on an untouched test sample of 12, drawn before any model output was seen" in rep.answer
+    # with --include-bias-off the bias-off copy is the decomposition of the variant's copy
+    evaluate_split(pair_dir, tmp_path / "test-all", sample_size=12, sample_seed=1001, device="cpu",
+                   include_bias_off=True)
+    runs = {r.run_id: r for r in rs.load_runs(tmp_path / "test-all")}
+    off = runs["saab-docstrings-dbpedia-saab-seed3-bias-off-test"]
+    assert off.manifest["source_run"] == "saab-docstrings-dbpedia-saab-seed3-test"
+    rep = rs.analyse(tmp_path / "test-all", resamples=199, permutations=999, flow="off")
+    dec = rep.table("decomposition").frame
+    # total = direct + learned per layer (the decomposition's identity on the test sample)
+    w = dec.pivot_table(index="layer", columns="component", values="mean_diff")
+    assert (w["total"] - w["direct"] - w["learned"]).abs().max() < 1e-12
 
 
 @pytest.mark.slow  # over ~10 s on 2 cores (CI still runs it)
@@ -415,6 +464,24 @@ def test_missing_torch_is_one_line(tmp_path):
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().splitlines() == ["error: this command needs torch, which is not installed: "
                                                "pip install -e '.[train]'"]
+
+
+@pytest.mark.parametrize("command, missing, extra", [
+    (["capture", "--model", "m", "--records", "r.csv", "--out", "o"], "torch", "capture"),  # .[capture] brings torch
+    (["capture", "--model", "m", "--records", "r.csv", "--out", "o"], "transformers", "capture"),
+    (["init-probe", "--seeds", "1", "--out", "o"], "torch", "train"),
+], ids=["capture-torch", "capture-transformers", "init-probe-torch"])
+def test_missing_module_names_the_extra_of_the_command(tmp_path, command, missing, extra):
+    # was: capture without torch sent you to .[train] first, then (torch there, transformers not) to .[capture]
+    import subprocess
+    import sys
+
+    code = (f"import sys, runpy; sys.modules[{missing!r}] = None; sys.argv = ['runners', *{command!r}]; "
+            "runpy.run_module('runners', run_name='__main__')")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (f"error: this command needs {missing}, which is not installed: "
+                                                   f"pip install -e '.[{extra}]'")
 
 
 def test_bias_off_evaluation_of_a_wf0_run_equals_the_baseline(smoke_study, tmp_path):

@@ -29,7 +29,7 @@ import pandas as pd
 
 from routestats.report import Check, Claim, Figure, fmt_ci, fmt_num, fmt_p
 
-__all__ = ["layers_phrase", "direction_claim", "direct_learned_claim", "signed", "span", "span_r", "p_after",
+__all__ = ["layers_phrase", "direction_claim", "direct_learned_claim", "design_claims", "signed", "span", "span_r", "p_after",
            "ci_text", "p_max_phrase", "floor_text", "rows_of", "profile_claims"]
 
 
@@ -243,6 +243,52 @@ def direct_learned_claim(decomp: pd.DataFrame, bias_off_runs: int) -> Claim:
                  "decomposition", requires=(Check("a bias-off evaluation exists", "bias_off_runs >= 1", on="design"),
                                             Check("total = direct + learned", "abs(total - direct - learned) <= 1e-9")),
                  evidence=w.reset_index(), design={"bias_off_runs": bias_off_runs})
+
+
+def design_claims(manifests) -> list[Claim]:
+    """What the runs' own manifests say about the evidence's scope, for the first screen (qualifiers of the answer):
+    an untouched test sample (``evaluation.split == "test"``, written by ``python -m runners evaluate
+    --sample-size``), and training stopped short of its preset's recipe (``training.max_steps`` below
+    ``recipe.max_steps``).
+
+    >>> ms = [{"evaluation": {"split": "test", "examples": 256, "records": 2336, "sample_seed": 1001}},
+    ...       {"evaluation": {"split": "test", "examples": 256, "records": 2336, "sample_seed": 1001},
+    ...        "training": {"max_steps": 20}, "recipe": {"preset": "tiny", "max_steps": 500}}]
+    >>> [c.short for c in design_claims(ms)]
+    ['on an untouched test sample of 256, drawn before any model output was seen', 'after 20 of the tiny recipe’s 500 training steps']
+    """
+    manifests = list(manifests)
+    out = []
+    ev = [m.get("evaluation") or {} for m in manifests]
+    if ev and all(e.get("split") == "test" for e in ev):
+        n = sorted({int(e.get("examples", 0)) for e in ev})
+        recs = sorted({e["records"] for e in ev if isinstance(e.get("records"), int)})
+        seeds = sorted({e["sample_seed"] for e in ev if e.get("sample_seed") is not None})
+        size = str(n[0]) if len(n) == 1 else f"{n[0]}–{n[-1]}"
+        out.append(Claim("test_sample", f"Evaluated on an untouched test sample of {size} examples"
+                         + (f" of the held-out split's {recs[0]} records" if len(recs) == 1 else " of the held-out split")
+                         + (f" (reservoir sample, seed {seeds[0]})" if len(seeds) == 1 else "")
+                         + ", drawn and recorded (test_manifest.json) before any model output was seen.", "headline",
+                         requires=(Check("every run is a test-sample evaluation", "test_runs == runs", on="design"),),
+                         design={"test_runs": sum(e.get("split") == "test" for e in ev), "runs": len(ev)},
+                         short=f"on an untouched test sample of {size}, drawn before any model output was seen",
+                         qualifier=True))
+    short = [(int((m.get("training") or {}).get("max_steps")), m["recipe"]) for m in manifests
+             if isinstance(m.get("recipe"), dict) and isinstance((m.get("training") or {}).get("max_steps"), int)
+             and isinstance(m["recipe"].get("max_steps"), int)
+             and int(m["training"]["max_steps"]) < int(m["recipe"]["max_steps"])]
+    if short:
+        steps = sorted({s for s, _ in short})
+        recipe = short[0][1]
+        said = str(steps[0]) if len(steps) == 1 else f"{steps[0]}–{steps[-1]}"
+        out.append(Claim("short_training", f"{len(short)} of {len(manifests)} runs stopped after {said} training steps, "
+                         f"short of the {recipe.get('preset')} preset's {recipe['max_steps']}-step recipe: an early "
+                         "snapshot of training, not the recipe's result.", "headline",
+                         requires=(Check("some run stopped short of its recipe", "short_runs >= 1", on="design"),),
+                         design={"short_runs": len(short)},
+                         short=f"after {said} of the {recipe.get('preset')} recipe’s {recipe['max_steps']} training steps",
+                         qualifier=True))
+    return out
 
 
 def rows_of(frame: pd.DataFrame, key: str = "layer") -> tuple:

@@ -17,6 +17,7 @@ and opportunity-adjusted confirmation statistics.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -46,16 +47,27 @@ def _final_checkpoint(run) -> Path:
 
 
 def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample_seed: int = 1001,
-                   batch_size: int = 16, device: str = "auto", cap: int | None = None) -> list[Path]:
-    """Evaluate every run under ``pair_dir`` on the test sample; returns the new run paths."""
+                   batch_size: int = 16, device: str = "auto", cap: int | None = None, include_bias_off: bool = False,
+                   progress: Callable[[str], None] | None = None) -> list[Path]:
+    """Evaluate the trained runs under ``pair_dir`` on the test sample; returns the new run paths.
+
+    The pair (baseline and variant(s)) is evaluated; a bias-off evaluation beside it only with
+    ``include_bias_off`` (its copy is then the bias-off evaluation of the variant's copy, so the folder's report
+    splits direct from learned on the test sample too). Every copy names the run whose weights it evaluates in
+    ``source_run`` (a bias-off copy: the variant's copy, as ``evaluate --bias off`` does).
+    """
+    from routestats.studies.decomposition import is_bias_off
+
+    say = progress or (lambda msg: None)
     pair_dir, out = Path(pair_dir), Path(out)
-    runs = load_runs(pair_dir)
-    first = runs.runs[0]
+    every = load_runs(pair_dir)
+    runs = [r for r in every if include_bias_off or not is_bias_off(r)]
+    first = runs[0]
     ds = first.manifest.get("dataset") or {}
     spec, tok_path = _study_data(first, pair_dir)
     records = spec.load_test()
     idx = reservoir_indices(len(records), sample_size, sample_seed)
-    by_id = {r.run_id: r for r in runs}
+    by_id = {r.run_id: r for r in every}
 
     def weights_of(r):  # a bias-off evaluation has no checkpoint of its own: its source run's weights
         src = r.manifest.get("source_run") if r.factors.get("eval_bias") == "off" else None
@@ -79,6 +91,7 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
         "checkpoints": {rid: {"path": str(p.relative_to(pair_dir)), "sha256": sha256_file(p)} for rid, p in ckpts.items()},
         "tokenizer_sha256": sha256_file(tok_path),
         "cap": cap,
+        "runs": [r.run_id for r in runs],
     }
     write_json_atomic(out / "test_manifest.json", manifest)  # fixed before any model output exists
     tok = load_tokenizer(tok_path)
@@ -92,8 +105,14 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
     examples = pd.DataFrame(rows)
     recs = [cut_example(e, cap) for e, _ in enc]
     dev = pick_device(device)
+    say(f"test sample: {len(idx)} of {len(records)} held-out records (seed {sample_seed}), recorded in "
+        f"{out / 'test_manifest.json'}")
+    left = [r.run_id for r in every if r not in runs]
+    if left:
+        say(f"not evaluated: {', '.join(left)} (bias-off evaluations; --include-bias-off adds them)")
     paths = []
-    for run in runs:
+    for i, run in enumerate(runs, 1):
+        say(f"[{i}/{len(runs)}] {run.run_id}: {len(idx)} test examples")
         paths.append(_evaluate_run(run, ckpts[run.run_id], out, examples, recs, idx, batch_size, dev, ds, cap, manifest,
                                    sample_seed))
     return paths
@@ -129,9 +148,12 @@ def _evaluate_run(run, ckpt: Path, out: Path, examples, recs, idx, batch_size, d
     with w.attention(int(ck["step"]), dtype=(run.manifest["attention"].get("dtype") or "float16"),
                      forms=(S.FORM_MATRICES, S.FORM_REDUCTIONS), value_norms=True) as sink:
         dump_attention(model, recs, sink, batch_size, dev, idx)
+    src = f"{run.manifest['source_run']}-test" if run.factors.get("eval_bias") == "off" else run.run_id
     return w.finalize(
-        parent_run_id=run.run_id, model=run.manifest["model"], dataset=ds,
-        evaluation={"split": "test", "examples": len(idx), "cap": cap, "selection": manifest["method"],
+        parent_run_id=run.run_id, source_run=src, model=run.manifest["model"], dataset=ds,
+        **{k: run.manifest[k] for k in ("training", "recipe") if k in run.manifest},
+        evaluation={"split": "test", "examples": len(idx), "records": manifest["records"], "cap": cap,
+                    "selection": manifest["method"],
                     "sample_seed": sample_seed, "test_manifest_sha256": sha256_file(out / "test_manifest.json"),
                     "checkpoint_sha256": manifest["checkpoints"][run.run_id]["sha256"]},
         software=software_versions(("torch", "tokenizers")))

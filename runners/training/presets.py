@@ -80,6 +80,20 @@ PRESETS = {
 }
 
 
+def recipe_of(preset: Preset) -> dict:
+    """The preset's own recipe length at this depth (what ``--max-steps`` may shorten), for the run's manifest: a
+    report says when its runs stopped short of it.
+
+    >>> recipe_of(get_preset("tiny", max_steps=20)), recipe_of(get_preset("paper", depth=8))
+    ({'preset': 'tiny', 'max_steps': 500}, {'preset': 'paper', 'max_steps': 1000})
+    """
+    base = PRESETS.get(preset.name)
+    if base is None:  # a preset built by hand: no recipe to fall short of
+        return {}
+    depth = preset.model.get("num_layers")
+    return {"preset": preset.name, "max_steps": int(base.depth_steps.get(depth, base.train.max_steps))}
+
+
 def get_preset(name: str, depth: int | None = None, max_steps: int | None = None,
                checkpoint_steps=None) -> Preset:
     """A preset, optionally at another depth (paper depth runs use 750/1,000/1,500 steps)."""

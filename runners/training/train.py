@@ -33,7 +33,7 @@ from runners.training.dumps import cut_example, dump_attention, git_commit, pick
 from runners.training.data import DataSpec
 from runners.training.model import EncoderConfig, SAABEncoder, qkv_grad_norms, state_hash
 from runners.training.msm import collate, encode_record, load_tokenizer, lr_at, mask_field_ids, train_tokenizer
-from runners.training.presets import Condition, Preset
+from runners.training.presets import Condition, Preset, recipe_of
 
 
 # ------------------------------------------------------------------ prepared data
@@ -284,6 +284,7 @@ def train_run(
     return writer.finalize(
         model=cfg.to_dict(),
         training=tc.to_dict(),
+        recipe=recipe_of(preset),
         dataset={"name": spec.name, "spec": spec.source, "format": spec.format, "files": spec.files(),
                  "tokenizer_sha256": prep.tokenizer_sha256, "train_records": len(prep.train),
                  "val_records": len(prep.val), "max_length": prep.max_length},

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Callable
 
+from routestats.compose.claims import design_claims
 from routestats.compose.pair.claims import CLAIM_ORDER, scope_claim
 from routestats.compose.pair.context import PairContext, pair_context
 from routestats.compose.pair.methods import pair_methods
@@ -103,7 +104,8 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
         subtitle=f"Baseline {p.baseline.run_id} · variant {p.variant.run_id} · {when} · {ctx.n_examples} examples · "
                  f"{layers_phrase(ctx)} × {ctx.n_heads} heads",
         methods=lambda draft: pair_methods(draft, s), provenance=provenance(p, s, ctx.step), facts=facts(ctx),
-        scope=(scope_claim(ctx.pretrained, within_study, ctx.n_examples),), claim_order=CLAIM_ORDER)
+        scope=(scope_claim(ctx.pretrained, within_study, ctx.n_examples),
+               *design_claims([p.baseline.manifest, p.variant.manifest])), claim_order=CLAIM_ORDER)
     data = {name: f.frames[key] for sec in rep.sections for f in sec.figures if f.name in FIGURE_DATA
             for key, name in [FIGURE_DATA[f.name]]}
     return replace(rep, data=data)

@@ -25,6 +25,7 @@ from dataclasses import asdict
 import pandas as pd
 
 from routestats.compose.skeleton import build_report, generated_now
+from routestats.compose.claims import design_claims
 from routestats.compose.study.claims import CLAIM_ORDER, scope_claims
 from routestats.compose.study.inputs import disagreement  # noqa: F401  (public name)
 from routestats.compose.study.sections import STUDY_SECTIONS, study_context
@@ -77,5 +78,5 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
         data={"conditions": runs.index.drop(columns=["path", "init_id", "data_order_id"])},
         facts={"n_runs": len(runs), "seeds": seeds, "n_pairs": n_pairs, "confidence": s.confidence},
         scope=scope_claims(n_runs=len(runs), n_pairs=n_pairs, seeds=seeds, n_ref_seeds=ctx.n_ref_seeds,
-                           has_parts=has_parts),
+                           has_parts=has_parts) + tuple(design_claims(r.manifest for r in runs)),
         claim_order=CLAIM_ORDER)
