@@ -45,7 +45,7 @@ def _pair_parts(pairs: list[RunPair], settings: AnalysisSettings) -> list[RunPai
 def _pair_with_bias_off(pairs: list[RunPair]) -> tuple[RunPair, Run] | None:
     """(the pair, its variant's bias-off run) when the pairs are one baseline/variant pair plus the bias-off
     evaluation of that variant (``python -m runners evaluate RUN --bias off`` beside a pair); else None."""
-    from routestats.studies.decomposition import is_bias_off
+    from routestats.rundir.read import is_bias_off
 
     off = [p.variant for p in pairs if is_bias_off(p.variant)]
     main = [p for p in pairs if not is_bias_off(p.variant)]

@@ -36,7 +36,7 @@ from routestats.errors import IncompleteRunError, IntegrityError, RunFormatError
 from routestats.rundir.manifest import check_schema, read_manifest
 from routestats.rundir.reduction_batches import ReductionBatch, batch_by_length, reductions_group
 
-__all__ = ["Run", "ExampleAttention", "ExampleReductions", "load_run", "validate_examples"]
+__all__ = ["Run", "ExampleAttention", "ExampleReductions", "load_run", "validate_examples", "is_bias_off"]
 
 
 # ---------------------------------------------------------------- the Run
@@ -398,6 +398,12 @@ class Run:
                     raise RunFormatError(
                         f"{self.path / S.attention_file(step, S.FORM_REDUCTIONS)}: column {col!r} of example_id "
                         f"{r.example_id} differs from the stored matrices by {err.max():.3g} (> {atol:g})")
+
+
+def is_bias_off(run) -> bool:
+    """A bias-off evaluation of a trained SAAB run (``eval_bias: off`` with its ``source_run``: the run whose
+    weights it evaluates with the bias removed)."""
+    return run.factors.get("eval_bias") == "off" and bool(run.manifest.get("source_run"))
 
 
 def stored_layers(model_layers: int | None, stored) -> dict:

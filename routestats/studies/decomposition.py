@@ -14,17 +14,13 @@ import pandas as pd
 from routestats.errors import RoutestatsError
 from routestats.report import Column, Table
 from routestats.rundir.collection import RunCollection, pair
+from routestats.rundir.read import is_bias_off
 from routestats.settings import AnalysisSettings
 from routestats.studies.effects import paired_effects
 
-__all__ = ["decomposition", "decompose", "decomposition_table", "is_bias_off", "COMPONENTS", "TITLE"]
+__all__ = ["decomposition", "decompose", "decomposition_table", "COMPONENTS", "TITLE"]
 
 COMPONENTS = ("total", "direct", "learned")
-
-
-def is_bias_off(run) -> bool:
-    """A bias-off evaluation of a trained SAAB run (``eval_bias: off`` with its ``source_run``)."""
-    return run.factors.get("eval_bias") == "off" and bool(run.manifest.get("source_run"))
 
 
 def decompose(base, on, off, settings: AnalysisSettings | None = None, step: int | None = None) -> pd.DataFrame:

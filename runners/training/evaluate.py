@@ -25,7 +25,7 @@ from routestats.rundir import schema as S
 from routestats.rundir.atomic import sha256_file, write_json_atomic
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import load_runs
-from routestats.rundir.read import load_run
+from routestats.rundir.read import is_bias_off, load_run
 from routestats.rundir.write import RunWriter, software_versions
 from routestats.rundir.sampling import reservoir_indices
 
@@ -56,8 +56,6 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
     splits direct from learned on the test sample too). Every copy names the run whose weights it evaluates in
     ``source_run`` (a bias-off copy: the variant's copy, as ``evaluate --bias off`` does).
     """
-    from routestats.studies.decomposition import is_bias_off
-
     say = progress or (lambda msg: None)
     pair_dir, out = Path(pair_dir), Path(out)
     every = load_runs(pair_dir)

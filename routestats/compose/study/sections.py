@@ -89,7 +89,7 @@ class StudyContext:
     @property
     def bias_off_runs(self) -> int:
         """How many bias-off evaluations the tree holds."""
-        from routestats.studies.decomposition import is_bias_off
+        from routestats.rundir.read import is_bias_off
 
         return sum(1 for r in self.runs if is_bias_off(r))
 
