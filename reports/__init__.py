@@ -17,6 +17,25 @@ from __future__ import annotations
 __all__ = ["write", "to_latex", "to_markdown", "table_text"]
 
 
+def _notebook(kind: str):
+    def view(obj) -> str:  # imported on first display: `import reports` stays cheap
+        from reports import notebook
+
+        return notebook.report_html(obj) if kind == "report" else notebook.table_html(obj)
+
+    return view
+
+
+def _enter_views() -> None:
+    """Let a notebook show reports and tables with their figures (``Report._repr_html_``)."""
+    from routestats.report import NOTEBOOK_VIEWS
+
+    NOTEBOOK_VIEWS.update(report=_notebook("report"), table=_notebook("table"))
+
+
+_enter_views()
+
+
 def table_text(report, name: str, fmt: str = "latex", wide: bool = False) -> str:
     """Table ``name`` of ``report`` (or of one of its parts) as LaTeX, CSV or Markdown text (``wide``: a
     LaTeX float across both columns of a two-column paper)."""

@@ -36,7 +36,7 @@ import pandas as pd
 
 from routestats.errors import IntegrityError, RoutestatsError
 
-__all__ = ["is_missing", "Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "asserted_rows", "section",
+__all__ = ["is_missing", "NOTEBOOK_VIEWS", "plain_html", "Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "asserted_rows", "section",
            "guarded", "fmt_num", "fmt_sig", "fmt_int",
            "fmt_p", "fmt_ci", "pct", "point_label", "DASH"]
 
@@ -110,6 +110,34 @@ def point_label(r) -> str:
     return f"L{int(r['layer'])} E{int(r['example'])} r{int(r['token'])}" if int(r.get("layer", -1)) >= 0 else "operator file"
 
 
+NOTEBOOK_VIEWS: dict = {}
+"""How a notebook shows a :class:`Report` or :class:`Table` (``"report"``, ``"table"`` -> ``fn(obj) -> html``): the
+renderer (``import reports``) enters its views here, with figures; without it, :func:`plain_html`."""
+
+
+def plain_html(obj) -> str:
+    """A notebook's view of a report or a table without the renderer: the answer, headline, findings and the
+    tables' names (a report); the frame (a table).
+
+    >>> t = Table("effects", pd.DataFrame({"layer": [0]}), "Paired effects.")
+    >>> "Paired effects." in plain_html(t) and "<table" in plain_html(t)
+    True
+    """
+    from html import escape
+
+    if isinstance(obj, Table):
+        return f"<p><b>{escape(obj.name)}</b>: {escape(obj.caption)}</p>" + obj.frame.to_html(index=False)
+    parts = [f"<h3>{escape(obj.title)}</h3><p>{escape(obj.subtitle)}</p>"]
+    if obj.answer:
+        parts.append(f"<p style='font-size:1.2em'><b>{escape(obj.answer)}</b></p>")
+    parts += [f"<p>{escape(h)}</p>" for h in obj.headline]
+    if obj.findings:
+        parts.append("<ul>" + "".join(f"<li>{escape(f)}</li>" for f in obj.findings) + "</ul>")
+    parts.append("<p>Tables: " + ", ".join(f"<code>{escape(n)}</code>" for n in obj.tables())
+                 + " (<code>rep.table(NAME)</code>); <code>import reports</code> shows the figures here.</p>")
+    return "\n".join(parts)
+
+
 @dataclass(frozen=True)
 class Column:
     """One shown column: header, source column (or (low, high) for a CI / range), kind, digits."""
@@ -143,6 +171,9 @@ class Table:
     @property
     def shown(self) -> bool:
         return bool(self.columns)
+
+    def _repr_html_(self) -> str:  # Jupyter: the table as the report shows it
+        return NOTEBOOK_VIEWS.get("table", plain_html)(self)
 
 
 @dataclass(frozen=True)
@@ -299,7 +330,7 @@ def asserted_rows(claim: Claim) -> str:
     return ";".join(f"{k}={a}" for k, a in zip(ev[claim.key], ev["asserted"]) if a)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Report:
     """Everything one analysis shows: sections, generated sentences, methods and provenance.
 
@@ -374,6 +405,14 @@ class Report:
                 and c.holds]
         return "; ".join([main.short.rstrip("."), *more]) + "."
 
+    def __repr__(self) -> str:  # a terminal's view: what it is and its answer, not every frame
+        parts = f", {len(self.parts)} parts" if self.parts else ""
+        return (f"<Report {self.title!r}: {len(self.sections)} sections, {len(self.tables())} tables{parts}"
+                + (f"; {self.answer}" if self.answer else "") + ">")
+
+    def _repr_html_(self) -> str:  # Jupyter: the first screen (answer, its figure, headline), findings, tables
+        return NOTEBOOK_VIEWS.get("report", plain_html)(self)
+
     def claims_frame(self) -> pd.DataFrame:
         """Every claim of this report (not of its parts) as a tidy frame (see :func:`claims_frame`)."""
         return claims_frame(self.claims)
@@ -388,7 +427,9 @@ class Report:
             for t in s.tables:
                 if t.name == name:
                     return t
-        raise RoutestatsError(f"this report has no table {name!r}; it has: {', '.join(self.tables()) or 'none'}")
+        from routestats.table_names import unknown_table
+
+        raise RoutestatsError(unknown_table(name, self.tables()))
 
     def frame(self, name: str) -> pd.DataFrame:
         """A table's frame, or a frame of ``data``."""
@@ -422,7 +463,9 @@ class Report:
                     why = sec.skipped[len("Not computed: "):].rstrip(".")
                     raise RoutestatsError(f"no table {name!r}: its section ({sec.title}) was not computed: {why} "
                                           f"(this report has: {', '.join(names) or 'none'})")
-        raise RoutestatsError(f"unknown table {name!r}; this report has: {', '.join(names)}")
+        from routestats.table_names import unknown_table
+
+        raise RoutestatsError(unknown_table(name, names))
 
 
 def section(id: str, title: str):
