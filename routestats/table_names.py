@@ -24,3 +24,21 @@ def table_help() -> str:
     """One line per report kind listing its table names."""
     return ("; ".join(f"{kind}: {', '.join(names)}" for kind, names in REPORT_TABLES.items())
             + "; and <metric>_effects for each metric registered in routestats.metrics.definitions")
+
+
+def unknown_table(name: str, names) -> str:
+    """The one-line error for a table name the report does not hold: the closest name first when one is
+    close (a typo), else the names it holds.
+
+    >>> unknown_table("efects", ["layers", "effects", "entropy_effects"])
+    "unknown table 'efects'; did you mean 'effects'? (routestats table --help lists every table name)"
+    >>> unknown_table("bogus", ["layers", "effects"])
+    "unknown table 'bogus'; this report has: layers, effects"
+    """
+    import difflib
+
+    names = list(names)
+    close = difflib.get_close_matches(name, names, n=1) or difflib.get_close_matches(name.lower(), names, n=1)
+    if close:
+        return f"unknown table {name!r}; did you mean {close[0]!r}? (routestats table --help lists every table name)"
+    return f"unknown table {name!r}; this report has: {', '.join(names) or 'none'}"

@@ -87,15 +87,21 @@ def evaluate(
                                                  "(w_f = 0) on its own evaluation examples, for the direct/learned split."),
     sample_size: int = typer.Option(2336, help="Reservoir sample size of the held-out split."),
     sample_seed: int = typer.Option(1001, help="Seed of the reservoir sample."),
+    include_bias_off: bool = typer.Option(False, "--include-bias-off", help="Also evaluate a bias-off evaluation "
+                                          "beside the pair on the test sample (the report then splits direct from "
+                                          "learned there too)."),
     batch_size: int = typer.Option(16, help="Examples per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     threads: Optional[int] = typer.Option(None, help=THREADS_HELP),
 ) -> None:
-    """Untouched-test confirmation (test sample of the held-out split), or a bias-off evaluation (--bias off)."""
+    """Untouched-test confirmation (test sample of the held-out split), or a bias-off evaluation (--bias off).
+
+    The test sample is drawn and recorded (OUT/test_manifest.json) before any model output is seen; the pair's
+    runs are evaluated on it into OUT, which reports as the pair (`routestats report OUT`)."""
 
     from . import commands
 
-    commands.evaluate(pair=pair, out=out, bias=bias, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size, device=device, threads=threads, echo=typer.echo)
+    commands.evaluate(pair=pair, out=out, bias=bias, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size, device=device, threads=threads, echo=typer.echo, include_bias_off=include_bias_off)
 
 
 @app.command("init-probe")
@@ -113,14 +119,17 @@ def init_probe(
 ) -> None:
     """Initialisation probes: initial-state summaries, dropout-free initial losses, one-update probe."""
 
+    from runners.progress import progress_bars
     from runners.training.data import resolve
     from runners.training.initprobe import run_init_probe
     from runners.training.presets import get_preset
 
     set_threads(threads)
-    frames = run_init_probe(out, data=resolve(data), preset=get_preset(preset, depth=depth),
-                            seeds=[int(s) for s in seeds.split(",")], mask_seeds=[int(s) for s in mask_seeds.split(",")],
-                            examples=examples, blocks=blocks, one_update=not skip_one_update)
+    with progress_bars() as (_, progress):  # a line per phase and step on stderr when it is not a terminal
+        frames = run_init_probe(out, data=resolve(data), preset=get_preset(preset, depth=depth),
+                                seeds=[int(s) for s in seeds.split(",")],
+                                mask_seeds=[int(s) for s in mask_seeds.split(",")], examples=examples,
+                                blocks=blocks, one_update=not skip_one_update, progress=progress)
     typer.echo(f"wrote {', '.join(sorted(frames))} to {out}")
 
 
@@ -274,17 +283,20 @@ def capture(
     Conditions on the same weights and inputs pair automatically: baseline, --bias W (same-field
     bias), --ablate L.H,... (heads zeroed); or two checkpoints with --compare. Report with
     `routestats report OUT`."""
-    from runners.pretrained.capture import run_capture_command
+    from runners.commands import extra
 
-    set_threads(threads)
-    run_capture_command(model=model, records=records, out=out, format=format, fields=fields, limit=limit,
-                        label=label, split=split, max_record_mb=max_record_mb, cap=cap,
-                        truncation=truncation, special_tokens=special_tokens, bias=bias, ablate=ablate,
-                        compare=compare, reason=reason, layers=layers, forms=forms, dtype=dtype,
-                        batch_size=batch_size, padding=padding, device=device, force=force,
-                        attention=attention, attention_mb=attention_mb, shards=shards, launcher=launcher,
-                        timeout_min=timeout_min, slurm_partition=slurm_partition, gpus_per_node=gpus_per_node,
-                        threads=threads, echo=lambda msg, err=False: typer.echo(msg, err=err))
+    with extra("capture"):  # torch missing: .[capture] installs all capture needs
+        from runners.pretrained.capture import run_capture_command
+
+        set_threads(threads)
+        run_capture_command(model=model, records=records, out=out, format=format, fields=fields, limit=limit,
+                            label=label, split=split, max_record_mb=max_record_mb, cap=cap,
+                            truncation=truncation, special_tokens=special_tokens, bias=bias, ablate=ablate,
+                            compare=compare, reason=reason, layers=layers, forms=forms, dtype=dtype,
+                            batch_size=batch_size, padding=padding, device=device, force=force,
+                            attention=attention, attention_mb=attention_mb, shards=shards, launcher=launcher,
+                            timeout_min=timeout_min, slurm_partition=slurm_partition, gpus_per_node=gpus_per_node,
+                            threads=threads, echo=lambda msg, err=False: typer.echo(msg, err=err))
 
 
 @app.command()

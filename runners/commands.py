@@ -90,7 +90,8 @@ def sweep(*, out: Path, seeds, conditions, preset, data, depth, max_steps, devic
     return 1 if res.failed else 0
 
 
-def evaluate(*, pair: Path, out, bias, sample_size, sample_seed, batch_size, device, threads, echo: Echo) -> None:
+def evaluate(*, pair: Path, out, bias, sample_size, sample_seed, batch_size, device, threads, echo: Echo,
+             include_bias_off: bool = False) -> None:
     """A test-sample evaluation of a pair, or a bias-off evaluation of a SAAB run (``bias="off"``)."""
     from runners.training.evaluate import evaluate_bias_off, evaluate_split
 
@@ -104,11 +105,12 @@ def evaluate(*, pair: Path, out, bias, sample_size, sample_seed, batch_size, dev
         raise RoutestatsError("--out is required for the test-sample evaluation")
     try:
         paths = evaluate_split(pair, out, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size,
-                               device=device)
+                               device=device, include_bias_off=include_bias_off, progress=echo)
     except FileNotFoundError as exc:
         raise RoutestatsError(str(exc)) from None
     for p in paths:
         echo(f"run complete: {p}")
+    echo(f"next: routestats report {out}")
 
 
 MOFA_PRESETS = {"tiny": dict(steps=300, n_ctx=64, n_layer=4, n_head=4, d_model=128),
@@ -239,8 +241,23 @@ def demo_study(*, out: Path, seeds, threads, echo: Echo) -> None:
         echo(f"run complete: {path}")
 
 
-EXTRAS = {"torch": "train", "tokenizers": "train", "transformers": "capture", "accelerate": "capture",
-          "submitit": "train", "gguf": "capture"}
+# the extras of pyproject.toml and the modules each installs; a missing module's hint names the extra of the
+# running command when that extra installs it (capture: torch comes with .[capture]), else the first here
+EXTRA_MODULES = {"train": ("torch", "tokenizers", "submitit"), "capture": ("torch", "transformers", "accelerate", "gguf"),
+                 "datasets": ("datasets",)}
+EXTRAS = {m: name for name, mods in reversed(EXTRA_MODULES.items()) for m in mods}
+
+
+@contextlib.contextmanager
+def extra(name: str):
+    """Inside, a missing module that the extra ``name`` installs gets ``pip install -e '.[name]'`` as its hint
+    (capture needs torch too, but ``.[capture]`` brings it: ``.[train]`` would be a wrong first step)."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] in EXTRA_MODULES[name] and not hasattr(exc, "extra"):
+            exc.extra = name
+        raise
 
 
 def _fail(message: str, code: int = 2):
@@ -258,9 +275,10 @@ def one_line_errors():
     except RoutestatsError as exc:
         _fail(f"error: {exc}")
     except ModuleNotFoundError as exc:
-        extra = EXTRAS.get((exc.name or "").split(".")[0])
-        hint = f"pip install -e '.[{extra}]'" if extra else f"pip install {exc.name}"
-        _fail(f"error: this command needs {exc.name}, which is not installed: {hint}")
+        top = (exc.name or "").split(".")[0] or exc.name  # transformers.utils -> transformers, the package
+        needed = getattr(exc, "extra", None) or EXTRAS.get(top)
+        hint = f"pip install -e '.[{needed}]'" if needed else f"pip install {top}"
+        _fail(f"error: this command needs {top}, which is not installed: {hint}")
     except OSError as exc:  # permissions, a full disk, a vanished file
         _fail(f"error: {(exc.filename + ': ') if getattr(exc, 'filename', None) else ''}{exc.strerror or exc}")
     except KeyboardInterrupt:

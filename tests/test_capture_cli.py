@@ -99,6 +99,23 @@ def test_a_folder_of_trained_runs_is_never_replaced(bert, tmp_path, capsys, rng)
     assert "not a run written by capture" in err
 
 
+def test_an_existing_run_is_refused_naming_the_callers_option(tmp_path):
+    # was: "pass --force" to Python callers of capture_runs, who pass force=True
+    from routestats.errors import RoutestatsError
+    from runners.pretrained.capture import check_destination
+
+    (tmp_path / "baseline").mkdir()
+    with pytest.raises(RoutestatsError, match=r"baseline: exists; pass force=True to replace it") as python:
+        check_destination(tmp_path, ["baseline"], False)
+    assert "--force" not in str(python.value)
+    with pytest.raises(RoutestatsError, match=r"baseline: exists; pass --force to replace it"):
+        check_destination(tmp_path, ["baseline"], False, cli=True)
+    with pytest.raises(RoutestatsError, match=r"not a run written by capture .*; choose another out$"):
+        check_destination(tmp_path, ["baseline"], True)
+    with pytest.raises(RoutestatsError, match=r"choose another --out$"):
+        check_destination(tmp_path, ["baseline"], True, cli=True)
+
+
 def test_force_replaces_only_earlier_captures_atomically(bert, tmp_path, capsys):
     out = tmp_path / "cap"
     args = ["--model", bert, "--records", RECORDS, "--out", out, "--limit", "3", "--cap", "20", "--bias", "1"]

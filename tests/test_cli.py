@@ -151,3 +151,101 @@ def test_validate_lines_fit_the_terminal(tree, monkeypatch):
     lines = r.output.splitlines()
     assert max(len(ln) for ln in lines) <= 79 and len(lines) > sum(ln.startswith("ok  ") for ln in lines)
     assert all(ln.startswith(("ok  ", "    ")) for ln in lines)
+
+
+# ------------------------------------------------------------------ terminal tables never cut a number
+def _words(text: str) -> set:
+    """Every whitespace- or rule-separated word of terminal output."""
+    import re
+
+    return set(re.split(r"[\s│┃]+", text))
+
+
+def _assert_whole(output: str, frames, columns: int) -> None:
+    """Every header and every value of every (title, frame) appears whole (as the CLI formats it), and no
+    line is wider than the terminal."""
+    from routestats.cli import _cell
+
+    words = _words(output)
+    for _, df in frames:
+        cells = [str(c) for c in df.columns] + [_cell(v) for row in df.itertuples(index=False) for v in row]
+        missing = [c for c in cells if not set(c.split()) <= words]
+        assert missing == [], (missing, output)
+    assert max(len(line) for line in output.splitlines()) <= columns, output
+
+
+@pytest.mark.parametrize("columns", [80, 60, 200])
+@pytest.mark.parametrize("point", [["--layer", "0", "--example", "0"], []])
+def test_regime_terminal_tables_never_cut_a_number(tmp_path, monkeypatch, columns, point):
+    # was: at 80 columns `lambda…`, `tau_c…` for headers, `4.441…` for 4.441e-16 (rich cut cells with an ellipsis)
+    from routestats.compose.regime.build import build_regime_report, terminal_tables
+    from routestats.settings import AnalysisSettings
+    from tests.test_regime_report import write_points
+
+    run = write_points(tmp_path / "run")
+    monkeypatch.setenv("COLUMNS", str(columns))
+    r = runner.invoke(app, ["regime", str(run), "--probes", "64", *point])
+    assert r.exit_code == 0, r.output
+    layer = {"layer": 0, "example": 0} if point else {}
+    frames = terminal_tables(build_regime_report(run, AnalysisSettings(probes=64, **layer)))
+    assert any(df["max_error"].iloc[0] == 2e-16 for _, df in frames if "max_error" in df)  # an exponent to keep
+    _assert_whole(r.output, frames, columns)
+    assert "…" not in r.output
+    if columns == 200:  # room enough: tables, not one block a row
+        assert "┏" in r.output and "one block a row" not in r.output
+
+
+def test_a_table_too_wide_for_the_terminal_is_one_block_a_row():
+    from routestats.cli import _long_format, fit_columns
+
+    headers, rows = ["layer", "lambda_max", "source"], [["0", "4.441e-16", "slice (finite forward)"]]
+    assert fit_columns(headers, rows, [True, True, False], 40) == [5, 10, 15]  # 'forward)' wraps, numbers whole
+    assert fit_columns(headers, rows, [True, True, False], 30) is None
+    assert _long_format("t", headers, rows, 30) == ["t (one block a row: wider", "than the terminal)", "",
+                                                    "  layer       0", "  lambda_max  4.441e-16",
+                                                    "  source      slice (finite", "              forward)", ""]
+
+
+def test_summary_tables_never_cut_a_number(tree, monkeypatch):
+    from routestats.analysis import summary_tables
+    from routestats.settings import AnalysisSettings
+
+    monkeypatch.setenv("COLUMNS", "60")
+    r = runner.invoke(app, ["summary", str(tree), "--resamples", "200", "--permutations", "200"])
+    assert r.exit_code == 0, r.output
+    frames = summary_tables(tree, AnalysisSettings(resamples=200, permutations=200))
+    assert any("95% CI" in df for _, df in frames)
+    _assert_whole(r.output, frames, 60)
+
+
+def test_info_says_what_a_missing_seed_or_factor_is(tmp_path):
+    # was: `seed None` for a pretrained model's capture and `eval_bias=nan` for a run without that factor
+    from tests.conftest import FIELDS, make_examples
+
+    def run(name, seed, factors, **extra):
+        w = rs.RunWriter(tmp_path / name, run_id=name, study="mixed", factors=factors, seed=seed, init_id="init",
+                         data_order_id="order", fields=FIELDS)
+        w.write_examples(make_examples([[3, 4]]))
+        with w.attention(10, forms=("matrices",)) as sink:
+            sink.add(0, __import__("numpy").full((1, 1, 2, 2), 0.5, dtype="float32"))
+        return w.finalize(**extra)
+
+    run("captured", None, {"variant": "baseline"}, pretrained=True)
+    run("trained", 7, {"variant": "saab", "eval_bias": "off"})
+    r = runner.invoke(app, ["info", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "None" not in r.output and "nan" not in r.output, r.output
+    blocks = {b.split("\n", 1)[0]: b for b in r.output.split("\n\n")[1:]}
+    assert "pretrained (no seed)" in blocks["captured"] and "eval_bias" not in blocks["captured"]
+    assert "seed 7 ·" in blocks["trained"] and "eval_bias=off" in blocks["trained"]  # an int, not 7.0
+
+
+@pytest.mark.parametrize("name, says", [
+    ("efects", "error: unknown table 'efects'; did you mean 'effects'? (routestats table --help lists every "
+               "table name)"),
+    ("bogus", "error: unknown table 'bogus'; this report has: adjusted, effects, entropy_effects,"),
+], ids=["close", "none-close"])
+def test_a_mistyped_table_name_gets_a_suggestion_in_one_line(tree, name, says):
+    r = runner.invoke(app, ["table", name, str(tree), "--resamples", "100", "--permutations", "100"])
+    assert r.exit_code == 2
+    assert r.output.startswith(says) and len(r.output.strip().splitlines()) == 1, r.output

@@ -81,3 +81,33 @@ def test_runner_probe_smoke(tmp_path):
     pd.testing.assert_frame_equal(again, l[l.seed == 1].reset_index(drop=True))
     c = probe_correlations(probe, pd.DataFrame({"seed": [1, 2, 3], "displacement": [0.1, -0.2, 0.3]}))
     assert "gradient_ratio_change" in c["metric"].tolist()
+
+
+@pytest.mark.torch
+def test_init_probe_reports_every_phase_when_stderr_is_a_file(tmp_path):
+    # was: silent for 12-50 s with its output going to a file (nohup, SLURM, `> log`)
+    import os
+    import re
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    with open(tmp_path / "log", "w") as log:
+        res = subprocess.run([sys.executable, "-m", "runners", "init-probe", "--preset", "smoke", "--seeds", "1,2",
+                              "--mask-seeds", "101,202", "--examples", "8", "--blocks", "2", "--threads", "1",
+                              "--out", str(tmp_path / "probe")], stdout=log, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (tmp_path / "log").read_text().startswith("wrote init_summaries, initial_loss")
+    lines = [m.groups() for m in re.finditer(r"^\[\s*([\d.]+) s\] (.+): (\d+)/(\d+)", res.stderr, re.M)]
+    tasks = {name: {(int(done), int(total)) for t, n, done, total in lines if n == name} for _, name, _, _ in lines}
+    phases = ["data: tokenizer and encoding"] + [f"seed {s}: {p}" for s in (1, 2)
+                                                 for p in ("initial states", "initial losses", "one-update probe")]
+    assert list(tasks) == phases, res.stderr  # in order, each announced as it starts and reported as it ends
+    for name, seen in tasks.items():
+        total = max(t for _, t in seen)
+        assert (0, total) in seen and (total, total) in seen, (name, seen)
+    assert tasks["seed 1: initial losses"] >= {(k, 8) for k in range(9)}  # 2 variants x 2 masks x 2 blocks, each
+    times = [float(t) for t, *_ in lines]
+    assert max(b - a for a, b in zip(times, times[1:])) <= 5.0, res.stderr

@@ -466,9 +466,13 @@ def test_missing_torch_is_one_line(tmp_path):
                                                "pip install -e '.[train]'"]
 
 
+CAPTURE = ["capture", "--model", "m", "--records", str(Path(__file__).parents[1] / "data" / "docstrings_dbpedia" /
+                                                         "val.csv"), "--out", "o", "--limit", "2"]
+
+
 @pytest.mark.parametrize("command, missing, extra", [
-    (["capture", "--model", "m", "--records", "r.csv", "--out", "o"], "torch", "capture"),  # .[capture] brings torch
-    (["capture", "--model", "m", "--records", "r.csv", "--out", "o"], "transformers", "capture"),
+    (CAPTURE, "torch", "capture"),  # .[capture] brings torch
+    (CAPTURE, "transformers", "capture"),
     (["init-probe", "--seeds", "1", "--out", "o"], "torch", "train"),
 ], ids=["capture-torch", "capture-transformers", "init-probe-torch"])
 def test_missing_module_names_the_extra_of_the_command(tmp_path, command, missing, extra):
@@ -482,6 +486,24 @@ def test_missing_module_names_the_extra_of_the_command(tmp_path, command, missin
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().splitlines()[-1] == (f"error: this command needs {missing}, which is not installed: "
                                                    f"pip install -e '.[{extra}]'")
+
+
+def test_dump_attention_reports_each_batch():
+    # the hook long evaluations report through (a line per batch instead of minutes of silence)
+    from types import SimpleNamespace
+
+    from runners.training.dumps import dump_attention
+    from runners.training.msm import Encoded
+
+    model = SAABEncoder(EncoderConfig(vocab_size=20, d_model=16, num_layers=1, num_heads=2, ff_dim=32, dropout=0.0))
+    n = [2, 3, 2, 3, 2]  # tokens per record
+    recs = [Encoded(input_ids=[1, 2, 3][:k], field_ids=[3, 4, 4][:k], tokens=["a", "b", "c"][:k],
+                    word_ids=[0, 1, 2][:k], label="x") for k in n]
+    added, seen = [], []
+    sink = SimpleNamespace(add=lambda ex, a, value_norms=None: added.append((ex, a.shape)))
+    dump_attention(model, recs, sink, 2, "cpu", progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(2, 5), (4, 5), (5, 5)] and [ex for ex, _ in added] == [0, 1, 2, 3, 4]
+    assert added[1][1] == (1, 2, 3, 3)
 
 
 def test_bias_off_evaluation_of_a_wf0_run_equals_the_baseline(smoke_study, tmp_path):

@@ -229,13 +229,18 @@ def load_runs(tree: str | os.PathLike, on_incomplete: str = "raise") -> RunColle
 
 
 def describe(obj: "Run | RunCollection") -> tuple[str, pd.DataFrame]:
-    """(title, frame): one row per run with its id, study, seed, factors, examples, steps and forms."""
+    """(title, frame): one row per run with its id, study, seed, factors (None or NaN where a run has no value),
+    examples, steps, forms and whether it is a pretrained model's capture."""
     runs = [obj] if isinstance(obj, Run) else list(obj)
     rows = []
     for r in runs:
-        rows.append({"run_id": r.run_id, "study": r.study, "seed": r.seed, **{k: str(v) for k, v in r.factors.items()},
+        rows.append({"run_id": r.run_id, "study": r.study, "seed": r.seed,
+                     **{k: None if v is None else str(v) for k, v in r.factors.items()},
                      "examples": len(r.examples(["example_id"])), "steps": ",".join(map(str, r.attention_steps)),
                      "final forms": ",".join(r.attention_forms()) if r.attention_steps else "",
-                     "init": r.init_id[:10]})
-    return f"{len(runs)} run(s)", pd.DataFrame(rows)
+                     "init": r.init_id[:10], "pretrained": r.manifest.get("pretrained") is True})
+    df = pd.DataFrame(rows)
+    if len(df):  # seeds as given (an int, or None for a pretrained model), never floats with NaN
+        df["seed"] = pd.Series([r.seed for r in runs], dtype=object)
+    return f"{len(runs)} run(s)", df
 

@@ -465,22 +465,24 @@ def _is_capture_run(path: Path) -> bool:
     return isinstance(m, dict) and m.get("pretrained") is True and (m.get("evaluation") or {}).get("kind") == "pretrained"
 
 
-def check_destination(out: Path, names: Sequence[str], force: bool) -> None:
+def check_destination(out: Path, names: Sequence[str], force: bool, cli: bool = False) -> None:
     """Refuse, before any work, run folders under ``out`` that exist: without ``force`` any of
-    them; with ``force`` any that is not a complete run written by capture."""
+    them; with ``force`` any that is not a complete run written by capture. The refusal names the
+    option to give: ``--force`` and ``--out`` for the command line (``cli``), else ``force=True`` and ``out``."""
+    force_, out_ = ("--force", "--out") if cli else ("force=True", "out")
     if out.exists() and not out.is_dir():
-        raise RoutestatsError(f"{out}: is a file; --out names a folder for the runs")
+        raise RoutestatsError(f"{out}: is a file; {out_} names a folder for the runs")
     for name in names:
         p = out / name
         if not p.exists():
             continue
         if not force:
-            raise RoutestatsError(f"{p}: exists; pass --force to replace it (only a run written by capture is "
+            raise RoutestatsError(f"{p}: exists; pass {force_} to replace it (only a run written by capture is "
                                   "replaced, once the new runs are complete)")
         if not p.is_dir() or not _is_capture_run(p):
             raise RoutestatsError(f"{p}: exists and is not a run written by capture (a trained run or other files); "
-                                  "choose another --out")
-        check_replaceable(p)  # a capture run with a user's files inside: refused too
+                                  f"choose another {out_}")
+        check_replaceable(p, out_)  # a capture run with a user's files inside: refused too
 
 
 @dataclass
@@ -917,7 +919,8 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
     heads, stored = parse_heads(ablate), parse_indices(layers, "--layers")
     conds = [Condition("baseline")] + ([Condition("bias", bias=float(bias))] if bias is not None else []) + \
         ([Condition("ablate", ablate=heads)] if heads else [])
-    check_destination(Path(out), ["baseline", "compare"] if compare is not None else [c.name for c in conds], force)
+    check_destination(Path(out), ["baseline", "compare"] if compare is not None else [c.name for c in conds], force,
+                      cli=True)
     recs = read_records(records, format, names, limit, max_bytes=int(max_record_mb * (1 << 20)), label=label,
                         split=split)
     from transformers.utils import logging as hf_logging

@@ -58,10 +58,11 @@ def cut_example(e, cap):
 
 @torch.inference_mode()
 def dump_attention(model: SAABEncoder, records: Sequence, sink, batch_size: int, device,
-                   example_ids: Sequence[int] | None = None) -> None:
+                   example_ids: Sequence[int] | None = None, progress=None) -> None:
     """Write every layer and head's attention over each record's valid prefix (eval mode).
 
-    Streams batch by batch: at most one batch of probabilities is held in memory."""
+    Streams batch by batch: at most one batch of probabilities is held in memory. ``progress(done, total)``
+    (records) after each batch."""
     model.eval()
     for s in range(0, len(records), batch_size):
         chunk = records[s : s + batch_size]
@@ -75,3 +76,5 @@ def dump_attention(model: SAABEncoder, records: Sequence, sink, batch_size: int,
             n = len(e.input_ids)
             sink.add(s + i if example_ids is None else example_ids[s + i], stacked[i, :, :, :n, :n],
                      value_norms=None if norms is None else norms[i, :, :, :n])
+        if progress is not None:
+            progress(s + len(chunk), len(records))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -53,13 +53,21 @@ def _layer_norms(model: SAABEncoder) -> list[dict]:
 
 def run_init_probe(out: Path, *, data: DataSpec, preset: Preset, seeds: Sequence[int],
                    mask_seeds: Sequence[int] = (101, 202, 303, 404, 505), examples: int = 256, blocks: int = 4,
-                   one_update: bool = True, lr_factor: float = 0.1) -> dict:
-    """Compute every probe quantity; returns the frames written (by file stem)."""
+                   one_update: bool = True, lr_factor: float = 0.1,
+                   progress: Callable[[str, int, int], None] | None = None) -> dict:
+    """Compute every probe quantity; returns the frames written (by file stem).
+
+    ``progress(task, done, total)`` (:func:`runners.progress.progress_bars`) hears of each phase as it starts
+    and of every step of it: the data, and per seed the initial states, each forward of the initial losses
+    and each one-update probe."""
     out = Path(out)
     if examples % blocks:
         raise RoutestatsError(f"{examples} probe examples do not split into {blocks} equal blocks")
+    say = progress or (lambda task, done, total: None)
     max_length = preset.max_length or data.max_length
+    say("data: tokenizer and encoding", 0, 1)
     prep = prepare(data, out, preset.vocab_size, max_length)
+    say("data: tokenizer and encoding", 1, 1)
     if len(prep.val) < examples:
         raise RoutestatsError(f"validation split has {len(prep.val)} records, fewer than {examples} probe examples")
     per = examples // blocks
@@ -73,6 +81,7 @@ def run_init_probe(out: Path, *, data: DataSpec, preset: Preset, seeds: Sequence
                                           data.mask_id, g)
     hashes, summaries, norms, losses, updates = [], [], [], [], []
     for s in seeds:
+        say(f"seed {s}: initial states", 0, 2)
         models = {}
         for variant in ("baseline", "saab"):
             cfg = EncoderConfig(vocab_size=preset.vocab_size, field_vocab_size=data.field_vocab_size, max_length=max_length,
@@ -80,17 +89,24 @@ def run_init_probe(out: Path, *, data: DataSpec, preset: Preset, seeds: Sequence
             seed_everything(s)
             models[variant] = SAABEncoder(cfg)
             hashes.append({"seed": s, "variant": variant, "sha256": state_hash(models[variant])})
+            say(f"seed {s}: initial states", len(models), 2)
         if hashes[-1]["sha256"] != hashes[-2]["sha256"]:
             raise RoutestatsError(f"seed {s}: baseline and SAAB initial states differ")
         ln = _layer_norms(models["baseline"])
         summaries.append(_init_summary(s, models["baseline"], data, ln))
         norms += [{"seed": s, **r} for r in ln]
-        for variant, model in models.items():
-            losses += [{"seed": s, "variant": variant, **r} for r in _initial_losses(model, masked, block_batches)]
+        task, total = f"seed {s}: initial losses", len(models) * len(masked)
+        say(task, 0, total)
+        for k, (variant, model) in enumerate(models.items()):
+            step = lambda i, k=k: say(task, k * len(masked) + i, total)  # noqa: E731
+            losses += [{"seed": s, "variant": variant, **r}
+                       for r in _initial_losses(model, masked, block_batches, step)]
         if one_update:
-            updates += [{"seed": s, "variant": v, **_one_update(s, models[v].cfg, preset, lr_factor,
-                                                                  masked[mask_seeds[0], 0], block_batches[0])}
-                        for v in ("baseline", "saab")]
+            say(f"seed {s}: one-update probe", 0, 2)
+            for k, v in enumerate(("baseline", "saab")):
+                updates.append({"seed": s, "variant": v, **_one_update(s, models[v].cfg, preset, lr_factor,
+                                                                        masked[mask_seeds[0], 0], block_batches[0])})
+                say(f"seed {s}: one-update probe", k + 1, 2)
     frames = {"state_hashes": pd.DataFrame(hashes), "init_summaries": pd.DataFrame(summaries),
               "layer_norms": pd.DataFrame(norms), "initial_loss": pd.DataFrame(losses)}
     if one_update:
@@ -119,8 +135,8 @@ def _init_summary(s: int, base, data: DataSpec, ln: list) -> dict:
             "ffn_norm_ratio": last["ffn_norm"] / pen["ffn_norm"]}
 
 
-def _initial_losses(model, masked: dict, block_batches: list) -> list[dict]:
-    """Dropout-free MSM loss of every (mask seed, block)."""
+def _initial_losses(model, masked: dict, block_batches: list, step=None) -> list[dict]:
+    """Dropout-free MSM loss of every (mask seed, block); ``step(i)`` after the i-th."""
     model.eval()
     out = []
     with torch.inference_mode():
@@ -129,6 +145,8 @@ def _initial_losses(model, masked: dict, block_batches: list) -> list[dict]:
             logits, _ = model(batch["input_ids"], mids, batch["attention_mask"])
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
             out.append({"mask_seed": m, "block": b, "loss": float(loss)})
+            if step is not None:
+                step(len(out))
     return out
 
 
