@@ -443,6 +443,38 @@ def table(
 
 
 @command
+def figure(
+    name: str = typer.Argument(..., help="A figure of the report: answer (its first screen's), profile, flow, "
+                                         "head_sfm, field_to_field, ... (a mistyped name lists them)."),
+    path: Path = typer.Argument(..., help="What `routestats report` takes: a pair folder, a tree, a regime run."),
+    out: Path = typer.Option(..., "-o", "--out", help="The file: .pdf (vector, for LaTeX), .svg or .png (300 dpi)."),
+    width: Optional[str] = typer.Option(None, "--width", help="column (3.3 in), wide (7 in, both columns) or inches "
+                                                              "[default: column for one panel, wide for several]."),
+    height: Optional[float] = typer.Option(None, "--height", help="Inches [default: the figure's own aspect]."),
+    resamples: Optional[int] = RESAMPLES, permutations: Optional[int] = PERMUTATIONS, seed: Optional[int] = SEED,
+    mode: Optional[str] = MODE, examples: Optional[str] = EXAMPLES, length_examples: Optional[str] = LENGTH_EXAMPLES,
+    step: Optional[int] = STEP, skip_incomplete: bool = SKIP, study: Optional[str] = STUDY,
+) -> None:
+    """Write one figure of the report of PATH for a paper: a column's width, 8-9 pt text, vector PDF."""
+    from routestats.analysis import analyse
+    tune_process_memory()
+
+    from reports.paper import COLUMN_IN, WIDE_IN, find, write_figure
+
+    try:
+        inches = {None: None, "column": COLUMN_IN, "wide": WIDE_IN}[width] if width in (None, "column", "wide") \
+            else float(width)
+    except ValueError:
+        _fail(f"--width must be column, wide or a number of inches, got {width!r}")
+    if (inches is not None and not 1 <= inches <= 20) or (height is not None and not 0.5 <= height <= 20):
+        _fail("--width and --height are inches: 1-20 and 0.5-20")
+    s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
+                  length_examples=length_examples, step=step, skip_incomplete=skip_incomplete, study=study)
+    fig = find(analyse(path, s), name)
+    typer.echo(f"wrote {write_figure(fig, out, inches, height)}")
+
+
+@command
 def regime(
     source: Path = typer.Argument(..., help="A run directory with operators/ (python -m runners regime), one .npz "
                                             "with J_T, J_Q, J_K, or a folder of several models' operator folders "
