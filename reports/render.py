@@ -129,6 +129,26 @@ def _sentences(rep: Report, where: str, s: str, prefix: str, numbers: dict) -> l
 ANSWER = "answer-at-a-glance"  # the figures key of a part's first-screen figure
 
 
+def table_order(rep: Report) -> list[Table]:
+    """The shown tables of one report (not its parts) in their numbering order, the same in every report kind:
+    the table its answer rests on first (the effects table is Table 1 of every pair report, trained, pretrained
+    or on a test sample), then the others in section order."""
+    shown = [t for sec in rep.sections for t in sec.tables if t.shown]
+    key = rep.answer_claim.table if rep.answer_claim is not None else ""
+    return sorted(shown, key=lambda t: t.name != key)
+
+
+def table_numbers(report: Report) -> dict:
+    """(part slug, table name) -> its number: each part's :func:`table_order`, counted on across the parts, as
+    the HTML, the Markdown and ``tables.tex`` number them."""
+    out, n = {}, 0
+    for rep, s, _ in _parts(report):
+        for t in table_order(rep):
+            n += 1
+            out[(s, t.name)] = n
+    return out
+
+
 def answer_figure(rep: Report):
     """The figure beside a report's first-screen answer: the answer claim's own, or None."""
     c = rep.answer_claim
@@ -141,16 +161,15 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
 
     figures = figures or {}
     parts = []
-    number = 0  # shown tables are numbered in the order tables.tex inputs them, so HTML and PDF agree
+    number = table_numbers(report)  # the order tables.tex inputs them, so HTML and PDF agree
     for rep, s, prefix in _parts(report):
-        blocks, numbers = [], {}
+        blocks = []
+        numbers = {name: k for (part, name), k in number.items() if part == s}
         for sec in rep.sections:
             shown = []
             for t in sec.tables:
                 if t.shown:
-                    number += 1
-                    numbers[t.name] = number
-                    shown.append({**table_context(t), "number": number, "anchor": f"{s}-table-{t.name}"})
+                    shown.append({**table_context(t), "number": numbers[t.name], "anchor": f"{s}-table-{t.name}"})
             figs = []
             for f in sec.figures:
                 got = figures.get((s, f.name))
@@ -203,8 +222,8 @@ def table_text(table: Table, fmt: str, wide: bool = False, page: bool = False) -
 def markdown(report: Report) -> str:
     """The report as Markdown for a terminal or a notebook: title, findings, every shown table."""
     out = []
-    number = 0  # the numbering of the HTML and the PDF
-    for rep, _, _ in _parts(report):
+    number = table_numbers(report)  # the numbering of the HTML and the PDF
+    for rep, s, _ in _parts(report):
         out += [f"# {rep.title}", "", rep.subtitle, ""]
         if rep.headline:
             out += ["## Answer", ""] + ([f"**{rep.answer}**", ""] if rep.answer else []) + [" ".join(rep.headline), ""]
@@ -217,8 +236,7 @@ def markdown(report: Report) -> str:
             if sec.skipped:
                 out += [sec.skipped, ""]
             for t in shown:
-                number += 1
-                out += [table_text(t, "markdown", page=True), f"Table {number}. {t.caption}"
+                out += [table_text(t, "markdown", page=True), f"Table {number[(s, t.name)]}. {t.caption}"
                         + (f" {t.page_note}" if t.page_note else ""), ""]
     return "\n".join(out)
 
@@ -275,9 +293,10 @@ def _render_into(report: Report, out: Path, formats: Sequence[str], progress, ve
         for sec in rep.sections:
             for t in sec.tables:
                 put_file(out / "tables" / f"{prefix}{t.name}.csv", t.frame.to_csv(index=False))
-                if "latex" in formats and t.shown:
-                    put_file(out / "tables" / f"{prefix}{t.name}.tex", latex_table(t, f"tab:{slug(prefix + t.name)}", latex_env()))
-                    tex_files.append(prefix + t.name)
+        if "latex" in formats:
+            for t in table_order(rep):  # inputs in the numbering order of the HTML
+                put_file(out / "tables" / f"{prefix}{t.name}.tex", latex_table(t, f"tab:{slug(prefix + t.name)}", latex_env()))
+                tex_files.append(prefix + t.name)
     if "latex" in formats:
         from reports.latex import latex_text
 

@@ -114,3 +114,20 @@ def test_the_regime_answer_counts_the_certified_points(tmp_path):
     k = int((s["lambda_max"] > 1).sum())  # switching certified: λ_max > 1 (METHODS, regime switching)
     assert rep.answer == f"Switching is certified (λ_max > 1) at {k} of 6 operating point(s), layers 0–2."
     assert len(rep.answer_claim.figure.frames["summary"]) == 6
+
+
+def test_the_answer_table_is_table_one_in_every_report_kind(tmp_path):
+    # one numbering rule for every kind: the table the answer rests on first, then section order; the HTML, the
+    # Markdown and tables.tex agree
+    synthetic_mofa_tree(tmp_path / "mofa")
+    for path, name in ((demo_run_dir(), "effects"), ("data/demo_study", "across_seeds"), (tmp_path / "mofa", "per_ratio")):
+        rep = rs.analyse(path, **FAST)
+        assert rep.answer_claim.table == name
+        out = tmp_path / f"out-{name}"
+        reports.write(rep, out, ("html", "latex", "markdown"))
+        html = (out / "report.html").read_text()
+        caption = rep.table(name).caption
+        assert f"<strong>Table 1.</strong> {caption[:30]}" in html
+        assert f"Table 1. {caption[:30]}" in (out / "report.md").read_text()
+        tex = (out / "tables" / "tables.tex").read_text()
+        assert re.findall(r"\\input\{([^}]+)\}", tex)[0].endswith(name)

@@ -297,7 +297,7 @@ def test_sweep_is_resumable(tmp_path):
     man = json.loads((tmp_path / "seed1" / "saab" / "run.json").read_text())
     assert man["recipe"] == {"preset": "smoke", "max_steps": 20} and man["training"]["max_steps"] == 4
     rep = rs.analyse(tmp_path, resamples=99, permutations=99, flow="off")
-    assert "after 4 of the smoke recipe’s 20 training steps" in rep.answer
+    assert "after 4 of the smoke recipe's 20 training steps" in rep.answer
     assert "4 of 4 runs stopped after 4 training steps, short of the smoke preset's 20-step recipe" in \
         " ".join(rep.headline)
 

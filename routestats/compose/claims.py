@@ -254,8 +254,10 @@ def design_claims(manifests) -> list[Claim]:
     >>> ms = [{"evaluation": {"split": "test", "examples": 256, "records": 2336, "sample_seed": 1001}},
     ...       {"evaluation": {"split": "test", "examples": 256, "records": 2336, "sample_seed": 1001},
     ...        "training": {"max_steps": 20}, "recipe": {"preset": "tiny", "max_steps": 500}}]
-    >>> [c.short for c in design_claims(ms)]
-    ['on an untouched test sample of 256, drawn before any model output was seen', 'after 20 of the tiny recipe’s 500 training steps']
+    >>> for c in design_claims(ms):
+    ...     print(c.short)
+    on an untouched test sample of 256, drawn before any model output was seen
+    after 20 of the tiny recipe's 500 training steps
     """
     manifests = list(manifests)
     out = []
@@ -286,7 +288,7 @@ def design_claims(manifests) -> list[Claim]:
                          "snapshot of training, not the recipe's result.", "headline",
                          requires=(Check("some run stopped short of its recipe", "short_runs >= 1", on="design"),),
                          design={"short_runs": len(short)},
-                         short=f"after {said} of the {recipe.get('preset')} recipe’s {recipe['max_steps']} training steps",
+                         short=f"after {said} of the {recipe.get('preset')} recipe's {recipe['max_steps']} training steps",
                          qualifier=True))
     return out
 
