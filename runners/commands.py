@@ -99,7 +99,7 @@ def evaluate(*, pair: Path, out, bias, sample_size, sample_seed, batch_size, dev
     if bias not in ("on", "off"):
         raise RoutestatsError(f"--bias must be on or off, got {bias!r}")
     if bias == "off":
-        echo(f"run complete: {evaluate_bias_off(pair, out, batch_size=batch_size, device=device)}")
+        echo(f"run complete: {evaluate_bias_off(pair, out, batch_size=batch_size, device=device, progress=echo)}")
         return
     if out is None:
         raise RoutestatsError("--out is required for the test-sample evaluation")

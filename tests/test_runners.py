@@ -353,6 +353,9 @@ def test_the_confirmation_step_reports_the_pair_and_its_decomposition(smoke_stud
     assert sorted(r.run_id for r in rs.load_runs(tmp_path / "test")) == [
         "saab-docstrings-dbpedia-baseline-seed3-test", "saab-docstrings-dbpedia-saab-seed3-test"]
     assert any("not evaluated: saab-docstrings-dbpedia-saab-seed3-bias-off" in m for m in said)
+    # a line for every phase: the split read, the records encoded, each run's examples (at the end at least)
+    assert said[0].startswith("reading the held-out split") and said[1] == "encoding 12 test records"
+    assert "  saab-docstrings-dbpedia-saab-seed3: 12/12 examples" in said
     rep = rs.analyse(tmp_path / "test", resamples=199, permutations=999, flow="off")
     assert rep.table("effects").frame["n"].unique().tolist() == [12]
     scope = [c for c in rep.claims if c.kind == "test_sample"]

@@ -63,6 +63,7 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
     first = runs[0]
     ds = first.manifest.get("dataset") or {}
     spec, tok_path = _study_data(first, pair_dir)
+    say(f"reading the held-out split ({spec.test.name})")
     records = spec.load_test()
     idx = reservoir_indices(len(records), sample_size, sample_seed)
     by_id = {r.run_id: r for r in every}
@@ -93,6 +94,7 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
     }
     write_json_atomic(out / "test_manifest.json", manifest)  # fixed before any model output exists
     tok = load_tokenizer(tok_path)
+    say(f"encoding {len(idx)} test records")
     enc = [encode_record(tok, records[i], spec.field_ids, spec.max_length) for i in idx]
     rows = []
     for i, (e, n_prep) in zip(idx, enc):
@@ -112,7 +114,7 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
     for i, run in enumerate(runs, 1):
         say(f"[{i}/{len(runs)}] {run.run_id}: {len(idx)} test examples")
         paths.append(_evaluate_run(run, ckpts[run.run_id], out, examples, recs, idx, batch_size, dev, ds, cap, manifest,
-                                   sample_seed))
+                                   sample_seed, every_seconds(say, f"  {run.run_id}")))
     return paths
 
 
@@ -131,8 +133,24 @@ def _study_data(first, pair_dir: Path):
     return spec, tok_path
 
 
+def every_seconds(say: Callable[[str], None], label: str, seconds: float = 4.0):
+    """A ``progress(done, total)`` that says ``label: done/total examples`` at most every ``seconds`` (and at the
+    end): a line a phase, also when the output is a file."""
+    import time
+
+    last = [time.monotonic()]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= seconds or done == total:
+            last[0] = now
+            say(f"{label}: {done}/{total} examples")
+
+    return progress
+
+
 def _evaluate_run(run, ckpt: Path, out: Path, examples, recs, idx, batch_size, dev, ds, cap, manifest,
-                  sample_seed) -> Path:
+                  sample_seed, progress=None) -> Path:
     """One run's final weights on the test sample, as the run ``out/<its folder name>``."""
     model = SAABEncoder(EncoderConfig(**run.manifest["model"]))
     ck = load_checkpoint(ckpt)
@@ -145,7 +163,7 @@ def _evaluate_run(run, ckpt: Path, out: Path, examples, recs, idx, batch_size, d
     w.write_examples(examples)
     with w.attention(int(ck["step"]), dtype=(run.manifest["attention"].get("dtype") or "float16"),
                      forms=(S.FORM_MATRICES, S.FORM_REDUCTIONS), value_norms=True) as sink:
-        dump_attention(model, recs, sink, batch_size, dev, idx)
+        dump_attention(model, recs, sink, batch_size, dev, idx, progress=progress)
     src = f"{run.manifest['source_run']}-test" if run.factors.get("eval_bias") == "off" else run.run_id
     return w.finalize(
         parent_run_id=run.run_id, source_run=src, model=run.manifest["model"], dataset=ds,
@@ -157,7 +175,8 @@ def _evaluate_run(run, ckpt: Path, out: Path, examples, recs, idx, batch_size, d
         software=software_versions(("torch", "tokenizers")))
 
 
-def evaluate_bias_off(run_dir: Path, out: Path | None = None, *, batch_size: int = 16, device: str = "auto") -> Path:
+def evaluate_bias_off(run_dir: Path, out: Path | None = None, *, batch_size: int = 16, device: str = "auto",
+                      progress: Callable[[str], None] | None = None) -> Path:
     """Evaluate a trained SAAB run's final weights with the bias removed (w_f = 0 in every layer) on its
     own evaluation examples (METHODS 3.4b); returns the new run (factor ``eval_bias: off``).
 
@@ -204,7 +223,8 @@ def evaluate_bias_off(run_dir: Path, out: Path | None = None, *, batch_size: int
     w.write_examples(ex[keep])
     with w.attention(step, dtype=run.manifest["attention"].get("dtype") or "float16",
                      forms=run.attention_forms(step), value_norms=True) as sink:
-        dump_attention(model, recs, sink, batch_size, dev, ex["example_id"].tolist())
+        dump_attention(model, recs, sink, batch_size, dev, ex["example_id"].tolist(),
+                       progress=every_seconds(progress, f"{run.run_id} without its bias") if progress else None)
     return w.finalize(source_run=run.run_id, model={**cfg, "saab_field_weight": 0.0}, dataset=ds,
                       evaluation={"kind": "bias-off", "source_run": run.run_id, "step": step},
                       software=software_versions(("torch", "tokenizers")))
