@@ -171,12 +171,40 @@ def check_decoded_size(meta, rg: int, fname: str) -> int:
     return decoded
 
 
-def _row_group_chunks(pf: pq.ParquetFile, fname: str = "attention file") -> list[list[int]]:
-    """Consecutive row groups, batched so that each read decodes about :data:`CHUNK_BYTES` (a file
-    written in small row groups is then not read in thousands of small pieces); every row group's
-    decoded size is checked first (:func:`check_decoded_size`)."""
+def groups_holding(pf: pq.ParquetFile, examples) -> list[int]:
+    """The row groups that may hold rows of ``examples`` (None: every group), by each group's ``example_id``
+    min/max statistics (a group without them is read): reading one example of a 2 x 2,336 pair's matrices
+    decodes its own row groups, not 1.2 GB.
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+    >>> pq.write_table(pa.table({"example_id": [0, 0, 1, 2, 2, 3]}), path, row_group_size=2)
+    >>> groups_holding(pq.ParquetFile(path), [2]), groups_holding(pq.ParquetFile(path), None)
+    ([1, 2], [0, 1, 2])
+    """
+    every = list(range(pf.num_row_groups))
+    if examples is None:
+        return every
+    want = np.asarray(sorted({int(e) for e in examples}), dtype=np.int64)
+    col = pf.schema_arrow.get_field_index("example_id")
+    out = []
+    for rg in every:
+        st = pf.metadata.row_group(rg).column(col).statistics if col >= 0 else None
+        if st is None or not st.has_min_max:
+            out.append(rg)
+            continue
+        i = np.searchsorted(want, int(st.min))
+        if i < len(want) and want[i] <= int(st.max):
+            out.append(rg)
+    return out
+
+
+def _row_group_chunks(pf: pq.ParquetFile, fname: str = "attention file", groups=None) -> list[list[int]]:
+    """Row groups in order (``groups``, default all), batched so that each read decodes about
+    :data:`CHUNK_BYTES` (a file written in small row groups is then not read in thousands of small pieces);
+    every row group's decoded size is checked first (:func:`check_decoded_size`)."""
     chunks, cur, size = [], [], 0
-    for rg in range(pf.num_row_groups):
+    for rg in (range(pf.num_row_groups) if groups is None else groups):
         meta = pf.metadata.row_group(rg)
         check_decoded_size(meta, rg, fname)
         cur.append(rg)
@@ -200,7 +228,7 @@ def iter_block_groups(pf: pq.ParquetFile, examples, layers, fname: str = "attent
     want_layers = None if layers is None else np.asarray(sorted(set(int(x) for x in layers)))
     carry: pa.Table | None = None
     done: set[int] = set()
-    chunks = _row_group_chunks(pf, fname)
+    chunks = _row_group_chunks(pf, fname, groups_holding(pf, want_ex))  # groups without them: not decoded
     for i, groups in enumerate(chunks):
         try:
             t = pf.read_row_groups(groups)

@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from routestats.errors import RoutestatsError
+from routestats.errors import RoutestatsError, RunFormatError
 from routestats.metrics.examples import select_examples
 from routestats.metrics.routing import word_attention
 from routestats.rundir import schema as S
@@ -187,7 +187,10 @@ def word_map(p: RunPair, settings: AnalysisSettings, step: int, layers_stored: S
                               f"layers {', '.join(map(str, stored))})")
     mats, per_head = {}, {}
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):
-        (blk,) = list(run.iter_attention(step, examples=[ex_id]))
+        blks = list(run.iter_attention(step, examples=[ex_id]))
+        if len(blks) != 1:  # (row-group statistics that lie about the example ids they hold end here)
+            raise RunFormatError(f"{run.run_id}: the matrices at step {step} hold no rows of example {ex_id}")
+        (blk,) = blks
         for layer in layers:
             A = blk.weights[blk.layer == layer].astype(np.float64).mean(axis=0)  # plain mean over heads
             mats[(role, layer)] = word_attention(A, word_ids)[0][a:b, a:b]
