@@ -13,7 +13,8 @@ a fresh process, in CPU seconds (user + sys of the process and its children):
 * the **statistics floor**: the random work METHODS fixes for the report's statistics (10,000
   bootstrap resamples, 20,000 sign patterns, 2,000 Spearman resamples per column), done at its floor
   in a process that imports only numpy: the shapes are recorded from the report's own calls (one
-  in-process report with recording wrappers), each example set's draws are made once (raw generator
+  in-process report inside :func:`routestats.stats.work.recording`, the statistics' public record of
+  their work), each example set's draws are made once (raw generator
   words, unpacked bits, resample counts, converted once to float64) and every table pays only its
   matrix product; Spearman pays only its draws and counts (no ranks). A lower bound on any
   implementation of the canonical procedures;
@@ -84,26 +85,13 @@ for f in sys.argv[1:]:  # the same chunked SHA-256 as routestats.rundir.atomic.s
 RECORD = """
 import json, sys
 sys.argv = ["routestats", "report", sys.argv[1], "-o", sys.argv[2], "--force", "--flow", "off"]
-import routestats.stats.inference as inf, routestats.stats.profile as prof
 from routestats.cli import main
-calls = {"signs": [], "boot_draws": [], "boot_tables": [], "spearman": [], "profile": []}
-def wrap(mod, name, note):
-    real = getattr(mod, name)
-    def f(*a, **k):
-        note(*a, **k)
-        return real(*a, **k)
-    setattr(mod, name, f)
-wrap(inf, "_shared", lambda d, resamples, permutations, seed, confidence: calls["signs"].append([d.shape[0], d.shape[1], permutations, seed]))
-wrap(inf, "_count_chunks", lambda rng, n, resamples: calls["boot_draws"].append([n, resamples]))
-wrap(inf, "_means_from_counts", lambda d, chunks, resamples: calls["boot_tables"].append([d.shape[0], d.shape[1], resamples]))
-# draws too large to keep (beyond about 4,000 examples) are streamed per table through bootstrap_means
-wrap(inf, "bootstrap_means", lambda d, resamples, rng: calls["boot_tables"].append([d.shape[0], d.shape[1], resamples]))
-wrap(inf, "_spearman_resamples", lambda x, y, idx, ties=None: calls["spearman"].append(list(idx.shape)))
-wrap(prof, "_signflip_T", lambda c, signs: calls["profile"].append([signs.shape[0], c.shape[0], c.shape[1]]))
-try:
-    main()
-except SystemExit:
-    pass
+from routestats.stats.work import recording  # the statistics' own record of their work: no function patched
+with recording() as calls:
+    try:
+        main()
+    except SystemExit:
+        pass
 print(json.dumps(calls))
 """
 STATS_FLOOR = """

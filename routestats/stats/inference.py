@@ -54,6 +54,7 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
+from routestats.stats.work import note
 
 __all__ = [
     "bootstrap_means",
@@ -210,6 +211,7 @@ def bootstrap_means(d: np.ndarray, resamples: int, rng: np.random.Generator) -> 
     """(resamples, k) column means of ``d`` (n, k) over bootstrap resamples of its rows (examples),
     one resample of row indices shared by every column (the ``shared`` mode's draws)."""
     n, k = d.shape
+    note("boot_tables", n, k, resamples)
     means = np.empty((resamples, k))
     rows = max(1, _CHUNK * 512 // n)  # bounded memory: about 1M indices per chunk
     for s in range(0, resamples, rows):
@@ -225,6 +227,7 @@ def bootstrap_means(d: np.ndarray, resamples: int, rng: np.random.Generator) -> 
 def _count_chunks(rng: np.random.Generator, n: int, resamples: int):
     """Bootstrap resample counts, chunk by chunk ((c, n) unsigned ints; row r counts how often each
     example is drawn in resample r): the draws of :func:`bootstrap_means` and the shared mode."""
+    note("boot_draws", n, resamples)
     rows = max(1, _CHUNK * 512 // n)  # bounded memory: about 1M indices per chunk
     for s in range(0, resamples, rows):
         c = min(rows, resamples - s)
@@ -252,6 +255,7 @@ def bootstrap_count_chunks(n: int, resamples: int, seed: int):
 
 def _means_from_counts(d: np.ndarray, chunks, resamples: int) -> np.ndarray:
     n, k = d.shape
+    note("boot_tables", n, k, resamples)
     means = np.empty((resamples, k))
     s = 0
     for cnt in chunks:  # uint counts are exact: as float64 they are what bootstrap_means multiplies
@@ -324,6 +328,7 @@ def _shared_streamed(d, resamples, permutations, rng, confidence):
 
 def _shared(d, resamples, permutations, seed, confidence):
     n, k = d.shape
+    note("signs", n, k, permutations, seed)
     draws = _shared_draws(n, resamples, permutations, seed)
     if draws is None:
         return _shared_streamed(d, resamples, permutations, np.random.default_rng(seed), confidence)

@@ -31,6 +31,7 @@ from scipy import special
 from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
 from routestats.stats.inference import paired_inference, percentile_ci, row_blocks, seeded_bootstrap_means
+from routestats.stats.work import note
 
 __all__ = ["profile_shape", "layer_contrasts", "profile_distance_ci"]
 
@@ -48,6 +49,7 @@ def _matrix(D) -> np.ndarray:
 
 def _signflip_T(c: np.ndarray, signs: np.ndarray) -> np.ndarray:
     """T* = sum_l (mean_e s_e c_el)^2 for each row of signs (P, n)."""
+    note("profile", signs.shape[0], c.shape[0], c.shape[1])
     return (((signs @ c) / c.shape[0]) ** 2).sum(axis=1)
 
 

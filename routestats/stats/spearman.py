@@ -12,6 +12,7 @@ from scipy import special
 from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
 from routestats.stats.inference import holm, percentile_ci
+from routestats.stats.work import note
 
 __all__ = ["average_ranks", "spearman", "SpearmanResult", "spearman_ci"]
 
@@ -94,6 +95,7 @@ def _spearman_resamples(x: np.ndarray, y: np.ndarray, idx: np.ndarray, ties=None
     """
     B, n = idx.shape
     tx, ty = (_tie_groups(x), _tie_groups(y)) if ties is None else ties
+    note("spearman", B, n)
     counts = np.bincount((idx + n * np.arange(B)[:, None]).ravel(), minlength=B * n).reshape(B, n)
     m = (n + 1) / 2  # the mean of average ranks of n values
     dx = _resampled_average_ranks(counts, tx) - m
