@@ -73,7 +73,7 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
             from routestats.compose.regime.build import build_regime_report
 
             return build_regime_report(path, s, progress)
-        from routestats.regime.compare import model_folders
+        from routestats.rundir.manifest import model_folders
 
         if model_folders(path):  # one folder per model, each with operators/: the cross-architecture comparison
             from routestats.compose.regime.compare import build_comparison_report

@@ -499,7 +499,7 @@ def regime(
     if out is not None:
         check_output(out, force, [source])
     settings = _settings(layer=layer, example=example, token=token, probes=probes, seed=seed)
-    from routestats.regime.compare import model_folders
+    from routestats.rundir.manifest import model_folders
 
     if source.is_dir() and not (source / "operators").is_dir() and model_folders(source):
         from routestats.compose.regime.compare import build_comparison_report, comparison_terminal_tables

@@ -27,28 +27,13 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.rundir import schema as S
-from routestats.rundir.manifest import read_json
+from routestats.rundir.manifest import model_folders, read_json
 from routestats.regime.certify import certify, mechanism_composition, probe_sweep
 from routestats.regime.points import load_operator_points
 
 __all__ = ["model_folders", "compare_models", "PROBE_SIZES"]
 
 PROBE_SIZES = (32, 64, 128, 256)
-
-
-def model_folders(root: str | Path) -> list[Path]:
-    """The folders directly below ``root`` that hold ``operators/index.json``, sorted by name.
-
-    >>> import tempfile
-    >>> root = Path(tempfile.mkdtemp())
-    >>> (root / "a" / "operators").mkdir(parents=True); _ = (root / "a" / "operators" / "index.json").write_text("{}")
-    >>> (root / "notes").mkdir()
-    >>> [p.name for p in model_folders(root)]
-    ['a']
-    """
-    root = Path(root)
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
-                  and (p / S.OPERATOR_DIR / S.OPERATOR_INDEX).is_file())
 
 
 def _layer_count(folder: Path) -> int:

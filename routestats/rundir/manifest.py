@@ -12,7 +12,7 @@ from routestats.errors import IncompleteRunError, RunFormatError, SchemaVersionE
 from routestats.rundir import schema as S
 from routestats.rundir.verify import run_file
 
-__all__ = ["read_manifest", "read_json", "check_schema"]
+__all__ = ["read_manifest", "read_json", "check_schema", "model_folders"]
 
 MAX_JSON_BYTES = 64 << 20  # a manifest or index larger than this is refused before parsing
 MAX_JSON_DEPTH = 32  # nesting deeper than any file routestats writes (run.json: 5)
@@ -153,3 +153,17 @@ def check_schema(fname: str, actual: pa.Schema, expected: pa.Schema, required=No
         if not got.equals(f.type):
             raise RunFormatError(f"{fname}: column {f.name!r} has type {got}, expected {f.type}")
 
+
+def model_folders(root: str | Path) -> list[Path]:
+    """The folders directly below ``root`` that hold ``operators/index.json``, sorted by name.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "a" / "operators").mkdir(parents=True); _ = (root / "a" / "operators" / "index.json").write_text("{}")
+    >>> (root / "notes").mkdir()
+    >>> [p.name for p in model_folders(root)]
+    ['a']
+    """
+    root = Path(root)
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  and (p / S.OPERATOR_DIR / S.OPERATOR_INDEX).is_file())
