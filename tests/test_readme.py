@@ -97,6 +97,7 @@ def walk(tmp_path_factory):
     return here, before
 
 
+@pytest.mark.slow  # the whole walk: about 15 minutes on 2 cores (the quick subset leaves it out)
 def test_every_readme_bash_block_runs_in_order(walk):
     walk, before = walk
     for path in ("report/report.html", "report-seed1001/report.html", "report-seed1001-decomposed/report.html",
@@ -120,6 +121,7 @@ def test_every_readme_bash_block_runs_in_order(walk):
     assert sorted(p.name for p in (walk / "runs/seed1001-test").iterdir()) == ["baseline", "saab", "test_manifest.json"]
 
 
+@pytest.mark.slow  # the whole walk: about 15 minutes on 2 cores (the quick subset leaves it out)
 def test_the_main_job_rerun_with_force_loses_no_file(walk):
     walk, before = walk
     after = {k: v for k, v in _files(walk).items() if not k.startswith("report/")}
