@@ -302,21 +302,24 @@ def test_sweep_is_resumable(tmp_path):
         " ".join(rep.headline)
 
 
+def pair_folder(study: Path, to: Path) -> Path:
+    """A folder with just the baseline and SAAB runs of the smoke study (the tokenizer beside them)."""
+    import shutil
+
+    to.mkdir()
+    for name in ("baseline", "saab"):
+        shutil.copytree(study / name, to / name)
+    shutil.copy(study / "tokenizer.json", to / "tokenizer.json")
+    return to
+
+
 def test_untouched_test_evaluation(smoke_study, tmp_path):
     import json
 
     from runners.training.evaluate import evaluate_split
     from routestats.rundir.sampling import reservoir_indices
 
-    out, _ = smoke_study
-    # a folder with just the baseline and SAAB runs of the smoke study (the tokenizer beside them)
-    pair_dir = tmp_path / "pair"
-    pair_dir.mkdir()
-    import shutil
-
-    for name in ("baseline", "saab"):
-        shutil.copytree(out / name, pair_dir / name)
-    shutil.copy(out / "tokenizer.json", pair_dir / "tokenizer.json")
+    pair_dir = pair_folder(smoke_study[0], tmp_path / "pair")
     evaluate_split(pair_dir, tmp_path / "test", sample_size=6, sample_seed=1001, device="cpu")
     man = json.loads((tmp_path / "test" / "test_manifest.json").read_text())
     n_test = len(resolve("bundled-dbpedia").load_test())
@@ -336,16 +339,9 @@ def test_untouched_test_evaluation(smoke_study, tmp_path):
 
 def test_the_confirmation_step_reports_the_pair_and_its_decomposition(smoke_study, tmp_path):
     # the README's order: a pair, its bias-off evaluation beside it, then `evaluate PAIR --out OUT --sample-size N`
-    import shutil
-
     from runners.training.evaluate import evaluate_bias_off, evaluate_split
 
-    out, _ = smoke_study
-    pair_dir = tmp_path / "pair"
-    pair_dir.mkdir()
-    for name in ("baseline", "saab"):
-        shutil.copytree(out / name, pair_dir / name)
-    shutil.copy(out / "tokenizer.json", pair_dir / "tokenizer.json")
+    pair_dir = pair_folder(smoke_study[0], tmp_path / "pair")
     evaluate_bias_off(pair_dir / "saab")
     said = []
     evaluate_split(pair_dir, tmp_path / "test", sample_size=12, sample_seed=1001, device="cpu", progress=said.append)
