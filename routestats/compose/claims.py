@@ -258,14 +258,23 @@ def design_claims(manifests) -> list[Claim]:
     ...     print(c.short)
     on an untouched test sample of 256, drawn before any model output was seen
     after 20 of the tiny recipe's 500 training steps
+    >>> design_claims([{"evaluation": "x", "training": [], "recipe": None}])  # sections that are not objects: nothing
+    []
     """
+    def part(m, key) -> dict:  # a manifest section, or {} where it is missing or not an object (untrusted input)
+        v = m.get(key) if isinstance(m, dict) else None
+        return v if isinstance(v, dict) else {}
+
+    def whole(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
     manifests = list(manifests)
     out = []
-    ev = [m.get("evaluation") or {} for m in manifests]
-    if ev and all(e.get("split") == "test" for e in ev):
-        n = sorted({int(e.get("examples", 0)) for e in ev})
-        recs = sorted({e["records"] for e in ev if isinstance(e.get("records"), int)})
-        seeds = sorted({e["sample_seed"] for e in ev if e.get("sample_seed") is not None})
+    ev = [part(m, "evaluation") for m in manifests]
+    if ev and all(e.get("split") == "test" and whole(e.get("examples")) for e in ev):
+        n = sorted({int(e["examples"]) for e in ev})
+        recs = sorted({e["records"] for e in ev if whole(e.get("records"))})
+        seeds = sorted({e["sample_seed"] for e in ev if whole(e.get("sample_seed"))})
         size = str(n[0]) if len(n) == 1 else f"{n[0]}–{n[-1]}"
         out.append(Claim("test_sample", f"Evaluated on an untouched test sample of {size} examples"
                          + (f" of the held-out split's {recs[0]} records" if len(recs) == 1 else " of the held-out split")
@@ -275,10 +284,9 @@ def design_claims(manifests) -> list[Claim]:
                          design={"test_runs": sum(e.get("split") == "test" for e in ev), "runs": len(ev)},
                          short=f"on an untouched test sample of {size}, drawn before any model output was seen",
                          qualifier=True))
-    short = [(int((m.get("training") or {}).get("max_steps")), m["recipe"]) for m in manifests
-             if isinstance(m.get("recipe"), dict) and isinstance((m.get("training") or {}).get("max_steps"), int)
-             and isinstance(m["recipe"].get("max_steps"), int)
-             and int(m["training"]["max_steps"]) < int(m["recipe"]["max_steps"])]
+    short = [(int(part(m, "training")["max_steps"]), part(m, "recipe")) for m in manifests
+             if whole(part(m, "training").get("max_steps")) and whole(part(m, "recipe").get("max_steps"))
+             and int(part(m, "training")["max_steps"]) < int(part(m, "recipe")["max_steps"])]
     if short:
         steps = sorted({s for s, _ in short})
         recipe = short[0][1]
