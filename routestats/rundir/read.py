@@ -199,7 +199,9 @@ class Run:
         with decoding(fname):
             table = read_table(fname)
             check_schema(str(fname), table.schema, S.EXAMPLES_SCHEMA)
-            table = table.combine_chunks()
+            # the file's pandas metadata is untrusted text that to_pandas would parse (a corrupt one ended in a
+            # JSONDecodeError): the schema, checked above, is all a frame needs
+            table = table.combine_chunks().replace_schema_metadata(None)
             validate_examples(table, str(fname), self.manifest["fields"]["vocab_size"])
         return table
 
