@@ -436,29 +436,45 @@ def _word_map(frames, params):
 
 
 def word_map(wm, labels: dict):
-    """Word-level attention of one example: rows = layers; baseline, variant, difference."""
+    """Word-level attention of one example: rows = layers; baseline, variant, difference.
+
+    The panels share their words, so only the outer ones are labelled (query words on the left, key
+    words below), and the two scales are drawn once each: baseline and variant share one, the
+    difference has its own (a colour bar per panel repeated the same scale four times).
+    """
     n = len(wm.words)
-    fig, axes = plt.subplots(len(wm.layers), 3, figsize=(3.6 * 3 + 1, 3.4 * len(wm.layers) + 0.6), squeeze=False)
+    rows = len(wm.layers)
+    fig = plt.figure(figsize=(3.6 * 3 + 1, 3.4 * rows + 0.6), layout="constrained")
+    grid = fig.add_gridspec(rows, 3)
     vmax = max(float(np.max(wm.matrices[(r, layer)])) for r in ("baseline", "variant") for layer in wm.layers)
     dmax = max(1e-9, max(float(np.abs(wm.matrices[("difference", layer)]).max()) for layer in wm.layers))
     bounds = [i for i in range(1, n) if wm.word_fields[i] != wm.word_fields[i - 1]]
     ticks = [plain(w if len(w) <= 14 else w[:13] + "…") for w in wm.words]
+    shade = ["0.55" if f == "unnamed" else "black" for f in wm.word_fields]  # unnamed tokens (specials) greyed
+    scales, panels = {}, np.empty((rows, 3), dtype=object)
     for i, layer in enumerate(wm.layers):
         for j, role in enumerate(("baseline", "variant", "difference")):
-            ax = axes[i, j]
+            ax = panels[i, j] = fig.add_subplot(grid[i, j])
             kw = dict(vmin=-dmax, vmax=dmax, cmap="RdBu_r") if role == "difference" else dict(vmin=0, vmax=vmax, cmap="viridis")
-            heat(ax, pd.DataFrame(wm.matrices[(role, layer)]), annot=False, cbar=True, ticklabels=ticks, **kw)
+            scales[role == "difference"] = heat(ax, pd.DataFrame(wm.matrices[(role, layer)]), annot=False,
+                                                ticklabels=ticks, **kw)
             for bnd in bounds:
                 ax.axhline(bnd - 0.5, color="white" if role != "difference" else "black", lw=1)
                 ax.axvline(bnd - 0.5, color="white" if role != "difference" else "black", lw=1)
             ax.tick_params(labelsize=7 if n <= 30 else 6)
-            for lab, f in zip(ax.get_xticklabels(), wm.word_fields):  # unnamed tokens (specials) greyed
-                lab.set_color("0.55" if f == "unnamed" else "black")
-            for lab, f in zip(ax.get_yticklabels(), wm.word_fields):
-                lab.set_color("0.55" if f == "unnamed" else "black")
-            ax.set(title=f"L{layer} {SHORT[role]}", xlabel="key word" if i == len(wm.layers) - 1 else "",
+            if i < rows - 1:
+                ax.set_xticks([])
+            if j > 0:
+                ax.set_yticks([])
+            for lab, c in zip(ax.get_xticklabels(), shade):
+                lab.set_color(c)
+            for lab, c in zip(ax.get_yticklabels(), shade):
+                lab.set_color(c)
+            ax.set(title=f"L{layer} {SHORT[role]}", xlabel="key word" if i == rows - 1 else "",
                    ylabel="query word" if j == 0 else "")
-    fig.tight_layout()
+    # constrained layout: a colour bar beside the panels it scales (tight_layout spaces every column alike)
+    fig.colorbar(scales[False], ax=list(panels[:, :2].ravel()), label="attention (baseline, variant)", shrink=0.8)
+    fig.colorbar(scales[True], ax=list(panels[:, 2]), label="variant − baseline", shrink=0.8)
     return fig
 
 

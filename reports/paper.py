@@ -103,6 +103,11 @@ def paper_figure(figure, width: float | None = None, height: float | None = None
             spine.set_linewidth(0.6)
     plt.close(fig)  # out of pyplot's registry, onto a canvas of its own: the object still draws and saves
     FigureCanvasAgg(fig)
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    if isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):  # lays out every artist on the page itself
+        fig.get_layout_engine().set(w_pad=0.02, h_pad=0.02)
+        return fig
     fig.tight_layout(pad=0.3)
     fit_page(fig)
     return fig

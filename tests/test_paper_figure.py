@@ -18,11 +18,12 @@ def rep():
 
 
 @pytest.mark.parametrize("name, width", [("answer", COLUMN_IN), ("profile", WIDE_IN), ("head_sfm", WIDE_IN),
-                                         ("profile", COLUMN_IN)])
+                                         ("profile", COLUMN_IN), ("word_map", WIDE_IN)])
 def test_a_figure_fits_its_width_with_eight_to_nine_point_text(rep, name, width, tmp_path):
     from matplotlib.text import Text
 
-    # one panel: a column by default; several: both columns by default, a column when asked
+    # one panel: a column by default; several: both columns by default, a column when asked. The word map is laid
+    # out by matplotlib's constrained layout (colour bars beside the panels they scale), which paper_figure keeps
     fig = paper_figure(find(rep, name), width=None if name != "profile" or width == WIDE_IN else width)
     assert tuple(fig.get_size_inches())[0] == pytest.approx(width)
     sizes = {t.get_fontsize() for t in fig.findobj(Text) if t.get_text()}
