@@ -576,3 +576,59 @@ def test_one_example_is_read_from_its_own_row_groups(tmp_path, rng):
     full = {b.example_id: b for b in run.iter_attention(10)}
     (one,) = run.iter_attention(10, examples=[4])
     assert one.example_id == 4 and np.array_equal(one.weights, full[4].weights)
+
+
+def test_one_example_of_a_large_file_verifies_only_the_pieces_it_reads(tmp_path, rng, monkeypatch):
+    # a file larger than VERIFY_PART_BYTES lists the SHA-256 of each piece (run.json "parts"); reading a few
+    # examples hashes the pieces read (the word map of a 2 x 2,336 pair hashed 1 GB of matrices for one example)
+    import hashlib
+
+    from routestats.errors import IntegrityError
+
+    monkeypatch.setattr(S, "VERIFY_PART_BYTES", 4096)  # pieces small enough that a tiny run has many
+    # 4 KB of float32 weights per example, 300 KB in all: well beyond the 64 KB that Arrow reads for the footer
+    fields = [[3] * 8 + [4] * 8] * 72
+    path = write_run(tmp_path / "r", [random_attention(rng, 2, 2, 16) for _ in fields], fields)
+    rel = S.attention_file(10, "matrices")
+    entry = next(e for e in json.loads((path / "run.json").read_text())["files"] if e["path"] == rel)
+    data = (path / rel).read_bytes()
+    # the digests are those of consecutive 4096-byte pieces (hashlib over the raw bytes; none of our code)
+    assert entry["parts"]["bytes"] == 4096
+    assert entry["parts"]["sha256"] == [hashlib.sha256(data[i:i + 4096]).hexdigest() for i in range(0, len(data), 4096)]
+    full = {b.example_id: b.weights for b in rs.load_run(path).iter_attention(10)}
+    run = rs.load_run(path)
+    (one,) = run.iter_attention(10, examples=[7])
+    assert np.array_equal(one.weights, full[7])
+    read = run.partly_verified()[rel]
+    assert rel not in run.verified_files() and 0 < len(read["pieces"]) < read["of"] == len(entry["parts"]["sha256"])
+    # a byte changed in a piece the read did not touch: the one example still reads, and a whole read refuses
+    untouched = next(i for i in range(read["of"]) if i not in read["pieces"])
+    broken = bytearray(data)
+    broken[untouched * 4096] ^= 0xFF
+    (path / rel).write_bytes(bytes(broken))
+    (again,) = rs.load_run(path).iter_attention(10, examples=[7])
+    assert np.array_equal(again.weights, full[7])
+    with pytest.raises(IntegrityError, match="differs from run.json"):
+        list(rs.load_run(path).iter_attention(10))
+    # a byte changed in a piece the read needs: refused, naming the piece
+    broken = bytearray(data)
+    broken[read["pieces"][0] * 4096 + 1] ^= 0xFF
+    (path / rel).write_bytes(bytes(broken))
+    with pytest.raises(IntegrityError, match=rf"piece {read['pieces'][0] + 1} of {read['of']}\) differ"):
+        list(rs.load_run(path).iter_attention(10, examples=[7]))
+
+
+@pytest.mark.parametrize("parts, says", [
+    ({"bytes": 4096, "sha256": ["0" * 64]}, "lists 1 part digests"),
+    ({"bytes": 0, "sha256": []}, "needs 'bytes' and parts"),
+    ("x", "needs 'bytes' and parts"),
+    ({"bytes": 4096, "sha256": None}, "needs 'bytes' and parts"),
+])
+def test_a_files_entry_with_malformed_parts_is_refused_in_one_line(tmp_path, rng, parts, says):
+    fields = [[3, 4]] * 3
+    path = write_run(tmp_path / "r", [random_attention(rng, 1, 1, 2) for _ in fields], fields)
+    m = json.loads((path / "run.json").read_text())
+    m["files"][0] = {**m["files"][0], "bytes": 3 * 4096, "parts": parts}
+    (path / "run.json").write_text(json.dumps(m))
+    with pytest.raises(rs.RunFormatError, match=re.escape(says)):
+        rs.load_run(path)

@@ -95,6 +95,24 @@ def write_table_atomic(path: str | os.PathLike, table: pa.Table, **options) -> N
         pq.write_table(table, tmp, **opts)
 
 
+def sha256_parts(path: str | os.PathLike, part: int) -> tuple[str, list[str]]:
+    """SHA-256 of a file and of each consecutive ``part``-byte piece of it, in one pass.
+
+    >>> import tempfile, pathlib, hashlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "f"
+    >>> _ = p.write_bytes(b"abcde")
+    >>> whole, parts = sha256_parts(p, 2)
+    >>> whole == sha256_file(p), parts == [hashlib.sha256(b).hexdigest() for b in (b"ab", b"cd", b"e")]
+    (True, True)
+    """
+    whole, parts = hashlib.sha256(), []
+    with open(path, "rb") as fh:
+        while block := fh.read(part):
+            whole.update(block)
+            parts.append(hashlib.sha256(block).hexdigest())
+    return whole.hexdigest(), parts
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """SHA-256 hex digest of a file, read in 1 MiB chunks.
 

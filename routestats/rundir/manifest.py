@@ -133,12 +133,38 @@ def _check_files(path: Path, mpath: Path, files: list) -> None:
         sha = entry["sha256"]
         if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
             raise RunFormatError(f"{mpath}: files entry {entry['path']!r} has no 64-hex-digit sha256")
+        if "parts" in entry:
+            check_parts(mpath, entry)
         p = run_file(path, entry["path"])
         if entry["path"] in seen:
             raise RunFormatError(f"{mpath}: lists {entry['path']} twice")
         seen.add(entry["path"])
         if not p.is_file():
             raise RunFormatError(f"{mpath}: lists {entry['path']} but that file is missing")
+
+
+def check_parts(mpath, entry: dict) -> None:
+    """A ``files`` entry's ``parts``: a piece size and one 64-hex-digit SHA-256 per piece of its ``bytes``.
+
+    >>> check_parts("run.json", {"path": "a", "bytes": 5, "parts": {"bytes": 2, "sha256": ["0" * 64] * 3}})
+    >>> check_parts("run.json", {"path": "a", "bytes": 5, "parts": {"bytes": 2, "sha256": ["0" * 64] * 2}})
+    Traceback (most recent call last):
+    ...
+    routestats.errors.RunFormatError: run.json: files entry 'a' lists 2 part digests for 5 bytes in parts of 2 bytes; 3 expected
+    """
+    parts, size = entry["parts"], entry.get("bytes")
+    piece = parts.get("bytes") if isinstance(parts, dict) else None
+    digests = parts.get("sha256") if isinstance(parts, dict) else None
+    if not (isinstance(piece, int) and not isinstance(piece, bool) and piece > 0 and isinstance(digests, list)
+            and isinstance(size, int) and not isinstance(size, bool) and size >= 0):
+        raise RunFormatError(f"{mpath}: files entry {entry['path']!r} needs 'bytes' and parts "
+                             "{'bytes': piece size, 'sha256': [one digest per piece]}")
+    want = -(-size // piece)
+    if len(digests) != want:
+        raise RunFormatError(f"{mpath}: files entry {entry['path']!r} lists {len(digests)} part digests for {size} "
+                             f"bytes in parts of {piece} bytes; {want} expected")
+    if not all(isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d) for d in digests):
+        raise RunFormatError(f"{mpath}: files entry {entry['path']!r} has a part digest that is not 64 hex digits")
 
 
 def check_schema(fname: str, actual: pa.Schema, expected: pa.Schema, required=None) -> None:

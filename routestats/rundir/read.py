@@ -245,7 +245,9 @@ class Run:
         return self._table(S.LM_SCORES)
 
     # -- attention -------------------------------------------------------
-    def attention_path(self, step: int | None = None, form: str = S.FORM_MATRICES) -> Path:
+    def attention_file(self, step: int | None = None, form: str = S.FORM_MATRICES) -> str:
+        """The run-relative path of the attention file of ``form`` at ``step`` (default: the last), not yet
+        opened: refused unless the manifest lists it."""
         step = self.final_step if step is None else int(step)
         if step not in self.attention_steps:
             raise RunFormatError(
@@ -258,7 +260,11 @@ class Run:
         rel = S.attention_file(step, form)
         if not self.has(rel):
             raise RunFormatError(f"{self.path}: {rel} is not listed in {S.MANIFEST}")
-        return self._file(rel)
+        return rel
+
+    def attention_path(self, step: int | None = None, form: str = S.FORM_MATRICES) -> Path:
+        """The attention file of ``form`` at ``step``, verified whole against the manifest."""
+        return self._file(self.attention_file(step, form))
 
     def iter_attention(
         self,
@@ -270,16 +276,56 @@ class Run:
 
         Every block is validated: finite, non-negative, ``n`` equal to the example's
         evaluated length, softmax rows summing to 1 within
-        :data:`routestats.rundir.schema.ROW_SUM_ATOL` for the stored dtype.
+        :data:`routestats.rundir.schema.ROW_SUM_ATOL` for the stored dtype. A few ``examples`` of a file
+        whose manifest entry lists ``parts`` are read through :meth:`verified_pieces`: only the pieces read
+        are hashed.
         """
-        path = self.attention_path(step, S.FORM_MATRICES)
+        rel = self.attention_file(step, S.FORM_MATRICES)
+        path = self.path / rel
         dtype = self.manifest["attention"]["dtype"]
-        pf = parquet_file(path)
-        check_schema(str(path), pf.schema_arrow, S.attention_matrices_schema(dtype, value_norms=True),
-                      S.MATRICES_REQUIRED)
-        lengths = self._lengths()
-        yield from _stream(path, iter_blocks(pf, examples, layers, str(path)),
-                           lambda ex, rows: matrices_block(str(path), ex, rows, lengths, dtype, self.causal))
+        source = self.verified_pieces(rel) if examples is not None else None
+        try:
+            pf = parquet_file(source if source is not None else self._file(rel))
+            check_schema(str(path), pf.schema_arrow, S.attention_matrices_schema(dtype, value_norms=True),
+                          S.MATRICES_REQUIRED)
+            lengths = self._lengths()
+            yield from _stream(path, iter_blocks(pf, examples, layers, str(path)),
+                               lambda ex, rows: matrices_block(str(path), ex, rows, lengths, dtype, self.causal))
+        except RunFormatError:
+            if source is not None and source.failure is not None:  # Arrow wraps what its reads raised
+                raise source.failure from None
+            raise
+        finally:
+            if source is not None:
+                source.close()
+
+    def verified_pieces(self, rel: str):
+        """A read-only file object over the run's file ``rel`` that verifies each piece it reads against the
+        manifest's ``parts`` (:class:`routestats.rundir.parts.PartVerifiedFile`); None when the entry lists no
+        parts (a small file, or a run written before parts were listed) or the file was verified whole already.
+        The pieces verified are remembered for provenance (:meth:`partly_verified`)."""
+        from routestats.rundir.parts import PartVerifiedFile
+
+        entry = next((e for e in self.manifest["files"] if e["path"] == rel), None)
+        if entry is None or "parts" not in entry or rel in self.__dict__.get("_verified", {}):
+            return None
+        p = run_file(self.path, rel)
+        if not p.is_file():
+            raise RunFormatError(f"{self.path}: missing {rel}")
+        parts = entry["parts"]
+        seen = self.__dict__.setdefault("_pieces", {}).setdefault(rel, set())
+        f = PartVerifiedFile(p, entry["bytes"], parts["bytes"], parts["sha256"])
+        f.verified = seen  # shared: every reader of the file adds the pieces it verified
+        return f
+
+    def partly_verified(self) -> dict[str, dict]:
+        """path -> ``{"sha256": the file's digest in run.json, "pieces": [indices verified], "of": pieces}`` of
+        every file read in part (its pieces checked as they were read) and not verified whole."""
+        whole = self.__dict__.get("_verified", {})
+        entries = {e["path"]: e for e in self.manifest["files"]}
+        return {rel: {"sha256": entries[rel]["sha256"], "pieces": sorted(seen),
+                      "of": len(entries[rel]["parts"]["sha256"])}
+                for rel, seen in self.__dict__.get("_pieces", {}).items() if seen and rel not in whole}
 
     def iter_reductions(
         self,

@@ -47,6 +47,11 @@ OPERATOR_DIR = "operators"
 OPERATOR_INDEX = "index.json"
 OPERATOR_ARRAYS = ("J_T", "J_Q", "J_K")  # required in every operator file; the rest is optional
 
+VERIFY_PART_BYTES = 8 << 20
+"""A file of the run larger than this lists, besides its SHA-256, the SHA-256 of each consecutive piece of
+this many bytes (``parts`` of its ``files`` entry): a reader that needs a few row groups of a large file
+(the word map: one example of a 1 GB matrices file) verifies the pieces it reads, not the whole file."""
+
 FORM_MATRICES = "matrices"
 FORM_REDUCTIONS = "reductions"
 ATTENTION_FORMS = (FORM_MATRICES, FORM_REDUCTIONS)
@@ -222,7 +227,8 @@ Optional keys: ``model``, ``training``, ``dataset``, ``evaluation``, ``software`
 ``fields`` = ``{"named": {"3": "content", "4": "title"}, "mask_id": 5, "vocab_size": 6}``;
 ``attention`` = ``{"dtype": "float16", "steps": {"1": ["reductions"], "500": ["matrices", "reductions"]}}``
 (forms stored at each step);
-``files`` = ``[{"path": "examples.parquet", "sha256": "...", "bytes": 123}, ...]``.
+``files`` = ``[{"path": "examples.parquet", "sha256": "...", "bytes": 123}, ...]``; a file larger than
+:data:`VERIFY_PART_BYTES` adds ``"parts": {"bytes": 8388608, "sha256": ["...", ...]}`` (one digest per piece).
 """
 
 #: Parquet writer options used for every table (explicit, so files are reproducible).

@@ -34,14 +34,31 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from routestats.rundir import schema as S
-from routestats.rundir.atomic import atomic_path, sha256_file, write_json_atomic, write_table_atomic
+from routestats.rundir.atomic import atomic_path, sha256_file, sha256_parts, write_json_atomic, write_table_atomic
 from routestats.errors import RoutestatsError, RunFormatError
 from routestats.rundir.blocks import check_reductions, check_probabilities
 from routestats.rundir.reductions import reduce_queries
 from routestats.rundir.replace import MAX_DEPTH, prune_empty, walk_folders  # noqa: F401  (re-exported)
 
-__all__ = ["RunWriter", "software_versions", "unlisted_files", "describe_paths", "TREE_FILES", "walk_folders",
+__all__ = ["RunWriter", "file_entry", "software_versions", "unlisted_files", "describe_paths", "TREE_FILES", "walk_folders",
            "written_by_runs", "MAX_DEPTH"]
+
+
+def file_entry(run: Path, rel: str) -> dict:
+    """The manifest's ``files`` entry of ``run/rel``: its SHA-256 and size, and for a file larger than
+    :data:`routestats.rundir.schema.VERIFY_PART_BYTES` the SHA-256 of each piece (hashed in the same pass).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); _ = (d / "a.bin").write_bytes(b"x" * 10)
+    >>> sorted(file_entry(d, "a.bin"))
+    ['bytes', 'path', 'sha256']
+    """
+    path = run / rel
+    size = os.path.getsize(path)
+    if size <= S.VERIFY_PART_BYTES:
+        return {"path": rel, "sha256": sha256_file(path), "bytes": size}
+    whole, parts = sha256_parts(path, S.VERIFY_PART_BYTES)
+    return {"path": rel, "sha256": whole, "bytes": size, "parts": {"bytes": S.VERIFY_PART_BYTES, "sha256": parts}}
 
 
 def software_versions(extra: Iterable[str] = ()) -> dict:
@@ -437,10 +454,7 @@ class RunWriter:
         """
         if S.EXAMPLES not in self._files:
             raise RoutestatsError("a run needs examples.parquet")
-        files = [
-            {"path": rel, "sha256": sha256_file(self.path / rel), "bytes": os.path.getsize(self.path / rel)}
-            for rel in self._files
-        ]
+        files = [file_entry(self.path, rel) for rel in self._files]
         manifest = {
             **self.manifest,
             "attention": {

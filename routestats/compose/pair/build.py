@@ -49,12 +49,15 @@ def provenance(p: RunPair, settings: AnalysisSettings, step: int) -> dict:
     for role, run in (("baseline", p.baseline), ("variant", p.variant)):
         m = run.manifest
         files = run.verified_files()  # the files this analysis read, each checked against run.json
+        partly = run.partly_verified()  # read in part: only the pieces read were checked
         runs[role] = {
             "run_id": run.run_id, "path": str(run.path), "study": run.study, "seed": run.seed,
             "factors": run.factors, "init_id": run.init_id, "data_order_id": run.data_order_id,
             "created": m.get("created"), "git_commit": m.get("git_commit"), "software": m.get("software", {}),
             "dataset": (m.get("dataset") or {}).get("name"), "files": files, "notes": m.get("notes"),
         }
+        if partly:
+            runs[role]["files_read_in_part"] = partly
         if run.capture is not None:
             runs[role]["capture"] = run.capture
     return {
@@ -103,9 +106,10 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
         ctx, pair_sections(), title=ctx.subject,
         subtitle=f"Baseline {p.baseline.run_id} · variant {p.variant.run_id} · {when} · {ctx.n_examples} examples · "
                  f"{layers_phrase(ctx)} × {ctx.n_heads} heads",
-        methods=lambda draft: pair_methods(draft, s), provenance=provenance(p, s, ctx.step), facts=facts(ctx),
+        methods=lambda draft: pair_methods(draft, s), facts=facts(ctx),
         scope=(scope_claim(ctx.pretrained, within_study, ctx.n_examples),
                *design_claims([p.baseline.manifest, p.variant.manifest])), claim_order=CLAIM_ORDER)
     data = {name: f.frames[key] for sec in rep.sections for f in sec.figures if f.name in FIGURE_DATA
             for key, name in [FIGURE_DATA[f.name]]}
-    return replace(rep, data=data)
+    # after the sections: the provenance lists what they read (the word map reads the matrices file last)
+    return replace(rep, data=data, provenance=provenance(p, s, ctx.step))
