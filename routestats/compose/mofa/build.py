@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -282,11 +282,12 @@ def build_mofa_report(runs: RunCollection, settings: AnalysisSettings | None = N
     counts = Claim("counts", f"{len(runs)} runs: ratios {', '.join(ctx.order)} × seeds "
                    f"{', '.join(map(str, sorted(ctx.ppl['seed'].unique())))}.",
                    requires=(Check("runs counted", "n_runs >= 1", on="design"),), design={"n_runs": len(runs)})
-    return build_report(
+    rep = build_report(
         ctx, MOFA_SECTIONS, title=f"MoFA: {len(ctx.order)} ratios x {ctx.n_seeds} seeds",
         subtitle=f"{len(runs)} runs · domains {', '.join(ctx.ranking[0]['domain'])}", methods=methods,
         provenance={"runs": runs.index.astype(str).to_dict(orient="records"),
-                    "verified_files": runs.verified_files(),
                     "analysis": {"generated": generated_now(), "settings": asdict(s)}},
         facts={"n_runs": len(runs), "seeds": sorted(ctx.ppl["seed"].unique().tolist()), "ratios": ctx.order},
         scope=(counts,), claim_order=CLAIM_ORDER)
+    # after the sections: the provenance lists every file they read
+    return replace(rep, provenance={**rep.provenance, "verified_files": runs.verified_files()})

@@ -20,7 +20,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pandas as pd
 
@@ -65,7 +65,7 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
     s, deltas = ctx.settings, ctx.deltas
     seeds = sorted(deltas["seed"].dropna().unique().tolist())
     n_pairs = int(deltas["variant_run"].nunique())
-    return build_report(
+    rep = build_report(
         ctx, STUDY_SECTIONS, title=f"Study of {len(runs)} runs",
         subtitle=f"{len(runs)} runs · {n_pairs} pairs · seeds {', '.join(map(str, seeds))} · "
                  f"data sets {', '.join(sorted(map(str, deltas['dataset'].unique())))}",
@@ -73,10 +73,11 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
         provenance={"runs": [{k: (None if pd.isna(v) else v.item() if hasattr(v, "item") else v)
                               for k, v in rec.items()}  # a factor a run lacks is null, not NaN (valid JSON)
                              for rec in runs.index.astype(object).to_dict(orient="records")],
-                    "verified_files": runs.verified_files(),
                     "analysis": {"generated": generated_now(), "settings": asdict(s)}},
         data={"conditions": runs.index.drop(columns=["path", "init_id", "data_order_id"])},
         facts={"n_runs": len(runs), "seeds": seeds, "n_pairs": n_pairs, "confidence": s.confidence},
         scope=scope_claims(n_runs=len(runs), n_pairs=n_pairs, seeds=seeds, n_ref_seeds=ctx.n_ref_seeds,
                            has_parts=has_parts) + tuple(design_claims(r.manifest for r in runs)),
         claim_order=CLAIM_ORDER)
+    # after the sections: the provenance lists every file they read (trajectories, gradients, lengths too)
+    return replace(rep, provenance={**rep.provenance, "verified_files": runs.verified_files()})
