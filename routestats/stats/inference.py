@@ -278,31 +278,41 @@ def seeded_bootstrap_means(d, resamples: int, seed: int) -> np.ndarray:
     return _means_from_counts(d, bootstrap_count_chunks(len(d), resamples, seed), resamples)
 
 
-_DRAWS: dict = {}  # (n, resamples, permutations, seed) -> (count chunks, sign-bit chunks); see _shared_draws
-_DRAW_BUDGET = 160 * 2**20  # bytes of draws kept for reuse (one example set at untouched-test scale)
+_DRAWS: dict = {}  # (n, resamples, permutations, seed) -> (count chunks, packed sign chunks); see _shared_draws
+# bytes of draws kept for reuse: the counts (one byte each) and packed signs of one example set of up to about
+# 23,000 examples (2 x 20,000 pair: each of the layer summary's tables drew 10 s afresh, 4 s of it counts)
+_DRAW_BUDGET = 256 * 2**20
+
+
+def _signs(raw: np.ndarray, n: int) -> np.ndarray:
+    """Sign bits (c, n) of 0/1 from ``c * ceil(n / 64)`` raw generator words (bit j of a pattern's words is
+    example j), as the sign-flip products read them."""
+    words = -(-n // 64)
+    c = len(raw) // words
+    return np.unpackbits(raw.view(np.uint8).reshape(c, words * 8), axis=1, bitorder="little")[:, :n]
 
 
 def _shared_draws(n: int, resamples: int, permutations: int, seed: int):
     """The ``shared`` mode's random draws for ``n`` examples: bootstrap resample counts (chunks of
-    (c, n)) and sign bits (chunks of (c, n)), made once per (n, resamples, permutations, seed) and
+    (c, n)) and sign patterns (chunks of ``c * ceil(n / 64)`` raw 64-bit words, unpacked by
+    :func:`_signs` where a table uses them), made once per (n, resamples, permutations, seed) and
     reused by every table of a report that analyses the same examples with the same seed (the
     numbers are bitwise those of drawing afresh: same generator, same order, same shapes).
     Draws larger than the budget are made afresh each time and not kept."""
     key = (n, resamples, permutations, seed)
     if key in _DRAWS:
         return _DRAWS[key]
-    if resamples * n * (1 if n < 256 else 2) + permutations * n > _DRAW_BUDGET:
+    words = -(-n // 64)
+    if resamples * n + permutations * words * 8 > _DRAW_BUDGET:  # counts of one byte, 64 signs a word
         return None  # too large to keep: the caller streams them
     rng = np.random.default_rng(seed)
     counts = list(_count_chunks(rng, n, resamples))
-    words = -(-n // 64)
-    bits = []
-    for s in range(0, permutations, _CHUNK):
-        c = min(_CHUNK, permutations - s)
-        raw = rng.bit_generator.random_raw(c * words).astype("<u8")
-        bits.append(np.unpackbits(raw.view(np.uint8).reshape(c, words * 8), axis=1, bitorder="little")[:, :n])
-    draws = (counts, bits)
-    size = sum(a.nbytes for a in counts) + sum(b.nbytes for b in bits)
+    signs = [rng.bit_generator.random_raw(min(_CHUNK, permutations - s) * words).astype("<u8")
+             for s in range(0, permutations, _CHUNK)]
+    draws = (counts, signs)
+    size = sum(a.nbytes for a in counts) + sum(b.nbytes for b in signs)
+    if size > _DRAW_BUDGET:  # a count above 255 widened the counts: used for this table, not kept
+        return draws
     while _DRAWS and sum(sum(a.nbytes for a in c) + sum(b.nbytes for b in bb) for c, bb in _DRAWS.values()) \
             + size > _DRAW_BUDGET:
         _DRAWS.pop(next(iter(_DRAWS)))  # oldest first
@@ -320,9 +330,7 @@ def _shared_streamed(d, resamples, permutations, rng, confidence):
     for s in range(0, permutations, _CHUNK):
         c = min(_CHUNK, permutations - s)
         for a, b in row_blocks(c, n):  # raw words are one stream however they are taken: same signs
-            raw = rng.bit_generator.random_raw((b - a) * words).astype("<u8")
-            bits = np.unpackbits(raw.view(np.uint8).reshape(b - a, words * 8), axis=1, bitorder="little")[:, :n]
-            count += signflip_count(d, bits)
+            count += signflip_count(d, _signs(rng.bit_generator.random_raw((b - a) * words).astype("<u8"), n))
     return lo, hi, count
 
 
@@ -332,11 +340,11 @@ def _shared(d, resamples, permutations, seed, confidence):
     draws = _shared_draws(n, resamples, permutations, seed)
     if draws is None:
         return _shared_streamed(d, resamples, permutations, np.random.default_rng(seed), confidence)
-    counts, bits = draws
+    counts, signs = draws
     lo, hi = percentile_ci(_means_from_counts(d, counts, resamples), confidence)
     count = np.zeros(k, dtype=np.int64)
-    for b in bits:
-        count += signflip_count(d, b)
+    for raw in signs:
+        count += signflip_count(d, _signs(raw, n))
     return lo, hi, count
 
 
