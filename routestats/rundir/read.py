@@ -314,7 +314,10 @@ class Run:
             raise RunFormatError(f"{self.path}: missing {rel}")
         parts = entry["parts"]
         seen = self.__dict__.setdefault("_pieces", {}).setdefault(rel, set())
-        f = PartVerifiedFile(p, entry["bytes"], parts["bytes"], parts["sha256"])
+        try:
+            f = PartVerifiedFile(p, entry["bytes"], parts["bytes"], parts["sha256"])
+        except OSError as exc:  # unreadable (permissions, a folder swapped in): refused, as a whole read is
+            raise RunFormatError(f"{p}: cannot be read ({exc.strerror or exc})") from None
         f.verified = seen  # shared: every reader of the file adds the pieces it verified
         return f
 
