@@ -204,12 +204,11 @@ def reseal(run_path):
     SHA-256 verification, is what the test exercises)."""
     import json
 
-    from routestats.rundir.atomic import sha256_file
+    from routestats.rundir.write import file_entry
 
     run_path = Path(run_path)
     m = json.loads((run_path / "run.json").read_text())
-    for e in m["files"]:
-        e["sha256"] = sha256_file(run_path / e["path"])
+    m["files"] = [file_entry(run_path, e["path"]) for e in m["files"]]  # SHA-256, size and pieces, as written
     (run_path / "run.json").write_text(json.dumps(m))
     return run_path
 
