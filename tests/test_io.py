@@ -623,6 +623,8 @@ def test_one_example_of_a_large_file_verifies_only_the_pieces_it_reads(tmp_path,
     ({"bytes": 0, "sha256": []}, "needs 'bytes' and parts"),
     ("x", "needs 'bytes' and parts"),
     ({"bytes": 4096, "sha256": None}, "needs 'bytes' and parts"),
+    # one piece as large as the file: a reader would hold it whole in memory to hash it (limit: 64 MiB)
+    ({"bytes": 1 << 30, "sha256": ["0" * 64]}, "declares pieces of 1073741824 bytes; at most 67108864"),
 ])
 def test_a_files_entry_with_malformed_parts_is_refused_in_one_line(tmp_path, rng, parts, says):
     fields = [[3, 4]] * 3

@@ -130,8 +130,7 @@ def _check_files(path: Path, mpath: Path, files: list) -> None:
     for entry in files:
         if not isinstance(entry, dict) or "path" not in entry or "sha256" not in entry:
             raise RunFormatError(f"{mpath}: every files entry needs 'path' and 'sha256'")
-        sha = entry["sha256"]
-        if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        if not is_sha256(entry["sha256"]):
             raise RunFormatError(f"{mpath}: files entry {entry['path']!r} has no 64-hex-digit sha256")
         if "parts" in entry:
             check_parts(mpath, entry)
@@ -143,8 +142,23 @@ def _check_files(path: Path, mpath: Path, files: list) -> None:
             raise RunFormatError(f"{mpath}: lists {entry['path']} but that file is missing")
 
 
+MAX_PART_BYTES = 64 << 20
+"""The largest piece a ``parts`` entry may declare: a reader holds a piece in memory to hash it before handing out
+any of its bytes (the writer uses :data:`routestats.rundir.schema.VERIFY_PART_BYTES`, 8 MiB)."""
+
+
+def is_sha256(v) -> bool:
+    """Whether ``v`` is a SHA-256 hex digest as run.json writes them (64 lower-case hex digits).
+
+    >>> is_sha256("0" * 64), is_sha256("0" * 63), is_sha256("G" * 64), is_sha256(None)
+    (True, False, False, False)
+    """
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
 def check_parts(mpath, entry: dict) -> None:
-    """A ``files`` entry's ``parts``: a piece size and one 64-hex-digit SHA-256 per piece of its ``bytes``.
+    """A ``files`` entry's ``parts``: a piece size (at most :data:`MAX_PART_BYTES`) and one 64-hex-digit
+    SHA-256 per piece of its ``bytes``.
 
     >>> check_parts("run.json", {"path": "a", "bytes": 5, "parts": {"bytes": 2, "sha256": ["0" * 64] * 3}})
     >>> check_parts("run.json", {"path": "a", "bytes": 5, "parts": {"bytes": 2, "sha256": ["0" * 64] * 2}})
@@ -159,11 +173,14 @@ def check_parts(mpath, entry: dict) -> None:
             and isinstance(size, int) and not isinstance(size, bool) and size >= 0):
         raise RunFormatError(f"{mpath}: files entry {entry['path']!r} needs 'bytes' and parts "
                              "{'bytes': piece size, 'sha256': [one digest per piece]}")
+    if piece > MAX_PART_BYTES:  # it would be read whole into memory to be hashed
+        raise RunFormatError(f"{mpath}: files entry {entry['path']!r} declares pieces of {piece} bytes; at most "
+                             f"{MAX_PART_BYTES} are read")
     want = -(-size // piece)
     if len(digests) != want:
         raise RunFormatError(f"{mpath}: files entry {entry['path']!r} lists {len(digests)} part digests for {size} "
                              f"bytes in parts of {piece} bytes; {want} expected")
-    if not all(isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d) for d in digests):
+    if not all(is_sha256(d) for d in digests):
         raise RunFormatError(f"{mpath}: files entry {entry['path']!r} has a part digest that is not 64 hex digits")
 
 
