@@ -19,7 +19,8 @@ Each built model also goes through the regime adapter (:func:`regime_outcome`): 
 rebuilt in float64 and proven at the last of 12 tokens (analytic vs autograd, the model's own output and its
 own Jacobian), or refused in one line.
 
-``python -m tests.any_model`` prints the table that docs/real-models.md holds.
+``python -m tests.any_model`` prints the section of docs/real-models.md that holds the table (with the transformers
+version it ran on and its counts); ``python -m tests.any_model --write docs/real-models.md`` replaces it there.
 """
 
 from __future__ import annotations
@@ -156,6 +157,32 @@ def sweep(types=None, texts=("alpha beta gamma delta epsilon zeta eta theta",)):
         yield build(mt, tok, ids)
 
 
+HEADING = "## Sweep of model types"
+EXPLAINED = """\
+"capture": accepted by the load probe and captured bitwise, or refused with its reason. "long context": the
+chunked path reproduces the eager one (the worst agreement), or capture falls back to eager attention and why.
+"regime": every attention sublayer rebuilt by `runners regime` and proven at the last of 12 tokens (the worst
+analytic − autograd error, the relative forward error against the model's own layer, the error of J_T + J_Q + J_K
+against autograd of the model's own layer), or refused with its reason. This section is written by
+`python -m tests.any_model --write docs/real-models.md` from the sweep itself; the counts below are the table's.
+For regime, the encoders of pre-LN encoder-decoders such as mBART are certified (the first list of layers is the
+encoder's). Its refusals: post-LN encoders and layers without a norm before the attention (BERT family, OLMo 2/3),
+attention and MLP in parallel (Phi, Cohere, GPT-J), projections fused per head (GPT-NeoX, Falcon, Persimmon), norms
+of another form (Nemotron's LayerNorm1P, full-width QK-norm in OLMoE), and arithmetic the rebuilt sublayer does not
+reproduce, caught by the forward check (interleaved partial RoPE in GLM, ERNIE 4.5, Helium; GPT-OSS's attention
+sinks, whose closed forms are not derived).
+"""
+
+
+def counts(outcomes) -> dict:
+    """How many types fall under each outcome, and how many of the captured are chunked and regime-certified."""
+    every = {k: sum(o.outcome == k for o in outcomes) for k in ("captured", "refused", "not a text model",
+                                                                 "no tiny model")}
+    every["chunked"] = sum(bool(o.chunked) and o.chunked[0] == "chunked" for o in outcomes)
+    every["certified"] = sum(bool(o.regime) and o.regime[0] == "certified" for o in outcomes)
+    return every
+
+
 def markdown(outcomes) -> str:
     rows = ["| model type | capture | reason | long context | regime |", "|---|---|---|---|---|"]
     for o in outcomes:
@@ -166,7 +193,19 @@ def markdown(outcomes) -> str:
     return "\n".join(rows)
 
 
-if __name__ == "__main__":  # pragma: no cover - prints the docs table
+def section(outcomes, version: str) -> str:
+    """The docs section of the sweep: heading with the transformers version it ran on, counts, table."""
+    c = counts(outcomes)
+    shown = [o for o in outcomes if o.outcome in ("captured", "refused")]
+    return (f"{HEADING} (transformers {version}, tiny configs)\n\n{EXPLAINED}\n"
+            f"With transformers {version}: **{c['captured']} types captured** ({c['chunked']} of them chunked), "
+            f"**{c['refused']} refused** in one line, {c['not a text model']} not text models and "
+            f"{c['no tiny model']} without a tiny model (left out); {c['certified']} certified for regime.\n\n"
+            f"{markdown(shown)}\n")
+
+
+def full_sweep() -> list:
+    """Every type's outcome with its long-context and regime verdicts, models freed as it goes."""
     every = []
     for o in sweep():
         if o.outcome == "captured":
@@ -175,7 +214,24 @@ if __name__ == "__main__":  # pragma: no cover - prints the docs table
             o.regime = regime_outcome(o.own)
         o.model = o.own = o.loaded = None
         every.append(o)
-    print(markdown([o for o in every if o.outcome in ("captured", "refused")]))
-    counts = {k: sum(o.outcome == k for o in every) for k in ("captured", "refused", "not a text model",
-                                                               "no tiny model")}
-    print(f"\n{counts}", file=sys.stderr)
+    return every
+
+
+def write_section(path, text: str) -> None:
+    """Replace the sweep section (from its heading to the end of the file) of the page at ``path``."""
+    from pathlib import Path
+
+    page = Path(path).read_text(encoding="utf-8")
+    at = page.find("\n" + HEADING)
+    page = (page if at < 0 else page[:at]).rstrip("\n") + "\n\n" + text
+    Path(path).write_text(page, encoding="utf-8")
+
+
+if __name__ == "__main__":  # pragma: no cover - prints (or writes) the docs section
+    import transformers
+
+    text = section(full_sweep(), transformers.__version__)
+    if sys.argv[1:2] == ["--write"]:
+        write_section(sys.argv[2], text)
+    else:
+        print(text)

@@ -35,6 +35,22 @@ MUST = ("qwen3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "olmoe", "mi
         "granite", "cohere", "cohere2", "starcoder2", "opt", "gpt_bigcode", "modernbert", "camembert", "ernie",
         "nomic_bert", "eurobert", "llama", "mistral", "qwen2", "phi3", "bert", "gpt2", "gpt_oss", "t5", "bart")
 
+# the probe's reasons for a refusal (runners/pretrained/load.py and families.REFUSALS), each a fixed phrase of its
+# one line; a refusal outside this set is a new reason to review, not upstream noise
+REFUSAL_REASONS = (
+    "does not route its attention through transformers' AttentionInterface",  # attention outside the interface
+    "its own forward failed on the probe",  # the model's own eager forward fails at the tiny size
+    "its forward through the attention seam failed",
+    "the attention seam saw",  # hybrids, state-space models, more or fewer seam calls than layers
+    "returned no attention weights from its eager path",
+    "attention through the seam differs from the model's own eager attention",
+    "its attention rows sum to as much as",
+    "is not a fast tokenizer",
+    # families.REFUSALS: configuration flags
+    "is configured as a decoder", "its attention runs more than once per layer",
+    "an eager path outside the AttentionInterface",
+)
+
 
 def check_capture(o, tmp: Path) -> None:
     capture_runs(o.loaded, RECORDS, tmp, conditions=[Condition("baseline"), Condition("bias", bias=W)], cap=CAP,
@@ -85,17 +101,19 @@ def test_every_model_type_is_captured_bitwise_or_refused_in_one_line(tmp_path):
     assert not missing, [(t, by[t].outcome, by[t].reason) for t in missing]
     # at least 60 of the model types the issue names (and far more in all) are captured
     assert len(captured) >= 60, len(captured)
-    # the refusals the probe makes for attention outside the interface, and for attention sinks
-    for t, why in (("mpnet", "does not route its attention"), ("falcon", "does not route its attention")):
-        if t in by:
-            assert by[t].outcome == "refused" and why in by[t].reason, (t, by[t].reason)
+    # every refusal gives one of the probe's reasons (the closed set below, read from runners/pretrained/load.py's
+    # raises and families.REFUSALS); which types fall under which reason is upstream's to change: a type that
+    # transformers moves into the AttentionInterface is captured -- bitwise, by check_capture -- and passes
+    odd = [(o.model_type, o.reason) for o in refused if not any(r in o.reason for r in REFUSAL_REASONS)]
+    assert not odd, odd
     # long context: chunked attention reproduces the eager path (reductions within 1e-6) or capture falls back to
     # eager; the architectures the issue names are chunked, but for GPT-OSS (learned sinks) and T5 (relative bias)
     chunked = {o.model_type: o.chunked for o in outcomes if o.chunked}
     assert set(chunked) == set(captured) and all(v[0] in ("chunked", "eager") for v in chunked.values())
     eager = [(t, chunked[t]) for t in MUST if t in chunked and chunked[t][0] != "chunked" and t not in ("gpt_oss", "t5")]
     assert not eager, eager
-    assert chunked["gpt_oss"][0] == "eager" and chunked["t5"][0] == "eager"
+    # learned sinks (GPT-OSS) and a relative-position bias (T5) are outside the chunked path: capture falls back
+    assert all(chunked[t][0] == "eager" for t in ("gpt_oss", "t5") if t in chunked), chunked
     assert sum(v[0] == "chunked" for v in chunked.values()) >= 100
     # regime: every built model is certified at every layer or refused in one line; the paper's families and
     # their relatives are certified, within the tolerances of tests/test_regime_pretrained.py
