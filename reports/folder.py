@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 from routestats.errors import RoutestatsError
 from routestats.rundir.atomic import sha256_file
-from routestats.rundir.replace import files_under, process_alive, replace_folder
+from routestats.rundir.replace import NotReplaced, check_written, files_under, process_alive, replace_folder
 from routestats.rundir.write import describe_paths
 
 __all__ = ["MARKER", "check_output", "write_folder", "copy_report", "foreign_files", "SourceUnreadable", "put_file",
@@ -45,7 +45,9 @@ def _marker_text(folder: Path) -> str:
 def written_files(folder: Path) -> dict[str, str] | None:
     """relative path -> SHA-256 of every file the report in ``folder`` wrote, from its marker; None when the
     marker is missing, damaged, empty or of an older format (it then proves nothing). Read as any run JSON
-    is (:func:`routestats.rundir.manifest.read_json`: size and depth bounded)."""
+    is (:func:`routestats.rundir.manifest.read_json`: a regular file, size and depth bounded); a marker naming a
+    path outside ``folder`` (absolute, dotted, through a link) is refused in one line
+    (:func:`routestats.rundir.replace.check_written`)."""
     from routestats.rundir.manifest import read_json
 
     try:
@@ -57,6 +59,7 @@ def written_files(folder: Path) -> dict[str, str] | None:
     files = doc["files"]
     if not files or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
         return None
+    check_written(Path(folder), files, Path(folder) / MARKER)  # a path outside the folder: refused in one line
     return files
 
 
@@ -76,7 +79,7 @@ def foreign_files(folder: Path) -> list[str] | None:
         if f == MARKER:
             continue
         p = folder / f
-        if f not in ours or p.is_symlink() or sha256_file(p) != ours[f]:
+        if f not in ours or p.is_symlink() or not p.is_file() or sha256_file(p) != ours[f]:
             out.append(f)
     return out
 
@@ -107,6 +110,8 @@ def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
             raise RoutestatsError(f"{out}: holds files routestats did not write ({describe_paths(foreign)}); --force "
                                   "replaces only a report folder as routestats wrote it: move them or choose another "
                                   "folder")
+    for p in _stale(out):  # a dead writer's folder is cleaned by its marker: one naming a path outside refuses now
+        written_files(p)
     for src in inputs:
         src = Path(src).absolute()
         if src.exists() and (out == src or out.is_relative_to(src) or src.is_relative_to(out)) and not force:
@@ -134,18 +139,25 @@ def proven_files(folder: Path) -> dict[str, str]:
         return dict(ours)
 
 
-def _clean_stale(out: Path) -> None:
-    """Temporary folders of report writers that died: one still being filled (no marker: everything in it
-    was written by that writer) is removed; one holding a replaced report (a marker) loses only what its
-    marker proves, and anything else is kept beside ``out``."""
+def _stale(out: Path) -> list[Path]:
+    """Temporary folders beside ``out`` of report writers that died (never a link: a writer makes a folder)."""
+    found = []
     for p in out.parent.glob(f".{out.name}.partial-*"):
         try:
             pid = int(p.name.split(".partial-")[1].split("-")[0])
         except (IndexError, ValueError):
             continue
-        if process_alive(pid):
-            continue
-        if not (p / MARKER).exists():
+        if not process_alive(pid) and not p.is_symlink() and p.is_dir():
+            found.append(p)
+    return found
+
+
+def _clean_stale(out: Path) -> None:
+    """Temporary folders of report writers that died: one still being filled (no marker: everything in it
+    was written by that writer) is removed; one holding a replaced report (a marker) loses only what its
+    marker proves, and anything else is kept beside ``out``."""
+    for p in _stale(out):
+        if not os.path.lexists(p / MARKER):
             shutil.rmtree(p, ignore_errors=True)
             continue
         from routestats.rundir.replace import remove_written
@@ -194,6 +206,10 @@ def write_folder(out: str | Path, fill: Callable[[Path], dict], force: bool = Fa
         ours = proven_files(out) if out.exists() else {}  # what the old report proves it wrote, read now
         swapping = True  # from here on tmp may hold the old folder: never removed whole
         replace_folder(tmp, out, ours, notice)
+    except NotReplaced as exc:  # the old folder could not be moved aside: it is as it was
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RoutestatsError(f"{out}: could not be replaced ({exc.strerror or exc}; a mount point or a read-only "
+                              "folder?); nothing was changed") from None
     except OSError as exc:
         if swapping:
             raise RoutestatsError(f"{out}: the new report is in place, but the old one could not be cleared "

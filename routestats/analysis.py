@@ -42,16 +42,25 @@ def _pair_parts(pairs: list[RunPair], settings: AnalysisSettings) -> list[RunPai
     return pairs if mode == "all" else []
 
 
-def _pair_with_bias_off(pairs: list[RunPair]) -> tuple[RunPair, Run] | None:
+def _pair_with_bias_off(pairs: list[RunPair]) -> tuple[RunPair, Run | str] | None:
     """(the pair, its variant's bias-off run) when the pairs are one baseline/variant pair plus the bias-off
-    evaluation of that variant (``python -m runners evaluate RUN --bias off`` beside a pair); else None."""
-    from routestats.rundir.read import is_bias_off
-
-    off = [p.variant for p in pairs if is_bias_off(p.variant)]
-    main = [p for p in pairs if not is_bias_off(p.variant)]
-    if len(main) == 1 and len(off) == 1 and off[0].manifest.get("source_run") == main[0].variant.run_id:
+    evaluation of that variant (``python -m runners evaluate RUN --bias off`` beside a pair); (the pair, why
+    the decomposition is left out) when the bias-off runs beside one pair are not that one evaluation (two of
+    them, or one naming no or another ``source_run``): the folder stays a pair. Else None."""
+    off = [p.variant for p in pairs if p.variant.factors.get("eval_bias") == "off"]
+    main = [p for p in pairs if p.variant.factors.get("eval_bias") != "off"]
+    if len(main) != 1 or not off:
+        return None
+    vid = main[0].variant.run_id
+    if len(off) == 1 and off[0].manifest.get("source_run") == vid:
         return main[0], off[0]
-    return None
+    if len(off) > 1:
+        why = f"{len(off)} bias-off evaluations lie beside the pair ({', '.join(r.run_id for r in off)}); it takes one"
+    else:
+        src = off[0].manifest.get("source_run")
+        named = f"names source_run {src!r}" if src else "names no source_run"
+        why = f"the bias-off run {off[0].run_id} {named}, not the variant {vid} it would evaluate"
+    return main[0], why + ", so the decomposition is left out"
 
 
 def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progress=None,

@@ -8,9 +8,11 @@ from pathlib import Path
 
 def check_replaceable(path: Path, what: str = "--out") -> None:
     """Refuse (one line) to replace a folder holding any file its runs did not write (a user's notes, a
-    report, another tool's output): runners replace only what they wrote, and only whole runs."""
+    report, another tool's output): runners replace only what they wrote, and only whole runs; nor one whose
+    manifests name a file outside it (:func:`routestats.rundir.replace.check_written`)."""
     from routestats.errors import RoutestatsError
-    from routestats.rundir.write import describe_paths, unlisted_files
+    from routestats.rundir.replace import check_written
+    from routestats.rundir.write import describe_paths, unlisted_files, written_by_runs
 
     path = Path(path)
     if path.exists() and not path.is_dir():
@@ -19,3 +21,5 @@ def check_replaceable(path: Path, what: str = "--out") -> None:
     if foreign:
         raise RoutestatsError(f"{path}: holds files no run there wrote ({describe_paths(foreign)}); it is replaced only "
                               f"when it holds nothing else: move them, or choose another {what}")
+    if path.is_dir():
+        check_written(path, written_by_runs(path))  # a manifest naming a path outside: refused, nothing removed

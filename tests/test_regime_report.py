@@ -320,3 +320,26 @@ def test_the_comparison_report_states_its_scope_and_refuses_unnormalisable_depth
     write_points(root / "C", seed=2, lattice=20)
     res = CliRunner().invoke(app, ["regime", str(root)])
     assert res.exit_code == 2 and "no layer count (n_layers)" in res.output, res.output
+
+
+def test_operators_without_a_finite_lambda_max_report_and_say_so(tmp_path):
+    """Issue [no-escape]: every point's transport expanding (J_T = 10 I: the contractive subspace S is empty, so
+    λ_max is NaN) crashed summary_claims (idxmax of all-NA); the layer list names the layers there are (1 and 3,
+    never "1–3")."""
+    import reports
+
+    run = write_points(tmp_path / "run", layers=(1, 3))
+    idx = json.loads((run / "operators" / "index.json").read_text())
+    for p in idx["points"]:
+        f = run / "operators" / p["file"]
+        arrays = dict(np.load(f, allow_pickle=False))
+        arrays["J_T"] = 10 * np.eye(arrays["J_T"].shape[0])
+        np.savez(f, **arrays)
+        p["sha256"] = sha256_file(f)
+    (run / "operators" / "index.json").write_text(json.dumps(idx))
+    rep = rs.analyse(run, resamples=100)
+    assert rep.frame("summary")["dim_S"].eq(0).all() and rep.frame("summary")["lambda_max"].isna().all()
+    assert rep.answer == ("No switching is certified: λ_max is undefined (S empty) at all 2 operating point(s), "
+                          "layers 1 and 3.")
+    reports.write(rep, tmp_path / "report", ("html",))
+    assert (tmp_path / "report" / "report.html").is_file()

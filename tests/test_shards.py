@@ -104,3 +104,44 @@ def test_submitit_local_shards_from_the_command_line(llama, tmp_path, capsys):
     assert "shards: 3 captured, 0 already complete; merging" in err and "MB per record" in out
     assert_same_tables(tables(tmp_path / "whole"), tables(tmp_path / "sharded"))
     assert not (tmp_path / ".sharded.capture-shards").exists()
+
+
+def test_swapped_or_foreign_shard_folders_are_recaptured_never_merged(llama, tmp_path):
+    """Issue [no-escape]: swapped shard folders were merged (examples held other records' attention), and a
+    shard of a --bias 3 command merged into a --bias 1 capture, whose run then said 1.0. Each shard now proves
+    its slice and options (shard.json), and the merge checks the runs' own records and conditions."""
+    import json
+    import shutil
+
+    kw = dict(conditions=CONDS, cap=24)
+    capture_runs(load_model(llama), RECORDS, tmp_path / "whole", **kw)
+    with pytest.raises(rs.RoutestatsError, match="killed"):
+        capture_in_shards(llama, RECORDS, tmp_path / "out", shards=3, launcher=FailingOnce("shard-2"), **kw)
+    work = tmp_path / ".out.capture-shards"
+    (work / "shard-0").rename(work / "tmp")
+    (work / "shard-1").rename(work / "shard-0")
+    (work / "tmp").rename(work / "shard-1")  # swapped: 4 and 3 records, each in the other's place
+    said = []
+    capture_in_shards(llama, RECORDS, tmp_path / "out", shards=3, echo=said.append, **kw)
+    assert said == ["shards: 3 captured, 0 already complete; merging"]  # both swapped shards recaptured
+    assert_same_tables(tables(tmp_path / "whole"), tables(tmp_path / "out"))
+
+    # a shard of another command (--bias 3) copied in, with this command's shard.json forged beside it
+    strong = [CONDS[0], Condition("bias", bias=3.0)]
+    with pytest.raises(rs.RoutestatsError, match="killed"):
+        capture_in_shards(llama, RECORDS, tmp_path / "other", shards=3, launcher=FailingOnce("shard-2"),
+                          conditions=strong, cap=24)
+    with pytest.raises(rs.RoutestatsError, match="killed"):
+        capture_in_shards(llama, RECORDS, tmp_path / "again", shards=3, launcher=FailingOnce("shard-2"), **kw)
+    mine, theirs = tmp_path / ".again.capture-shards", tmp_path / ".other.capture-shards"
+    forged = json.loads((mine / "shard-1" / "shard.json").read_text())
+    shutil.rmtree(mine / "shard-1")
+    shutil.copytree(theirs / "shard-1", mine / "shard-1")
+    (mine / "shard-1" / "shard.json").write_text(json.dumps(forged))
+    with pytest.raises(rs.RoutestatsError, match=r"shard-1: its bias run holds other records or options than this "
+                                                 r"capture's records 4-6 .*removed, rerun") as e:
+        capture_in_shards(llama, RECORDS, tmp_path / "again", shards=3, **kw)
+    assert "\n" not in str(e.value) and not (tmp_path / "again").exists()
+    capture_in_shards(llama, RECORDS, tmp_path / "again", shards=3, **kw)  # the rerun recaptures it
+    assert rs.load_run(tmp_path / "again" / "bias").manifest["evaluation"]["bias"] == 1.0
+    assert_same_tables(tables(tmp_path / "whole"), tables(tmp_path / "again"))

@@ -18,9 +18,11 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -114,7 +116,8 @@ def sha256_parts(path: str | os.PathLike, part: int) -> tuple[str, list[str]]:
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """SHA-256 hex digest of a file, read in 1 MiB chunks.
+    """SHA-256 hex digest of a regular file, read in 1 MiB chunks; ``OSError`` for anything else (a FIFO, a
+    device such as ``/dev/zero``, a folder), which is never read.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "f"
@@ -123,7 +126,10 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     'ba7816bf8f01cfea'
     """
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, device or folder: never read (it may never end)
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()

@@ -4,6 +4,8 @@ contract (:mod:`routestats.rundir.schema`): every refusal names the file and the
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,7 +14,7 @@ from routestats.errors import IncompleteRunError, RunFormatError, SchemaVersionE
 from routestats.rundir import schema as S
 from routestats.rundir.verify import run_file
 
-__all__ = ["read_manifest", "read_json", "check_schema", "model_folders"]
+__all__ = ["read_manifest", "read_json", "read_regular", "check_schema", "model_folders"]
 
 MAX_JSON_BYTES = 64 << 20  # a manifest or index larger than this is refused before parsing
 MAX_JSON_DEPTH = 32  # nesting deeper than any file routestats writes (run.json: 5)
@@ -33,22 +35,51 @@ def _depth(value, limit: int) -> int:
     return deepest
 
 
-def read_json(path: Path):
-    """Parse a JSON file of a run (its manifest, an operator index): UTF-8, at most
-    :data:`MAX_JSON_BYTES`, nested at most :data:`MAX_JSON_DEPTH` deep; anything else is a
-    :class:`RunFormatError` naming the file, in one line."""
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of ``path`` when it is a regular file (not a link, FIFO, device or folder) of at most ``limit``
+    bytes, read without following a link at its last step and without blocking on a FIFO; else a
+    :class:`RunFormatError` in one line. ``OSError`` when it cannot be opened at all.
+
+    >>> read_regular(Path("/dev/zero"), 10)
+    Traceback (most recent call last):
+    ...
+    routestats.errors.RunFormatError: /dev/zero: not a regular file (a character device); refused
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise RunFormatError(f"{path}: {size / 2**20:,.0f} MB, more than the {MAX_JSON_BYTES >> 20} MB a run's "
-                                 "JSON file may hold")
-        value = json.loads(path.read_text(encoding="utf-8"))
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a character device" if stat.S_ISCHR(st.st_mode)
+                    else "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                    else "a folder" if stat.S_ISDIR(st.st_mode) else "not a file")
+            raise RunFormatError(f"{path}: not a regular file ({kind}); refused")
+        if st.st_size > limit:
+            raise RunFormatError(f"{path}: {st.st_size / 2**20:,.1f} MB, more than the {limit / 2**20:,.0f} MB such "
+                                 "a file may hold")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # grew while read
+        raise RunFormatError(f"{path}: more than the {limit / 2**20:,.0f} MB such a file may hold")
+    return data
+
+
+def read_json(path: Path, limit: int = MAX_JSON_BYTES):
+    """Parse a JSON file of a run (its manifest, an operator index, a report marker): a regular file (no link,
+    FIFO or device: :func:`read_regular`) of UTF-8, at most ``limit`` bytes (:data:`MAX_JSON_BYTES`), nested at
+    most :data:`MAX_JSON_DEPTH` deep; anything else is a :class:`RunFormatError` naming the file, in one line."""
+    try:
+        raw = read_regular(path, limit)
+        value = json.loads(raw.decode("utf-8-sig"))
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: the last step is a link (O_NOFOLLOW)
+            raise RunFormatError(f"{path}: is a link; refused (a run's own JSON files are regular files)") from None
+        raise RunFormatError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RunFormatError(f"{path}: not valid UTF-8 JSON ({exc})") from None
     except RecursionError:
         raise RunFormatError(f"{path}: JSON nested too deeply to read") from None
-    except OSError as exc:
-        raise RunFormatError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         raise RunFormatError(f"{path}: JSON nested more than {MAX_JSON_DEPTH} levels deep")
     return value

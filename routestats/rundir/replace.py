@@ -32,7 +32,7 @@ import os
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["exchange", "remove_written", "replace_folder", "files_under", "process_alive", "prune_empty",
+__all__ = ["NotReplaced", "check_written", "exchange", "remove_written", "replace_folder", "files_under", "process_alive", "prune_empty",
            "walk_folders", "MAX_DEPTH"]
 
 _RENAME_EXCHANGE = 2
@@ -108,10 +108,22 @@ def prune_empty(folder: Path) -> None:
             pass
 
 
-def remove_written(folder: Path, written: Mapping[str, str]) -> list[str]:
+def check_written(folder: Path, written: Mapping[str, str], source: object = None) -> None:
+    """Refuse in one line (:class:`routestats.errors.RunFormatError`) a list of written files that names any path
+    outside ``folder``: absolute, dotted, or through a link (:func:`routestats.rundir.verify.inside`, the
+    validator's own rule, with no link allowed on the way). ``source`` names the file that listed them."""
+    from routestats.rundir.verify import inside
+
+    for rel in written:
+        inside(Path(folder), rel, source or Path(folder), f"{folder}", links=False)
+
+
+def remove_written(folder: Path, written: Mapping[str, str], source: object = None) -> list[str]:
     """Remove from ``folder`` each file of ``written`` (relative path -> SHA-256) whose content still has that
-    hash, checked now; then the folders left empty. Returns the relative paths of what stays."""
+    hash, checked now; then the folders left empty. Returns the relative paths of what stays. Every path is
+    checked first (:func:`check_written`): one outside ``folder`` refuses the whole removal, nothing removed."""
     folder = Path(folder)
+    check_written(folder, written, source)
     for rel, digest in written.items():
         p = folder / rel
         if p.is_symlink() or not p.is_file():
@@ -125,6 +137,10 @@ def remove_written(folder: Path, written: Mapping[str, str]) -> list[str]:
     return files_under(folder) if folder.exists() else []
 
 
+class NotReplaced(OSError):
+    """:func:`replace_folder` could not swap the folders (a mount point, a read-only parent): nothing moved."""
+
+
 def replace_folder(new: Path, out: Path, written: Mapping[str, str],
                    notice: Callable[[str], None] | None = None) -> list[str]:
     """Put the finished folder ``new`` in place of ``out`` and remove from the old ``out`` only what
@@ -133,12 +149,20 @@ def replace_folder(new: Path, out: Path, written: Mapping[str, str],
     if not out.exists():
         os.rename(new, out)
         return []
+    check_written(out, written)  # before the swap: a list naming a path outside refuses it, nothing moved
     if exchange(new, out):
         old = new  # the old folder now has the new one's temporary name
     else:
         old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.rename(out, old)
-        os.rename(new, out)
+        try:
+            os.rename(out, old)  # a mount point or a read-only parent: EBUSY, EROFS, EXDEV, nothing moved
+        except OSError as exc:
+            raise NotReplaced(exc.errno, exc.strerror) from None
+        try:
+            os.rename(new, out)
+        except OSError as exc:
+            os.rename(old, out)  # back as it was
+            raise NotReplaced(exc.errno, exc.strerror) from None
     left = remove_written(old, written)
     if not left:
         return []

@@ -38,7 +38,7 @@ from pathlib import Path
 from routestats.errors import RunFormatError
 from routestats.rundir.atomic import sha256_file
 
-__all__ = ["cache_dir", "file_stamp", "run_file", "verified_sha256", "seal", "sealed"]
+__all__ = ["cache_dir", "file_stamp", "inside", "run_file", "verified_sha256", "seal", "sealed"]
 
 _STAMPS: dict[tuple, str] = {}
 
@@ -57,22 +57,45 @@ def cache_dir() -> Path | None:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routestats"
 
 
-def run_file(run_path: Path, rel: object) -> Path:
-    """The path of manifest entry ``rel`` inside ``run_path``; refuses absolute, non-normalised
-    or escaping paths (``..``, backslashes, links that lead outside the run)."""
+def inside(folder: Path, rel: object, source: object, what: str = "the run", links: bool = True) -> Path:
+    """``folder / rel`` when ``rel`` (a path named by the file ``source``: a manifest, a report marker) is a
+    normalised relative POSIX path that stays inside ``folder``; else a :class:`RunFormatError` in one line.
+
+    The one containment rule of every path a run or report file names: not absolute, no ``..``, ``.``, empty
+    step, backslash or NUL, and -- resolved -- inside ``folder``. With ``links=False`` (a path to *remove*) no
+    step below ``folder`` may be a link at all, whether it leads in or out.
+
+    >>> inside(Path("/r"), "tables/a.csv", "/r/.marker")
+    PosixPath('/r/tables/a.csv')
+    >>> inside(Path("/r"), "/etc/passwd", "/r/.marker", "the report folder")
+    Traceback (most recent call last):
+    ...
+    routestats.errors.RunFormatError: /r/.marker: file path '/etc/passwd' is not a normalised relative path inside the report folder
+    """
     ok = (isinstance(rel, str) and rel != "" and not rel.startswith("/") and "\\" not in rel and "\x00" not in rel
           and posixpath.normpath(rel) == rel and not rel.startswith("../") and rel != "..")
     if not ok:
-        raise RunFormatError(f"{run_path / 'run.json'}: file path {rel!r} is not a normalised relative path inside "
-                             "the run")
-    p = run_path / rel
+        raise RunFormatError(f"{source}: file path {rel!r} is not a normalised relative path inside {what}")
+    p = Path(folder) / rel
+    if not links:
+        step = Path(folder)
+        for part in Path(rel).parts[:-1]:
+            step = step / part
+            if step.is_symlink():
+                raise RunFormatError(f"{source}: file path {rel!r} passes through a link ({part}); refused")
     try:
-        inside = p.resolve().is_relative_to(run_path.resolve())
+        ok = p.resolve().is_relative_to(Path(folder).resolve()) or (not links and p.is_symlink())
     except OSError:
-        inside = False
-    if not inside:
-        raise RunFormatError(f"{run_path / 'run.json'}: file path {rel!r} leads outside the run (a link?)")
+        ok = False
+    if not ok:
+        raise RunFormatError(f"{source}: file path {rel!r} leads outside {what} (a link?)")
     return p
+
+
+def run_file(run_path: Path, rel: object) -> Path:
+    """The path of manifest entry ``rel`` inside ``run_path``; refuses absolute, non-normalised
+    or escaping paths (``..``, backslashes, links that lead outside the run): :func:`inside`."""
+    return inside(run_path, rel, run_path / "run.json")
 
 
 def file_stamp(path: Path) -> tuple:

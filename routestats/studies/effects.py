@@ -146,6 +146,10 @@ def paired_effects(
         if adjusted:
             raise RoutestatsError(f"every one of the {diffs.attrs.get('excluded', 0)} examples has a single visible "
                                   "field (O_e = 1), so the opportunity-adjusted SFM is undefined")
+        if diffs.attrs.get("excluded", 0):
+            raise RoutestatsError(f"no paired differences: {metric} is undefined in every one of the "
+                                  f"{diffs.attrs['excluded']} examples selected (no non-trivial query in a named "
+                                  "field in some layer: are their fields empty?)")
         raise RoutestatsError("no paired differences: the selection holds no examples")
     layers = sorted(diffs["layer"].unique())
     res = paired_inference(_family(diffs, layers), resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
@@ -214,6 +218,9 @@ def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,
         if per_example is not None and len(t) > 1 and role in per_example:
             w = per_example.pivot(index="example_id", columns="layer", values=role).dropna()
             others = [int(x) for x in t["layer"].iloc[1:]]
+            if w.empty or not {a, *others} <= set(w.columns):  # no example defines every layer: no runner-up test
+                rows.append(row)
+                continue
             res = paired_inference(w[[a]].to_numpy() - w[others].to_numpy(), labels=others,
                                    resampling=resampling).to_frame().set_index("label")
             b = others[0]

@@ -56,6 +56,7 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.rundir import schema as S
+from routestats.rundir.manifest import read_json
 from routestats.rundir.write import RunWriter, software_versions
 
 from runners.outputs import check_replaceable
@@ -366,20 +367,20 @@ def _first_rows(path: Path, fields, label, split, limit):
         return list(dict.fromkeys([*names, *([lab] if lab else [])]))
 
     if path.is_dir():
-        if split is None and (path / "dataset_dict.json").is_file():
-            splits = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", [])
-            raise RoutestatsError(f"{path}: holds the splits {', '.join(map(str, splits))}; pass --split NAME")
         if not (path / "dataset_dict.json").is_file() and not (path / "state.json").is_file():
             raise RoutestatsError(f"{path}: a folder, but not one written by datasets' save_to_disk (no state.json or "
                                   "dataset_dict.json); --format datasets reads such a folder, a .parquet or an "
                                   ".arrow file")
-        if split is not None and not (path / "dataset_dict.json").is_file():
-            raise RoutestatsError(f"--split {split}: {path} holds one dataset, not a DatasetDict of splits")
         try:
             import datasets
         except ImportError:
             raise RoutestatsError(f'{path}: reading a datasets folder needs the datasets package: '
                                   'pip install -e ".[datasets]"') from None
+        splits = _check_datasets_folder(path)
+        if split is None and splits:
+            raise RoutestatsError(f"{path}: holds the splits {', '.join(map(str, splits))}; pass --split NAME")
+        if split is not None and not splits:
+            raise RoutestatsError(f"--split {split}: {path} holds one dataset, not a DatasetDict of splits")
         ds = datasets.load_from_disk(str(path))
         if split is not None:
             if split not in ds:
@@ -410,6 +411,31 @@ def _first_rows(path: Path, fields, label, split, limit):
             break
     table = pa.concat_tables(parts) if parts else schema.empty_table().select(cols)
     return table if limit is None else table.slice(0, limit)
+
+
+def _check_datasets_folder(path: Path) -> list:
+    """The split names of a datasets folder (empty for one dataset); refuse (one line) a datasets folder whose ``dataset_dict.json`` or ``state.json`` names a split or an Arrow
+    file outside it: what ``datasets.load_from_disk`` would open is checked by the run directory's own
+    containment rule (:func:`routestats.rundir.verify.inside`) first; the JSON is read bounded, no FIFO or link."""
+    from routestats.rundir.verify import inside
+
+    folders, splits = [path], []
+    if (path / "dataset_dict.json").is_file():
+        doc = read_json(path / "dataset_dict.json", 1 << 20)
+        splits = doc.get("splits") if isinstance(doc, dict) else None
+        if not isinstance(splits, list) or not splits:
+            raise RoutestatsError(f"{path / 'dataset_dict.json'}: names no splits (a list of names); not a datasets "
+                                  "folder that can be read")
+        folders = [inside(path, s, path / "dataset_dict.json", "the datasets folder") for s in splits]
+    for folder in folders:
+        doc = read_json(folder / "state.json", 1 << 20)
+        files = doc.get("_data_files") if isinstance(doc, dict) else None
+        if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+            raise RoutestatsError(f"{folder / 'state.json'}: lists no data files (_data_files); not a datasets folder "
+                                  "that can be read")
+        for f in files:
+            inside(folder, f.get("filename"), folder / "state.json", "the datasets folder")
+    return splits
 
 
 def _arrow_batches(path: Path):
@@ -458,8 +484,10 @@ def _check_causal(a: np.ndarray, i: int) -> None:
 
 
 def _is_capture_run(path: Path) -> bool:
+    from routestats.rundir.manifest import read_json
+
     try:
-        m = json.loads((path / S.MANIFEST).read_text(encoding="utf-8"))
+        m = read_json(path / S.MANIFEST)  # a regular file of bounded size: no FIFO, device or link
     except (OSError, ValueError):
         return False
     return isinstance(m, dict) and m.get("pretrained") is True and (m.get("evaluation") or {}).get("kind") == "pretrained"
@@ -472,6 +500,9 @@ def check_destination(out: Path, names: Sequence[str], force: bool, cli: bool = 
     force_, out_ = ("--force", "--out") if cli else ("force=True", "out")
     if out.exists() and not out.is_dir():
         raise RoutestatsError(f"{out}: is a file; {out_} names a folder for the runs")
+    if out.is_dir() and out.resolve() != out.resolve().parent and os.stat(out).st_dev != os.stat(out.resolve().parent).st_dev:
+        raise RoutestatsError(f"{out}: is a mount point; the runs are written beside {out_} and moved in, which cannot "
+                              f"cross file systems: name a folder inside it ({out_} {out / 'runs'})")
     for name in names:
         p = out / name
         if not p.exists():
@@ -536,6 +567,12 @@ def plan_capture(loaded: Loaded, records: Sequence, *, fields: Sequence[str] | N
     enc = encode_records(loaded.tokenizer, texts, causal=loaded.causal, cap=cap, input_names=loaded.input_names,
                          special=special, truncation=truncation, labels=labels)
     plan = Plan(texts, names, labels, enc, cap, special, truncation)
+    emb = getattr(loaded.model, "get_input_embeddings", lambda: None)()
+    rows = getattr(emb, "num_embeddings", None)
+    top = max((max(e.inputs.get("input_ids") or [-1]) for e in enc), default=-1)
+    if isinstance(rows, int) and top >= rows:
+        raise RoutestatsError(f"the tokenizer gives token id {top}, beyond the {rows} rows of "
+                              f"{type(loaded.model).__name__}'s embedding: the tokenizer does not belong to the model")
     tok_files = [loaded.folder / f for f in TOKENIZER_FILES if loaded.folder and (loaded.folder / f).is_file()]
     tok_id = identity_of_files(tok_files or loaded.weight_files) if loaded.folder else "in-memory"
     records_sha = hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()

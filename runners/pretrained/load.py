@@ -130,6 +130,44 @@ class Checkpoint:
     quantisation: dict | None = None
 
 
+MAX_LAYERS = MAX_HEADS = 4096  # far above any released model; a config beyond them is not a model to build
+
+
+def _size_of(cfg, *names) -> int:
+    for n in names:
+        v = getattr(cfg, n, None)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return 0
+
+
+def size_refusal(cfg, memory: int | None = None) -> str | None:
+    """Why a configuration is too large to build here, or None: more than :data:`MAX_LAYERS` layers or
+    :data:`MAX_HEADS` heads, or an estimated float32 size (layers x (4 d^2 + 3 d ff) + vocabulary x d parameters)
+    above ``memory`` (default: this machine's physical memory), checked before any weight is allocated.
+
+    >>> size_refusal(type("C", (), {"num_hidden_layers": 1_000_000, "hidden_size": 32})())
+    'describes 1000000 layers, more than the 4096 any model routestats builds has; refused before building it'
+    >>> size_refusal(type("C", (), {"num_hidden_layers": 4, "hidden_size": 32, "vocab_size": 100})()) is None
+    True
+    """
+    layers = _size_of(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _size_of(cfg, "num_attention_heads", "n_head", "num_heads")
+    if layers > MAX_LAYERS or heads > MAX_HEADS:
+        what, n = ("layers", layers) if layers > MAX_LAYERS else ("heads", heads)
+        return f"describes {n} {what}, more than the {MAX_LAYERS} any model routestats builds has; refused before building it"
+    d = _size_of(cfg, "hidden_size", "n_embd", "d_model")
+    ff = _size_of(cfg, "intermediate_size", "n_inner", "d_ff", "ffn_dim") or 4 * d
+    params = layers * (4 * d * d + 3 * d * ff) + _size_of(cfg, "vocab_size") * d
+    if memory is None:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if 4 * params > memory:
+        return (f"describes about {params / 1e9:,.1f} G parameters ({layers} layers, hidden size {d}): "
+                f"{4 * params / 2**30:,.0f} GiB in float32, more than this machine's {memory / 2**30:,.0f} GiB of "
+                "memory; refused before building it")
+    return None
+
+
 def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", dtype=None,
                     refuse_listed: bool = True) -> Checkpoint:
     """Read a local transformers folder, a folder with one GGUF file, or a GGUF file (offline; the one loader of pretrained
@@ -166,6 +204,9 @@ def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", d
             if not (folder / "config.json").is_file():
                 raise RoutestatsError(f"{folder}: no config.json and no .gguf file: not a model folder")
             cfg = AutoConfig.from_pretrained(folder)
+            too_large = size_refusal(cfg)
+            if too_large:  # refused before anything is built
+                raise RoutestatsError(f"{folder}: config.json {too_large}")
             g = None
             why = refusal(getattr(cfg, "model_type", None) or "?", cfg) if refuse_listed else ""
             if why:  # refused before the weights load

@@ -24,7 +24,7 @@ from runners.launch import Job, SequentialLauncher
 from runners.pretrained.capture import capture_runs, check_destination
 from runners.pretrained.seam import Condition
 
-__all__ = ["SPEC", "shard_bounds", "shard_complete", "capture_shard", "capture_in_shards"]
+__all__ = ["SPEC", "SHARD", "shard_bounds", "shard_complete", "capture_shard", "capture_in_shards", "slice_identity"]
 
 SPEC = "shards.json"
 
@@ -53,28 +53,57 @@ def shard_complete(folder: Path, names: Sequence[str]) -> bool:
         return False
 
 
-def capture_shard(model: str, records: list, out: str, capture: dict, threads: int = 1) -> str:
-    """One shard's job: ``records`` captured into ``out/<condition>`` ("captured"), or "skipped" when complete."""
+SHARD = "shard.json"  # in each shard folder: its slice (first record, count, the records' hash) and the options
+
+
+def capture_shard(model: str, records: list, out: str, capture: dict, threads: int = 1, first: int = 0) -> str:
+    """One shard's job: ``records`` (the slice from record ``first``) captured into ``out/<condition>``
+    ("captured"), or "skipped" when its runs are complete and its ``shard.json`` proves the same slice and options.
+    A shard folder that proves anything else (another slice, other options, swapped in) is recaptured, never kept."""
     import torch
+
+    from routestats.rundir.atomic import write_json_atomic
+    from routestats.rundir.manifest import read_json
 
     from runners.pretrained.load import load_model
 
     names = [c.name for c in capture.get("conditions", (Condition(),))]
-    if shard_complete(Path(out), names):
+    folder, want = Path(out), slice_identity(records, capture, first)
+    try:
+        same = read_json(folder / SHARD, 1 << 20) == want
+    except (OSError, RoutestatsError):
+        same = False
+    if same and shard_complete(folder, names):
         return "skipped"
+    if folder.is_symlink():
+        folder.unlink()  # a link planted in the work folder: removed, never followed
+    shutil.rmtree(folder, ignore_errors=True)  # the work folder's own shard: written by this kind of job only
     torch.set_num_threads(threads)
     loaded = load_model(model).to(capture.get("device", "cpu"))
     capture_runs(loaded, records, out, force=True, **capture)
+    write_json_atomic(folder / SHARD, want)
     return "captured"
 
 
-def _identity(model, records, capture: dict, shards: int) -> dict:
-    texts = [[r.label, [list(f) for f in r.fields]] for r in records]
+def _options(capture: dict) -> dict:
     opts = {k: ([vars(c) | {"ablate": [list(a) for a in c.ablate]} for c in v] if k == "conditions" else v)
             for k, v in sorted(capture.items())}
-    return {"model": str(Path(model).resolve()), "shards": shards,
-            "records": hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest(),
-            "options": json.loads(json.dumps(opts, default=str))}
+    return json.loads(json.dumps(opts, default=str))
+
+
+def _records_sha(records) -> str:
+    texts = [[r.label, [list(f) for f in r.fields]] for r in records]
+    return hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
+
+
+def slice_identity(records, capture: dict, first: int) -> dict:
+    """What a shard folder must prove to be kept: its first record, count, the records' SHA-256 and the options."""
+    return {"first": int(first), "count": len(records), "records": _records_sha(records), "options": _options(capture)}
+
+
+def _identity(model, records, capture: dict, shards: int) -> dict:
+    return {"model": str(Path(model).resolve()), "shards": shards, "records": _records_sha(records),
+            "options": _options(capture)}
 
 
 def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=None, force: bool = False,
@@ -94,10 +123,14 @@ def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=No
     bounds = shard_bounds(len(records), shards)
     check_destination(out, names, force)
     work = out.parent / f".{out.name}.capture-shards"
+    if work.is_symlink():
+        raise RoutestatsError(f"{work}: is a link, not the shards' own folder; remove it")
     spec = _identity(model, records, capture, shards)
     if work.exists():
+        from routestats.rundir.manifest import read_json
+
         try:
-            same = json.loads((work / SPEC).read_text()) == spec
+            same = read_json(work / SPEC, 1 << 20) == spec  # a regular file, bounded: no FIFO, device or link
         except (OSError, ValueError):
             same = False
         if not same:
@@ -107,7 +140,7 @@ def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=No
         work.mkdir(parents=True)
         write_json_atomic(work / SPEC, spec)
     jobs = [Job(f"shard-{i}", capture_shard, dict(model=str(model), records=records[a:b], out=str(work / f"shard-{i}"),
-                                                  capture=capture, threads=threads))
+                                                  capture=capture, threads=threads, first=a))
             for i, (a, b) in enumerate(bounds)]
     results = (launcher or SequentialLauncher()).run(jobs)
     bad = [r for r in results if not r.ok]
@@ -118,6 +151,7 @@ def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=No
     echo(f"shards: {sum(r.value == 'captured' for r in results)} captured, "
          f"{sum(r.value == 'skipped' for r in results)} already complete; merging")
     loaded = load_model(model)
+    check_shard_runs(loaded, records, work, bounds, capture)
     merge = {k: v for k, v in capture.items() if k != "device"}
     paths = capture_runs(loaded, records, out, force=force, shards=[(a, work / f"shard-{i}")
                                                                     for i, (a, _) in enumerate(bounds)], **merge)
@@ -130,3 +164,34 @@ def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=No
     except OSError:
         echo(f"note: {work} keeps files this capture did not write; left in place")
     return paths
+
+
+def check_shard_runs(loaded, records: Sequence, work: Path, bounds, capture: dict) -> None:
+    """Before the merge, every shard's runs must hold exactly its slice of ``records`` (tokens, fields and labels
+    as this capture encodes them) captured under this command's conditions and options; a shard that holds
+    anything else is removed and refused in one line (rerunning recaptures it), never merged."""
+    from routestats.rundir.read import load_run
+
+    from runners.pretrained.capture import plan_capture
+
+    plan = plan_capture(loaded, records, fields=capture.get("fields"), cap=capture.get("cap", 128),
+                        special=capture.get("special_tokens", "unnamed"),
+                        truncation=capture.get("truncation", "only-last"))
+    want = plan.examples()
+    for i, (a, b) in enumerate(bounds):
+        folder = work / f"shard-{i}"
+        for cond in capture.get("conditions", (Condition(),)):
+            run = load_run(folder / cond.name)
+            ev = run.manifest.get("evaluation") if isinstance(run.manifest.get("evaluation"), dict) else {}
+            got, part = run.examples(["tokens", "field_ids", "label"]), want.iloc[a:b]
+            same = (len(got) == b - a and ev.get("bias") == cond.bias and ev.get("cap") == plan.cap
+                    and ev.get("ablate") == [f"{x}.{y}" for x, y in cond.ablate] and ev.get("fields") == plan.names
+                    and ev.get("special_tokens") == plan.special
+                    and all(list(map(str, g)) == list(map(str, w)) for col in ("tokens", "field_ids")
+                            for g, w in zip(got[col], part[col]))
+                    and list(map(str, got["label"])) == list(part["label"]))
+            if not same:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise RoutestatsError(f"{folder}: its {cond.name} run holds other records or options than this "
+                                      f"capture's records {a}-{b - 1} (swapped or from another command); removed, "
+                                      "rerun the same command to capture it again")

@@ -42,7 +42,7 @@ class PairContext:
     diffs: pd.DataFrame = field(repr=False)
     say: Callable[[str], None] = field(default=lambda label: None, repr=False, compare=False)
     within_study: bool = False
-    bias_off: object = None  # the variant's bias-off evaluation (a Run), when the input holds one
+    bias_off: object = None  # the variant's bias-off evaluation (a Run), or why the runs beside it are not one
 
     @property
     def runs(self):
@@ -138,7 +138,7 @@ class PairContext:
     @property
     def bias_off_runs(self) -> int:
         """How many bias-off evaluations of the variant the input holds (0 or 1)."""
-        return int(self.bias_off is not None)
+        return int(self.bias_off is not None and not isinstance(self.bias_off, str))
 
     @functools.cached_property
     def common_steps(self) -> list[int]:

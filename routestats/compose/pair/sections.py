@@ -171,7 +171,8 @@ def _unmeasured(f2f) -> str:
 def masses_section(ctx: PairContext) -> Section:
     ctx.say("mass outside the named fields")
     m = mass_split(ctx.pair, ctx.step, ctx.settings.examples, ctx.settings.trivial_queries)
-    outside = float(np.nanmax(m["unnamed_mass"].to_numpy())) if len(m) else 0.0
+    um = m["unnamed_mass"].to_numpy(dtype=float)
+    outside = float(np.nanmax(um)) if np.isfinite(um).any() else float("nan")  # undefined: never "U = 0"
     claims = tuple(unnamed_claims(m) + sink_claims(m, ctx.first_key_fields, ctx.n_examples) + learned_sink_claims(m))
     sinks = "sink_mass" in m and float(np.nanmax(m["sink_mass"].to_numpy(), initial=0.0)) > 0
     if outside <= 0.01 and not ctx.pretrained:
@@ -189,8 +190,10 @@ def masses_section(ctx: PairContext) -> Section:
                    *((Column("Sink", "sink_mass"),) if sinks else ()), Column("First key", "first_mass"),
                    Column("SFM named", "sfm_named"), Column("Examples", "n_examples", "int")))
     return Section("masses", "Mass outside the named fields", (t,), (ctx.figure("masses", "mass_split", masses=m),),
-                   text=f"Up to {100 * outside:.0f}% of a layer's attention lies on keys outside the named fields "
-                        "(special tokens, separators, the first token); SFM counts none of it as same-field.",
+                   text=(f"Up to {100 * outside:.0f}% of a layer's attention lies on keys outside the named fields "
+                         "(special tokens, separators, the first token); SFM counts none of it as same-field."
+                         if outside == outside else "The mass outside the named fields is undefined in every layer "
+                         "(no measured query)."),
                    claims=claims)
 
 
@@ -493,6 +496,8 @@ def decomposition_section(ctx: PairContext) -> Section | None:
 
     if ctx.bias_off is None:
         return None
+    if isinstance(ctx.bias_off, str):  # bias-off runs beside the pair that are not its one evaluation: why
+        raise RoutestatsError(ctx.bias_off)
     ctx.say("learned vs mechanical (bias off)")
     t = decompose(ctx.pair.baseline, ctx.pair.variant, ctx.bias_off, ctx.settings, step=ctx.step)
     return Section("decomposition", TITLE, (decomposition_table(t, pct(ctx.settings.confidence)),),

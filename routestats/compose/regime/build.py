@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from routestats.regime.points import analyse_point, load_operator_points
+from routestats.compose.claims import layers_phrase
 from routestats.compose.skeleton import build_report, generated_now
 from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_sig, point_label, section
 from routestats.settings import AnalysisSettings
@@ -100,9 +102,19 @@ def summary_claims(s: pd.DataFrame) -> list[Claim]:
     """The count of points with a non-empty S and a certified switch, and each point's certificate in words."""
     pts = tuple(point_label(r) for _, r in s.iterrows())
     n, k = len(s), int(s["switches"].sum())
-    top = s.loc[s["lambda_max"].idxmax()]
-    where = (f"layer {int(s['layer'].iloc[0])}" if s["layer"].nunique() == 1 else
-             f"layers {int(s['layer'].min())}–{int(s['layer'].max())}")
+    where = layers_phrase(s["layer"].unique())  # the layers there are: "layers 1 and 3", never "1–3"
+    finite = s[np.isfinite(pd.to_numeric(s["lambda_max"], errors="coerce"))]
+    if finite.empty:  # operators whose spectrum is not finite anywhere: nothing to certify, said so
+        empty = int((s["dim_S"] == 0).sum())
+        return [Claim("certified", f"λ_max is undefined at every one of the {n} operating point(s) ({where}): the "
+                      f"transport-contractive subspace S is empty at {empty} of them, so no switching direction is "
+                      "certified; exact for these stored operators.", "headline", "summary", pts, "point",
+                      evidence=s.assign(point=list(pts)),
+                      requires=(Check("no finite λ_max", "finite_points == 0", on="design"),),
+                      design={"finite_points": 0},
+                      short=f"No switching is certified: λ_max is undefined (S empty) at all {n} operating point(s), "
+                            f"{where}.")]
+    top = finite.loc[finite["lambda_max"].idxmax()]
     answer = Claim("certified", f"The spectral certificate shows switching (λ_max > 1) at {k} of {n} operating point(s) "
                    f"({where}); the largest λ_max is {fmt_sig(top['lambda_max'])} at {point_label(top)}"
                    + (f"; at the other {n - k}, λ_max ≤ 1: no switching direction is certified there" if k < n else "")
