@@ -34,10 +34,16 @@ def unknown_table(name: str, names) -> str:
     "unknown table 'efects'; did you mean 'effects'? (routestats table --help lists every table name)"
     >>> unknown_table("bogus", ["layers", "effects"])
     "unknown table 'bogus'; this report has: layers, effects"
+    >>> unknown_table("norm_effects", ["layers", "effects", "entropy_effects"])[:62]
+    "no table 'norm_effects' in this report: its input does not give"
     """
     import difflib
 
     names = list(names)
+    if any(name in kind for kind in REPORT_TABLES.values()) or name.endswith("_effects") and "effects" in names:
+        # a real table name this input does not give: never "did you mean" another table
+        return (f"no table {name!r} in this report: its input does not give it (the report's skipped sections say "
+                f"why); this report has: {', '.join(names) or 'none'}")
     close = difflib.get_close_matches(name, names, n=1) or difflib.get_close_matches(name.lower(), names, n=1)
     if close:
         return f"unknown table {name!r}; did you mean {close[0]!r}? (routestats table --help lists every table name)"

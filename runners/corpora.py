@@ -55,7 +55,7 @@ def read_csv_rows(path: str | Path, max_bytes: int = MAX_RECORD_BYTES,
     old = csv.field_size_limit()
     csv.field_size_limit(max_bytes)
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's byte-order mark is not text
             reader = csv.reader(fh)
             for i, row in enumerate(reader):
                 if first is not None and len(out) >= first:
@@ -63,6 +63,8 @@ def read_csv_rows(path: str | Path, max_bytes: int = MAX_RECORD_BYTES,
                 if row and any(v.strip() for v in row):
                     out.append((i + 1, row))
             return out
+    except UnicodeDecodeError as exc:
+        raise CorpusFormatError(f"{path}: not UTF-8 text (byte {exc.start} of a block; a binary file?)") from None
     except csv.Error as exc:
         if "field larger than field limit" in str(exc):
             raise CorpusFormatError(f"{path}: a field near line {reader.line_num} is over the {max_bytes / 2 ** 20:.3g} MB "
@@ -138,7 +140,7 @@ def iter_pubmed(path: str | Path, fields: Sequence[str] = PUBMED_FIELDS) -> Iter
             return Record(label=pmid, fields=tuple((f, " ".join(parts[f])) for f in wanted))
         return None
 
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:
         for lineno, raw in enumerate(fh, 1):
             line = raw.strip()
             if not line:

@@ -116,6 +116,11 @@ def make_launcher(name: str, folder: Path, *, timeout_min: int = 240, slurm_part
         raise RoutestatsError(f"unknown launcher {name!r}: {', '.join(LAUNCHERS)}")
     params = {"timeout_min": timeout_min}
     if cluster == "slurm":
+        import shutil
+
+        if shutil.which("sbatch") is None or shutil.which("srun") is None:  # checked before any job or folder
+            raise RoutestatsError("--launcher slurm: no sbatch/srun on this machine (not a SLURM cluster's node); "
+                                  "run on the cluster, or use --launcher submitit-local or sequential")
         params.update({k: v for k, v in dict(slurm_partition=slurm_partition, gpus_per_node=gpus_per_node).items()
                        if v is not None})
     return SubmititLauncher(Path(folder) / "submitit", cluster, **params)

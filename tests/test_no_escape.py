@@ -24,6 +24,7 @@ from routestats.cli import app
 from routestats.errors import RoutestatsError
 from routestats.rundir.replace import remove_written, replace_folder
 
+ROOT = Path(__file__).resolve().parents[1]
 VICTIM_BYTES = b"a user's file outside the output folder\n"
 SHA = hashlib.sha256(VICTIM_BYTES).hexdigest()  # the hash an adversary can compute for a file of known content
 
@@ -294,3 +295,64 @@ def test_a_decoder_capture_of_records_with_empty_fields_reports(tmp_path):
 
     rep = rs.analyse(tmp_path / "runs", resamples=100)
     assert "sfm is undefined in every one of the 6 examples" in rep.section("effects").skipped
+
+    r = CliRunner().invoke(app, ["table", "norm_effects", str(tmp_path / "runs")])  # reductions only: no matrices
+    assert r.exit_code == 2 and "did you mean" not in r.output and "no table 'norm_effects' in this report" in r.output
+
+
+# ------------------------------------------------------------------ messages that say what is true
+def test_a_byte_order_mark_is_not_text_in_csv_or_jsonl(tmp_path):
+    pytest.importorskip("torch")
+    from runners.pretrained.capture import read_records
+
+    rows = (ROOT / "data" / "docstrings_dbpedia" / "val.csv").read_bytes().splitlines(keepends=True)[:3]
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + b"".join(rows))  # as a spreadsheet saves it
+    plain = read_records(ROOT / "data" / "docstrings_dbpedia" / "val.csv", "dbpedia", limit=3)
+    assert read_records(tmp_path / "bom.csv", "dbpedia") == plain  # was: "its first row looks like a header"
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + b'{"title": "a b", "content": "c d"}\n')
+    assert [dict(r.fields) for r in read_records(tmp_path / "bom.jsonl", "jsonl")] == [{"title": "a b", "content": "c d"}]
+    (tmp_path / "bin.jsonl").write_bytes(b'{"title": "a"}\n\xff\xfe\x00binary\n')
+    with pytest.raises(RoutestatsError, match="line 2 is not UTF-8 text"):
+        read_records(tmp_path / "bin.jsonl", "jsonl")
+
+
+def test_a_binary_or_odd_domain_file_is_one_line(tmp_path):
+    pytest.importorskip("torch")
+    from runners.training.domains import read_domain
+
+    (tmp_path / "d.txt").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xd8")
+    (tmp_path / "d.jsonl").write_text('{"text": "a"}\n[1, 2]\n')
+    (tmp_path / "e.jsonl").write_text('{"text": "a"}\nnot json\n')
+    for name, words in (("d.txt", "not UTF-8 text"), ("d.jsonl", 'line 2 is not an object with a "text" string'),
+                        ("e.jsonl", "not JSONL")):
+        with pytest.raises(RoutestatsError, match=words) as e:
+            read_domain(tmp_path / name)
+        assert "\n" not in str(e.value)
+
+
+def test_slurm_off_a_cluster_is_one_line_before_anything(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from runners.launch import make_launcher
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch, no srun
+    with pytest.raises(RoutestatsError, match="--launcher slurm: no sbatch/srun on this machine"):
+        make_launcher("slurm", tmp_path / "w")
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_tampered_operator_index_is_refused_by_the_writer(tmp_path):
+    pytest.importorskip("torch")
+    from runners.regime.grid import kept_points
+
+    (tmp_path / "index.json").write_text(json.dumps({"points": [{"layer": 0}]}))
+    with pytest.raises(RoutestatsError, match="not an operator index routestats wrote"):
+        kept_points(tmp_path, "0" * 64, {})
+    (tmp_path / "index.json").write_text(json.dumps({"checkpoint_sha256": "0" * 64, "settings": {}, "points": [
+        {"layer": 0, "example": 0, "token_arg": None, "file": "../victim.npz", "sha256": SHA}]}))
+    with pytest.raises(RoutestatsError, match="not a normalised relative path inside the operators folder"):
+        kept_points(tmp_path, "0" * 64, {})
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "index.json").unlink()
+    (tmp_path / "index.json").symlink_to(tmp_path / "fifo.json")
+    with pytest.raises(RoutestatsError, match="link"):
+        kept_points(tmp_path, "0" * 64, {})

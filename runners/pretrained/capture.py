@@ -462,7 +462,12 @@ def _lines(path: Path, max_bytes: int):
             if len(raw) > max_bytes and not raw.endswith(b"\n"):
                 raise RoutestatsError(f"{path}: line {i} is over the {max_bytes / 2 ** 20:.3g} MB record limit "
                                       "(--max-record-mb)")
-            yield raw.decode("utf-8")
+            if i == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark (editors, spreadsheets): not text
+                raw = raw[3:]
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise RoutestatsError(f"{path}: line {i} is not UTF-8 text (a binary file?)") from None
 
 
 def _texts(records: Sequence, names: Sequence[str]) -> list[list[str]]:

@@ -71,6 +71,33 @@ def model_name(path: Path) -> str:
     return path.parent.name if path.name in ("model", "models") else path.name
 
 
+def kept_points(folder: Path, ck_sha: str, settings: dict) -> list[dict]:
+    """The points of an earlier ``index.json`` in ``folder`` that a rerun keeps: same checkpoint and settings,
+    each file inside the folder with its recorded SHA-256. An index that is not one routestats wrote (tampered:
+    not an object, points without their keys, paths outside) is refused in one line, never half-read."""
+    from routestats.rundir.manifest import read_json
+    from routestats.rundir.verify import inside
+
+    idx_path = folder / S.OPERATOR_INDEX
+    old = read_json(idx_path)  # a regular file, bounded: no FIFO, device or link
+    points = old.get("points") if isinstance(old, dict) else None
+    keys = {"layer", "example", "token_arg", "file", "sha256"}
+    if not isinstance(points, list) or not all(isinstance(p, dict) and keys <= set(p) for p in points):
+        raise RoutestatsError(f"{idx_path}: not an operator index routestats wrote (expected points with "
+                              f"{', '.join(sorted(keys))}); remove it, or write the operators elsewhere (--out)")
+    if old.get("checkpoint_sha256") != ck_sha or old.get("settings") != settings:
+        return []
+    kept = []
+    for p in points:
+        f = inside(folder, p["file"], idx_path, "the operators folder")
+        try:
+            if f.is_file() and sha256_file(f) == p["sha256"]:
+                kept.append(p)
+        except OSError:
+            pass
+    return kept
+
+
 def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 64):
     """(kind, point(layer, example) -> (sublayer, X, reference[, own]), example count, model name, model identity,
     layer count)
@@ -259,10 +286,7 @@ def write_operators(run_dir: Path, layers: Sequence[int] | None, examples: Seque
     index = {"version": INDEX_VERSION, "model_kind": kind, "n_layers": n_layers, "checkpoint": ck_name,
              "checkpoint_sha256": ck_sha, "settings": settings, "points": []}
     if idx_path.is_file():
-        old = json.loads(idx_path.read_text())
-        if old.get("checkpoint_sha256") == ck_sha and old.get("settings") == settings:
-            index["points"] = [p for p in old["points"] if (folder / p["file"]).is_file()
-                               and sha256_file(folder / p["file"]) == p["sha256"]]
+        index["points"] = kept_points(folder, ck_sha, settings)
     done = {(p["layer"], p["example"], p["token_arg"]) for p in index["points"]}
     for layer in layers:
         for ex in examples:

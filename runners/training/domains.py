@@ -117,11 +117,34 @@ def build_domains(out: Path, max_chars: int = 150_000) -> dict:
 
 def read_domain(path: Path) -> list[str]:
     """Documents of a domain file: JSONL (``text`` field), Parquet (``text`` column) or txt (blank-line separated)."""
-    path = Path(path)
-    if path.suffix == ".jsonl":
-        return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if path.suffix == ".parquet":
-        import pandas as pd
+    from routestats.errors import RoutestatsError
 
-        return pd.read_parquet(path, columns=["text"])["text"].tolist()
-    return [d for d in path.read_text(encoding="utf-8").split("\n\n") if d.strip()]
+    path = Path(path)
+    try:
+        if path.suffix == ".parquet":
+            import pandas as pd
+
+            docs = pd.read_parquet(path, columns=["text"])["text"].tolist()
+        else:
+            text = path.read_text(encoding="utf-8-sig")
+            if path.suffix != ".jsonl":
+                return [d for d in text.split("\n\n") if d.strip()]
+            docs = []
+            for i, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    obj = json.loads(line)
+                    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                        raise RoutestatsError(f"{path}: line {i} is not an object with a \"text\" string")
+                    docs.append(obj["text"])
+    except UnicodeDecodeError as exc:
+        raise RoutestatsError(f"{path}: not UTF-8 text (byte {exc.start}; a binary file?); a domain file is JSONL "
+                              "with a \"text\" field, Parquet with a text column, or plain text") from None
+    except json.JSONDecodeError as exc:
+        raise RoutestatsError(f"{path}: not JSONL ({exc})") from None
+    except (OSError, ValueError, KeyError) as exc:  # a missing file, an unreadable Parquet, no text column
+        if isinstance(exc, RoutestatsError):
+            raise
+        raise RoutestatsError(f"{path}: cannot be read as a domain file ({str(exc).splitlines()[0][:160]})") from None
+    if not all(isinstance(d, str) for d in docs):
+        raise RoutestatsError(f"{path}: its text column holds values that are not strings")
+    return docs
