@@ -94,6 +94,9 @@ def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
     out = Path(out).absolute()
     if out.is_file():
         raise RoutestatsError(f"{out}: is a file; -o names the report folder")
+    if out.is_dir() and os.path.ismount(out):  # a report is swapped in as a whole folder: a mount point cannot be
+        raise RoutestatsError(f"{out}: is a mount point, and a report folder is swapped into place whole; name a "
+                              f"folder inside it (-o {out / 'report'})")
     if out.exists():
         if not force:
             raise RoutestatsError(f"{out}: exists; pass --force to replace it (the old folder is kept until the new "

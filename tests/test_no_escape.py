@@ -356,3 +356,28 @@ def test_a_tampered_operator_index_is_refused_by_the_writer(tmp_path):
     (tmp_path / "index.json").symlink_to(tmp_path / "fifo.json")
     with pytest.raises(RoutestatsError, match="link"):
         kept_points(tmp_path, "0" * 64, {})
+
+
+@pytest.fixture
+def mount_point(tmp_path):
+    """A tmpfs mounted at tmp_path/mnt (root only: skipped where mounting is not allowed)."""
+    import subprocess
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "none", str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_a_mount_point_is_refused_before_any_work_by_report_and_capture(mount_point):
+    # was: report --force "the new report is in place, but the old one could not be cleared"; capture "Invalid
+    # cross-device link" after the whole capture
+    with pytest.raises(RoutestatsError, match="is a mount point, and a report folder is swapped into place whole"):
+        F.check_output(mount_point, force=True)
+    pytest.importorskip("torch")
+    from runners.pretrained.capture import check_destination
+
+    with pytest.raises(RoutestatsError, match="is a mount point; the runs are written beside --out"):
+        check_destination(mount_point, ["baseline"], force=True, cli=True)
