@@ -184,13 +184,13 @@ def long_setup(model: str, n: int):
     return loaded, rec, {k: torch.tensor([v]) for k, v in enc.inputs.items()}
 
 
-MODES = ("bare-sdpa", "bare-eager", "capture-chunked", "capture-eager")
+MODES = ("bare-sdpa", "bare-eager", "capture-fused", "capture-chunked", "capture-eager")
 
 
 def long_context(lengths, model: str, threads: int, eager_max: int, modes=MODES) -> list[dict]:
     """Each mode at each length in its own process (its own peak RSS): the bare forward with SDPA (no weights:
     the floor of the work) and with eager attention returning the weights (the obvious alternative), and
-    capture with chunked and with eager attention."""
+    capture with fused, chunked and eager attention."""
     import json
     import subprocess
     import sys
@@ -214,18 +214,21 @@ def long_context(lengths, model: str, threads: int, eager_max: int, modes=MODES)
 
 
 def long_table(rows) -> str:
+    """One row per length: seconds of each mode, each capture's ratio to the bare SDPA forward (the floor), and
+    the peak RSS rise of each mode."""
     by = {(r["n"], r["mode"]): r for r in rows}
-    out = ["| tokens | bare SDPA s | bare eager s | capture chunked s | x SDPA | x eager | capture eager s | "
-           "peak RSS rise MB: SDPA / eager / chunked / capture eager | capture chunked peak RSS MB |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    none = {"seconds": None, "rss_mb": None, "peak_mb": None}
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
+    ratio = lambda a, b: None if a["seconds"] is None or b["seconds"] is None else a["seconds"] / b["seconds"]  # noqa: E731
+    out = ["| tokens | bare SDPA s | bare eager s | capture fused s | fused x SDPA | capture chunked s | chunked x SDPA "
+           "| capture eager s | peak RSS rise MB: SDPA / eager / fused / chunked / capture eager | fused peak RSS MB |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for n in sorted({r["n"] for r in rows}):
-        none = {"seconds": None, "rss_mb": None, "peak_mb": None}
-        s, e, c, ce = (by.get((n, m), none) for m in MODES)
-        ratio = lambda a, b: None if a["seconds"] is None or b["seconds"] is None else a["seconds"] / b["seconds"]  # noqa: E731
-        out.append(f"| {n:,} | {fmt(s['seconds'])} | {fmt(e['seconds'])} | {fmt(c['seconds'])} | "
-                   f"{fmt(ratio(c, s))} | {fmt(ratio(c, e))} | {fmt(ce['seconds'])} | "
-                   + " / ".join(fmt(r["rss_mb"], "{:,.0f}") for r in (s, e, c, ce)) + f" | {fmt(c['peak_mb'], '{:,.0f}')} |")
+        s, e, f, c, ce = (by.get((n, m), none) for m in MODES)
+        out.append(f"| {n:,} | {fmt(s['seconds'])} | {fmt(e['seconds'])} | {fmt(f['seconds'])} | {fmt(ratio(f, s))} | "
+                   f"{fmt(c['seconds'])} | {fmt(ratio(c, s))} | {fmt(ce['seconds'])} | "
+                   + " / ".join(fmt(r["rss_mb"], "{:,.0f}") for r in (s, e, f, c, ce))
+                   + f" | {fmt(f['peak_mb'], '{:,.0f}')} |")
     return "\n".join(out)
 
 

@@ -264,7 +264,9 @@ def capture(
     device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
     attention: str = typer.Option("auto", help="eager (every layer's n x n weights of a batch, as the model's own "
                                                "eager attention), chunked (per-query reductions in blocks of query "
-                                               "rows, never n x n; proven against eager at load) or auto (chunked "
+                                               "rows, never n x n; proven against eager at load), fused (the same "
+                                               "reductions from one fused attention call per block: about the "
+                                               "model's own SDPA cost; proven likewise) or auto (fused, else chunked, "
                                                "when the eager weights would exceed --attention-mb)."),
     attention_mb: float = typer.Option(256.0, "--attention-mb", help="Memory for one block of chunked attention "
                                                                      "(and auto's threshold), MB."),

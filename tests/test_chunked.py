@@ -193,6 +193,44 @@ def test_the_long_context_benchmark_runs():
     from benchmarks.bench_capture import long_context, long_table
 
     rows = long_context([128], "tiny", 1, 128)
-    assert [r["mode"] for r in rows] == ["bare-sdpa", "bare-eager", "capture-chunked", "capture-eager"]
+    assert [r["mode"] for r in rows] == ["bare-sdpa", "bare-eager", "capture-fused", "capture-chunked",
+                                         "capture-eager"]
     assert all(r["seconds"] > 0 and r["peak_mb"] > 0 for r in rows)
     assert long_table(rows).splitlines()[2].startswith("| 128 |")
+
+
+@pytest.mark.parametrize("family", sorted(STYLES))
+def test_fused_reductions_equal_eager_ones_or_fall_back(family, tmp_path):
+    """Issue [fused-capture]: one fused attention call per block of rows (the layer's output from V's first
+    columns, every reduction from V widened by [K | one-hot fields | e_0 | 1] and the kernel's log-sum-exp) gives
+    the eager path's reductions within 1e-6 on every tiny family: encoders and decoders, sliding windows on both
+    sides of the cap, padded batches, baseline and bias. The expected values are routestats' numpy
+    reduce_queries over the model's own eager weights (another implementation over another computation).
+    Gemma 2's soft-capped scores are not linear in K: auto says so and takes the chunked path."""
+    folder = save_tiny(family, tmp_path / "model", TEXTS)
+    loaded = load_model(folder)
+    conds = [Condition("baseline"), Condition("bias", bias=W)]
+    worst, paths = 0.0, set()
+    for cap in (6, 40):
+        kw = dict(conditions=conds, cap=cap, forms=("reductions",), device_reductions=False)
+        eager = tmp_path / f"eager{cap}"
+        capture_runs(loaded, RECORDS, eager, batch_size=1, attention="eager", **kw)
+        for batch, padding in ((1, "none"), (8, "longest")):
+            out = tmp_path / f"auto{cap}-{batch}"
+            capture_runs(loaded, RECORDS, out, batch_size=batch, padding=padding, attention="auto",
+                         attention_mb=3 * 64 * batch * cap / 2 ** 20, **kw)  # >= 3 rows a fused block
+            for c in conds:
+                ev = json.loads((out / c.name / "run.json").read_text())["evaluation"]["capture"]["attention"]
+                paths.add(ev["path"])
+                a, b = reductions(eager / c.name), reductions(out / c.name)
+                for ex in a:
+                    for k in a[ex]:
+                        worst = max(worst, float(np.abs(a[ex][k] - b[ex][k]).max()))
+    if family == "gemma2":
+        assert "chunked" in paths and "fused" not in paths and "soft-capped" in ev["fused_probe"]["reason"], ev
+        with pytest.raises(rs.RoutestatsError, match="--attention fused: the fused path failed .*soft-capped"):
+            capture_runs(loaded, RECORDS[:2], tmp_path / "forced", cap=40, attention="fused", attention_mb=0.01)
+    else:
+        # cap 6 keeps auto's eager path (its weights fit the budget); cap 40 is fused
+        assert paths == {"eager", "fused"} and ev["probe"]["ok"] and ev["kernel_dtype"] == "float64", ev
+    assert worst <= 1e-6, (family, worst)

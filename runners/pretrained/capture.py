@@ -605,7 +605,7 @@ def check_conditions(loaded: Loaded, conditions: Sequence[Condition], layers: Se
             raise RoutestatsError(f"--layers {li}: {type(loaded.model).__name__} has layers 0-{L - 1}")
 
 
-ATTENTION_PATHS = ("auto", "chunked", "eager")
+ATTENTION_PATHS = ("auto", "chunked", "eager", "fused")
 PROBE_TOKENS = 96  # the chunk probe's record: the first this many tokens of the longest record
 
 
@@ -617,8 +617,10 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
     form stores); ``chunked`` computes per-query reductions in blocks of query rows within
     ``budget_mb`` (:func:`runners.pretrained.seam.chunked_attention`), proven on the first
     :data:`PROBE_TOKENS` tokens of the longest record against the eager path
-    (:func:`runners.pretrained.seam.chunk_probe`); ``auto`` chunks when the eager weights of a batch
-    would exceed ``budget_mb`` and falls back to eager, with a ``notice``, when the probe refuses.
+    (:func:`runners.pretrained.seam.chunk_probe`); ``fused`` gives the same reductions from one fused attention
+    call per block of rows (:mod:`runners.pretrained.fused`: float32 storage only), proven the same way.
+    ``auto``, when the eager weights of a batch would exceed ``budget_mb``, takes the fused path where its probe
+    proves it, else the chunked one, else eager, with a ``notice`` saying why.
     """
     if mode not in ATTENTION_PATHS:
         raise RoutestatsError(f"--attention must be one of {', '.join(ATTENTION_PATHS)}, got {mode!r}")
@@ -628,24 +630,37 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
     n = len(plan.encoded[longest])
     eager_mb = min(batch_size, len(plan.encoded)) * loaded.n_layers * loaded.n_heads * n * n * 4 / 2 ** 20
     if mode == "eager" or S.FORM_MATRICES in forms:
-        if mode == "chunked":
-            raise RoutestatsError("--attention chunked keeps per-query reductions only; store --forms reductions")
+        if mode in ("chunked", "fused"):
+            raise RoutestatsError(f"--attention {mode} keeps per-query reductions only; store --forms reductions")
         return 0.0, {"path": "eager", "eager_weights_mb": round(eager_mb, 1)}, ""
     if mode == "auto" and eager_mb <= budget_mb:
         return 0.0, {"path": "eager", "eager_weights_mb": round(eager_mb, 1), "budget_mb": budget_mb}, ""
     e = plan.encoded[longest]
     m = min(len(e), PROBE_TOKENS)
     short = dataclasses.replace(e, inputs={k: v[:m] for k, v in e.inputs.items()}, fields=e.fields[:m])
+    where = f"on the first {m} tokens of record {plan.labels[longest]!r}"
+    base = {"budget_mb": budget_mb, "eager_weights_mb": round(eager_mb, 1)}
+    tried = {}
+    if mode in ("auto", "fused"):  # one fused call per layer: the model's own SDPA cost (runners.pretrained.fused)
+        fused = chunk_probe(loaded, short, cond, n_fields=len(plan.names), reduce=dtype, device=device, fused=True) \
+            if dtype == "float32" else None
+        if fused is not None and fused.ok:
+            return budget_mb, {"path": "fused", **base, "kernel_dtype": "float64", "probe": fused.record()}, ""
+        why = fused.reason if fused is not None else f"--dtype {dtype}: the fused path stores float32 reductions"
+        if mode == "fused":
+            raise RoutestatsError(f"--attention fused: {why} {where}")
+        tried = {"fused_probe": fused.record() if fused is not None else {"ok": False, "reason": why}}
+        notice_fused = f"note: {cond.name}: not fused ({why}); "
+    else:
+        notice_fused = ""
     probe = chunk_probe(loaded, short, cond, n_fields=len(plan.names), reduce=dtype, device=device)
     if not probe.ok:
         if mode == "chunked":
-            raise RoutestatsError(f"--attention chunked: {probe.reason} on the first {m} tokens of record "
-                                  f"{plan.labels[longest]!r}")
-        return 0.0, {"path": "eager", "eager_weights_mb": round(eager_mb, 1), "budget_mb": budget_mb,
-                     "probe": probe.record()}, \
+            raise RoutestatsError(f"--attention chunked: {probe.reason} {where}")
+        return 0.0, {"path": "eager", **base, "probe": probe.record(), **tried}, \
             (f"note: {cond.name}: eager attention ({eager_mb:,.0f} MB of weights per batch): {probe.reason}")
-    return budget_mb, {"path": "chunked", "budget_mb": budget_mb, "eager_weights_mb": round(eager_mb, 1),
-                       "probe": probe.record()}, ""
+    return budget_mb, {"path": "chunked", **base, "probe": probe.record(), **tried}, \
+        (notice_fused + "chunked attention" if notice_fused else "")
 
 
 MAPPED_BLOCK = 1 << 20
@@ -726,7 +741,8 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
                      layers=layers) as sink:
         source = shard_captures(shards) if shards else forward_batches(
             loaded, plan.encoded, cond, batch_size=batch_size, padding=padding, value_norms=value_norms, device=device,
-            reduce=dtype if on_device else None, n_fields=len(plan.names), chunk_mb=chunk_mb)
+            reduce=dtype if on_device else None, n_fields=len(plan.names), chunk_mb=chunk_mb,
+            fused=how.get("path") == "fused")
         for got in source:
             # examples go in batch order: each one's rows stay contiguous, as the reader requires
             if got.reductions is not None:

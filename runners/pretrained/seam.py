@@ -31,6 +31,7 @@ from routestats.rundir import schema as S
 
 from runners.pretrained.families import output_weight
 from runners.pretrained.fielding import Encoded
+from runners.pretrained.fused import fused_attention
 
 __all__ = ["IMPLEMENTATION", "Condition", "Pass", "RowMask", "seam_attention", "seam_mask", "chunked_attention",
            "register_seam", "capture_pass", "length_batches", "transported_norms", "reduce_rows", "Captured",
@@ -54,6 +55,7 @@ class Pass:
     ablate: dict[int, tuple[int, ...]] = field(default_factory=dict)
     keep_values: bool = False
     block: int = 0
+    fused: bool = False  # with block: each block of rows in one fused call (runners.pretrained.fused), no weights
     causal_check: bool = False  # chunked: refuse a weight above the diagonal (a decoder's)
     lengths: tuple[int, ...] = ()  # each record's length in the batch (the rest is padding)
     store: torch.dtype = torch.float32  # the storage dtype the weights are cast to before they are reduced
@@ -126,7 +128,8 @@ def seam_attention(module, query, key, value, attention_mask, **kwargs):
         return eager(module, query, key, value, attention_mask, **kwargs)
     layer = p.layers_seen
     if p.block:
-        out, weights = chunked_attention(module, query, key, value, attention_mask, p, **kwargs), None
+        path = fused_attention if p.fused else chunked_attention
+        out, weights = path(module, query, key, value, attention_mask, p, **kwargs), None
     else:
         n = query.shape[-2]
         b = p.bias_rows(0, n)
@@ -375,7 +378,7 @@ class Captured:
 
 def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batch_size: int = 8,
                     padding: str = "none", value_norms: bool = False, device="cpu", reduce: str | None = None,
-                    n_fields: int = 0, chunk_mb: float = 0.0):
+                    n_fields: int = 0, chunk_mb: float = 0.0, fused: bool = False):
     """Yield :class:`Captured` per record (in batch order) under ``cond``; padding is sliced off.
 
     ``loaded`` is a :class:`runners.pretrained.load.Loaded` (the loader imports this module, not the reverse).
@@ -397,10 +400,12 @@ def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batc
     sinks = loaded.head_type == "sink"
     for idx in length_batches([len(e) for e in encoded], batch_size, padding):
         batch = [encoded[i] for i in idx]
-        block = block_rows(chunk_mb, len(batch), n_heads, max(len(e) for e in batch)) if chunk_mb else 0
+        n_max = max(len(e) for e in batch)
+        block = (fused_block_rows(chunk_mb, len(batch), n_max) if fused else
+                 block_rows(chunk_mb, len(batch), n_heads, n_max)) if chunk_mb else 0
         p = Pass(bias_w=cond.bias if cond.name != "baseline" else None, fields=_fields(batch, device), ablate=ablate,
                  keep_values=value_norms, block=block, causal_check=loaded.causal, store=store or torch.float32,
-                 n_fields=n_fields, lengths=tuple(len(e) for e in batch))
+                 n_fields=n_fields, lengths=tuple(len(e) for e in batch), fused=fused and bool(block))
         with torch.no_grad(), capture_pass(p):
             try:
                 model(**_batch_inputs(loaded, batch, device))
@@ -438,6 +443,19 @@ def block_rows(budget_mb: float, batch: int, heads: int, n: int) -> int:
     return int(min(n, max(1, budget_mb * 2 ** 20 // per_row)))
 
 
+FUSED_BYTES_PER_KEY = 64  # a fused block's mask rows: the model's own, the bias and their float64 copies, per key
+
+
+def fused_block_rows(budget_mb: float, batch: int, n: int) -> int:
+    """Query rows per fused block: only the additive mask rows (batch x rows x n, shared by the heads) are
+    held, :data:`FUSED_BYTES_PER_KEY` bytes per key; at least 1, at most n.
+
+    >>> fused_block_rows(256, 1, 16384)   # 16k tokens: 256 rows of 16k keys per block
+    256
+    """
+    return int(min(n, max(1, budget_mb * 2 ** 20 // (FUSED_BYTES_PER_KEY * batch * n))))
+
+
 @dataclass(frozen=True)
 class ChunkProbe:
     """How chunked attention compared with the eager path on one record (:func:`chunk_probe`)."""
@@ -450,8 +468,10 @@ class ChunkProbe:
     reductions_max: float = float("nan")  # max |chunked - eager| over every reduction
 
     def record(self) -> dict:
+        """The manifest's record (a path that failed before comparing has no numbers: null, never NaN)."""
+        num = (lambda x: None if x != x else x)  # noqa: E731
         return {"ok": self.ok, "reason": self.reason, "block_rows": self.block, "output_bitwise": self.output_bitwise,
-                "output_rel": self.output_rel, "reductions_max_abs": self.reductions_max}
+                "output_rel": num(self.output_rel), "reductions_max_abs": num(self.reductions_max)}
 
 
 def _first_tensor(out) -> torch.Tensor:
@@ -462,13 +482,16 @@ def _first_tensor(out) -> torch.Tensor:
 
 
 def chunk_probe(loaded, record: Encoded, cond: Condition, *, n_fields: int, reduce: str = "float32",
-                device="cpu", reductions_atol: float = 1e-6, output_rtol: float = 1e-5) -> ChunkProbe:
+                device="cpu", reductions_atol: float = 1e-6, output_rtol: float = 1e-5,
+                fused: bool = False) -> ChunkProbe:
     """Run ``record`` through the eager path and through :func:`chunked_attention` in blocks of a third
     of its rows (so block edges are crossed) under ``cond``; the chunked path is accepted when every
     per-query reduction agrees within ``reductions_atol`` and the model's output within ``output_rtol``
     of its largest value. Any failure of the chunked path (a model that uses its mask outside the
-    attention function, say) is a refusal with its first line, never an error."""
+    attention function, say) is a refusal with its first line, never an error. ``fused``: the same proof of the
+    fused path (:func:`runners.pretrained.fused.fused_attention`)."""
     store = {"float16": torch.float16, "float32": torch.float32}[reduce]
+    what = "fused" if fused else "chunked"
     n = len(record)
     block = max(1, -(-n // 3))
     ablate: dict[int, tuple[int, ...]] = {}
@@ -477,13 +500,14 @@ def chunk_probe(loaded, record: Encoded, cond: Condition, *, n_fields: int, redu
     outs, reds = [], []
     for blk in (0, block):
         p = Pass(bias_w=cond.bias if cond.name != "baseline" else None, fields=_fields([record], device),
-                 ablate=ablate, block=blk, causal_check=loaded.causal, store=store, n_fields=n_fields)
+                 ablate=ablate, block=blk, causal_check=loaded.causal, store=store, n_fields=n_fields,
+                 fused=fused and blk > 0)
         try:
             with torch.no_grad(), capture_pass(p):
                 outs.append(_first_tensor(loaded.model(**_batch_inputs(loaded, [record], device))).to(torch.float64))
         except Exception as exc:  # noqa: BLE001 -- any failure of the chunked path means: use the eager one
             line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            return ChunkProbe(False, f"the chunked path failed ({type(exc).__name__}: {line[:160]})", block)
+            return ChunkProbe(False, f"the {what} path failed ({type(exc).__name__}: {line[:160]})", block)
         if blk:
             reds.append({k: torch.stack([r[k] for r in p.reductions], dim=1) for k in p.reductions[0]})
         else:
@@ -493,7 +517,7 @@ def chunk_probe(loaded, record: Encoded, cond: Condition, *, n_fields: int, redu
     rel = float((outs[1] - outs[0]).abs().max()) / scale
     red = max(float((reds[1][k] - reds[0][k]).abs().max()) for k in reds[0])
     ok = red <= reductions_atol and rel <= output_rtol
-    reason = "" if ok else (f"the chunked path differs from the eager one (reductions by {red:.2g}, output by "
+    reason = "" if ok else (f"the {what} path differs from the eager one (reductions by {red:.2g}, output by "
                             f"{rel:.2g} relative)")
     return ChunkProbe(ok, reason, block, bool(torch.equal(outs[0], outs[1])), rel, red)
 

@@ -1,0 +1,138 @@
+"""Fused capture: every stored reduction of a layer from one fused attention call, never its weights.
+
+Each stored reduction is a linear functional of a softmax row ``p`` (METHODS III, capture):
+
+* the mass on each named field's keys, on key 0 and on all keys is ``p @ [one-hot(field of key) | e_0 | 1]``;
+* the entropy is ``H = lse - sum_k p_k s_k`` with ``s_k = scaling q.k_k + m_k + b_k``: ``sum_k p_k k_k`` is
+  ``p @ K``, the own mask ``m`` is 0 on every key a query may see (checked block by block: a mask with other
+  values refuses the fused path), and the SAAB bias ``b = w [field(k) = field(q)]`` gives ``w SFM_q``;
+* the renormalised entropy is ``H / m + ln m`` (m the row mass).
+
+So V is widened by ``[K | one-hot | e_0 | 1]`` and one call of torch's fused CPU kernel
+(``aten._scaled_dot_product_flash_attention_for_cpu``, which returns the log-sum-exp beside its output) gives
+the layer's own output (the first ``d_v`` columns) and every reduction. Query and key are zero-padded to V's
+width (the kernel needs equal head sizes; zeros leave ``q.k`` unchanged). Rows are taken in blocks whose mask
+rows stay within the memory budget (:class:`runners.pretrained.seam.RowMask`), so memory is linear in n.
+
+The fused entropy is the exact ``-sum p ln p``; the eager and chunked paths add 1e-10 inside the logarithm,
+which lowers their entropy by at most ``n x 1e-10`` nats. Soft-capped scores (Gemma 2) are not linear in K,
+and learned attention sinks add a logit outside the keys: both are refused here in one line, and
+:func:`runners.pretrained.seam.chunk_probe` (``fused=True``) proves the path on every capture before it is used.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from routestats.errors import RoutestatsError
+
+__all__ = ["fused_attention", "fused_rows", "widen", "FUSED_DTYPE"]
+
+FUSED_DTYPE = torch.float64  # the kernel runs in float64 on the CPU: lse - sum p s cancels without float32's loss
+
+
+def _kernel(q, k, v, mask, scale):
+    """(output, lse) of softmax(q k^T scale + mask) v, fused (no weights held)."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask,
+                                                                         scale=scale)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale + mask  # pragma: no cover - accelerators: FlexAttention next
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.matmul(torch.softmax(s, dim=-1), v), lse
+
+
+def widen(k, v, fields_k, n_fields: int):
+    """(K zero-padded to V's new width, V widened by [K | one-hot(field of key) | e_0 | 1]), float64, once a layer:
+    ``k`` (b, H, n, d), ``v`` (b, H, n, d_v) with grouped heads already shared, ``fields_k`` (b, n)."""
+    b, H, n, d = k.shape
+    dt = FUSED_DTYPE
+    keys = (fields_k[..., None] == torch.arange(n_fields, device=k.device)).to(dt)  # (b, n, F)
+    first = torch.zeros(b, n, 1, dtype=dt, device=k.device)
+    first[:, 0] = 1
+    extra = torch.cat([keys, first, torch.ones_like(first)], dim=-1)[:, None].expand(b, H, n, n_fields + 2)
+    kd = k.to(dt)
+    wide = torch.cat([v.to(dt), kd, extra], dim=-1)
+    return torch.nn.functional.pad(kd, (0, wide.shape[-1] - d)), wide
+
+
+def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_fields: int, dv: int):
+    """The output rows and reductions of one block of queries ``q`` (b, H, rows, d) against the layer's widened
+    keys and values (:func:`widen`); ``fields_q`` (b, rows) and ``fields_k`` (b, n) field indices (-1 unnamed);
+    ``mask`` (b, 1, rows, n) additive (0 where a key may be seen) or None; ``bias_w`` the SAAB bias or None.
+    Returns ``(output (b, H, rows, dv), {row_mass, entropy, entropy_rownorm, field_mass, first_mass})``, float64.
+
+    >>> _ = torch.manual_seed(0); q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    >>> g = torch.tensor([[0, 0, 1, 1, -1]])
+    >>> out, red = fused_rows(q, *widen(k, v, g, 2), g[:, :3], g, None, 1.0, 0.5, 2, 4)
+    >>> s = (q @ k.transpose(-1, -2)).double() * 0.5 + (g[:, :3, None] == g[:, None, :]).double()[:, None] * 1.0
+    >>> p = torch.softmax(s, -1)
+    >>> bool(torch.allclose(red["entropy"], -(p * p.log()).sum(-1), atol=1e-12))
+    True
+    >>> bool(torch.allclose(out, (p @ v.double()), atol=1e-12))
+    True
+    """
+    b, H, rows, d = q.shape
+    dt = FUSED_DTYPE
+    qp = torch.nn.functional.pad(q.to(dt), (0, wide.shape[-1] - d))
+    add = None
+    if mask is not None:
+        add = mask.to(dt)
+        seen = add == 0
+        if not bool((seen | (add <= -1e30)).all()):  # an additive mask with other values: sum p m is not 0
+            raise RoutestatsError("its attention mask adds values other than 0 and -inf to the scores; the fused "
+                                  "path needs a mask that only hides keys")
+        # a row with no key to see (a padded query) is uniform, as eager's softmax of equal minima is
+        seen = seen | ~seen.any(-1, keepdim=True)
+        add = torch.where(seen, torch.zeros((), dtype=dt, device=add.device),
+                          torch.full((), float("-inf"), dtype=dt, device=add.device))
+    if bias_w is not None:
+        same = ((fields_q[:, :, None] == fields_k[:, None, :]) & (fields_q[:, :, None] >= 0)).to(dt)[:, None]
+        add = same * float(bias_w) if add is None else add + same * float(bias_w)
+    out, lse = _kernel(qp, kp, wide, add, scaling)
+    field_mass = out[..., dv + d:dv + d + n_fields]
+    first_mass, row_mass = out[..., -2], out[..., -1]
+    mean_score = scaling * (q.to(dt) * out[..., dv:dv + d]).sum(-1)  # scaling q . (p @ K)
+    if bias_w is not None:  # sum_k p_k b_k = w x the mass on the query's own field
+        fq = fields_q[:, None, :, None].clamp_min(0).expand(b, H, rows, 1)
+        own = torch.gather(field_mass, -1, fq)[..., 0] * (fields_q[:, None, :] >= 0)
+        mean_score = mean_score + float(bias_w) * own
+    entropy = lse.to(dt) - mean_score
+    safe = torch.where(row_mass > 0, row_mass, torch.ones_like(row_mass))
+    red = {"row_mass": row_mass, "entropy": entropy, "entropy_rownorm": entropy / safe + torch.log(safe),
+           "field_mass": field_mass, "first_mass": first_mass}
+    return out[..., :dv], red
+
+
+def fused_attention(module, query, key, value, mask, p, **kwargs) -> torch.Tensor:
+    """A layer's attention output from fused calls of ``p.block`` query rows, its reductions appended to
+    ``p.reductions`` (the layout :func:`runners.pretrained.seam.chunked_attention` appends): no weight is held."""
+    if kwargs.get("dropout") and module.training:
+        raise RoutestatsError("fused attention runs in evaluation mode only")
+    if kwargs.get("softcap") is not None:
+        raise RoutestatsError("its scores are soft-capped (tanh), not linear in K: the fused path does not apply")
+    if getattr(module, "sinks", None) is not None:
+        raise RoutestatsError("its softmax includes learned sinks, logits outside the keys: the fused path does not "
+                              "apply")
+    b, H, n, d = query.shape
+    n_k = key.shape[-2]
+    rep = H // key.shape[1]
+    k = key.repeat_interleave(rep, dim=1) if rep > 1 else key
+    v = value.repeat_interleave(rep, dim=1) if rep > 1 else value
+    scaling = kwargs.get("scaling")
+    scaling = d ** -0.5 if scaling is None else float(scaling)
+    dv = v.shape[-1]
+    out = query.new_empty(b, H, n, dv)
+    parts: dict[str, list] = {}
+    g = p.fields.to(query.device)
+    kp, wide = widen(k, v, g[:, :n_k], p.n_fields)
+    for q0 in range(0, n, p.block):
+        q1 = min(n, q0 + p.block)
+        m = mask.rows(q0, q1) if hasattr(mask, "rows") else (None if mask is None else mask[:, :, q0:q1])
+        m = None if m is None else m[..., :n_k]
+        o, red = fused_rows(query[:, :, q0:q1], kp, wide, g[:, q0:q1], g[:, :n_k], m, p.bias_w, scaling,
+                            p.n_fields, dv)
+        out[:, :, q0:q1] = o.to(query.dtype)
+        for name, val in red.items():
+            parts.setdefault(name, []).append(val)
+    p.reductions.append({name: torch.cat(v, dim=2) for name, v in parts.items()})
+    return out.transpose(1, 2).contiguous()
