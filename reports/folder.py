@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from routestats.errors import RoutestatsError
-from routestats.rundir.atomic import sha256_file
+from routestats.rundir.atomic import sha256_file, usual_mode
 from routestats.rundir.replace import NotReplaced, check_written, files_under, process_alive, replace_folder
 from routestats.rundir.write import describe_paths
 
@@ -197,6 +197,7 @@ def write_folder(out: str | Path, fill: Callable[[Path], dict], force: bool = Fa
     _clean_stale(out)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
+        os.chmod(tmp, usual_mode(folder=True))  # mkdtemp's 0700 would make the published report owner-only
     except OSError as exc:
         raise RoutestatsError(f"{out.parent}: cannot create the report folder ({exc.strerror})") from None
     swapping = False

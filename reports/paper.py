@@ -16,6 +16,7 @@ import io
 from pathlib import Path
 
 from routestats.errors import RoutestatsError
+from routestats.rundir.atomic import usual_mode
 
 __all__ = ["COLUMN_IN", "WIDE_IN", "names", "find", "panels", "paper_figure", "fit_page", "write_figure"]
 
@@ -150,6 +151,7 @@ def write_figure(figure, out: str | Path, width: float | None = None, height: fl
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     with os.fdopen(fd, "wb") as fh:
         fh.write(buf.getvalue())
+    os.chmod(tmp, usual_mode())  # mkstemp's 0600: the figure gets the user's umask, as any file they write
     os.replace(tmp, out)
     return out
 

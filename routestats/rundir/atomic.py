@@ -44,6 +44,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def usual_mode(folder: bool = False) -> int:
+    """The mode a plain ``open``/``mkdir`` gives under the user's umask (0666 or 0777 minus it): what files and
+    folders made by ``mkstemp``/``mkdtemp`` (0600/0700) are set to before they are published, so that a
+    colleague or a web server can read a report as they can any other file the user writes."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if folder else 0o666) & ~umask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path; on clean exit it replaces ``path`` atomically.
@@ -54,10 +63,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
-    # mkstemp creates 0600 files; give the result the usual permissions (0666 minus umask)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_name, 0o666 & ~umask)
+    os.chmod(tmp_name, usual_mode())  # mkstemp creates 0600 files: the result gets the user's umask
     tmp = Path(tmp_name)
     try:
         yield tmp

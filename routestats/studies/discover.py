@@ -17,7 +17,8 @@ __all__ = ["load", "find_pairs", "is_mofa_tree"]
 
 
 def load(path: str | Path, settings: AnalysisSettings | None = None) -> Run | RunCollection:
-    """A :class:`Run` when ``path`` holds ``run.json``, else the :class:`RunCollection` of the tree.
+    """A :class:`Run` when ``path`` holds ``run.json`` or a tree of exactly one run, else the
+    :class:`RunCollection` of the tree.
 
     A tree that mixes studies is refused with their names unless ``settings.study`` picks one;
     ``settings.skip_incomplete`` leaves out runs without a manifest (still being written).
@@ -37,6 +38,8 @@ def load(path: str | Path, settings: AnalysisSettings | None = None) -> Run | Ru
         counts = runs.index["study"].value_counts()
         named = ", ".join(f"{k} ({v} runs)" for k, v in sorted(counts.items()))
         raise RoutestatsError(f"{path} mixes studies {named}; choose one with --study NAME (Python: study=...)")
+    if len(runs) == 1:  # a folder holding one run (a one-condition capture's --out) is that run
+        return next(iter(runs))
     return runs
 
 

@@ -76,18 +76,16 @@ def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_
     qp = torch.nn.functional.pad(q.to(dt), (0, wide.shape[-1] - d))
     add = None
     if mask is not None:
+        # the own mask as it is (0, or a minimum whose exp is exactly 0 in float64: a row with no key to see, a
+        # padded query, stays uniform as eager's is); one that adds anything else makes sum p m non-zero
         add = mask.to(dt)
-        seen = add == 0
-        if not bool((seen | (add <= -1e30)).all()):  # an additive mask with other values: sum p m is not 0
+        if bool(((add > -1e30) & (add != 0)).any()):
             raise RoutestatsError("its attention mask adds values other than 0 and -inf to the scores; the fused "
                                   "path needs a mask that only hides keys")
-        # a row with no key to see (a padded query) is uniform, as eager's softmax of equal minima is
-        seen = seen | ~seen.any(-1, keepdim=True)
-        add = torch.where(seen, torch.zeros((), dtype=dt, device=add.device),
-                          torch.full((), float("-inf"), dtype=dt, device=add.device))
     if bias_w is not None:
-        same = ((fields_q[:, :, None] == fields_k[:, None, :]) & (fields_q[:, :, None] >= 0)).to(dt)[:, None]
-        add = same * float(bias_w) if add is None else add + same * float(bias_w)
+        same = (fields_q[:, :, None] == fields_k[:, None, :]) & (fields_q[:, :, None] >= 0)
+        bias = same[:, None].to(dt) * float(bias_w)
+        add = bias if add is None else add.add_(bias)
     out, lse = _kernel(qp, kp, wide, add, scaling)
     field_mass = out[..., dv + d:dv + d + n_fields]
     first_mass, row_mass = out[..., -2], out[..., -1]
