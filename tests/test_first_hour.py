@@ -1,0 +1,44 @@
+"""The first hour of a new user (issue [first-hour]): what the README's steps and hints lead to works."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+
+from typer.testing import CliRunner
+
+import reports
+import routestats as rs
+from routestats.cli import app
+from routestats.rundir.synthetic import synthetic_pair
+
+
+def test_a_folder_holding_one_run_reports_that_run(tmp_path):
+    # was: "no variant=baseline baseline with a paired variant found" -- the hint a one-condition capture prints
+    # (next: routestats report OUT) named the folder, and only OUT/baseline could be reported
+    synthetic_pair(tmp_path / "pair", seed=1, n_examples=6)
+    shutil.copytree(next(p for p in (tmp_path / "pair").iterdir() if "baseline" in p.name), tmp_path / "qa" / "baseline")
+    rep = rs.analyse(tmp_path / "qa", resamples=100, permutations=100)
+    assert rep.title == rs.analyse(tmp_path / "qa" / "baseline", resamples=100, permutations=100).title
+    assert "layers" in rep.tables() and "effects" not in rep.tables()
+    r = CliRunner().invoke(app, ["report", str(tmp_path / "qa"), "-o", str(tmp_path / "rep"), "--resamples", "100"])
+    assert r.exit_code == 0, r.output
+
+
+def test_reports_are_written_with_the_users_umask(tmp_path):
+    # was: drwx------ and -rw------- under umask 022 (mkdtemp and mkstemp), unreadable by a colleague or a server
+    synthetic_pair(tmp_path / "pair", seed=1, n_examples=6)
+    rep = rs.analyse(tmp_path / "pair", resamples=100, permutations=100, flow="off")
+    old = os.umask(0o022)
+    try:
+        reports.write(rep, tmp_path / "report", ("html",))
+        from reports.paper import find, write_figure
+
+        write_figure(find(rep, "answer"), tmp_path / "fig.pdf")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "fig.pdf").stat().st_mode) == 0o644
+    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "report", *(tmp_path / "report").rglob("*")]}
+    assert all(m == (0o755 if p.is_dir() else 0o644) for p, m in modes.items()), \
+        {str(p): oct(m) for p, m in modes.items() if m not in (0o755, 0o644)}
