@@ -84,7 +84,11 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
             return build_regime_report(path, s, progress)
         from routestats.rundir.manifest import model_folders
 
-        if model_folders(path):  # one folder per model, each with operators/: the cross-architecture comparison
+        models = model_folders(path)
+        # one folder per pretrained model, each with operators/: the cross-architecture comparison. Operators of a
+        # trained run (runners regime RUN) lie inside that run: the folder stays the pair or study it is
+        # (`routestats regime RUN` reports them)
+        if models and not any((m / S.MANIFEST).is_file() for m in models):
             from routestats.compose.regime.compare import build_comparison_report
 
             return build_comparison_report(path, s, progress)

@@ -429,6 +429,12 @@ def table(
 
     if format not in ("latex", "csv", "markdown"):
         _fail(f"--format must be latex, csv or markdown, got {format!r}")
+    from routestats.table_names import REPORT_TABLES, unknown_table
+
+    known = sorted({t for names in REPORT_TABLES.values() for t in names})
+    said = unknown_table(name, known)
+    if name not in known and not name.endswith("_effects") and "did you mean" in said:
+        _fail(said)  # a typo of a table name is named before the analysis, not after it
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
                   length_examples=length_examples, step=step, skip_incomplete=skip_incomplete, study=study, flow=flow)
     import reports
@@ -468,6 +474,12 @@ def figure(
         _fail(f"--width must be column, wide or a number of inches, got {width!r}")
     if (inches is not None and not 1 <= inches <= 20) or (height is not None and not 0.5 <= height <= 20):
         _fail("--width and --height are inches: 1-20 and 0.5-20")
+    from reports.paper import FORMATS
+
+    if out.suffix.lower().lstrip(".") not in FORMATS:  # checked before the analysis, not after it
+        _fail(f"{out}: a figure is written as {', '.join('.' + f for f in FORMATS)}")
+    if not out.parent.is_dir():
+        _fail(f"{out.parent}: no such folder")
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
                   length_examples=length_examples, step=step, skip_incomplete=skip_incomplete, study=study)
     fig = find(analyse(path, s), name)

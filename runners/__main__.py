@@ -93,6 +93,8 @@ def evaluate(
     batch_size: int = typer.Option(16, help="Examples per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     threads: Optional[int] = typer.Option(None, help=THREADS_HELP),
+    force: bool = typer.Option(False, "--force", help="Redraw a test sample OUT already records (another size, "
+                                                      "seed or pair); the new manifest names the old one."),
 ) -> None:
     """Untouched-test confirmation (test sample of the held-out split), or a bias-off evaluation (--bias off).
 
@@ -101,7 +103,8 @@ def evaluate(
 
     from . import commands
 
-    commands.evaluate(pair=pair, out=out, bias=bias, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size, device=device, threads=threads, echo=typer.echo, include_bias_off=include_bias_off)
+    commands.evaluate(pair=pair, out=out, bias=bias, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size, device=device, threads=threads, echo=typer.echo, include_bias_off=include_bias_off,
+                      force=force)
 
 
 @app.command("init-probe")

@@ -91,7 +91,7 @@ def sweep(*, out: Path, seeds, conditions, preset, data, depth, max_steps, devic
 
 
 def evaluate(*, pair: Path, out, bias, sample_size, sample_seed, batch_size, device, threads, echo: Echo,
-             include_bias_off: bool = False) -> None:
+             include_bias_off: bool = False, force: bool = False) -> None:
     """A test-sample evaluation of a pair, or a bias-off evaluation of a SAAB run (``bias="off"``)."""
     from runners.training.evaluate import evaluate_bias_off, evaluate_split
 
@@ -105,7 +105,7 @@ def evaluate(*, pair: Path, out, bias, sample_size, sample_seed, batch_size, dev
         raise RoutestatsError("--out is required for the test-sample evaluation")
     try:
         paths = evaluate_split(pair, out, sample_size=sample_size, sample_seed=sample_seed, batch_size=batch_size,
-                               device=device, include_bias_off=include_bias_off, progress=echo)
+                               device=device, include_bias_off=include_bias_off, progress=echo, force=force)
     except FileNotFoundError as exc:
         raise RoutestatsError(str(exc)) from None
     for p in paths:
@@ -282,7 +282,8 @@ def one_line_errors():
     except OSError as exc:  # permissions, a full disk, a vanished file
         _fail(f"error: {(exc.filename + ': ') if getattr(exc, 'filename', None) else ''}{exc.strerror or exc}")
     except KeyboardInterrupt:
-        _fail("interrupted", 130)
+        _fail("interrupted: rerun the same command to go on (training, sweeps and MoFA resume from their last "
+              "checkpoint, complete runs are skipped, finished capture shards are kept)", 130)
     except Exception as exc:  # a bug: still one line
         if os.environ.get("ROUTESTATS_DEBUG"):
             raise

@@ -42,3 +42,32 @@ def test_reports_are_written_with_the_users_umask(tmp_path):
     modes = {p: stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "report", *(tmp_path / "report").rglob("*")]}
     assert all(m == (0o755 if p.is_dir() else 0o644) for p, m in modes.items()), \
         {str(p): oct(m) for p, m in modes.items() if m not in (0o755, 0o644)}
+
+
+def test_operators_inside_a_pairs_run_leave_the_pair_a_pair(tmp_path):
+    # was: after the README's `python -m runners regime runs/seed1001/saab ...`, `routestats report runs/seed1001`
+    # gave "regime switching across models" and `table effects` failed with "unknown table 'effects'"
+    from tests.test_regime_report import write_points
+
+    synthetic_pair(tmp_path / "pair", seed=1, n_examples=6)
+    variant = next(p for p in (tmp_path / "pair").iterdir() if "saab" in p.name)
+    write_points(variant)
+    rep = rs.analyse(tmp_path / "pair", resamples=100, permutations=100, flow="off")
+    assert "effects" in rep.tables() and "regime" not in rep.title.lower()
+    r = CliRunner().invoke(app, ["table", "effects", str(tmp_path / "pair"), "--resamples", "100"])
+    assert r.exit_code == 0, r.output
+    assert "Switching" in rs.analyse(variant, resamples=100).answer  # the run itself reports its operators
+
+
+def test_a_typo_of_a_table_or_a_bad_figure_file_is_refused_before_the_analysis(tmp_path, monkeypatch):
+    import routestats.analysis
+
+    def boom(*a, **k):
+        raise AssertionError("the analysis ran")
+
+    monkeypatch.setattr(routestats.analysis, "analyse", boom)
+    for args, says in ((["table", "efects", "data/demo_run"], "did you mean 'effects'?"),
+                       (["figure", "answer", "data/demo_run", "-o", str(tmp_path / "f.jpg")], "a figure is written as"),
+                       (["figure", "answer", "data/demo_run", "-o", str(tmp_path / "no" / "f.pdf")], "no such folder")):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 2 and says in r.output and len(r.output.strip().splitlines()) == 1, r.output

@@ -335,6 +335,18 @@ def test_untouched_test_evaluation(smoke_study, tmp_path):
     # every copy names the run whose weights it evaluates
     assert p.baseline.manifest["source_run"] == "saab-docstrings-dbpedia-baseline-seed3"
     assert p.variant.manifest["source_run"] == "saab-docstrings-dbpedia-saab-seed3"
+    # issue [first-hour]: another sample into the same --out was a silent redraw after results were seen
+    before = (tmp_path / "test" / "test_manifest.json").read_bytes()
+    for other in (dict(sample_size=5, sample_seed=1001), dict(sample_size=6, sample_seed=7)):
+        with pytest.raises(rs.RoutestatsError, match="records another test sample .6 records, seed 1001.*--force"):
+            evaluate_split(pair_dir, tmp_path / "test", device="cpu", **other)
+        assert (tmp_path / "test" / "test_manifest.json").read_bytes() == before
+    evaluate_split(pair_dir, tmp_path / "test", sample_size=6, sample_seed=1001, device="cpu")  # the same: in place
+    evaluate_split(pair_dir, tmp_path / "test", sample_size=5, sample_seed=1001, device="cpu", force=True)
+    import hashlib
+
+    assert json.loads((tmp_path / "test" / "test_manifest.json").read_text())["replaces"] == \
+        hashlib.sha256(before).hexdigest()
 
 
 def test_the_confirmation_step_reports_the_pair_and_its_decomposition(smoke_study, tmp_path):

@@ -1001,7 +1001,8 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
                                   forms=form_list, dtype=dtype, batch_size=batch_size, padding=padding,
                                   device=device, attention=attention, attention_mb=attention_mb)
         _said_written(paths, len(recs), echo)
-        echo(f"{len(paths)} runs in {time.monotonic() - t0:.1f} s; next: routestats report {out}")
+        echo(f"{len(paths)} run{'' if len(paths) == 1 else 's'} in {time.monotonic() - t0:.1f} s; "
+             f"next: routestats report {out}")
         return
     echo(f"loading {model} ...", err=True)
     loaded = load_model(model)
@@ -1018,4 +1019,5 @@ def run_capture_command(*, model, records, out, format, fields, limit, cap, trun
         else:
             paths = capture_runs(loaded.to(device), recs, out, conditions=conds, **kw)
     _said_written(paths, len(recs), echo)
-    echo(f"{len(paths)} runs in {time.monotonic() - t0:.1f} s; next: routestats report {out}")
+    echo(f"{len(paths)} run{'' if len(paths) == 1 else 's'} in {time.monotonic() - t0:.1f} s; "
+         f"next: routestats report {out}")

@@ -48,13 +48,18 @@ def _final_checkpoint(run) -> Path:
 
 def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample_seed: int = 1001,
                    batch_size: int = 16, device: str = "auto", cap: int | None = None, include_bias_off: bool = False,
-                   progress: Callable[[str], None] | None = None) -> list[Path]:
+                   progress: Callable[[str], None] | None = None, force: bool = False) -> list[Path]:
     """Evaluate the trained runs under ``pair_dir`` on the test sample; returns the new run paths.
 
     The pair (baseline and variant(s)) is evaluated; a bias-off evaluation beside it only with
     ``include_bias_off`` (its copy is then the bias-off evaluation of the variant's copy, so the folder's report
     splits direct from learned on the test sample too). Every copy names the run whose weights it evaluates in
     ``source_run`` (a bias-off copy: the variant's copy, as ``evaluate --bias off`` does).
+
+    A test sample recorded in ``out`` is never redrawn silently: another sample (size, seed, source file or
+    runs) into the same ``out`` is refused unless ``force`` (the sample is chosen before any model output is
+    seen; redrawing it after seeing results must leave a trace: the new manifest then records the old one's
+    SHA-256 as ``replaces``). The same sample again re-evaluates in place.
     """
     say = progress or (lambda msg: None)
     pair_dir, out = Path(pair_dir), Path(out)
@@ -92,6 +97,7 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
         "cap": cap,
         "runs": [r.run_id for r in runs],
     }
+    _keep_sample(out, manifest, force)
     write_json_atomic(out / "test_manifest.json", manifest)  # fixed before any model output exists
     tok = load_tokenizer(tok_path)
     say(f"encoding {len(idx)} test records")
@@ -116,6 +122,33 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
         paths.append(_evaluate_run(run, ckpts[run.run_id], out, examples, recs, idx, batch_size, dev, ds, cap, manifest,
                                    sample_seed, every_seconds(say, f"  {run.run_id}")))
     return paths
+
+
+SAMPLE_KEYS = ("source_sha256", "sample_size", "sample_seed", "indices", "runs", "cap")
+
+
+def _keep_sample(out: Path, manifest: dict, force: bool) -> None:
+    """Refuse (one line) to replace the test sample recorded in ``out`` by another one without ``force``; with
+    it, the new manifest names the replaced one (``replaces``: its SHA-256)."""
+    from routestats.rundir.manifest import read_json
+
+    old_path = out / "test_manifest.json"
+    if not old_path.exists():
+        return
+    try:
+        old = read_json(old_path)
+    except RoutestatsError:
+        old = None
+    same = isinstance(old, dict) and all(old.get(k) == manifest[k] for k in SAMPLE_KEYS)
+    if same:
+        return
+    if not force:
+        was = (f"{old.get('sample_size')} records, seed {old.get('sample_seed')}" if isinstance(old, dict)
+               else "unreadable")
+        raise RoutestatsError(f"{old_path}: records another test sample ({was}); a new sample would replace it and "
+                              "its results after they were seen: pass --force to redraw it (the new manifest names "
+                              "the old one), or choose another --out")
+    manifest["replaces"] = sha256_file(old_path)
 
 
 def _study_data(first, pair_dir: Path):
