@@ -291,7 +291,7 @@ def capture(
     from runners.commands import extra
 
     with extra("capture"):  # torch missing: .[capture] installs all capture needs
-        from runners.pretrained.capture import run_capture_command
+        from runners.pretrained.command import run_capture_command
 
         set_threads(threads)
         run_capture_command(model=model, records=records, out=out, format=format, fields=fields, limit=limit,

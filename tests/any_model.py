@@ -126,11 +126,11 @@ def regime_outcome(model) -> tuple[str, str]:
 
 def chunk_outcome(loaded, texts=("alpha beta gamma delta", "epsilon zeta eta theta alpha beta gamma")) -> tuple:
     """("chunked", agreement) when chunked attention reproduces the eager path on a record of ``texts`` in blocks
-    of a third of its rows, baseline and bias w = 1 (:func:`runners.pretrained.seam.chunk_probe`), else
+    of a third of its rows, baseline and bias w = 1 (:func:`runners.pretrained.probe.chunk_probe`), else
     ("eager", the reason capture falls back)."""
     from runners.corpora import Record
     from runners.pretrained.capture import Condition, plan_capture
-    from runners.pretrained.seam import chunk_probe
+    from runners.pretrained.probe import chunk_probe
 
     plan = plan_capture(loaded, [Record("0", (("title", texts[0]), ("content", texts[1])))], fields=None, cap=24,
                         special="unnamed", truncation="only-last")

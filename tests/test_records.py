@@ -25,7 +25,7 @@ from runners.corpora import Record
 ROOT = Path(__file__).resolve().parents[1]
 
 # (label, title, content): four records; a label is not a whole number and every title and content holds a
-# space, so none of them looks like a header row (docstring of runners.pretrained.capture._header_like)
+# space, so none of them looks like a header row (docstring of runners.pretrained.records._header_like)
 RECORDS = [("q1", "numpy isin", "Calculates element in test elements, broadcasting over element only."),
            ("q2", "scipy romb", "Romberg integration using samples of a function."),
            ("q3", "pandas merge", "Merge DataFrame or named Series objects with a database-style join."),

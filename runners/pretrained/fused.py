@@ -17,7 +17,7 @@ rows stay within the memory budget (:class:`runners.pretrained.seam.RowMask`), s
 The fused entropy is the exact ``-sum p ln p``; the eager and chunked paths add 1e-10 inside the logarithm,
 which lowers their entropy by at most ``n x 1e-10`` nats. Soft-capped scores (Gemma 2) are not linear in K,
 and learned attention sinks add a logit outside the keys: both are refused here in one line, and
-:func:`runners.pretrained.seam.chunk_probe` (``fused=True``) proves the path on every capture before it is used.
+:func:`runners.pretrained.probe.chunk_probe` (``fused=True``) proves the path on every capture before it is used.
 """
 
 from __future__ import annotations
