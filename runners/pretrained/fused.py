@@ -31,12 +31,17 @@ __all__ = ["fused_attention", "fused_rows", "widen", "FUSED_DTYPE"]
 FUSED_DTYPE = torch.float64  # float32 misses 1e-6 on SmolLM2 (entropy 1.1e-5 off at 96 tokens, centred keys too)
 
 
-def _kernel(q, k, v, mask, scale):
-    """(output, lse) of softmax(q k^T scale + mask) v, fused (no weights held)."""
+def _kernel(q, k, v, mask, scale, causal: bool = False):
+    """(output, lse) of softmax(q k^T scale + mask) v, fused (no weights held); ``causal``: the kernel's own causal
+    mode instead of a mask (query i sees keys 0..i)."""
     if q.device.type == "cpu":
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask,
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask,
                                                                          scale=scale)
-    s = torch.matmul(q, k.transpose(-1, -2)) * scale + mask  # pragma: no cover - accelerators: FlexAttention next
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale  # pragma: no cover - accelerators: FlexAttention next
+    if causal:  # pragma: no cover
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    if mask is not None:  # pragma: no cover
+        s = s + mask
     lse = torch.logsumexp(s, dim=-1)
     return torch.matmul(torch.softmax(s, dim=-1), v), lse
 
@@ -59,7 +64,23 @@ def widen(k, v, fields_k, n_fields: int, dtype=None):
     return torch.nn.functional.pad(kd, (0, wide.shape[-1] - d)), wide
 
 
-def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_fields: int, dv: int):
+def plain_causal(mask) -> bool:
+    """Whether a layer's own mask (a :class:`runners.pretrained.seam.RowMask`) is exactly the causal one: transformers'
+    ``causal_mask_function`` over a square, unpadded, unshifted sequence (no window, no padding, no cache). Then
+    the kernel's own causal mode is the model's mask, and no mask rows are built at all."""
+    args = getattr(mask, "arguments", None)
+    if not isinstance(args, dict):
+        return False
+    from transformers.masking_utils import causal_mask_function
+
+    pad = args.get("attention_mask")
+    return (args.get("mask_function") is causal_mask_function and (pad is None or bool(pad.all()))
+            and not args.get("q_offset") and not args.get("kv_offset")
+            and args.get("q_length") == args.get("kv_length"))
+
+
+def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_fields: int, dv: int,
+               causal: bool = False):
     """The output rows and reductions of one block of queries ``q`` (b, H, rows, d) against the layer's widened
     keys and values (:func:`widen`); ``fields_q`` (b, rows) and ``fields_k`` (b, n) field indices (-1 unnamed);
     ``mask`` (b, 1, rows, n) additive (0 where a key may be seen) or None; ``bias_w`` the SAAB bias or None.
@@ -90,7 +111,7 @@ def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_
         same = (fields_q[:, :, None] == fields_k[:, None, :]) & (fields_q[:, :, None] >= 0)
         bias = same[:, None].to(dt) * float(bias_w)
         add = bias if add is None else add.add_(bias)
-    out, lse = _kernel(qp, kp, wide, add, scaling)
+    out, lse = _kernel(qp, kp, wide, add, scaling, causal)
     field_mass = out[..., dv + d:dv + d + n_fields]
     first_mass, row_mass = out[..., -2], out[..., -1]
     mean_score = scaling * (q.to(torch.float64) * out[..., dv:dv + d].to(torch.float64)).sum(-1)  # q . (p @ K)
@@ -124,10 +145,15 @@ def fused_attention(module, query, key, value, mask, p, **kwargs) -> torch.Tenso
     scaling = kwargs.get("scaling")
     scaling = d ** -0.5 if scaling is None else float(scaling)
     dv = v.shape[-1]
-    out = query.new_empty(b, H, n, dv)
-    parts: dict[str, list] = {}
     g = p.fields.to(query.device)
     kp, wide = widen(k, v, g[:, :n_k], p.n_fields)
+    if p.bias_w is None and n == n_k and plain_causal(mask):  # one call, the kernel's own causal skip, no mask
+        o, red = fused_rows(query, kp, wide, g[:, :n], g[:, :n_k], None, None, scaling, p.n_fields, dv,
+                            causal=True)
+        p.reductions.append(red)
+        return o.to(query.dtype).transpose(1, 2).contiguous()
+    out = query.new_empty(b, H, n, dv)
+    parts: dict[str, list] = {}
     for q0 in range(0, n, p.block):
         q1 = min(n, q0 + p.block)
         m = mask.rows(q0, q1) if hasattr(mask, "rows") else (None if mask is None else mask[:, :, q0:q1])
