@@ -687,8 +687,6 @@ def part_capture(part: Part, ctx: dict) -> None:
     and on the CPU; the packaged MiniLM's records/s against its bare batched forward when installed."""
     import importlib.util
 
-    import torch
-
     import routestats as rs
     from runners.pretrained.capture import Condition, capture_runs, read_records
     from runners.pretrained.load import load_model
@@ -729,29 +727,40 @@ def part_capture(part: Part, ctx: dict) -> None:
                 rows = bench(["--device", str(dev), "--threads", str(torch_threads()), *size])
                 rec["minilm"] = {name: {"seconds": t, "x_floor": t / floor} for name, (t, floor) in rows.items()}
         n_long, which = (1024, "tiny") if ctx["dry"] else (32768, "1b")
-        if part.fits(f"long context {n_long}", None):
-            from benchmarks.bench_capture import long_setup
-
-            with part.unit(f"long context {n_long}"):
-                loaded, record, _ = long_setup(which, n_long)
-                loaded = loaded.to(dev)
-                if dev.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats()
-                t = time.perf_counter()
-                (path,) = capture_runs(loaded, [record], ctx["work"] / "capture" / "long", cap=n_long,
-                                       conditions=[Condition("baseline")], attention="chunked",
-                                       attention_mb=4096 if dev.type == "cuda" else 64, device=dev)
-                ev = json.loads((path / "run.json").read_text())["evaluation"]["capture"]["attention"]
-                rec["long_context"] = {"tokens": n_long, "model": which, "seconds": round(time.perf_counter() - t, 3),
-                                       "peak_device_mb": round(torch.cuda.max_memory_allocated() / 2 ** 20)
-                                       if dev.type == "cuda" else None, "attention": ev}
-            check(summary, "capture", f"chunked capture of {n_long} tokens ({which}): the probe agrees with eager",
-                  ev["probe"]["ok"], measured=ev["probe"]["reductions_max_abs"], tolerance=1e-6,
-                  note="first 96 tokens, blocks of 32 rows; reductions (max abs)")
+        for path_name, key in (("chunked", "long_context"), ("fused", "long_context_fused")):
+            if part.fits(f"long context {n_long} ({path_name})", None):
+                long_context_unit(part, ctx, rec, summary, dev, n_long, which, path_name, key)
     if rec["families"]:
         check(summary, "capture", f"reductions on {'cpu' if ctx['dry'] else dev.type} vs on the CPU "
               f"({', '.join(rec['families'])})", worst <= TOLERANCES["capture_reductions"], measured=worst,
               tolerance=TOLERANCES["capture_reductions"], note="same weights and records; field mass and entropy")
+
+
+def long_context_unit(part, ctx, rec, summary, dev, n_long: int, which: str, path_name: str, key: str) -> None:
+    """One record of ``n_long`` tokens captured with ``path_name`` attention (chunked, or fused: issue
+    [fused-capture]), its time, peak device memory and the probe's agreement with the eager path."""
+    import torch
+
+    from benchmarks.bench_capture import long_setup
+    from runners.pretrained.capture import Condition, capture_runs
+
+    with part.unit(f"long context {n_long} ({path_name})"):
+        loaded, record, _ = long_setup(which, n_long)
+        loaded = loaded.to(dev)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        t = time.perf_counter()
+        (path,) = capture_runs(loaded, [record], ctx["work"] / "capture" / f"long-{path_name}", cap=n_long,
+                               conditions=[Condition("baseline")], attention=path_name,
+                               attention_mb=4096 if dev.type == "cuda" else 64, device=dev)
+        ev = json.loads((path / "run.json").read_text())["evaluation"]["capture"]["attention"]
+        rec[key] = {"tokens": n_long, "model": which, "seconds": round(time.perf_counter() - t, 3),
+                    "peak_device_mb": round(torch.cuda.max_memory_allocated() / 2 ** 20)
+                    if dev.type == "cuda" else None, "attention": ev}
+    check(summary, "capture", f"{path_name} capture of {n_long} tokens ({which}): the probe agrees with eager",
+          ev["probe"]["ok"], measured=ev["probe"]["reductions_max_abs"], tolerance=1e-6,
+          note="first 96 tokens; reductions (max abs)" + ("; fused: against the float64 reference"
+                                                          if path_name == "fused" else ""))
 
 
 def torch_threads() -> int:

@@ -34,7 +34,7 @@ def unknown_table(name: str, names) -> str:
     "unknown table 'efects'; did you mean 'effects'? (routestats table --help lists every table name)"
     >>> unknown_table("bogus", ["layers", "effects"])
     "unknown table 'bogus'; this report has: layers, effects"
-    >>> unknown_table("norm_effects", ["layers", "effects", "entropy_effects"])[:62]
+    >>> unknown_table("norm_effects", ["layers", "effects", "entropy_effects"])[:63]
     "no table 'norm_effects' in this report: its input does not give"
     """
     import difflib

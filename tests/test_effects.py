@@ -57,6 +57,8 @@ def test_adjusted_excludes_single_field_examples(tmp_path, rng):
     assert t["n"].tolist() == [3, 3] and t["excluded"].tolist() == [1, 1]
     # mean O_e over ALL examples, the excluded one included: (5/9 + 1 + 1/2 + 17/25) / 4
     assert t["mean_opportunity"].iloc[0] == pytest.approx((5 / 9 + 1 + 0.5 + 17 / 25) / 4, abs=1e-15)
+    # issue [true-words-2]: the sentence's mean is over exactly the 3 analysed examples: (5/9 + 1/2 + 17/25) / 3
+    assert t["mean_opportunity_analysed"].iloc[0] == pytest.approx((5 / 9 + 0.5 + 17 / 25) / 3, abs=1e-15)
     raw = rs.paired_differences(p)
     adj = rs.paired_differences(p, adjusted=True)
     keep = raw[raw.example_id != 1].reset_index(drop=True)

@@ -185,4 +185,6 @@ def test_capture_part_compares_device_and_host_reductions(dry):
     # the long-context step (32k tokens of a 1B-class config on a GPU) runs at 1024 tokens of a tiny decoder dry
     long = c["long_context"]
     assert long["tokens"] == 1024 and long["attention"]["path"] == "chunked" and long["attention"]["probe"]["ok"]
+    fused = c["long_context_fused"]  # issue [fused-capture]: the fused path at the same length
+    assert fused["tokens"] == 1024 and fused["attention"]["path"] == "fused" and fused["attention"]["probe"]["ok"]
     assert "## Capture" in md

@@ -145,3 +145,25 @@ def test_swapped_or_foreign_shard_folders_are_recaptured_never_merged(llama, tmp
     capture_in_shards(llama, RECORDS, tmp_path / "again", shards=3, **kw)  # the rerun recaptures it
     assert rs.load_run(tmp_path / "again" / "bias").manifest["evaluation"]["bias"] == 1.0
     assert_same_tables(tables(tmp_path / "whole"), tables(tmp_path / "again"))
+
+
+def test_a_fifo_or_link_as_the_shards_identity_is_refused_not_waited_on(llama, tmp_path):
+    """Issue [no-escape]: a FIFO shards.json hung capture (read whole before any check)."""
+    import os
+    import signal
+
+    work = tmp_path / ".out.capture-shards"
+    work.mkdir()
+    os.mkfifo(work / "shards.json")
+    old = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(AssertionError("hung on the FIFO")))
+    signal.alarm(20)
+    try:
+        with pytest.raises(rs.RoutestatsError, match="holds the shards of another capture"):
+            capture_in_shards(llama, RECORDS, tmp_path / "out", shards=2, conditions=CONDS[:1], cap=24)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    (work / "shards.json").unlink()
+    (work / "shards.json").symlink_to("/dev/zero")
+    with pytest.raises(rs.RoutestatsError, match="holds the shards of another capture"):
+        capture_in_shards(llama, RECORDS, tmp_path / "out", shards=2, conditions=CONDS[:1], cap=24)

@@ -151,10 +151,17 @@ def p_after(p) -> str:
 def ci_text(lo, hi) -> str:
     """An interval with typographic minus signs and decimals from its scale, as the signed numbers beside it.
 
-    >>> ci_text(0.05, 0.2), ci_text(-0.0004, 0.0003), ci_text(-0.005, 0.247)
-    ('[0.050, 0.200]', '[−0.00040, 0.00030]', '[−0.005, 0.247]')
+    A bound that is not 0 never prints as 0 (a sentence would say "[0.0000, 0.0013] excludes 0"): the decimals
+    grow to show its two significant digits (at most 10).
+
+    >>> ci_text(0.05, 0.2), ci_text(-0.0004, 0.0003), ci_text(-0.005, 0.247), ci_text(0.00002, 0.0013)
+    ('[0.050, 0.200]', '[−0.00040, 0.00030]', '[−0.005, 0.247]', '[0.000020, 0.001300]')
     """
-    return fmt_ci(lo, hi, scale_decimals(lo, hi)).replace("-", "−")
+    digits = scale_decimals(lo, hi)
+    for v in (float(lo), float(hi)):
+        if np.isfinite(v) and v != 0 and round(v, digits) == 0:
+            digits = max(digits, min(10, int(-np.floor(np.log10(abs(v)))) + 1))
+    return fmt_ci(lo, hi, digits).replace("-", "−")
 
 
 def effect_list(g: pd.DataFrame, est: str) -> str:

@@ -7,7 +7,7 @@ per-example values.
 Columns of :func:`paired_effects`
 ---------------------------------
 metric, layer, n, excluded, baseline_mean, variant_mean, mean_diff, median_diff, sd_diff,
-ci_low, ci_high, dz, p_raw, p_holm, mean_opportunity (adjusted only), resamples,
+ci_low, ci_high, dz, p_raw, p_holm, mean_opportunity and mean_opportunity_analysed (adjusted only), resamples,
 permutations, seed, mode, confidence, baseline_run, variant_run, step.
 
 Examples
@@ -131,7 +131,8 @@ def paired_effects(
     adjusted : bool
         Opportunity-adjusted SFM (METHODS 2.5): examples with O_e = 1 are excluded from
         all layers and counted in ``excluded``; ``mean_opportunity`` averages O_e over all
-        examples, excluded ones included, as the reference reports it.
+        examples, excluded ones included, as the reference reports it; ``mean_opportunity_analysed`` over
+        exactly the examples analysed.
     resampling, resamples, permutations, seed, mode, confidence
         The random procedures as one :class:`~routestats.settings.Resampling` (default: its
         defaults) and keyword overrides; passed to :func:`routestats.stats.paired_inference`.
@@ -162,6 +163,7 @@ def paired_effects(
     out.insert(5, "variant_mean", means.loc[layers, "variant"].to_numpy())
     if adjusted:
         out["mean_opportunity"] = _mean_opportunity(p, examples)
+        out["mean_opportunity_analysed"] = _mean_opportunity(p, sorted(int(x) for x in diffs["example_id"].unique()))
     out["baseline_run"] = p.baseline.run_id
     out["variant_run"] = p.variant.run_id
     out["step"] = p.baseline.final_step if step is None else int(step)

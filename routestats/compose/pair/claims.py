@@ -369,5 +369,7 @@ def adjusted_claims(adj: pd.DataFrame, without_query: int = 0) -> list[Claim]:
                                 f"{without_query} without a valid query" if without_query else "") if x)
     return [Claim("adjusted_counts", f"Opportunity-adjusted analysis: {n} of {n + excluded} examples"
                   + (f" ({excluded} left out: {why})" if excluded else " (none left out)")
-                  + f", mean O_e {fmt_num(r['mean_opportunity'])}.", "finding", "adjusted", evidence=adj.iloc[:1],
+                  + f", mean O_e {fmt_num(r['mean_opportunity_analysed'])} over the {n} analysed"
+                  + (f" ({fmt_num(r['mean_opportunity'])} over every example with a named position, the table's)"
+                     if excluded else "") + ".", "finding", "adjusted", evidence=adj.iloc[:1],
                   requires=(Check("the counts add up", f"excluded >= {without_query}"),))]
