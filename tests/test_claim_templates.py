@@ -5,6 +5,7 @@ numbers in it are the cells put into the frame, formatted as the tables format t
 Each section builds its claims from its own frames; :func:`pair` and :func:`study` here call the
 section builders on constructed frames, as the sections do, and rank them as the reports do."""
 
+import numpy as np
 import pandas as pd
 
 from routestats.compose.claims import direct_learned_claim, direction_claim, profile_claims
@@ -203,9 +204,32 @@ def test_shared_examples_and_non_converged_mixed_model():
     f = printed(study(report(across_seeds=a, shared_examples=shared, variance_components=vc)), "finding")
     assert f[-1] == ("All seeds were evaluated on the same 32 examples, so seeds and examples are crossed, while the "
                     "two-stage bootstrap and the mixed model treat each seed's examples as its own; the per-example Δ "
-                    "correlates across seeds (mean Pearson r 0.46 to 0.91 over layers), so those two understate the "
+                    "correlates across seeds (mean Pearson r 0.46 to 0.91 over layers; the Fisher-z intervals, "
+                    "Bonferroni over the 2 layers, exclude 0 in layers 0 and 1), so those two understate the "
                     "uncertainty from the choice of examples. The paired t across seeds does not depend on it.")
     assert f[-2] == "The mixed model did not converge in layer 0: its estimates there are not quoted."
+
+
+def test_a_sample_r_whose_interval_includes_0_is_not_called_correlated():
+    # issue [true-words-2]: crossed seeds with zero planted correlation were said to correlate ("mean Pearson r
+    # -0.20 to 0.13 over layers") in about two thirds of null studies: any r above 0.1 fired the rule. With 40
+    # examples a Fisher-z interval, Bonferroni over 2 layers, is z +- 2.24 / sqrt(37): both include 0
+    shared = pd.DataFrame({"dataset": "d", "layer": [0, 1], "n_examples": 40, "n_seeds": 3, "mean_r": [-0.2, 0.13]})
+    (c,) = St.shared_example_claims(shared)
+    assert "correlates across seeds (" not in c.sentence and "is not shown" in c.sentence
+    # under the null, over 2,000 simulated crossed studies (3 seeds, 40 examples, 4 layers) the correlation
+    # sentence fires at most at its 5% share (the Bonferroni interval over layers)
+    rng = np.random.default_rng(7)
+    fired = 0
+    for _ in range(2000):
+        r = []
+        for _layer in range(4):
+            d = rng.standard_normal((40, 3))
+            c_ = np.corrcoef(d.T)[np.triu_indices(3, 1)]
+            r.append(c_.mean())
+        t = pd.DataFrame({"layer": range(4), "n_examples": 40, "n_seeds": 3, "mean_r": r})
+        fired += "correlates across seeds (" in St.shared_example_claims(t)[0].sentence
+    assert fired / 2000 <= 0.05, fired
 
 
 def test_unnamed_shift_quotes_raw_and_named_key_changes():

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from routestats.compose.claims import (
@@ -79,19 +80,55 @@ def convergence_claims(vc: pd.DataFrame) -> list[Claim]:
                             Check("at least one such layer", "rows >= 1", on="design")), evidence=bad)]
 
 
+SHARED_R_ALPHA = 0.05  # the family share of the crossed-seeds correlation finding (Bonferroni over its layers)
+SMALL_R = 0.1  # below this, a correlation of the per-example Δ across seeds matters little to the intervals
+
+
+def shared_r_interval(shared: pd.DataFrame, alpha: float = SHARED_R_ALPHA) -> pd.DataFrame:
+    """``shared`` with ``r_low`` and ``r_high``: a Fisher-z interval for each layer's mean Pearson r, at level
+    1 - alpha / layers (Bonferroni over the table's rows), with the standard error of one pair of seeds,
+    1 / sqrt(n - 3): the mean over pairs of seeds (which share seeds) varies at most that much, so the interval is
+    conservative. A sample r whose interval includes 0 is not evidence of correlation.
+
+    >>> t = shared_r_interval(pd.DataFrame({"layer": [0], "n_examples": [40], "mean_r": [0.13]}))
+    >>> round(float(t["r_low"].iloc[0]), 3), round(float(t["r_high"].iloc[0]), 3)   # tanh(z +- 1.96 / sqrt(37))
+    (-0.189, 0.424)
+    """
+    from scipy.stats import norm
+
+    q = norm.ppf(1 - alpha / (2 * max(1, len(shared))))
+    z = np.arctanh(shared["mean_r"].clip(-0.999999, 0.999999).to_numpy(float))
+    se = 1 / np.sqrt(np.maximum(shared["n_examples"].to_numpy(float) - 3, 1))
+    return shared.assign(r_low=np.tanh(z - q * se), r_high=np.tanh(z + q * se))
+
+
 def shared_example_claims(shared: pd.DataFrame) -> list[Claim]:
-    """Seeds evaluated on the same examples: crossed factors, and what that does to the example-level intervals."""
-    r = shared["mean_r"]
+    """Seeds evaluated on the same examples: crossed factors, and what that does to the example-level intervals.
+    The per-example Δ is said to correlate across seeds only where a layer's interval on r excludes 0
+    (:func:`shared_r_interval`), to hardly correlate only where every interval lies below :data:`SMALL_R`."""
+    t = shared_r_interval(shared)
+    r, n_layers = t["mean_r"], len(t)
+    how = f"Fisher-z intervals, Bonferroni over the {n_layers} layer{'s' if n_layers > 1 else ''}"
+    if (t["r_low"] > 0).any():
+        said = (f"; the per-example Δ correlates across seeds (mean Pearson r {span_r(r)} over layers; the {how}, "
+                f"exclude 0 in {layers_phrase(t.loc[t['r_low'] > 0, 'layer'])}), so those two understate the "
+                "uncertainty from the choice of examples")
+        check = Check("some layer's interval on r excludes 0", "r_low > 0", every="any")
+    elif (t["r_high"] < SMALL_R).all():
+        said = (f"; the per-example Δ hardly correlates across seeds (mean Pearson r {span_r(r)} over layers; the "
+                f"{how}, lie below {SMALL_R:g}), so this matters little here")
+        check = Check(f"every interval on r lies below {SMALL_R:g}", f"r_high < {SMALL_R!r}")
+    else:
+        said = (f"; whether the per-example Δ correlates across seeds is not shown (mean Pearson r {span_r(r)} over "
+                f"layers; every one of the {how}, includes 0), so those two may understate the uncertainty from the "
+                "choice of examples")
+        check = Check("every interval on r includes 0", "r_low <= 0 and r_high >= 0")
     return [Claim("shared_examples", f"All seeds were evaluated on the same {int(shared['n_examples'].max())} "
                   "examples, so seeds and examples are crossed, while the two-stage bootstrap and the mixed model "
-                  "treat each seed's examples as its own" + (
-                      f"; the per-example Δ correlates across seeds (mean Pearson r {span_r(r)} over layers), so "
-                      "those two understate the uncertainty from the choice of examples" if (r > 0.1).any() else
-                      f"; the per-example Δ hardly correlates across seeds (mean Pearson r {span_r(r)} over "
-                      "layers), so this matters little here") + ". The paired t across seeds does not depend on it.",
+                  "treat each seed's examples as its own" + said + ". The paired t across seeds does not depend on it.",
                   "finding", "shared_examples", rows_of(shared),
-                  requires=(Check("r is finite", "mean_r == mean_r", every="any"),),
-                  because=("every seed holds the same examples: ids and content hashes",), evidence=shared)]
+                  requires=(Check("r is finite", "mean_r == mean_r", every="any"), check),
+                  because=("every seed holds the same examples: ids and content hashes",), evidence=t)]
 
 
 def null_check_claims(check: dict | None) -> list[Claim]:
