@@ -48,6 +48,7 @@ class Outcome:
     own: object = None
     loaded: object = None
     regime: tuple = ()  # (certified | refused, errors or reason), when the sweep asks for it
+    observed: bool = False  # captured by observation: attention outside the interface, its own returned weights
     chunked: tuple = ()  # (chunked | eager, agreement or reason), for a captured model when the sweep asks for it
 
 
@@ -94,7 +95,7 @@ def build(model_type: str, tok, ids: dict) -> Outcome:
         if "takes no input_ids" in str(exc):
             return Outcome(model_type, "not a text model", str(exc))
         return Outcome(model_type, "refused", str(exc), own=own)  # regime may still rebuild what capture refuses
-    return Outcome(model_type, "captured", "", loaded.causal, model, own, loaded)
+    return Outcome(model_type, "captured", "", loaded.causal, model, own, loaded, observed=bool(loaded.observed))
 
 
 REGIME_IDS = list(range(3, 15))  # 12 tokens
@@ -179,6 +180,7 @@ def counts(outcomes) -> dict:
     every = {k: sum(o.outcome == k for o in outcomes) for k in ("captured", "refused", "not a text model",
                                                                  "no tiny model")}
     every["chunked"] = sum(bool(o.chunked) and o.chunked[0] == "chunked" for o in outcomes)
+    every["observed"] = sum(o.observed for o in outcomes)
     every["certified"] = sum(bool(o.regime) and o.regime[0] == "certified" for o in outcomes)
     return every
 
@@ -189,7 +191,8 @@ def markdown(outcomes) -> str:
         why = o.reason.replace("|", "/")
         reg = f"{o.regime[0]}: {o.regime[1]}".replace("|", "/") if o.regime else ""
         chunk = f"{o.chunked[0]}: {o.chunked[1]}".replace("|", "/") if o.chunked else ""
-        rows.append(f"| `{o.model_type}` | {o.outcome}{' (causal)' if o.causal else ''} | {why} | {chunk} | {reg} |")
+        how = ", ".join(x for x in ("causal" if o.causal else "", "observed" if o.observed else "") if x)
+        rows.append(f"| `{o.model_type}` | {o.outcome}{f' ({how})' if how else ''} | {why} | {chunk} | {reg} |")
     return "\n".join(rows)
 
 
@@ -198,7 +201,8 @@ def section(outcomes, version: str) -> str:
     c = counts(outcomes)
     shown = [o for o in outcomes if o.outcome in ("captured", "refused")]
     return (f"{HEADING} (transformers {version}, tiny configs)\n\n{EXPLAINED}\n"
-            f"With transformers {version}: **{c['captured']} types captured** ({c['chunked']} of them chunked), "
+            f"With transformers {version}: **{c['captured']} types captured** ({c['chunked']} of them chunked, "
+            f"{c['observed']} observed: attention outside the interface, their own weights, no intervention), "
             f"**{c['refused']} refused** in one line, {c['not a text model']} not text models and "
             f"{c['no tiny model']} without a tiny model (left out); {c['certified']} certified for regime.\n\n"
             f"{markdown(shown)}\n")
@@ -209,7 +213,7 @@ def full_sweep() -> list:
     every = []
     for o in sweep():
         if o.outcome == "captured":
-            o.chunked = chunk_outcome(o.loaded)
+            o.chunked = ("eager", "observed: its own eager weights") if o.observed else chunk_outcome(o.loaded)
         if o.own is not None:
             o.regime = regime_outcome(o.own)
         o.model = o.own = o.loaded = None

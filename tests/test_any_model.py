@@ -44,7 +44,8 @@ REFUSAL_REASONS = (
     "the attention seam saw",  # hybrids, state-space models, more or fewer seam calls than layers
     "returned no attention weights from its eager path",
     "attention through the seam differs from the model's own eager attention",
-    "its attention rows sum to as much as",
+    "its attention rows sum to as much as", "these are not attention probabilities",
+    "nor does its own forward return",  # attention outside the interface, and nothing of its own to observe
     "is not a fast tokenizer",
     # families.REFUSALS: configuration flags
     "is configured as a decoder", "its attention runs more than once per layer",
@@ -53,9 +54,10 @@ REFUSAL_REASONS = (
 
 
 def check_capture(o, tmp: Path) -> None:
-    capture_runs(o.loaded, RECORDS, tmp, conditions=[Condition("baseline"), Condition("bias", bias=W)], cap=CAP,
-                 forms=("matrices",), batch_size=1)
-    base, bias = stored(tmp / "baseline"), stored(tmp / "bias")
+    conds = [Condition("baseline")] + ([] if o.observed else [Condition("bias", bias=W)])  # observed: no intervention
+    capture_runs(o.loaded, RECORDS, tmp, conditions=conds, cap=CAP, forms=("matrices",), batch_size=1)
+    base = stored(tmp / "baseline")
+    bias = None if o.observed else stored(tmp / "bias")
     tok = o.loaded.tokenizer
     plan = plan_capture(o.loaded, RECORDS, fields=None, cap=CAP, special="unnamed", truncation="only-last")
     cfg = o.own.config
@@ -72,8 +74,10 @@ def check_capture(o, tmp: Path) -> None:
         if window and o.loaded.causal:
             for layer, t in enumerate((list(types) or ["sliding_attention"] * len(want))[:len(want)]):
                 if t == "sliding_attention":
-                    for a in (base[i][layer], bias[i][layer]):
+                    for a in (base[i][layer], *([] if bias is None else [bias[i][layer]])):
                         assert np.abs(a[..., qi - kj >= window]).max(initial=0.0) == 0.0, (o.model_type, layer)
+        if bias is None:
+            continue
         g = np.asarray(plan.encoded[i].fields)
         same = (g[:, None] == g[None, :]) & (g[:, None] >= 0)
         p = want[0].astype(np.float64) * np.exp(W * same)
@@ -87,7 +91,7 @@ def test_every_model_type_is_captured_bitwise_or_refused_in_one_line(tmp_path):
     for o in sweep(texts=TEXTS):
         if o.outcome == "captured":
             check_capture(o, tmp_path / o.model_type)
-            o.chunked = chunk_outcome(o.loaded)
+            o.chunked = ("eager", "observed") if o.observed else chunk_outcome(o.loaded)
         if o.own is not None:
             o.regime = regime_outcome(o.own)
         o.model = o.own = o.loaded = None
@@ -97,6 +101,11 @@ def test_every_model_type_is_captured_bitwise_or_refused_in_one_line(tmp_path):
     # every refusal is one line that names the model and a reason; none is an internal error
     assert all("\n" not in o.reason and o.reason for o in refused)
     captured = [o.model_type for o in outcomes if o.outcome == "captured"]
+    # issue [every-model]: attention outside the interface is observed (its own weights, bitwise), never refused
+    # for that alone; the types the issue names are observed where this transformers has them
+    observed = {o.model_type for o in outcomes if o.observed}
+    named = {"bloom", "mpt", "gpt_neo", "xglm", "megatron-bert", "deberta", "deberta-v2", "mpnet"} & set(by)
+    assert named <= observed, (named - observed, [(t, by[t].outcome, by[t].reason) for t in named - observed])
     missing = [t for t in MUST if t in by and by[t].outcome != "captured"]
     assert not missing, [(t, by[t].outcome, by[t].reason) for t in missing]
     # at least 60 of the model types the issue names (and far more in all) are captured

@@ -40,9 +40,10 @@ def test_the_sweep_table_names_the_pinned_transformers_and_counts_its_rows():
     version = re.search(r"## Sweep of model types \(transformers ([^,]+), tiny configs\)", section).group(1)
     assert version == pins()["transformers"]
     rows = [r for r in section.splitlines() if r.startswith("| `")]
-    stated = re.search(r"\*\*(\d+) types captured\*\* \((\d+) of them chunked\), \*\*(\d+) refused\*\*.*?; (\d+) "
-                       r"certified for regime", section)
-    captured, chunked, refused, certified = map(int, stated.groups())
+    stated = re.search(r"\*\*(\d+) types captured\*\* \((\d+) of them chunked, (\d+) observed.*?\), "
+                       r"\*\*(\d+) refused\*\*.*?; (\d+) certified for regime", section)
+    captured, chunked, observed, refused, certified = map(int, stated.groups())
+    assert observed == sum("observed)" in r for r in rows)
     assert captured == sum("| captured" in r for r in rows)
     assert refused == sum("| refused |" in r for r in rows)
     assert chunked == sum("| chunked:" in r for r in rows)

@@ -164,7 +164,10 @@ def plan_capture(loaded: Loaded, records: Sequence, *, fields: Sequence[str] | N
     enc = encode_records(loaded.tokenizer, texts, causal=loaded.causal, cap=cap, input_names=loaded.input_names,
                          special=special, truncation=truncation, labels=labels)
     plan = Plan(texts, names, labels, enc, cap, special, truncation)
-    emb = getattr(loaded.model, "get_input_embeddings", lambda: None)()
+    try:
+        emb = loaded.model.get_input_embeddings()
+    except Exception:  # noqa: BLE001 -- a model without one (VITS): nothing to compare the ids with
+        emb = None
     rows = getattr(emb, "num_embeddings", None)
     top = max((max(e.inputs.get("input_ids") or [-1]) for e in enc), default=-1)
     if isinstance(rows, int) and top >= rows:
@@ -185,6 +188,12 @@ def check_conditions(loaded: Loaded, conditions: Sequence[Condition], layers: Se
     names = [c.name for c in conditions]
     if len(set(names)) != len(names):
         raise RoutestatsError(f"condition names repeat: {names}")
+    if loaded.observed:
+        meddle = [c.name for c in conditions if c.name != "baseline" or c.ablate]
+        if meddle:  # an observed model's attention cannot be intervened on: --bias and --ablate say why
+            raise RoutestatsError(f"{', '.join(meddle)}: {loaded.observed}; it is captured by observation (its own "
+                                  "attention weights), so --bias and --ablate are refused; --compare pairs two "
+                                  "checkpoints of it")
     for c in conditions:
         for li, h in c.ablate:
             if not (0 <= li < L and 0 <= h < H):
@@ -221,6 +230,10 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
     longest = max(range(len(plan.encoded)), key=lambda i: len(plan.encoded[i]))
     n = len(plan.encoded[longest])
     eager_mb = min(batch_size, len(plan.encoded)) * loaded.n_layers * loaded.n_heads * n * n * 4 / 2 ** 20
+    if loaded.observed:  # its own forward's weights: the eager path is the only one
+        if mode in ("chunked", "fused"):
+            raise RoutestatsError(f"--attention {mode}: {loaded.observed}; it is captured from its own eager weights")
+        return 0.0, {"path": "observed", "eager_weights_mb": round(eager_mb, 1)}, ""
     if mode == "eager" or S.FORM_MATRICES in forms:
         if mode in ("chunked", "fused"):
             raise RoutestatsError(f"--attention {mode} keeps per-query reductions only; store --forms reductions")
@@ -354,8 +367,11 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
     evaluation = {"kind": "pretrained", "condition": cond.name, "bias": cond.bias,
                   "ablate": [f"{a}.{b}" for a, b in cond.ablate], "special_tokens": plan.special, "cap": plan.cap,
                   "fields": plan.names, "causal": loaded.causal, "truncation": plan.truncation_record(),
-                  "capture": {"path": CAPTURE_PATH, "implementation": IMPLEMENTATION,
-                              "delegates_to": "the model's own eager_attention_forward",
+                  "capture": {"path": "observed" if loaded.observed else CAPTURE_PATH,
+                              "implementation": "eager" if loaded.observed else IMPLEMENTATION,
+                              "delegates_to": ("the model's own forward with output_attentions=True (no intervention "
+                                               "possible: " + loaded.observed + ")") if loaded.observed else
+                              "the model's own eager_attention_forward",
                               "inputs": list(plan.encoded[0].inputs), "batch_size": batch_size, "padding": padding,
                               "device": str(device), "layers_stored": list(layers) if layers is not None else None,
                               "value_norms": "" if value_norms else (loaded.no_value_norms or "matrices not stored"),

@@ -31,7 +31,8 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
 @dataclass
 class Loaded:
-    """A model switched to the capture seam, its tokenizer, family and provenance."""
+    """A model switched to the capture seam (or, ``observed``, one whose own returned weights are captured),
+    its tokenizer, family and provenance."""
 
     model: object
     tokenizer: object
@@ -43,6 +44,7 @@ class Loaded:
     input_names: tuple[str, ...] = ("input_ids", "attention_mask")
     no_value_norms: str = ""  # why value norms cannot be computed (no output projection found), or ""
     head_type: str = "softmax"  # "sink" when the probe's rows sum to less than 1 (learned attention sinks)
+    observed: str = ""  # why no intervention is possible (attention outside the interface): its own weights only
 
     @property
     def causal(self) -> bool:
@@ -60,7 +62,7 @@ class Loaded:
     def max_positions(self) -> int | None:
         cfg = self.model.config
         v = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
-        return int(v) if v else None
+        return int(v) if v and int(v) > 0 else None  # XLNet's -1: no limit
 
     @functools.cached_property
     def weights_id(self) -> str:
@@ -91,7 +93,8 @@ class Loaded:
                 "model_type": getattr(self.model.config, "model_type", None), "family": self.family.name,
                 "layers": self.n_layers, "heads": self.n_heads, "head_type": self.head_type,
                 "dtype": str(self.model.dtype).replace("torch.", ""),
-                "weights_id": self.weights_id, "gguf_file": self.gguf, "quantisation": self.quantisation}
+                "weights_id": self.weights_id, "gguf_file": self.gguf, "quantisation": self.quantisation,
+                **({"observed": self.observed} if self.observed else {})}
 
 
 def identity_of_files(files: Sequence[Path]) -> str:
@@ -254,6 +257,42 @@ def load_model(folder: str | Path) -> Loaded:
                          quantisation=ck.quantisation)
 
 
+def _attention_rows(weights, name: str) -> str:
+    """'sink' or 'softmax' from a probe's attention rows; refused when a row sums to more than 1."""
+    rows = [w.to(torch.float64).sum(-1) for w in weights]
+    high, low = max(float(r.max()) for r in rows), min(float(r.min()) for r in rows)
+    least = min(float(w.min()) for w in weights)
+    if least < 0 or not all(bool(torch.isfinite(w).all()) for w in weights):
+        raise RoutestatsError(f"{name}: its attention weights include {least:.3g} (or non-finite values); these are "
+                              "not attention probabilities")
+    if high > 1 + 1e-4:
+        raise RoutestatsError(f"{name}: its attention rows sum to as much as {high:.6g}, more than 1; "
+                              "these are not attention probabilities")
+    return "sink" if low < 1 - 1e-4 else "softmax"
+
+
+def observed_model(model, tok, own, outside: str, *, folder=None, weight_files=(), gguf=None, quantisation=None,
+                   names=("input_ids",)) -> Loaded:
+    """A model whose attention is outside the interface, captured by observation: the weights its own eager forward
+    returns with ``output_attentions=True`` (on the probe: one per layer, probabilities), no intervention and no
+    value norms. Refused in one line when the forward returns no weights for some layer."""
+    n_layers = int(model.config.num_hidden_layers)
+    if own is None or len(own) != n_layers or any(a is None for a in own):
+        got = 0 if own is None else sum(a is not None for a in own)
+        raise RoutestatsError(f"{outside}; nor does its own forward return attention weights for every layer "
+                              f"({got} of {n_layers}) to observe")
+    n = own[0].shape[-2] if own[0].dim() == 4 else -1
+    odd = next((tuple(a.shape) for a in own if a.dim() != 4 or tuple(a.shape[-2:]) != (n, n)), None)
+    if odd is not None:  # keys padded to a window (LED, Longformer) or a block layout: not n x n over its positions
+        raise RoutestatsError(f"{outside}; nor does its own forward return n x n attention over its positions to "
+                              f"observe (a layer returns shape {odd})")
+    head_type = _attention_rows(own, type(model).__name__)
+    fam = discover(model, (), own)
+    return Loaded(model, tok, fam, folder, list(weight_files), gguf, quantisation, names,
+                  "observed: no attention modules are called through the seam, so no output projection is known",
+                  head_type, outside)
+
+
 def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gguf=None, quantisation=None) -> Loaded:
     """Switch a loaded model to the capture seam and check it (see :func:`load_model`); what capture needs to
     know of the model (causal or not, where its output projections are) is found from the probe."""
@@ -283,8 +322,10 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
         except Exception as exc:  # transformers refuses models outside the interface; its words follow ours
             why = f" ({first_line(exc)[:120]})"
         if model.config._attn_implementation != IMPLEMENTATION:
-            raise RoutestatsError(f"{type(model).__name__} does not route its attention through transformers' "
-                                  f"AttentionInterface; capture cannot add an intervention to its own scores{why}")
+            outside = (f"{type(model).__name__} does not route its attention through transformers' "
+                       f"AttentionInterface; capture cannot add an intervention to its own scores{why}")
+            return observed_model(model, tok, own, outside, folder=folder, weight_files=weight_files, gguf=gguf,
+                                  quantisation=quantisation, names=names)
         try:
             with capture_pass(Pass(keep_values=True)) as p:
                 model(**probe)
@@ -304,13 +345,8 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
         where = f"layer {differ[0]}" if differ else f"{len(own)} vs {len(p.weights)} layers"
         raise RoutestatsError(f"{type(model).__name__}: attention through the seam differs from the model's own "
                               f"eager attention ({where}); refusing to capture it")
-    rows = [w.to(torch.float64).sum(-1) for w in p.weights]
-    high, low = max(float(r.max()) for r in rows), min(float(r.min()) for r in rows)
-    if high > 1 + 1e-4:
-        raise RoutestatsError(f"{type(model).__name__}: its attention rows sum to as much as {high:.6g}, more than 1; "
-                              "these are not attention probabilities")
     # rows below 1: mass outside the sequence (learned attention sinks); stored as it is, the rest is the sink mass
-    head_type = "sink" if low < 1 - 1e-4 else "softmax"
+    head_type = _attention_rows(p.weights, type(model).__name__)
     fam = discover(model, p.modules, p.weights)
     no_norms = ""
     try:

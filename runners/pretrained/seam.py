@@ -409,11 +409,16 @@ def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batc
         p = Pass(bias_w=cond.bias if cond.name != "baseline" else None, fields=batch_fields(batch, device), ablate=ablate,
                  keep_values=value_norms, block=block, causal_check=loaded.causal, store=store or torch.float32,
                  n_fields=n_fields, lengths=tuple(len(e) for e in batch), fused=fused and bool(block))
-        with torch.no_grad(), capture_pass(p):
-            try:
-                model(**batch_inputs(loaded, batch, device))
-            except RoutestatsError as exc:
-                raise RoutestatsError(f"records from {idx[0]}: {exc}") from None
+        if getattr(loaded, "observed", ""):  # the model's own eager forward and the weights it returns
+            with torch.no_grad():
+                out = model(**batch_inputs(loaded, batch, device), output_attentions=True)
+            p.weights.extend(a.detach() for a in out.attentions)
+        else:
+            with torch.no_grad(), capture_pass(p):
+                try:
+                    model(**batch_inputs(loaded, batch, device))
+                except RoutestatsError as exc:
+                    raise RoutestatsError(f"records from {idx[0]}: {exc}") from None
         if block:
             yield from _chunked_records(p, idx, batch, reduce, sinks)
             continue

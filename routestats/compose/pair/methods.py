@@ -41,6 +41,11 @@ def capture_sentences(base: dict | None, variant: dict | None, n_examples: int) 
                    "layer's own eager attention computed the weights, with the masks the model builds itself "
                    "(causal, sliding-window and padding, where it has them), and the intervention was added to "
                    "that mask.")
+    elif base["path"] == "observed":
+        out.append(f"Attention was observed from {model}{fam}: its attention lies outside transformers' "
+                   "AttentionInterface, so the weights are those its own eager forward returns "
+                   "(output_attentions=True), with its own masks; no intervention on its scores was possible, and "
+                   "any difference between the runs comes from what differs between them (another checkpoint).")
     elif base["path"]:
         out.append(f"Attention was captured from {model}{fam} ({base['path']}).")
     if base["inputs"]:
