@@ -35,9 +35,12 @@ def tree_bytes(root: Path) -> dict:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_a_model_whose_probe_fails_is_refused_before_anything_is_written(tmp_path, capsys):
+def test_an_intervention_on_an_observed_model_is_refused_before_anything_is_written(tmp_path, capsys):
     # no list of names decides: MPNet adds a relative-position bias in its own attention module, outside
-    # transformers' AttentionInterface, and the load probe refuses it for that
+    # transformers' AttentionInterface; the load probe finds that, so capture observes its own weights
+    # (issue [every-model]) and refuses --bias in one line, before anything is written
+    import json
+
     from tests.tiny_models import tokenizer
 
     folder = tmp_path / "mpnet"
@@ -46,10 +49,15 @@ def test_a_model_whose_probe_fails_is_refused_before_anything_is_written(tmp_pat
                         intermediate_size=64, pad_token_id=ids["pad"])
     T.AutoModel.from_config(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
-    code, _, err = run_cli(["--model", folder, "--records", RECORDS, "--out", tmp_path / "out", "--limit", "2"], capsys)
-    assert code == 2 and len(err.strip().splitlines()) <= 2  # "loading ..." then the one-line refusal
+    base = ["--model", folder, "--records", RECORDS, "--limit", "2"]
+    code, _, err = run_cli([*base, "--out", tmp_path / "out", "--bias", "1"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) <= 3, err  # "loading ...", "loaded ...", the refusal
     assert "MPNetModel does not route its attention through transformers' AttentionInterface" in err
-    assert not (tmp_path / "out").exists()
+    assert "--bias and --ablate are refused" in err and not (tmp_path / "out").exists()
+    code, _, err = run_cli([*base, "--out", tmp_path / "observed"], capsys)
+    assert code == 0, err
+    ev = json.loads((tmp_path / "observed" / "baseline" / "run.json").read_text())["evaluation"]["capture"]
+    assert ev["path"] == "observed"
 
 
 def test_a_config_the_seam_cannot_capture_is_refused(tmp_path, capsys):
