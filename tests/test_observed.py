@@ -70,3 +70,30 @@ def test_two_checkpoints_of_an_observed_model_compare_and_the_methods_say_observ
     rep = rs.analyse(tmp_path / "pair", resamples=100, permutations=100)
     assert "Attention was observed from BloomModel" in rep.methods and "no intervention" in rep.methods
     assert "effects" in rep.tables()
+
+
+def test_a_t5_encoder_model_save_loads_as_the_class_its_folder_names(tmp_path):
+    """Issue [every-model]: a folder whose config names T5EncoderModel (how T5 text encoders ship) was loaded as the
+    whole T5Model and refused ("You must specify exactly one of input_ids or inputs_embeds"); it is captured,
+    bitwise its own attention on the tokenizer's full encoding."""
+    import transformers as T
+
+    from runners.pretrained.load import load_model
+    from tests.tiny_models import tokenizer, words_of
+
+    tok, ids = tokenizer(words_of(TEXTS), "plain")
+    cfg = T.T5Config(vocab_size=len(tok) + 4, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                     pad_token_id=ids["pad"], decoder_start_token_id=ids["pad"])
+    torch.manual_seed(0)
+    T.T5EncoderModel(cfg).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    own = T.T5EncoderModel.from_pretrained(tmp_path / "model", attn_implementation="eager").eval()  # its docs' way
+    loaded = load_model(tmp_path / "model")
+    (run,) = capture_runs(loaded, RECORDS, tmp_path / "runs", conditions=[Condition("baseline")], cap=CAP,
+                          forms=("matrices",), batch_size=1)
+    base = stored(run)
+    for i, r in enumerate(RECORDS):
+        title, content = dict(r.fields)["title"], dict(r.fields)["content"]
+        with torch.no_grad():
+            att = own(**own_encoding(tok, loaded.causal, title, content), output_attentions=True).attentions
+        assert np.array_equal(base[i], torch.stack([a[0] for a in att]).numpy()), i

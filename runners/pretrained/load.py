@@ -176,7 +176,8 @@ def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", d
     """Read a local transformers folder, a folder with one GGUF file, or a GGUF file (offline; the one loader of pretrained
     checkpoints, shared by capture and the regime operators).
 
-    A ``*ForCausalLM`` architecture loads with its language-model head, anything else as the bare model, of which
+    A ``*ForCausalLM`` architecture loads with its language-model head, an ``*EncoderModel`` (a T5 text encoder's
+    save) as that class, anything else as the bare model, of which
     :func:`text_part` keeps the part that reads text; ``dtype`` (e.g. ``torch.float64``) converts the weights. Refused in one line: a folder that
     is not a model, more than one GGUF file, a configuration listed in :data:`runners.pretrained.families.REFUSALS`
     (when ``refuse_listed``), and transformers' own refusals (remote code, unsafe pickles, bad config.json).
@@ -214,8 +215,14 @@ def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", d
             why = refusal(getattr(cfg, "model_type", None) or "?", cfg) if refuse_listed else ""
             if why:  # refused before the weights load
                 raise RoutestatsError(f"{folder}: the model {why}")
-            causal_lm = any(str(a).endswith("ForCausalLM") for a in (getattr(cfg, "architectures", None) or ()))
+            archs = [str(a) for a in (getattr(cfg, "architectures", None) or ())]
+            causal_lm = any(a.endswith("ForCausalLM") for a in archs)
             cls = AutoModelForCausalLM if causal_lm else AutoModel
+            import transformers
+
+            encoder_only = next((getattr(transformers, a, None) for a in archs if a.endswith("EncoderModel")), None)
+            if encoder_only is not None:  # the class the folder names (a T5 text encoder saved as T5EncoderModel)
+                cls = encoder_only
             model = cls.from_pretrained(folder, attn_implementation=attn_implementation)
             tok = AutoTokenizer.from_pretrained(folder)
             weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
