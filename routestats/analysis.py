@@ -63,6 +63,30 @@ def _pair_with_bias_off(pairs: list[RunPair]) -> tuple[RunPair, Run | str] | Non
     return main[0], why + ", so the decomposition is left out"
 
 
+def _operators_report(path: Path, s: AnalysisSettings, progress) -> Report | None:
+    """The regime report of a folder that is not a run: a pretrained model's operators (``runners regime --out``),
+    or one folder per pretrained model, each with operators/ (the cross-architecture comparison). Operators of a
+    trained run (``runners regime RUN``) lie inside that run: the folder stays the pair or study it is
+    (``routestats regime RUN`` reports them). None for anything else."""
+    if not path.is_dir() or (path / S.MANIFEST).is_file():
+        return None
+    if (path / S.OPERATOR_DIR / S.OPERATOR_INDEX).is_file():  # a pretrained model's operators (runners regime --out)
+        from routestats.compose.regime.build import build_regime_report
+
+        return build_regime_report(path, s, progress)
+    from routestats.rundir.manifest import model_folders
+
+    models = model_folders(path)
+    # one folder per pretrained model, each with operators/: the cross-architecture comparison. Operators of a
+    # trained run (runners regime RUN) lie inside that run: the folder stays the pair or study it is
+    # (`routestats regime RUN` reports them)
+    if models and not any((m / S.MANIFEST).is_file() for m in models):
+        from routestats.compose.regime.compare import build_comparison_report
+
+        return build_comparison_report(path, s, progress)
+    return None
+
+
 def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progress=None,
             init_probe: str | Path | None = None, workers: int = 1, **overrides) -> Report:
     """The :class:`Report` of whatever ``path`` holds (pair, study tree, MoFA tree, regime operators, a folder of
@@ -77,21 +101,9 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
         from routestats.compose.regime.build import build_regime_report
 
         return build_regime_report(path, s, progress)
-    if path.is_dir() and not (path / S.MANIFEST).is_file():
-        if (path / S.OPERATOR_DIR / S.OPERATOR_INDEX).is_file():  # a pretrained model's operators (runners regime --out)
-            from routestats.compose.regime.build import build_regime_report
-
-            return build_regime_report(path, s, progress)
-        from routestats.rundir.manifest import model_folders
-
-        models = model_folders(path)
-        # one folder per pretrained model, each with operators/: the cross-architecture comparison. Operators of a
-        # trained run (runners regime RUN) lie inside that run: the folder stays the pair or study it is
-        # (`routestats regime RUN` reports them)
-        if models and not any((m / S.MANIFEST).is_file() for m in models):
-            from routestats.compose.regime.compare import build_comparison_report
-
-            return build_comparison_report(path, s, progress)
+    rep = _operators_report(path, s, progress)
+    if rep is not None:
+        return rep
     obj = load(path, s)
     if isinstance(obj, Run):
         if (obj.path / S.OPERATOR_DIR / S.OPERATOR_INDEX).is_file():

@@ -58,33 +58,38 @@ def test_block_rows_keep_a_block_within_its_budget():
     assert block_rows(0.001, 8, 4, 2048) == 1 and block_rows(1e6, 1, 1, 10) == 10
 
 
+def against_eager(loaded, tmp: Path, attention: str, budget_bytes) -> tuple[float, list[dict]]:
+    """Capture RECORDS at caps 6 and 40 (inside and beyond every window), batches of 1 and 8 (padded to the
+    longest), baseline and bias, with ``attention`` under ``budget_bytes(batch, cap)``; return the largest
+    difference of any reduction from the eager capture's (routestats' numpy reduce_queries over the model's own
+    weights) and each run's ``evaluation.capture.attention`` record."""
+    conds = [Condition("baseline"), Condition("bias", bias=W)]
+    worst, evs = 0.0, []
+    for cap in (6, 40):
+        kw = dict(conditions=conds, cap=cap, forms=("reductions",), device_reductions=False)
+        eager = tmp / f"eager{cap}"
+        capture_runs(loaded, RECORDS, eager, batch_size=1, attention="eager", **kw)
+        for batch, padding in ((1, "none"), (8, "longest")):
+            out = tmp / f"{attention}{cap}-{batch}"
+            capture_runs(loaded, RECORDS, out, batch_size=batch, padding=padding, attention=attention,
+                         attention_mb=budget_bytes(batch, cap) / 2 ** 20, **kw)
+            for c in conds:
+                evs.append(json.loads((out / c.name / "run.json").read_text())["evaluation"]["capture"]["attention"])
+                a, b = reductions(eager / c.name), reductions(out / c.name)
+                assert a.keys() == b.keys()
+                worst = max([worst] + [float(np.abs(a[ex][k] - b[ex][k]).max()) for ex in a for k in a[ex]])
+    return worst, evs
+
+
 @pytest.mark.parametrize("family", sorted(STYLES))
 def test_chunked_reductions_equal_eager_ones(family, tmp_path):
     # every tiny family of tests/tiny_models.py: sliding windows of 8 (mistral; gemma2 layer 0, with a soft cap),
     # records cut at 6 tokens (inside every window) and at 40 (beyond it), batches of 1 and 8 (padded to the
     # longest), baseline and bias; blocks of 1-3 rows so that every block edge is crossed
     assert 6 < WINDOW < 40  # the caps fall on either side of every window
-    folder = save_tiny(family, tmp_path / "model", TEXTS)
-    loaded = load_model(folder)
-    conds = [Condition("baseline"), Condition("bias", bias=W)]
-    worst = 0.0
-    for cap in (6, 40):
-        kw = dict(conditions=conds, cap=cap, forms=("reductions",), device_reductions=False)
-        eager = tmp_path / f"eager{cap}"
-        capture_runs(loaded, RECORDS, eager, batch_size=1, attention="eager", **kw)
-        for batch, padding in ((1, "none"), (8, "longest")):
-            out = tmp_path / f"chunked{cap}-{batch}"
-            capture_runs(loaded, RECORDS, out, batch_size=batch, padding=padding, attention="chunked",
-                         attention_mb=3 * 48 * batch * loaded.n_heads * cap / 2 ** 20,  # >= 3 rows a block
-                         **kw)
-            for c in conds:
-                ev = json.loads((out / c.name / "run.json").read_text())["evaluation"]["capture"]["attention"]
-                assert ev["path"] == "chunked" and ev["probe"]["ok"], ev
-                a, b = reductions(eager / c.name), reductions(out / c.name)
-                assert a.keys() == b.keys()
-                for ex in a:
-                    for k in a[ex]:
-                        worst = max(worst, float(np.abs(a[ex][k] - b[ex][k]).max()))
+    loaded = load_model(save_tiny(family, tmp_path / "model", TEXTS))
+    worst, evs = against_eager(loaded, tmp_path, "chunked", lambda batch, cap: 3 * 48 * batch * loaded.n_heads * cap)
+    assert all(ev["path"] == "chunked" and ev["probe"]["ok"] for ev in evs), evs  # >= 3 rows a block
     assert worst <= 1e-6, (family, worst)
 
 
@@ -207,25 +212,9 @@ def test_fused_reductions_equal_eager_ones_or_fall_back(family, tmp_path):
     sides of the cap, padded batches, baseline and bias. The expected values are routestats' numpy
     reduce_queries over the model's own eager weights (another implementation over another computation).
     Gemma 2's soft-capped scores are not linear in K: auto says so and takes the chunked path."""
-    folder = save_tiny(family, tmp_path / "model", TEXTS)
-    loaded = load_model(folder)
-    conds = [Condition("baseline"), Condition("bias", bias=W)]
-    worst, paths = 0.0, set()
-    for cap in (6, 40):
-        kw = dict(conditions=conds, cap=cap, forms=("reductions",), device_reductions=False)
-        eager = tmp_path / f"eager{cap}"
-        capture_runs(loaded, RECORDS, eager, batch_size=1, attention="eager", **kw)
-        for batch, padding in ((1, "none"), (8, "longest")):
-            out = tmp_path / f"auto{cap}-{batch}"
-            capture_runs(loaded, RECORDS, out, batch_size=batch, padding=padding, attention="auto",
-                         attention_mb=3 * 64 * batch * cap / 2 ** 20, **kw)  # >= 3 rows a fused block
-            for c in conds:
-                ev = json.loads((out / c.name / "run.json").read_text())["evaluation"]["capture"]["attention"]
-                paths.add(ev["path"])
-                a, b = reductions(eager / c.name), reductions(out / c.name)
-                for ex in a:
-                    for k in a[ex]:
-                        worst = max(worst, float(np.abs(a[ex][k] - b[ex][k]).max()))
+    loaded = load_model(save_tiny(family, tmp_path / "model", TEXTS))
+    worst, evs = against_eager(loaded, tmp_path, "auto", lambda batch, cap: 3 * 64 * batch * cap)  # >= 3 fused rows
+    paths, ev = {e["path"] for e in evs}, evs[-1]
     if family == "gemma2":
         assert "chunked" in paths and "fused" not in paths and "soft-capped" in ev["fused_probe"]["reason"], ev
         with pytest.raises(rs.RoutestatsError, match="--attention fused: the fused path failed .*soft-capped"):

@@ -144,14 +144,7 @@ def paired_effects(
     """
     diffs = paired_differences(p, metric, adjusted, step, examples, trivial, keys, weighting)
     if diffs.empty:
-        if adjusted:
-            raise RoutestatsError(f"every one of the {diffs.attrs.get('excluded', 0)} examples has a single visible "
-                                  "field (O_e = 1), so the opportunity-adjusted SFM is undefined")
-        if diffs.attrs.get("excluded", 0):
-            raise RoutestatsError(f"no paired differences: {metric} is undefined in every one of the "
-                                  f"{diffs.attrs['excluded']} examples selected (no non-trivial query in a named "
-                                  "field in some layer: are their fields empty?)")
-        raise RoutestatsError("no paired differences: the selection holds no examples")
+        raise RoutestatsError(_why_no_differences(diffs, metric, adjusted))
     layers = sorted(diffs["layer"].unique())
     res = paired_inference(_family(diffs, layers), resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
                            mode=mode, confidence=confidence, labels=layers)
@@ -168,6 +161,17 @@ def paired_effects(
     out["variant_run"] = p.variant.run_id
     out["step"] = p.baseline.final_step if step is None else int(step)
     return out.drop(columns=["adj_method", "method"])
+
+
+def _why_no_differences(diffs: pd.DataFrame, metric: str, adjusted: bool) -> str:
+    """The one line that says why a selection gives no paired differences."""
+    if adjusted:
+        return (f"every one of the {diffs.attrs.get('excluded', 0)} examples has a single visible field (O_e = 1), "
+                "so the opportunity-adjusted SFM is undefined")
+    if diffs.attrs.get("excluded", 0):
+        return (f"no paired differences: {metric} is undefined in every one of the {diffs.attrs['excluded']} examples "
+                "selected (no non-trivial query in a named field in some layer: are their fields empty?)")
+    return "no paired differences: the selection holds no examples"
 
 
 def _family(diffs: pd.DataFrame, layers) -> np.ndarray:

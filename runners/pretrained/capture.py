@@ -36,15 +36,10 @@ Identity recipe (torch-free, documented in ``docs/real-models.md``):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import os
-import re
-import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,15 +52,15 @@ from routestats.errors import RoutestatsError
 from routestats.rundir import schema as S
 from routestats.rundir.write import RunWriter, software_versions
 
-from runners.outputs import check_replaceable
 from runners.pretrained.fielding import POLICIES, Encoded, encode_records
-from runners.pretrained.load import Loaded, first_line, identity_of_files, load_model
+from runners.pretrained.destination import check_destination, echo_notice, staging, sweep_partials
+from runners.pretrained.load import Loaded, identity_of_files, load_model
 from runners.pretrained.records import RECORD_FORMATS, read_records, record_texts, records_format
 from runners.pretrained.probe import chunk_probe
 from runners.pretrained.seam import IMPLEMENTATION, Captured, Condition, forward_batches
 
 __all__ = ["Condition", "Loaded", "load_model", "read_records", "records_format", "RECORD_FORMATS", "plan_capture",
-           "capture_runs", "capture_checkpoints", "check_destination"]
+           "capture_runs", "capture_checkpoints", "check_destination", "sweep_partials"]
 
 UNNAMED = 0
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "merges.txt",
@@ -78,39 +73,6 @@ def _check_causal(a: np.ndarray, i: int) -> None:
     """A decoder's record attends to no later position (finiteness and row sums are the sink's checks)."""
     if np.triu(np.abs(a), 1).max(initial=0.0) != 0.0:
         raise RoutestatsError(f"record {i}: a decoder attended to a later position (upper triangle not zero)")
-
-
-def _is_capture_run(path: Path) -> bool:
-    from routestats.rundir.manifest import read_json
-
-    try:
-        m = read_json(path / S.MANIFEST)  # a regular file of bounded size: no FIFO, device or link
-    except (OSError, ValueError):
-        return False
-    return isinstance(m, dict) and m.get("pretrained") is True and (m.get("evaluation") or {}).get("kind") == "pretrained"
-
-
-def check_destination(out: Path, names: Sequence[str], force: bool, cli: bool = False) -> None:
-    """Refuse, before any work, run folders under ``out`` that exist: without ``force`` any of
-    them; with ``force`` any that is not a complete run written by capture. The refusal names the
-    option to give: ``--force`` and ``--out`` for the command line (``cli``), else ``force=True`` and ``out``."""
-    force_, out_ = ("--force", "--out") if cli else ("force=True", "out")
-    if out.exists() and not out.is_dir():
-        raise RoutestatsError(f"{out}: is a file; {out_} names a folder for the runs")
-    if out.is_dir() and out.resolve() != out.resolve().parent and os.stat(out).st_dev != os.stat(out.resolve().parent).st_dev:
-        raise RoutestatsError(f"{out}: is a mount point; the runs are written beside {out_} and moved in, which cannot "
-                              f"cross file systems: name a folder inside it ({out_} {out / 'runs'})")
-    for name in names:
-        p = out / name
-        if not p.exists():
-            continue
-        if not force:
-            raise RoutestatsError(f"{p}: exists; pass {force_} to replace it (only a run written by capture is "
-                                  "replaced, once the new runs are complete)")
-        if not p.is_dir() or not _is_capture_run(p):
-            raise RoutestatsError(f"{p}: exists and is not a run written by capture (a trained run or other files); "
-                                  f"choose another {out_}")
-        check_replaceable(p, out_)  # a capture run with a user's files inside: refused too
 
 
 @dataclass
@@ -382,62 +344,6 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_i
     return path
 
 
-def echo_notice(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
-def sweep_partials(out: Path) -> None:
-    """Remove the partial folders of captures into ``out`` whose process is gone (everything in one was
-    written by that capture), beside ``out`` and where earlier releases put them (inside ``out``)."""
-    from routestats.rundir.replace import process_alive
-
-    for p in [*out.parent.glob(f".{out.name}.capture-partial-*"), *out.glob(".capture-partial-*")]:
-        try:
-            pid = int(p.name.split("capture-partial-")[1].split("-")[0])
-        except (IndexError, ValueError):
-            continue
-        if p.is_dir() and not p.is_symlink() and not process_alive(pid):
-            shutil.rmtree(p, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _staging(out: Path, names: Sequence[str]):
-    """A temporary folder beside ``out`` (``.<out>.capture-partial-<pid>-*``, never inside it) for the new runs;
-    on success each replaces ``out/<name>`` (an earlier run loses only the files its manifest proves it wrote,
-    :func:`routestats.rundir.replace.replace_folder`); on failure nothing under ``out`` changes (a folder ``out``
-    made for this capture is removed again), and a failed write says so naming ``out``. Partial folders of
-    captures that died are swept at the next start."""
-    import pyarrow as pa
-
-    made = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        sweep_partials(out)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.capture-partial-{os.getpid()}-", dir=out.parent))
-    except OSError as exc:
-        raise RoutestatsError(f"{out}: cannot create the runs' folder ({exc.strerror or exc})") from None
-    ok = False
-    try:
-        try:
-            yield tmp
-        except (OSError, pa.ArrowException) as exc:  # a full disk, a vanished folder: the writers' own words name no path
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else first_line(exc)
-            reason = re.sub(r".*\[errno \d+\] ", "", reason)  # Arrow's "Error writing bytes ... [errno 28] ..."
-            raise RoutestatsError(f"{out}: could not write the runs ({reason}); nothing was changed") from None
-        from routestats.rundir.replace import replace_folder
-        from routestats.rundir.write import written_by_runs
-
-        for name in names:
-            dst = out / name
-            replace_folder(tmp / name, dst, written_by_runs(dst) if dst.exists() else {}, echo_notice)
-        ok = True
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if made and not ok:
-            with contextlib.suppress(OSError):
-                out.rmdir()  # only if empty
-
-
 def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: Sequence[str] | None = None,
                  conditions: Sequence[Condition] = (Condition(),), cap: int = 128, special_tokens: str = "unnamed",
                  truncation: str = "only-last", layers: Sequence[int] | None = None,
@@ -464,7 +370,7 @@ def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: 
     check_conditions(loaded, conditions, layers)
     check_destination(out, [c.name for c in conditions], force)
     plan = plan_capture(loaded, records, fields=fields, cap=cap, special=special_tokens, truncation=truncation)
-    with _staging(out, [c.name for c in conditions]) as tmp:
+    with staging(out, [c.name for c in conditions]) as tmp:
         for cond in conditions:
             _write_run(tmp / cond.name, loaded, plan, cond, run_id=f"{loaded.name}-{cond.name}",
                        init_id=loaded.weights_id, study=study, forms=forms, dtype=dtype, layers=layers,
@@ -507,7 +413,7 @@ def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: str
     init_id = hashlib.sha256(f"checkpoint-pair:{base.weights_id}:{other.weights_id}".encode()).hexdigest()
     pairing = {"kind": "checkpoints", "reason": reason.strip(), "baseline": base.provenance(),
                "variant": other.provenance()}
-    with _staging(out, [c.name for c in conds]) as tmp:
+    with staging(out, [c.name for c in conds]) as tmp:
         for loaded, cond in ((base, conds[0]), (other, conds[1])):
             _write_run(tmp / cond.name, loaded, plan, cond, run_id=f"{loaded.name}-{cond.name}", init_id=init_id,
                        study=study, forms=forms, dtype=dtype, layers=layers, batch_size=batch_size,

@@ -171,6 +171,19 @@ def size_refusal(cfg, memory: int | None = None) -> str | None:
     return None
 
 
+def model_class(cfg):
+    """The class a folder's config loads as: its ``*ForCausalLM`` with the language-model head, the ``*EncoderModel``
+    it names (a T5 text encoder saved as ``T5EncoderModel``), else the bare model (``AutoModel``)."""
+    import transformers
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    archs = [str(a) for a in (getattr(cfg, "architectures", None) or ())]
+    if any(a.endswith("ForCausalLM") for a in archs):
+        return AutoModelForCausalLM
+    encoder_only = next((getattr(transformers, a, None) for a in archs if a.endswith("EncoderModel")), None)
+    return encoder_only or AutoModel
+
+
 def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", dtype=None,
                     refuse_listed: bool = True) -> Checkpoint:
     """Read a local transformers folder, a folder with one GGUF file, or a GGUF file (offline; the one loader of pretrained
@@ -184,7 +197,7 @@ def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", d
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise RoutestatsError("pretrained models need transformers: pip install -e '.[capture]'") from None
     folder = Path(folder)
@@ -215,15 +228,7 @@ def read_checkpoint(folder: str | Path, *, attn_implementation: str = "eager", d
             why = refusal(getattr(cfg, "model_type", None) or "?", cfg) if refuse_listed else ""
             if why:  # refused before the weights load
                 raise RoutestatsError(f"{folder}: the model {why}")
-            archs = [str(a) for a in (getattr(cfg, "architectures", None) or ())]
-            causal_lm = any(a.endswith("ForCausalLM") for a in archs)
-            cls = AutoModelForCausalLM if causal_lm else AutoModel
-            import transformers
-
-            encoder_only = next((getattr(transformers, a, None) for a in archs if a.endswith("EncoderModel")), None)
-            if encoder_only is not None:  # the class the folder names (a T5 text encoder saved as T5EncoderModel)
-                cls = encoder_only
-            model = cls.from_pretrained(folder, attn_implementation=attn_implementation)
+            model = model_class(cfg).from_pretrained(folder, attn_implementation=attn_implementation)
             tok = AutoTokenizer.from_pretrained(folder)
             weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
         model = text_part(model)

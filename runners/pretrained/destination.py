@@ -1,0 +1,111 @@
+"""Where capture writes: the destination checked before any work (existing runs, a mount point), the runs staged
+in a temporary sibling folder and swapped in (an earlier run loses only what its manifest proves it wrote), and the
+staging folders of captures that died swept away. Split from ``capture`` (one job per module)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from routestats.errors import RoutestatsError
+from routestats.rundir import schema as S
+
+from runners.outputs import check_replaceable
+from runners.pretrained.load import first_line
+
+__all__ = ["check_destination", "sweep_partials", "staging", "echo_notice", "is_capture_run"]
+
+
+def is_capture_run(path: Path) -> bool:
+    from routestats.rundir.manifest import read_json
+
+    try:
+        m = read_json(path / S.MANIFEST)  # a regular file of bounded size: no FIFO, device or link
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and m.get("pretrained") is True and (m.get("evaluation") or {}).get("kind") == "pretrained"
+
+
+def check_destination(out: Path, names: Sequence[str], force: bool, cli: bool = False) -> None:
+    """Refuse, before any work, run folders under ``out`` that exist: without ``force`` any of
+    them; with ``force`` any that is not a complete run written by capture. The refusal names the
+    option to give: ``--force`` and ``--out`` for the command line (``cli``), else ``force=True`` and ``out``."""
+    force_, out_ = ("--force", "--out") if cli else ("force=True", "out")
+    if out.exists() and not out.is_dir():
+        raise RoutestatsError(f"{out}: is a file; {out_} names a folder for the runs")
+    if out.is_dir() and out.resolve() != out.resolve().parent and os.stat(out).st_dev != os.stat(out.resolve().parent).st_dev:
+        raise RoutestatsError(f"{out}: is a mount point; the runs are written beside {out_} and moved in, which cannot "
+                              f"cross file systems: name a folder inside it ({out_} {out / 'runs'})")
+    for name in names:
+        p = out / name
+        if not p.exists():
+            continue
+        if not force:
+            raise RoutestatsError(f"{p}: exists; pass {force_} to replace it (only a run written by capture is "
+                                  "replaced, once the new runs are complete)")
+        if not p.is_dir() or not is_capture_run(p):
+            raise RoutestatsError(f"{p}: exists and is not a run written by capture (a trained run or other files); "
+                                  f"choose another {out_}")
+        check_replaceable(p, out_)  # a capture run with a user's files inside: refused too
+
+
+def echo_notice(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def sweep_partials(out: Path) -> None:
+    """Remove the partial folders of captures into ``out`` whose process is gone (everything in one was
+    written by that capture), beside ``out`` and where earlier releases put them (inside ``out``)."""
+    from routestats.rundir.replace import process_alive
+
+    for p in [*out.parent.glob(f".{out.name}.capture-partial-*"), *out.glob(".capture-partial-*")]:
+        try:
+            pid = int(p.name.split("capture-partial-")[1].split("-")[0])
+        except (IndexError, ValueError):
+            continue
+        if p.is_dir() and not p.is_symlink() and not process_alive(pid):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staging(out: Path, names: Sequence[str]):
+    """A temporary folder beside ``out`` (``.<out>.capture-partial-<pid>-*``, never inside it) for the new runs;
+    on success each replaces ``out/<name>`` (an earlier run loses only the files its manifest proves it wrote,
+    :func:`routestats.rundir.replace.replace_folder`); on failure nothing under ``out`` changes (a folder ``out``
+    made for this capture is removed again), and a failed write says so naming ``out``. Partial folders of
+    captures that died are swept at the next start."""
+    import pyarrow as pa
+
+    made = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        sweep_partials(out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.capture-partial-{os.getpid()}-", dir=out.parent))
+    except OSError as exc:
+        raise RoutestatsError(f"{out}: cannot create the runs' folder ({exc.strerror or exc})") from None
+    ok = False
+    try:
+        try:
+            yield tmp
+        except (OSError, pa.ArrowException) as exc:  # a full disk, a vanished folder: the writers' own words name no path
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else first_line(exc)
+            reason = re.sub(r".*\[errno \d+\] ", "", reason)  # Arrow's "Error writing bytes ... [errno 28] ..."
+            raise RoutestatsError(f"{out}: could not write the runs ({reason}); nothing was changed") from None
+        from routestats.rundir.replace import replace_folder
+        from routestats.rundir.write import written_by_runs
+
+        for name in names:
+            dst = out / name
+            replace_folder(tmp / name, dst, written_by_runs(dst) if dst.exists() else {}, echo_notice)
+        ok = True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if made and not ok:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if empty
