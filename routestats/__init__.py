@@ -51,6 +51,7 @@ _EXPORTS = {
     "paired_differences": "routestats.studies.effects",
     "paired_effects": "routestats.studies.effects",
     "analyse": "routestats.analysis",
+    "plan": "routestats.compose.plan",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -144,6 +144,13 @@ def _formats(text: str) -> list[str]:
     return formats
 
 
+def print_tables(frames: list) -> None:
+    """Print (title, frame) pairs fitted to the terminal (:func:`reports.terminal.print_tables`)."""
+    from reports.terminal import print_tables as show
+
+    show(frames)
+
+
 @contextmanager
 def _progress():
     """``say(label)``: a spinner on a terminal, plain time-stamped lines on stderr otherwise."""
@@ -156,98 +163,6 @@ def _progress():
         return
     t0 = time.monotonic()
     yield lambda label: typer.echo(f"[{time.monotonic() - t0:6.1f} s] {label}", err=True)
-
-
-def _cell(v) -> str:
-    """One value as the terminal tables show it (floats to 4 significant digits, exponent kept)."""
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
-def fit_columns(headers: list[str], rows: list[list[str]], numeric: list[bool], width: int) -> list[int] | None:
-    """Content widths that fit a table of these cells into ``width`` terminal columns (rich's default box: a
-    border and a space of padding each side of each cell) with nothing cut: numeric columns and every header
-    kept on one line, text wrapped only between words; None when even that is wider than ``width``.
-
-    >>> fit_columns(["layer", "source"], [["0", "slice (finite forward)"]], [True, False], 80)
-    [5, 22]
-    >>> fit_columns(["layer", "source"], [["0", "slice (finite forward)"]], [True, False], 20)
-    [5, 8]
-    >>> fit_columns(["lambda_max"], [["4.441e-16"]], [True], 12) is None
-    True
-    """
-    from rich.cells import cell_len
-
-    cols = list(zip(headers, *rows)) if rows else [(h,) for h in headers]
-    natural = [max(cell_len(t) for t in col) for col in cols]
-    room = width - (3 * len(headers) + 1)
-    if sum(natural) <= room:
-        return natural
-    least = [n if num else max([cell_len(col[0])] + [cell_len(w) for t in col[1:] for w in t.split()])
-             for col, n, num in zip(cols, natural, numeric)]
-    if sum(least) > room:
-        return None
-    widths, slack = list(least), room - sum(least)
-    while slack:  # the room left goes to the text columns, one character at a time, until each is whole
-        grew = False
-        for i, n in enumerate(natural):
-            if slack and widths[i] < n:
-                widths[i], slack, grew = widths[i] + 1, slack - 1, True
-        if not grew:
-            break
-    return widths
-
-
-def _long_format(title: str, headers: list[str], rows: list[list[str]], width: int) -> list[str]:
-    """A table too wide for the terminal as one block a row, one ``column  value`` line a column (values
-    wrapped only between words)."""
-    from rich.cells import cell_len
-
-    key = max((cell_len(h) for h in headers), default=0)
-    below = key + 4 + 12 > width  # headers too long to share a line with their values
-    lines = textwrap.wrap(f"{title} (one block a row: wider than the terminal)".lstrip(), width=max(20, width - 1),
-                          break_long_words=False, break_on_hyphens=False)
-    for row in rows or [[]]:
-        lines.append("")
-        if not row:
-            lines.append("  (no rows)")
-        for h, v in zip(headers, row):
-            if below:
-                lines.append(f"  {h}")
-                lines += textwrap.wrap(v, width=max(20, width - 1), initial_indent="    ", subsequent_indent="    ",
-                                       break_long_words=False, break_on_hyphens=False) or ["    "]
-                continue
-            pad = " " * (key - cell_len(h))
-            wrapped = textwrap.wrap(v, width=max(12, width - 1 - key - 4), break_long_words=False,
-                                    break_on_hyphens=False) or [""]
-            lines.append(f"  {h}{pad}  {wrapped[0]}".rstrip())
-            lines += [" " * (key + 4) + w for w in wrapped[1:]]
-    return lines + [""]
-
-
-def _print(frames: list) -> None:
-    """Print (title, frame) pairs as rich tables fitted to the terminal, never cutting a number, a header or a
-    word; a table that cannot fit that way is printed one block a row (:func:`_long_format`)."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    con = Console()
-    for title, df in frames:
-        headers = [str(c) for c in df.columns]
-        rows = [[_cell(v) for v in row] for row in df.itertuples(index=False)]
-        numeric = [df[c].dtype.kind in "fiu" or (len(df) > 0 and not any(ch.isalpha() for r in rows for ch in r[i]))
-                   for i, c in enumerate(df.columns)]  # numbers, or numbers formatted as text ("[0.1, 0.2]", "< 0.001")
-        widths = fit_columns(headers, rows, numeric, con.width)
-        if widths is None:
-            for line in _long_format(title, headers, rows, con.width):
-                typer.echo(line)
-            continue
-        t = Table(title=Text(title) if title else None)
-        for h, num, w in zip(headers, numeric, widths):
-            t.add_column(Text(h), justify="right" if num else "left", width=w, no_wrap=num, overflow="fold")
-        for row in rows:
-            t.add_row(*[Text(c) for c in row])
-        con.print(t)
 
 
 @command
@@ -307,7 +222,7 @@ def summary(
     from routestats.analysis import summary_tables
     tune_process_memory()
 
-    _print(summary_tables(path, _settings(resamples=resamples, permutations=permutations, seed=seed, factor=factor,
+    print_tables(summary_tables(path, _settings(resamples=resamples, permutations=permutations, seed=seed, factor=factor,
                                           baseline=baseline, skip_incomplete=skip_incomplete, study=study)))
 
 
@@ -487,6 +402,50 @@ def figure(
 
 
 @command
+def plan(
+    pilot: Path = typer.Argument(..., help="A pilot pair (what `routestats report` takes), or a tree of several seeds of "
+                                           "the standard pair (then: how many seeds)."),
+    delta: Optional[float] = typer.Option(None, "--delta", help="The true change of SFM to detect, every layer."),
+    delta_per_layer: Optional[str] = typer.Option(None, "--delta-per-layer", help="Comma list: one change per layer."),
+    power: float = typer.Option(0.8, "--power", help="The power to reach (of the hardest layer)."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", help=f"The report's alpha [default: {D.alpha}]."),
+    spread: str = typer.Option("upper", "--spread", help="The pilot's spread to plan from: upper (its 80% upper "
+                                                         "confidence bound), pilot (as observed) or a multiple of it."),
+    sims: int = typer.Option(1000, "--sims", help="Simulated samples per size."),
+    max_examples: int = typer.Option(4096, "--max-examples", help="The largest number of examples tried."),
+    max_seeds: int = typer.Option(30, "--max-seeds", help="The largest number of seeds tried."),
+    out: Path = typer.Option(Path("plan"), "-o", "--out", help="Output folder."),
+    format: str = FORMAT, resamples: Optional[int] = RESAMPLES, permutations: Optional[int] = PERMUTATIONS,
+    seed: Optional[int] = SEED, force: bool = FORCE,
+) -> None:
+    """How many examples (or seeds) the report's own test needs to see a true change, from a pilot."""
+    from reports.folder import check_output
+
+    formats = _formats(format)
+    if (delta is None) == (delta_per_layer is None):
+        _fail("give the change to detect: --delta D, or --delta-per-layer D0,D1,...")
+    try:
+        change = delta if delta is not None else tuple(float(v) for v in delta_per_layer.split(","))
+        how = spread if spread in ("upper", "pilot") else float(spread)
+    except ValueError:
+        _fail(f"--delta-per-layer takes numbers and --spread upper, pilot or a number, got {delta_per_layer!r}, "
+              f"{spread!r}")
+    from routestats.compose.plan import PlanQuestion, build_plan_report
+
+    q = PlanQuestion(delta=change, power=power, spread=how, sims=sims, max_examples=max_examples, max_seeds=max_seeds)
+    s = _settings(resamples=resamples, permutations=permutations, seed=seed, alpha=alpha)
+    check_output(out, force, [pilot])
+    with _progress() as say:
+        rep = build_plan_report(pilot, q, s, progress=say)
+    for line in rep.headline + rep.findings:
+        typer.echo(textwrap.fill(line, width=100))
+    import reports
+
+    for name, p in reports.write(rep, out, formats, force=force, inputs=[pilot]).items():
+        typer.echo(f"{name}: {p}")
+
+
+@command
 def regime(
     source: Path = typer.Argument(..., help="A run directory with operators/ (python -m runners regime), one .npz "
                                             "with J_T, J_Q, J_K, or a folder of several models' operator folders "
@@ -520,10 +479,10 @@ def regime(
             _fail(f"{source} holds several models' operators; --layer, --example and --token select points of one "
                   "model: give its folder")
         rep = build_comparison_report(source, settings)
-        _print(comparison_terminal_tables(rep))
+        print_tables(comparison_terminal_tables(rep))
     else:
         rep = build_regime_report(source, settings)
-        _print(terminal_tables(rep))
+        print_tables(terminal_tables(rep))
     import reports
 
     for name, p in (reports.write(rep, out, formats, force=force, inputs=[source]) if out is not None else {}).items():

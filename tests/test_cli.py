@@ -164,7 +164,7 @@ def _words(text: str) -> set:
 def _assert_whole(output: str, frames, columns: int) -> None:
     """Every header and every value of every (title, frame) appears whole (as the CLI formats it), and no
     line is wider than the terminal."""
-    from routestats.cli import _cell
+    from reports.terminal import cell_text as _cell
 
     words = _words(output)
     for _, df in frames:
@@ -196,7 +196,7 @@ def test_regime_terminal_tables_never_cut_a_number(tmp_path, monkeypatch, column
 
 
 def test_a_table_too_wide_for_the_terminal_is_one_block_a_row():
-    from routestats.cli import _long_format, fit_columns
+    from reports.terminal import long_format as _long_format, fit_columns
 
     headers, rows = ["layer", "lambda_max", "source"], [["0", "4.441e-16", "slice (finite forward)"]]
     assert fit_columns(headers, rows, [True, True, False], 40) == [5, 10, 15]  # 'forward)' wraps, numbers whole

@@ -64,6 +64,7 @@ __all__ = [
     "paired_inference",
     "PairedInference",
     "signflip_count",
+    "signflip_floor",
     "percentile_ci",
     "percentile_coverage",
     "PERCENTILE_COVERAGE_95",
@@ -135,6 +136,18 @@ def holm(p) -> np.ndarray:
     res[order] = adj
     out[ok] = res
     return out
+
+
+def signflip_floor(n: int, permutations: int) -> tuple[float, bool]:
+    """The smallest raw p the two-sided sign-flip test can give over ``n`` examples with ``permutations`` draws
+    (the plus-one rule's 1/(P + 1), or the exact 2/2^n of the two sign patterns as extreme as the data when
+    that is larger), and whether the latter (few examples) is what limits it.
+
+    >>> signflip_floor(5, 9999), signflip_floor(40, 9999)
+    ((0.0625, True), (0.0001, False))
+    """
+    mc, exact = 1.0 / (permutations + 1), 2.0 / 2.0 ** min(n, 1000)
+    return (exact, True) if exact > mc else (mc, False)
 
 
 def cohen_dz(d) -> np.ndarray:

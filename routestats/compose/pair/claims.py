@@ -12,7 +12,7 @@ import pandas as pd
 
 from routestats.compose.claims import ci_text, direction_claim, floor_text, layers_phrase, p_after, rows_of, signed, span
 from routestats.report import Check, Claim, fmt_num
-from routestats.stats.inference import SMALL_N, percentile_coverage
+from routestats.stats.inference import SMALL_N, percentile_coverage, signflip_floor
 
 __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
            "early_claims", "scope_claim", "censoring_claims", "small_sample_claims", "length_claims", "effects_claims", "effect_findings", "distance_claims",
@@ -309,18 +309,6 @@ def small_sample_claims(n_used: int, confidence: float) -> list[Claim]:
                   "the test.", "headline", "effects",
                   requires=(Check(f"fewer than {SMALL_N} examples", f"n_used < {SMALL_N}", on="design"),),
                   design={"n_used": n_used})]
-
-
-def signflip_floor(n: int, permutations: int) -> tuple[float, bool]:
-    """The smallest raw p the two-sided sign-flip test can give over ``n`` examples with ``permutations`` draws
-    (the plus-one rule's 1/(P + 1), or the exact 2/2^n of the two sign patterns as extreme as the data when
-    that is larger), and whether the latter (few examples) is what limits it.
-
-    >>> signflip_floor(5, 9999), signflip_floor(40, 9999)
-    ((0.0625, True), (0.0001, False))
-    """
-    mc, exact = 1.0 / (permutations + 1), 2.0 / 2.0 ** min(n, 1000)
-    return (exact, True) if exact > mc else (mc, False)
 
 
 def effect_findings(eff: pd.DataFrame, conf: str) -> list[Claim]:

@@ -1,0 +1,299 @@
+"""The plan report: how many examples (a pilot pair) or seeds (a pilot study) a study needs for a true change.
+
+:func:`plan` returns the tidy power curve; :func:`build_plan_report` the :class:`~routestats.report.Report`
+that ``routestats plan`` writes (its answer first: the planned size, the power there and one size below,
+with their Monte Carlo errors; then the power curve with the pilot's and the planned size marked). Every
+sentence is a claim whose checks read the plan's own rows (:mod:`routestats.compose.plan.claims`).
+
+Examples
+--------
+>>> import tempfile
+>>> from routestats.rundir.synthetic import synthetic_pair
+>>> folder = tempfile.mkdtemp()
+>>> _ = synthetic_pair(folder, seed=0, n_examples=12)
+>>> q = PlanQuestion(delta=0.05, sims=100, max_examples=64)
+>>> rep = build_plan_report(folder, q, AnalysisSettings(resamples=300, permutations=999))
+>>> sorted(rep.tables())
+['plan', 'power_curve']
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from routestats.compose.plan.claims import CLAIM_ORDER, example_claims, seed_claims
+from routestats.compose.plan.pilot import Pilot, read_pilot
+from routestats.compose.skeleton import build_report, generated_now
+from routestats.errors import RoutestatsError
+from routestats.report import Column, Figure, Report, Section, Table, section
+from routestats.settings import AnalysisSettings
+from routestats.stats import power as P
+from routestats.stats.inference import signflip_floor
+
+__all__ = ["PlanQuestion", "plan", "build_plan_report", "PLAN_SECTIONS"]
+
+
+@dataclass(frozen=True)
+class PlanQuestion:
+    """What a plan is asked: the true change ``delta`` (one value for every layer, or one per layer), the
+    ``power`` to reach, the pilot's ``spread`` to plan from (``upper``: its SD at the one-sided 80 % upper
+    confidence bound, the default; ``pilot``: as observed; a number: that multiple of the pilot's), the
+    simulated samples per size (``sims``) and the largest size tried (``max_examples``, ``max_seeds``).
+
+    >>> PlanQuestion(delta=0.01).spread_label(32)
+    'the pilot’s spread at its 80% upper confidence bound (× 1.131)'
+    >>> PlanQuestion(delta=0.01, power=1.2)
+    Traceback (most recent call last):
+    ...
+    routestats.errors.RoutestatsError: power must lie strictly between 0 and 1, got 1.2
+    """
+
+    delta: float | tuple = 0.01
+    power: float = 0.8
+    spread: str | float = "upper"
+    sims: int = 1000
+    max_examples: int = 4096
+    max_seeds: int = 30
+
+    def __post_init__(self):
+        d = np.atleast_1d(np.asarray(self.delta, dtype=np.float64))
+        if not np.isfinite(d).all() or not (d != 0).any():
+            raise RoutestatsError(f"delta must be finite and nonzero for some layer, got {self.delta!r}")
+        if not 0 < self.power < 1:
+            raise RoutestatsError(f"power must lie strictly between 0 and 1, got {self.power!r}")
+        if not (self.spread in ("upper", "pilot") or (isinstance(self.spread, (int, float)) and self.spread > 0)):
+            raise RoutestatsError(f"spread must be upper, pilot or a positive multiple, got {self.spread!r}")
+        for name, least in (("sims", 20), ("max_examples", 4), ("max_seeds", 3)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+                raise RoutestatsError(f"{name} must be a whole number of at least {least}, got {v!r}")
+
+    def deltas(self, n_layers: int) -> np.ndarray:
+        d = np.atleast_1d(np.asarray(self.delta, dtype=np.float64))
+        if d.size == 1:
+            return np.repeat(d, n_layers)
+        if d.size != n_layers:
+            raise RoutestatsError(f"{d.size} per-layer changes for a pilot of {n_layers} layers")
+        return d
+
+    def spread_factor(self, n_pilot: int) -> float:
+        if self.spread == "upper":
+            return P.upper_spread(n_pilot)
+        return 1.0 if self.spread == "pilot" else float(self.spread)
+
+    def spread_label(self, n_pilot: int) -> str:
+        f = self.spread_factor(n_pilot)
+        if self.spread == "upper":
+            return f"the pilot’s spread at its {P.UPPER_SPREAD_LEVEL:.0%} upper confidence bound (× {f:.3f})"
+        return "the pilot’s spread as observed" if self.spread == "pilot" else f"{f:g} × the pilot’s spread"
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """The pilot, the question and the settings; the simulations run once (``cached_property``)."""
+
+    pilot: Pilot
+    question: PlanQuestion
+    settings: AnalysisSettings
+    say: Callable[[str], None] = field(default=lambda s: None, repr=False, compare=False)
+
+    @functools.cached_property
+    def examples(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(the plan row, the power curve) of a pilot pair: the smallest n whose hardest layer reaches the power."""
+        p, q, s = self.pilot, self.question, self.settings
+        D = p.D.to_numpy()
+        delta = q.deltas(D.shape[1])
+        factor = q.spread_factor(len(D))
+        k = D.shape[1]
+        reach = P.smallest_reachable_n(k, p.alpha, s.permutations)
+        if reach is None:
+            raise RoutestatsError(f"with {s.permutations:,} sign-flip draws no layer can reach p_Holm < {p.alpha:.3g} "
+                                  f"over {k} layers at any n; raise --permutations")
+
+        def power_at(n: int) -> P.PowerAtN:
+            return P.headline_power(D, delta, n, alpha=p.alpha, sims=q.sims, spread=factor,
+                                    resampling=s.resampling, labels=p.layers)
+
+        start = P.normal_guess(D, delta, p.alpha, q.power, factor)
+        n, seen = P.search_n(power_at, q.power, start, reach, q.max_examples, self.say)
+        by_n = {r.n: r for r in seen}
+        top_n = n if n is not None else max(by_n)
+        for m in {p.n_examples, *(int(top_n * f) for f in (0.25, 0.5, 0.75))}:  # the curve's shape, for the figure
+            if reach <= m <= q.max_examples and m not in by_n:
+                by_n[m] = power_at(m)
+        curve = pd.concat([by_n[m].to_frame() for m in sorted(by_n)], ignore_index=True)
+        top = by_n[n] if n is not None else by_n[max(by_n)]
+        below = by_n.get(n - 1) if n is not None else None
+        own = by_n.get(p.n_examples)
+        row = {"pilot_examples": p.n_examples, "n_layers": k, "alpha": p.alpha, "families": p.families,
+               "target": q.power, "delta_min": float(np.abs(delta[delta != 0]).min()),
+               "delta_max": float(np.abs(delta).max()), "uniform": bool(np.all(delta == delta[0])),
+               "spread_factor": factor, "sims": q.sims, "max_examples": q.max_examples,
+               "n_reachable": reach, "floor_reachable": k * signflip_floor(reach, s.permutations)[0],
+               "floor_below": k * signflip_floor(reach - 1, s.permutations)[0] if reach > 1 else np.nan,
+               "n_planned": n if n is not None else np.nan, "n_tried": top.n,
+               "power_planned": P.power_target(top), "power_all": top.power_all,
+               "n_below": n - 1 if below is not None else np.nan,
+               "power_below": P.power_target(below) if below is not None else np.nan,
+               "power_pilot": P.power_target(own) if own is not None else np.nan}
+        plan = pd.DataFrame([row])
+        plan["se_planned"] = np.sqrt(plan["power_planned"] * (1 - plan["power_planned"]) / q.sims)
+        return plan, curve
+
+    @functools.cached_property
+    def seeds(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(the seeds needed at each examples-per-seed, the power over seeds) of a pilot study."""
+        from scipy import stats
+
+        p, q, s = self.pilot, self.question, self.settings
+        c = p.components
+        delta = q.deltas(len(c))
+        k0, n0 = p.n_seeds, p.n_examples
+        vb, vw = c["var_between_seeds"].to_numpy(), c["var_within_seed"].to_numpy()
+        if q.spread == "upper":  # the seed means' variance at its upper bound, put on the between-seed part
+            total = vb + vw / n0
+            vb = total * (k0 - 1) / stats.chi2.ppf(1 - P.UPPER_SPREAD_LEVEL, k0 - 1) - vw / n0
+        elif q.spread != "pilot":
+            vb, vw = vb * float(q.spread) ** 2, vw * float(q.spread) ** 2
+        sizes = sorted({max(1, n0 // 2), n0, 2 * n0, 4 * n0})
+        rows, plans = [], []
+        for m in sizes:
+            found = None
+            for k in range(2, q.max_seeds + 1):
+                pw = P.seed_power(vb, vw, delta, k, m, alpha=p.alpha, sims=q.sims, confidence=s.confidence,
+                                  seed=s.seed)
+                rows += [{"examples": m, "seeds": k, "layer": str(l), "power": float(v)} for l, v in zip(p.layers, pw)]
+                hard = float(pw[delta != 0].min())
+                rows.append({"examples": m, "seeds": k, "layer": "hardest layer", "power": hard})
+                if hard >= q.power:
+                    found = k
+                    break
+            self.say(f"{m} examples per seed: {found or f'more than {q.max_seeds}'} seeds")
+            plans.append({"examples": m, "pilot": m == n0, "seeds_planned": found if found else np.nan})
+        curve = pd.DataFrame(rows)
+        curve["se"] = np.sqrt(curve["power"] * (1 - curve["power"]) / q.sims)
+        plan = pd.DataFrame(plans)
+        hard = curve[curve["layer"] == "hardest layer"].set_index(["examples", "seeds"])["power"]
+        plan["power_planned"] = [hard.get((m, k), np.nan) for m, k in zip(plan["examples"], plan["seeds_planned"])]
+        plan["power_below"] = [hard.get((m, k - 1), np.nan) for m, k in zip(plan["examples"], plan["seeds_planned"])]
+        plan["target"] = q.power
+        plan["pilot_seeds"] = k0
+        plan["max_seeds"] = q.max_seeds
+        plan["alpha"] = p.alpha
+        plan["delta_min"] = float(np.abs(delta[delta != 0]).min())
+        plan["uniform"] = bool(np.all(delta == delta[0]))
+        plan["sims"] = q.sims
+        return plan, curve
+
+
+@section("examples", "Examples needed")
+def examples_section(ctx: PlanContext) -> Section | None:
+    if ctx.pilot.kind != "pair":
+        return None
+    plan, curve = ctx.examples
+    q = ctx.question
+    fig = Figure("power_curve", "power_curve", {"curve": curve[curve["layer"] != "any layer"]},
+                 {"target": q.power, "pilot": ctx.pilot.n_examples, "planned": plan["n_planned"].iloc[0],
+                  "x": "examples"})
+    t_plan = Table("plan", plan, "The plan: the smallest number of examples at which the hardest layer's headline "
+                   "test reaches the power, estimated by simulation from the pilot.",
+                   (Column("Pilot n", "pilot_examples", "int"), Column("Layers", "n_layers", "int"),
+                    Column("α (family)", "alpha", "sig"), Column("Reachable from n", "n_reachable", "int"),
+                    Column("Planned n", "n_planned", "int"), Column("Power", "power_planned", "num", 3),
+                    Column("MC SE", "se_planned", "num", 3), Column("Power at n − 1", "power_below", "num", 3),
+                    Column("Power at pilot n", "power_pilot", "num", 3)))
+    t_curve = Table("power_curve", curve, f"Estimated power per layer at each size simulated ({q.sims:,} samples "
+                    "each; MC SE = Monte Carlo standard error): the rate at which the headline calls the layer's "
+                    "change, in its direction.",
+                    (Column("n", "n", "int"), Column("Layer", "layer", "text"), Column("Δ", "delta", "num", 4),
+                     Column("Power", "power", "num", 3), Column("MC SE", "se", "num", 3)))
+    return Section("examples", "Examples needed", (t_plan, t_curve), (fig,),
+                   claims=tuple(example_claims(plan, ctx.pilot, q.spread_label(ctx.pilot.n_examples), fig)))
+
+
+@section("seeds", "Seeds needed")
+def seeds_section(ctx: PlanContext) -> Section | None:
+    if ctx.pilot.kind != "study":
+        return None
+    plan, curve = ctx.seeds
+    q = ctx.question
+    at_pilot = curve[(curve["examples"] == ctx.pilot.n_examples)]
+    fig = Figure("power_curve", "power_curve", {"curve": at_pilot.rename(columns={"seeds": "n"})},
+                 {"target": q.power, "pilot": ctx.pilot.n_seeds,
+                  "planned": plan.loc[plan["pilot"], "seeds_planned"].iloc[0], "x": "seeds"})
+    t_plan = Table("seed_plan", plan, "Seeds needed for the across-seed test (paired t, Holm over layers) at each "
+                   "number of examples per seed, simulated from the pilot's variance split.",
+                   (Column("Examples per seed", "examples", "int"), Column("Seeds", "seeds_planned", "int"),
+                    Column("Power", "power_planned", "num", 3), Column("Power with one fewer", "power_below", "num", 3)))
+    t_curve = Table("seed_power", curve, f"Estimated power per layer over seeds and examples per seed ({q.sims:,} "
+                    "samples each).",
+                    (Column("Examples", "examples", "int"), Column("Seeds", "seeds", "int"),
+                     Column("Layer", "layer", "text"), Column("Power", "power", "num", 3),
+                     Column("MC SE", "se", "num", 3)))
+    return Section("seeds", "Seeds needed", (t_plan, t_curve), (fig,),
+                   claims=tuple(seed_claims(plan, ctx.pilot, q.spread_label(ctx.pilot.n_seeds), fig)))
+
+
+PLAN_SECTIONS = (examples_section, seeds_section)
+
+
+def _context(path, question: PlanQuestion, settings, progress) -> PlanContext:
+    s = AnalysisSettings.of(settings)
+    say = progress or (lambda label: None)
+    pilot = read_pilot(path, s, say)
+    question.deltas(len(pilot.layers))  # a change per layer of another model: refused before any simulation
+    return PlanContext(pilot, question, s, say)
+
+
+def build_plan_report(path, question: PlanQuestion, settings: AnalysisSettings | None = None,
+                      progress: Callable[[str], None] | None = None) -> Report:
+    """The plan report of the pilot at ``path`` (see the module docstring)."""
+    ctx = _context(path, question, settings, progress)
+    p = ctx.pilot
+    what = "examples" if p.kind == "pair" else "seeds"
+    methods = (
+        f"Power is estimated by simulation: {question.sims:,} samples per size, each analysed with the report's own "
+        "test and settings, the rate at which its headline calls a layer's change in the planted direction. "
+        + ("Samples of n whole examples (their layers together) are drawn with replacement from the pilot's per-example "
+           "differences, centred on their layer means, scaled to the planned spread and shifted by Δ; each sample gets "
+           "the percentile bootstrap and the two-sided sign-flip test with Holm over the layers at the family's α "
+           f"({p.alpha:.3g}: the report's α shared by its {p.families} headline families); the size searched is the "
+           "smallest n whose hardest layer reaches the power (bracketing, then bisection)."
+           if p.kind == "pair" else
+           "Each seed's mean Δ per layer is drawn from Normal(Δ, var_between + var_within / examples), the pilot's "
+           "random-intercept variance split (REML), layers independent; each sample gets the paired t-test across "
+           f"seeds with Holm over the layers at α {p.alpha:g} and its t interval."))
+    return build_report(ctx, PLAN_SECTIONS, title=f"Plan: {what} for a change of {_delta_text(question)}",
+                        subtitle=f"Pilot: {p.subject} · {p.n_examples} examples"
+                                 + (f" × {p.n_seeds} seeds" if p.kind == "study" else "")
+                                 + f" · {len(p.layers)} layers · target power {question.power:.0%}",
+                        methods=methods, claim_order=CLAIM_ORDER,
+                        provenance={"pilot": str(path), "analysis": {"generated": generated_now(),
+                                                                   "settings": asdict(ctx.settings),
+                                                                   "question": asdict(question)}},
+                        facts={"pilot_kind": p.kind, "pilot_examples": p.n_examples, "alpha": p.alpha})
+
+
+def _delta_text(q: PlanQuestion) -> str:
+    d = np.atleast_1d(np.asarray(q.delta, dtype=np.float64))
+    return f"{d[0]:+g} SFM in every layer" if d.size == 1 else "Δ SFM " + ", ".join(f"{v:+g}" for v in d) + " by layer"
+
+
+def plan(path, delta=0.01, *, power: float = 0.8, spread="upper", sims: int = 1000, max_examples: int = 4096,
+         max_seeds: int = 30, settings: AnalysisSettings | None = None, progress=None) -> pd.DataFrame:
+    """The power curve of a plan from the pilot at ``path`` as a tidy frame (a pilot pair: n, layer, delta, power,
+    se, sims, planned; a pilot study: examples, seeds, layer, power, se, planned); see :class:`PlanQuestion`."""
+    q = PlanQuestion(delta=delta if np.ndim(delta) == 0 else tuple(delta), power=power, spread=spread, sims=sims,
+                     max_examples=max_examples, max_seeds=max_seeds)
+    ctx = _context(path, q, settings, progress)
+    if ctx.pilot.kind == "pair":
+        row, curve = ctx.examples
+        return curve.assign(planned=curve["n"] == row["n_planned"].iloc[0])
+    rows, curve = ctx.seeds
+    best = dict(zip(rows["examples"], rows["seeds_planned"]))
+    return curve.assign(planned=[best.get(m) == k for m, k in zip(curve["examples"], curve["seeds"])])

@@ -1,0 +1,102 @@
+"""The plan report's sentences: each built from the plan's rows, each printed only when its checks hold.
+
+The answer is the planned size; beside it stand the power one size below (so "the smallest" is shown, not
+asserted), the Monte Carlo error, and where the test's floor first lets it reach alpha.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from routestats.compose.claims import floor_text
+from routestats.compose.plan.pilot import Pilot
+from routestats.report import Check, Claim, Figure
+
+__all__ = ["CLAIM_ORDER", "example_claims", "seed_claims"]
+
+CLAIM_ORDER = ("plan_floor", "plan_examples", "plan_not_reached", "plan_seeds", "plan_seeds_not_reached",
+               "pilot_power", "seed_tradeoff")
+
+
+def _change(r) -> str:
+    return f"{r['delta_min']:+g} in every layer" if r["uniform"] else \
+        f"the per-layer changes asked (smallest |Δ| {r['delta_min']:g})"
+
+
+def example_claims(plan: pd.DataFrame, pilot: Pilot, spread: str, fig: Figure) -> list[Claim]:
+    """The claims of a pilot pair's plan (one row, :attr:`PlanContext.examples`)."""
+    r = plan.iloc[0]
+    out = []
+    a, target = float(r["alpha"]), repr(float(r["target"]))
+    reach, k = int(r["n_reachable"]), int(r["n_layers"])
+    below = f"{floor_text(r['floor_below'], r['floor_below'])} with {reach - 1}" if reach > 1 else "1 or more"
+    out.append(Claim("plan_floor", f"No layer's change can reach p_Holm < {a:.3g} with fewer than {reach} examples: the "
+                     f"smallest attainable p_Holm over {k} layers is {k} × 2/2^n ({below}, "
+                     f"{floor_text(r['floor_reachable'], r['floor_reachable'])} with {reach}).", "headline", "plan",
+                     (int(r["pilot_examples"]),), key="pilot_examples",
+                     requires=(Check("the floor reaches alpha at n_reachable", f"floor_reachable < {a!r}"),
+                               Check("and not one example fewer", f"not (floor_below < {a!r})")),
+                     evidence=plan))
+    if r["n_planned"] == r["n_planned"]:
+        n = int(r["n_planned"])
+        one_less = f"{n - 1} examples: {r['power_below']:.3f}" if n > reach else \
+            "the fewest at which the test can reach α"
+        out.append(Claim(
+            "plan_examples", f"For a true change of {_change(r)}, {n} examples give the hardest layer's headline test "
+            f"{r['target']:.0%} power (estimated {r['power_planned']:.3f} ± {r['se_planned']:.3f} Monte Carlo SE; "
+            f"{one_less}; every layer at once: {r['power_all']:.3f}), planned from {r['pilot_examples']} pilot "
+            f"examples with {spread}; sign-flip with Holm over {k} layers at α {a:.3g}.", "headline", "plan", (int(r["pilot_examples"]),),
+            key="pilot_examples", evidence=plan, figure=fig,
+            requires=(Check("reaches the power", f"power_planned >= {target}"),
+                      Check("one example fewer does not", f"power_below < {target} or n_planned == n_reachable")),
+            short=f"{n} examples give {r['target']:.0%} power for a change of {_change(r)}"))
+    else:
+        out.append(Claim(
+            "plan_not_reached", f"Up to {int(r['max_examples']):,} examples the hardest layer's headline test stays "
+            f"below {r['target']:.0%} power for a change of {_change(r)} (estimated {r['power_planned']:.3f} at "
+            f"{int(r['n_tried']):,}); a change this small needs a larger study than --max-examples allows.",
+            "headline", "plan", (int(r["pilot_examples"]),), key="pilot_examples", evidence=plan, figure=fig,
+            requires=(Check("no size reached the power", f"n_planned != n_planned and power_planned < {target}"),),
+            short=f"more than {int(r['max_examples']):,} examples for {r['target']:.0%} power"))
+    if r["power_pilot"] == r["power_pilot"]:
+        out.append(Claim(
+            "pilot_power", f"At the pilot's own {r['pilot_examples']} examples the hardest layer's power for this "
+            f"change is {r['power_pilot']:.3f}: a change this size would be missed "
+            + ("at least one time in five." if r["power_pilot"] < 0.8 else "less than one time in five."),
+            "finding", "plan", (int(r["pilot_examples"]),), key="pilot_examples", evidence=plan,
+            requires=(Check("the wording's side of 0.8", "power_pilot < 0.8" if r["power_pilot"] < 0.8
+                            else "power_pilot >= 0.8"),)))
+    return out
+
+
+def seed_claims(plan: pd.DataFrame, pilot: Pilot, spread: str, fig: Figure) -> list[Claim]:
+    """The claims of a pilot study's plan (one row per examples-per-seed, :attr:`PlanContext.seeds`)."""
+    out = []
+    target = repr(float(plan["target"].iloc[0]))
+    for i in range(len(plan)):
+        r = plan.iloc[i]
+        m = int(r["examples"])
+        if r["seeds_planned"] == r["seeds_planned"]:
+            k = int(r["seeds_planned"])
+            fewer = f"{k - 1} seeds: {r['power_below']:.3f}" if k > 2 else "the fewest the test takes"
+            text = (f"{k} seeds of {m} examples each give the hardest layer's across-seed test {r['target']:.0%} power "
+                    f"for a change of {_change(r)} (estimated {r['power_planned']:.3f}; {fewer})")
+            checks = (Check("reaches the power", f"power_planned >= {target}", where=f"examples == {m}"),
+                      Check("one seed fewer does not", f"power_below < {target} or seeds_planned == 2",
+                            where=f"examples == {m}"))
+            kind = "plan_seeds" if r["pilot"] else "seed_tradeoff"
+        else:
+            text = (f"Up to {int(r['max_seeds'])} seeds of {m} examples each the hardest layer's across-seed test stays "
+                    f"below {r['target']:.0%} power for a change of {_change(r)}")
+            checks = (Check("no seed count reached the power", "seeds_planned != seeds_planned",
+                            where=f"examples == {m}"),)
+            kind = "plan_seeds_not_reached" if r["pilot"] else "seed_tradeoff"
+        if r["pilot"]:
+            text += (f", planned from the pilot's {int(r['pilot_seeds'])} seeds with {spread}; paired t with Holm over "
+                     f"{len(pilot.layers)} layers at α {r['alpha']:g}, the seed as the unit.")
+        else:
+            text += "."
+        out.append(Claim(kind, text, "headline" if r["pilot"] else "finding", "seed_plan", (m,), key="examples",
+                         evidence=plan, requires=checks, figure=fig if r["pilot"] else None,
+                         short=(text.split(" (")[0] if r["pilot"] else "")))
+    return out

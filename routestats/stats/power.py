@@ -1,0 +1,273 @@
+"""Power of the pair report's own headline test, by simulation from a pilot's paired differences.
+
+The headline calls a layer's change *rose* (or *fell*) when its two-sided sign-flip p, Holm-adjusted over the
+layers, is below the family's alpha and its percentile bootstrap interval lies on that side of 0
+(:func:`routestats.compose.claims.direction_claim`). :func:`headline_power` estimates how often that happens
+for a planned number of examples ``n`` and a true change ``delta`` per layer:
+
+1. the pilot's per-example differences (examples x layers) are centred on their layer means (the null it
+   carries), scaled by ``spread`` (1: the pilot's spread; :func:`upper_spread`: its upper confidence bound)
+   and shifted by ``delta``;
+2. ``sims`` samples of ``n`` whole examples (rows: the layers' dependence is kept) are drawn with replacement;
+3. each is analysed with :func:`routestats.stats.inference.paired_inference` -- the report's procedure and
+   settings, one shared draw of signs and resamples for all samples of one size -- and Holm over its layers;
+4. a layer counts as detected when the claim's rule holds on the side of its ``delta`` (a layer whose
+   ``delta`` is 0 counts any claim: its rate is the false-positive rate).
+
+The Monte Carlo error of each estimate is its binomial standard error, sqrt(p (1 - p) / sims).
+
+Examples
+--------
+>>> import numpy as np
+>>> pilot = np.random.default_rng(0).normal(0.0, 1.0, size=(40, 1))
+>>> r = headline_power(pilot, [1.0], 12, alpha=0.05, sims=200, permutations=999, resamples=500)
+>>> 0.8 < float(r.power[0]) <= 1.0   # d_z = 1 at n = 12: a one-sample t-test has about 0.92
+True
+>>> smallest_reachable_n(4, 0.0125, 20_000)   # Holm over 4 layers: 4 x 2/2^n < 0.0125 first at n = 10
+10
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from routestats.errors import RoutestatsError
+from routestats.settings import Resampling
+from routestats.stats.inference import holm, paired_inference, signflip_floor
+
+__all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "smallest_reachable_n", "UPPER_SPREAD_LEVEL",
+           "seed_power", "search_n", "power_target", "normal_guess",
+           "MAX_SIM_VALUES"]
+
+UPPER_SPREAD_LEVEL = 0.8
+"""The one-sided confidence of the pilot's upper spread bound (Browne 1995: plan from the 80 % upper
+confidence limit of a pilot's SD, so that about four plans in five are not optimistic)."""
+
+MAX_SIM_VALUES = 1 << 23  # the most simulated differences (64 MB of float64) analysed in one call
+
+
+@dataclass(frozen=True)
+class PowerAtN:
+    """Estimated power at one sample size: per layer (``power``, aligned with ``layers``), for every layer
+    with a nonzero ``delta`` at once (``power_all``) and for at least one (``power_any``)."""
+
+    n: int
+    layers: tuple
+    delta: np.ndarray
+    power: np.ndarray
+    power_all: float
+    power_any: float
+    sims: int
+
+    def se(self, p) -> np.ndarray:
+        """The Monte Carlo standard error of an estimate ``p`` from this many samples."""
+        p = np.asarray(p, dtype=np.float64)
+        return np.sqrt(p * (1.0 - p) / self.sims)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per layer and one for ``every layer`` / ``any layer``: n, layer, delta, power, se, sims."""
+        rows = [{"n": self.n, "layer": str(l), "delta": float(d), "power": float(p)}
+                for l, d, p in zip(self.layers, self.delta, self.power)]
+        rows += [{"n": self.n, "layer": "every layer", "delta": np.nan, "power": self.power_all},
+                 {"n": self.n, "layer": "any layer", "delta": np.nan, "power": self.power_any}]
+        df = pd.DataFrame(rows)
+        df["se"] = self.se(df["power"].to_numpy())
+        df["sims"] = self.sims
+        return df
+
+
+def upper_spread(n_pilot: int, level: float = UPPER_SPREAD_LEVEL) -> float:
+    """The factor that takes a pilot's SD to its one-sided upper confidence bound (chi-square on n - 1 df):
+    sqrt((n - 1) / chi2.ppf(1 - level, n - 1)).
+
+    >>> round(upper_spread(32), 4)   # scipy.stats.chi2.ppf(0.2, 31) = 24.255...: sqrt(31 / 24.255)
+    1.1305
+    """
+    from scipy import stats
+
+    if n_pilot < 2:
+        raise RoutestatsError(f"a pilot needs at least 2 examples to estimate a spread, got {n_pilot}")
+    return float(math.sqrt((n_pilot - 1) / stats.chi2.ppf(1.0 - level, n_pilot - 1)))
+
+
+def smallest_reachable_n(n_layers: int, alpha: float, permutations: int) -> int | None:
+    """The fewest examples at which some layer can reach p_Holm < ``alpha``: the smallest raw sign-flip p
+    (:func:`~routestats.stats.inference.signflip_floor`) times the Holm factor of the first step, the number
+    of layers, falls below ``alpha``; None when the draws' own floor 1/(P + 1) never lets it."""
+    if n_layers * signflip_floor(10_000, permutations)[0] >= alpha:
+        return None
+    n = 1
+    while n_layers * signflip_floor(n, permutations)[0] >= alpha:
+        n += 1
+    return n
+
+
+def detected(p_raw: np.ndarray, ci_low: np.ndarray, ci_high: np.ndarray, sign: np.ndarray,
+             alpha: float) -> np.ndarray:
+    """(samples, layers) booleans: the headline's rule per sample -- Holm over the layers of each row, then
+    p_Holm < alpha with the interval above 0 (``sign`` > 0), below 0 (``sign`` < 0), or either (``sign`` 0).
+
+    >>> p = np.array([[0.001, 0.2], [0.004, 0.001]])
+    >>> lo, hi = np.array([[0.1, -0.1], [0.1, 0.2]]), np.array([[0.3, 0.1], [0.3, 0.4]])
+    >>> detected(p, lo, hi, np.array([1, 1]), 0.01).tolist()
+    [[True, False], [True, True]]
+    """
+    p_holm = np.vstack([holm(row) for row in p_raw])
+    up, down = ci_low > 0, ci_high < 0
+    side = np.where(sign > 0, up, np.where(sign < 0, down, up | down))
+    return (p_holm < alpha) & side
+
+
+def headline_power(pilot, delta, n: int, *, alpha: float, sims: int = 1000, spread: float = 1.0,
+                   resampling: Resampling | None = None, seed: int | None = None, labels=None,
+                   resamples: int | None = None, permutations: int | None = None) -> PowerAtN:
+    """Estimated power of the headline's test at ``n`` examples for a true change ``delta`` (see the module
+    docstring).
+
+    Parameters
+    ----------
+    pilot : array_like, (m, k)
+        The pilot's paired differences, examples x layers.
+    delta : array_like, (k,)
+        The true change per layer (variant − baseline).
+    n : int
+        The planned number of examples.
+    alpha : float
+        The family's share of the headline's alpha (the pair report's ``family_alpha``).
+    sims : int
+        Simulated samples (Monte Carlo error about sqrt(p (1 - p) / sims)).
+    spread : float
+        The factor applied to the centred differences (1: the pilot's spread).
+    resampling, resamples, permutations
+        The test's settings (default: the report's); ``seed`` seeds the simulation (default: the settings').
+    """
+    r = Resampling.of(resampling, resamples=resamples, permutations=permutations)
+    x = np.asarray(pilot, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2 or not np.isfinite(x).all():
+        raise RoutestatsError(f"a pilot is a finite (examples x layers) matrix of at least 2 examples, got shape "
+                              f"{x.shape}")
+    d = np.asarray(delta, dtype=np.float64).reshape(-1)
+    if d.shape != (x.shape[1],) or not np.isfinite(d).all():
+        raise RoutestatsError(f"delta needs one finite value per layer ({x.shape[1]}), got {d.shape[0]}")
+    if int(n) < 2 or int(sims) < 1 or not spread > 0:
+        raise RoutestatsError(f"n >= 2, sims >= 1 and spread > 0 are needed, got {n}, {sims}, {spread}")
+    n, sims, k = int(n), int(sims), x.shape[1]
+    base = (x - x.mean(axis=0)) * float(spread) + d
+    rng = np.random.default_rng([int(r.seed if seed is None else seed), n])
+    hits = np.zeros((sims, k), dtype=bool)
+    chunk = max(1, MAX_SIM_VALUES // (n * k))
+    for s in range(0, sims, chunk):
+        c = min(chunk, sims - s)
+        rows = rng.integers(0, len(base), size=(c, n))
+        sample = base[rows]  # (c, n, k)
+        cols = sample.transpose(1, 0, 2).reshape(n, c * k)  # one column per (sample, layer)
+        res = paired_inference(cols, resampling=r)
+        shape = (c, k)
+        hits[s:s + c] = detected(res.p_raw.reshape(shape), res.ci_low.reshape(shape), res.ci_high.reshape(shape),
+                                 np.sign(d), alpha)
+    moved = d != 0
+    all_ = hits[:, moved].all(axis=1).mean() if moved.any() else np.nan
+    any_ = hits[:, moved].any(axis=1).mean() if moved.any() else hits.any(axis=1).mean()
+    labels = tuple(range(k)) if labels is None else tuple(labels)
+    return PowerAtN(n, labels, d, hits.mean(axis=0), float(all_), float(any_), sims)
+
+
+def power_target(res: PowerAtN) -> float:
+    """What a plan asks to reach: the power of the hardest layer among those with a nonzero change."""
+    moved = res.delta != 0
+    return float(res.power[moved].min()) if moved.any() else float("nan")
+
+
+def normal_guess(pilot, delta, alpha: float, power: float, spread: float) -> int:
+    """A starting size from the normal approximation at the Bonferroni level alpha / k (each layer's SD,
+    the hardest layer): n = ((z(1 - alpha / 2k) + z(power)) sd / |delta|)^2."""
+    from scipy import stats
+
+    x = np.asarray(pilot, dtype=np.float64)
+    d = np.asarray(delta, dtype=np.float64)
+    sd = x.std(axis=0, ddof=1) * spread
+    z = stats.norm.ppf(1 - alpha / (2 * x.shape[1])) + stats.norm.ppf(power)
+    moved = d != 0
+    need = (z * sd[moved] / np.abs(d[moved])) ** 2
+    return int(max(2, math.ceil(float(need.max())))) if moved.any() else 2
+
+
+def search_n(power_at: Callable[[int], PowerAtN], target: float, start: int, lowest: int, most: int,
+             say: Callable[[str], None] = lambda s: None) -> tuple[int | None, list[PowerAtN]]:
+    """The smallest n in [lowest, most] whose estimated :func:`power_target` reaches ``target``: a bracket
+    grown from ``start`` by factors of 1.5, then bisection to the example (power rises with n; each size is
+    estimated once). Returns (n, or None when ``most`` does not reach it; every estimate made)."""
+    seen: dict[int, PowerAtN] = {}
+
+    def at(m: int) -> float:
+        if m not in seen:
+            seen[m] = power_at(m)
+            say(f"n = {m:,}: power {power_target(seen[m]):.3f}")
+        return power_target(seen[m])
+
+    m = min(max(start, lowest), most)
+    if at(m) >= target:
+        hi = m
+        lo = lowest - 1
+        while hi > lowest:
+            cand = max(lowest, int(hi / 1.5))
+            if at(cand) >= target:
+                hi = cand
+            else:
+                lo = cand
+                break
+    else:
+        lo = m
+        while True:
+            if lo >= most:
+                return None, sorted(seen.values(), key=lambda r: r.n)
+            cand = min(most, max(lo + 1, int(math.ceil(lo * 1.5))))
+            if at(cand) >= target:
+                hi = cand
+                break
+            lo = cand
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if at(mid) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi, sorted(seen.values(), key=lambda r: r.n)
+
+
+def seed_power(var_between, var_within, delta, seeds: int, examples: int, *, alpha: float, sims: int = 4000,
+               confidence: float | None = None, seed: int = 1001) -> np.ndarray:
+    """Per-layer power of the study's across-seed test (paired t on each seed's mean Δ, Holm over layers,
+    the t interval on the side of the change: :func:`routestats.compose.study.claims.across_seed_claims`)
+    with ``seeds`` seeds of ``examples`` examples each.
+
+    Each seed's mean Δ of a layer is drawn from Normal(delta, var_between + var_within / examples) -- the
+    random-intercept model of :func:`routestats.studies.seeds.variance_components` -- independently across
+    layers (the pilot's few seeds cannot estimate their dependence).
+
+    >>> p = seed_power([0.0], [1.0], [0.5], seeds=10, examples=1, alpha=0.05, sims=4000)
+    >>> round(float(p[0]), 2)   # statsmodels TTestPower().power(0.5, nobs=10, alpha=0.05) = 0.293
+    0.29
+    """
+    from scipy import stats
+
+    conf = Resampling().confidence if confidence is None else confidence
+    vb, vw, d = (np.asarray(v, dtype=np.float64).reshape(-1) for v in (var_between, var_within, delta))
+    if int(seeds) < 2 or int(examples) < 1:
+        raise RoutestatsError(f"the across-seed test needs at least 2 seeds and 1 example each, got {seeds}, {examples}")
+    sd = np.sqrt(vb + vw / int(examples))
+    rng = np.random.default_rng([int(seed), int(seeds), int(examples)])
+    x = d + sd * rng.standard_normal((int(sims), int(seeds), len(d)))
+    k = int(seeds)
+    m, s = x.mean(axis=1), x.std(axis=1, ddof=1)
+    se = s / math.sqrt(k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = 2 * stats.t.sf(np.abs(m / se), k - 1)
+    p = np.where(se > 0, p, 1.0)
+    q = stats.t.ppf(0.5 + conf / 2, k - 1)
+    return detected(p, m - q * se, m + q * se, np.sign(d), alpha).mean(axis=0)

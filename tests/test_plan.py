@@ -1,0 +1,184 @@
+"""`routestats plan`: power of the report's own test from a pilot, judged against closed forms and planted truth.
+
+Independent references: statsmodels' TTestPower (the one-sample t-test's noncentral-t power, the closed form
+the sign-flip test approaches for normal differences and the across-seed test is exactly), and fresh samples
+of the planned size drawn from the planted population and analysed with the report's procedure, Holm taken
+from statsmodels' multipletests and the claim's rule written out here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
+from typer.testing import CliRunner
+
+from routestats.cli import app
+from routestats.compose.plan import PlanQuestion, build_plan_report
+from routestats.errors import RoutestatsError
+from routestats.report import Report
+from routestats.stats.inference import paired_inference
+from routestats.stats.power import headline_power, search_n, seed_power, smallest_reachable_n, upper_spread
+
+FAST = dict(permutations=4999, resamples=2000)
+
+
+def _standard_normal(m: int, seed: int) -> np.ndarray:
+    z = np.random.default_rng(seed).standard_normal(m)
+    return ((z - z.mean()) / z.std())[:, None]  # resampled rows then have SD exactly 1
+
+
+@pytest.mark.parametrize("n, dz", [(20, 0.6), (80, 0.3)])
+def test_signflip_power_of_normal_differences_matches_the_t_test_closed_form(n, dz):
+    r = headline_power(_standard_normal(20_000, 5), [dz], n, alpha=0.05, sims=4000, **FAST)
+    expected = TTestPower().power(dz, nobs=n, alpha=0.05)  # statsmodels: 0.721 (n 20, 0.6), 0.755 (n 80, 0.3)
+    assert abs(r.power[0] - expected) < 3 * r.se(expected) + 0.005  # MC error; sign-flip vs t differ < 0.005 here
+
+
+@pytest.mark.parametrize("k, dz", [(5, 1.2), (10, 0.8)])
+def test_seed_power_is_the_t_tests_power(k, dz):
+    p = seed_power([0.3], [0.7 * 64], [dz], seeds=k, examples=64, alpha=0.05, sims=20_000)
+    # per-seed mean SD = sqrt(0.3 + 0.7) = 1: the effect size is dz
+    expected = TTestPower().power(dz, nobs=k, alpha=0.05)
+    assert abs(p[0] - expected) < 3 * np.sqrt(expected * (1 - expected) / 20_000)
+
+
+def test_floor_and_upper_spread_closed_forms():
+    # Holm over 4 layers at 0.0125: 4 x 2/2^9 = 0.0156 is not below it, 4 x 2/2^10 = 0.0078 is
+    assert smallest_reachable_n(4, 0.0125, 20_000) == 10
+    assert smallest_reachable_n(4, 0.05, 20) is None  # 4/(20 + 1) > 0.05 at any n
+    # scipy's chi2.ppf(0.2, 9) = 5.380: sqrt(9 / 5.380)
+    assert upper_spread(10) == pytest.approx(np.sqrt(9 / 5.380), rel=1e-3)
+
+
+def test_search_finds_the_smallest_n_of_a_monotone_curve():
+    class At:  # a known power curve: 0.8 first reached at n = 137
+        def __init__(self, n):
+            self.n, self.delta, self.power = n, np.array([1.0]), np.array([min(1.0, n / 171.25)])
+
+    n, seen = search_n(At, 0.8, 40, 3, 4096)
+    assert n == 137 and {136, 137} <= {r.n for r in seen}
+    assert search_n(At, 0.8, 40, 3, 100)[0] is None
+
+
+def _planted(m: int, n_layers: int, seed: int) -> np.ndarray:
+    """A skewed population of paired differences whose layers share a common factor (centred: mean 0)."""
+    rng = np.random.default_rng(seed)
+    common = rng.gamma(2.0, 1.0, size=(m, 1)) - 2.0
+    own = rng.standard_normal((m, n_layers))
+    x = 0.02 * (0.7 * common / np.sqrt(2) + 0.7 * own) * np.linspace(0.8, 1.4, n_layers)
+    return x - x.mean(axis=0)
+
+
+def _holm_rejects(p: np.ndarray, alpha: float) -> np.ndarray:
+    """Holm's step-down rule as Holm (1979) states it: sorted ascending, reject while p_(i) < alpha / (m - i)
+    (i from 0), stop at the first that is not (statsmodels' multipletests agrees, but runs gc.collect per call)."""
+    m = p.shape[1]
+    order = np.argsort(p, axis=1)
+    ok = np.take_along_axis(p, order, axis=1) < alpha / (m - np.arange(m))
+    keep = np.cumprod(ok, axis=1).astype(bool)
+    out = np.zeros_like(keep)
+    np.put_along_axis(out, order, keep, axis=1)
+    return out
+
+
+def test_holm_rule_of_the_check_is_statsmodels_holm():
+    p = np.random.default_rng(3).uniform(0, 0.05, size=(12, 4))
+    expected = np.vstack([multipletests(row, alpha=0.03, method="holm")[0] for row in p])
+    assert (_holm_rejects(p, 0.03) == expected).all() and expected.any() and not expected.all()
+
+
+def test_planned_n_reaches_the_power_on_fresh_samples_of_the_planted_population(tmp_path):
+    truth = _planted(40_000, 3, seed=11)
+    delta = np.array([0.01, 0.01, 0.01])
+    alpha = 0.05 / 3
+    at = lambda n: headline_power(truth, delta, n, alpha=alpha, sims=2000, seed=7, **FAST)  # noqa: E731
+    n, _ = search_n(at, 0.8, 60, smallest_reachable_n(3, alpha, 4999), 2000)
+    # 1,000 new samples of n from the planted population, analysed with the report's procedure; Holm from
+    # statsmodels and the headline's rule (p_Holm < alpha, interval on the side of the change) written out here
+    rng = np.random.default_rng(2024)
+    sims, k = 1000, truth.shape[1]
+    cols = (truth[rng.integers(0, len(truth), size=(sims, n))] + delta).transpose(1, 0, 2).reshape(n, sims * k)
+    res = paired_inference(cols, seed=99, **FAST)
+    p = res.p_raw.reshape(sims, k)
+    hit = _holm_rejects(p, alpha) & (res.ci_low.reshape(sims, k) > 0)
+    assert abs(hit.mean(axis=0).min() - 0.8) <= 0.03, (n, hit.mean(axis=0))
+
+
+def test_plan_report_of_the_demo_pair_leads_with_the_planned_n():
+    rep = build_plan_report("data/demo_run", PlanQuestion(delta=0.02, sims=200, max_examples=400),
+                            _settings())
+    row = rep.frame("plan").iloc[0]
+    assert row["power_planned"] >= 0.8 and (row["power_below"] < 0.8 or row["n_planned"] == row["n_reachable"])
+    assert rep.headline[0].startswith("No layer's change can reach p_Holm < 0.0167 with fewer than 9 examples")
+    assert rep.answer.startswith(f"{int(row['n_planned'])} examples give 80% power")
+    curve = rep.frame("power_curve")
+    assert {"0", "1", "2", "3", "every layer", "any layer"} <= set(curve["layer"])
+
+
+def _settings():
+    from routestats.settings import AnalysisSettings
+
+    return AnalysisSettings(**FAST)
+
+
+def _mutated(rep: Report, table: str, **values) -> dict:
+    """Each claim's verdict with the cited rows changed (the checks read the rows, not the builder)."""
+    out = {}
+    for c in rep.claims:
+        if c.table == table:
+            ev = c.evidence.copy()
+            for col, v in values.items():
+                ev[col] = v
+            out[c.kind] = type(c)(**{**c.__dict__, "evidence": ev}).holds
+    return out
+
+
+def test_every_plan_check_is_false_on_some_input():
+    rep = build_plan_report("data/demo_run", PlanQuestion(delta=0.02, sims=100, max_examples=400), _settings())
+    assert all(c.holds for c in rep.claims)
+    assert _mutated(rep, "plan", power_planned=0.5)["plan_examples"] is False  # not reached after all
+    assert _mutated(rep, "plan", power_below=0.95)["plan_examples"] is False   # one fewer was enough
+    assert _mutated(rep, "plan", floor_reachable=0.5)["plan_floor"] is False
+    assert _mutated(rep, "plan", floor_below=0.001)["plan_floor"] is False
+    assert _mutated(rep, "plan", power_pilot=0.95)["pilot_power"] is False     # the wording's side of 0.8
+
+
+def test_study_pilot_plans_seeds():
+    rep = build_plan_report("data/demo_study", PlanQuestion(delta=0.05, sims=400, max_seeds=12), _settings())
+    plan = rep.frame("seed_plan")
+    assert set(plan["examples"]) >= {int(plan.loc[plan["pilot"], "examples"].iloc[0])}
+    for r in plan.itertuples():
+        if r.seeds_planned == r.seeds_planned:
+            assert r.power_planned >= 0.8 and (r.seeds_planned == 2 or r.power_below < 0.8)
+    assert all(c.holds for c in rep.claims if c.kind.startswith("plan_seeds"))
+
+
+def test_plan_question_refuses_in_one_line():
+    for bad in (dict(delta=0.0), dict(power=1.0), dict(spread="wide"), dict(sims=3)):
+        with pytest.raises(RoutestatsError):
+            PlanQuestion(**{"delta": 0.01, **bad})
+
+
+def test_cli_plan_writes_the_report_and_refuses_bad_options(tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(app, ["plan", "data/demo_run", "--delta", "0.02", "--sims", "100", "--max-examples", "300",
+                            "--permutations", "4999", "--resamples", "1000", "-o", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    assert "examples give the hardest layer's headline test 80% power" in " ".join(r.output.split())
+    assert (tmp_path / "p" / "figures" / "power_curve.png").is_file()
+    assert (tmp_path / "p" / "tables" / "plan.tex").is_file()
+    r = runner.invoke(app, ["plan", "data/demo_run", "-o", str(tmp_path / "q")])
+    assert r.exit_code == 2 and "--delta" in r.output
+    r = runner.invoke(app, ["plan", "data/demo_run", "--delta-per-layer", "0.01,0.02", "-o", str(tmp_path / "q")])
+    assert r.exit_code == 2 and "2 per-layer changes for a pilot of 4 layers" in r.output
+
+
+def test_api_plan_returns_a_tidy_curve():
+    import routestats as rs
+
+    df = rs.plan("data/demo_run", 0.02, sims=100, max_examples=300, settings=_settings())
+    assert isinstance(df, pd.DataFrame) and df["planned"].sum() == 6  # 4 layers + every + any at the planned n
+    assert set(df.columns) >= {"n", "layer", "delta", "power", "se", "sims", "planned"}
