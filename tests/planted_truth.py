@@ -149,8 +149,30 @@ def floors(tables: dict) -> list[float]:
     return [min(1.0, L * max(1.0 / (P + 1), 2.0 / 2.0 ** n))]
 
 
-def check_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None, tables: dict) -> None:
+def missed_change_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None) -> list[float]:
+    """The sizes a null sentence says would be missed at least one time in five, judged by the t-test's own power
+    (statsmodels' noncentral t, the SD of each cited layer's differences from its row): a size the t-test detects
+    more often than 80% at this n and alpha is a false sentence. Returns the numbers the judgement accepts."""
+    from statsmodels.stats.power import TTestPower
+
+    n = int(re.search(r"With (\d+) (?:examples|seeds)", sentence).group(1))
+    alpha = value(re.search(r"at α (\d+\.\d+)", sentence).group(1))
+    sizes = re.findall(r"layer (\d+)'s SFM smaller than (\d+\.\d+)", sentence) or \
+        [(k, x) for x, k in re.findall(r"(\d+\.\d+) \(layer (\d+)\)", sentence)]
+    if not sizes or rows is None:
+        v.problems.append("a missed-change sentence that names no size of a cited layer")
+        return []
+    sd = rows.set_index("layer")["sd_diff" if "sd_diff" in rows else "sd_delta"]  # per example, or per seed
+    for k, x in sizes:
+        power = TTestPower().power(value(x) / sd[int(k)], nobs=n, alpha=alpha)
+        if power > 0.8:
+            v.problems.append(f"a change of {x} in layer {k} is seen {power:.2f} of the time by the t-test at n {n}")
+    return [value(x) for _, x in sizes] + [0.8]
+
+
+def check_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None, tables: dict, judged=()) -> None:
     cells = [] if rows is None else [float(x) for x in rows.select_dtypes("number").to_numpy().ravel()]
+    cells += list(judged)
     design = [ALPHA / k for k in range(1, 6)] + [ALPHA]
     fl = floors(tables)
     for m in NUMBER.finditer(sentence):
@@ -214,7 +236,8 @@ def judge_row(row: pd.Series, tables: dict, sc: Scenario, examples: pd.DataFrame
     s, kind = str(row["sentence"]), str(row["kind"])
     v = Verdict(kind, str(row["where"]), s)
     rows = cited(tables, row)
-    check_numbers(v, s, rows, tables)
+    judged = missed_change_numbers(v, s, rows) if kind == "missed_change" else ()
+    check_numbers(v, s, rows, tables, judged)
     asserts = row["asserts"] if isinstance(row["asserts"], str) else ""
     if kind in ("rose", "fell", "mixed", "no_evidence") and rows is not None:
         short = row["short"] if isinstance(row.get("short"), str) else ""
@@ -366,7 +389,7 @@ def judge_study_row(row: pd.Series, tables: dict, sc: StudyScenario) -> Verdict:
     s, kind = str(row["sentence"]), str(row["kind"])
     v = Verdict(kind, str(row["where"]), s)
     rows = cited(tables, row)
-    check_numbers(v, s, rows, {})
+    check_numbers(v, s, rows, {}, missed_change_numbers(v, s, rows) if kind == "missed_change" else ())
     k = len(sc.seeds)
     asserts = row["asserts"] if isinstance(row["asserts"], str) else ""
     if kind in ("rose", "fell", "mixed", "no_evidence") and rows is not None:

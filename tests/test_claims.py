@@ -32,7 +32,7 @@ TEMPLATES = {
     "early_share", "needs_bias_off", "scope", "censoring", "depends_on_length", "pair_floor", "layer_effect",
     "highest_layer", "profile_distance", "adjusted_counts", "no_across_seed", "same_sign", "signflip_floor",
     "direct_learned", "shared_examples", "parts_scope", "counts", "patterns", "seed_layer", "mixed_not_converged",
-    "null_check", "first_key_sink", "layers_listed", "examples_nested", "highest_tie",
+    "null_check", "first_key_sink", "layers_listed", "examples_nested", "highest_tie", "missed_change",
 }
 # kinds no synthetic run here produces, exercised on constructed tables in tests/test_claim_templates.py
 # (unnamed keys: the synthetic runs name every token)

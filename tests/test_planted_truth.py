@@ -9,6 +9,7 @@ are in docs/methods.md).
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.planted_truth import Scenario, StudyScenario, draw, run_scenario, run_study, summary
@@ -75,3 +76,16 @@ def test_planted_truth_study_sentences(tmp_path):
     kinds = {v.kind for v in verdicts}
     # the planted seeds draw their own examples: never "crossed"; the rules of the seed table recomputed here
     assert {"examples_nested", "patterns", "signflip_floor", "counts"} <= kinds and "shared_examples" not in kinds
+
+
+def test_the_missed_change_judge_catches_a_size_the_test_would_see():
+    from tests.planted_truth import Verdict, missed_change_numbers
+
+    rows = pd.DataFrame({"layer": [1], "sd_diff": [0.03]})
+    # statsmodels: TTestPower().power(0.0149 / 0.03, nobs=32, alpha=0.05) = 0.78 (below 0.8: the sentence is true)
+    ok = Verdict("missed_change", "headline", "")
+    said = "With 32 examples, a change in layer 1's SFM smaller than 0.0149 would be missed ... at α 0.05 (normal"
+    assert missed_change_numbers(ok, said, rows) == [0.0149, 0.8] and ok.true
+    bad = Verdict("missed_change", "headline", "")  # mutation: a size the t-test sees 99% of the time
+    missed_change_numbers(bad, said.replace("0.0149", "0.0230"), rows)
+    assert not bad.true

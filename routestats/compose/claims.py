@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 
 from routestats.report import Check, Claim, Figure, fmt_ci, fmt_num, fmt_p
+from routestats.stats.power import detectable_change
 
-__all__ = ["layers_phrase", "direction_claim", "direct_learned_claim", "design_claims", "signed", "span", "span_r", "p_after",
+__all__ = ["layers_phrase", "direction_claim", "missed_change_claims", "direct_learned_claim", "design_claims", "signed", "span", "span_r", "p_after",
            "ci_text", "p_max_phrase", "floor_text", "rows_of", "profile_claims"]
 
 
@@ -348,3 +349,35 @@ def profile_claims(highest: pd.DataFrame, alpha: float = 0.05, conf: str = "95%"
                                              f"not (p_adj < {alpha!r} and ci_low > 0 and above_all)"),),
                              evidence=ev))
     return out
+
+
+def missed_change_claims(eff: pd.DataFrame, n_used: int, alpha: float, floor: float, *, table: str, power: float = 0.8,
+                         p: str = "p_holm", lo: str = "ci_low", hi: str = "ci_high", sd: str = "sd_diff",
+                         unit: str = "examples") -> list[Claim]:
+    """Beside layers the headline does not call changed: the change each one's test would miss at least one time
+    in five at this n (examples, or seeds for the across-seed test) (:func:`routestats.stats.power.detectable_change`, a lower bound), so a null result says what
+    it could have seen."""
+    if sd not in eff:  # a table without the spread of its differences: nothing to size
+        return []
+    a = repr(float(alpha))
+    called = (eff[p] < alpha) & ((eff[lo] > 0) | (eff[hi] < 0))
+    rows = eff[~called].assign(detectable=lambda t: detectable_change(t[sd], n_used, alpha, power))
+    rows = rows.sort_values("detectable")
+    if len(rows) == 1:
+        x = rows['detectable'].iloc[0]
+        what = f"a change in layer {int(rows['layer'].iloc[0])}'s SFM smaller than {fmt_num(x, scale_decimals(x))}"
+    elif len(rows):
+        least, most = rows.iloc[0], rows.iloc[-1]
+        d = scale_decimals(least["detectable"])
+        what = (f"a change in one of these {len(rows)} layers' SFM smaller than {fmt_num(least['detectable'], d)} "
+                f"(layer {int(least['layer'])}) to {fmt_num(most['detectable'], d)} (layer {int(most['layer'])})")
+    else:
+        what = "no layer"  # withheld: the check counts the cited layers
+    often = {0.8: "one time in five", 0.9: "one time in ten"}.get(power, f"{1 - power:.0%} of the time")
+    return [Claim("missed_change", f"With {n_used} {unit}, {what} would be missed at least {often}: {power:.0%} "
+                  f"power needs at least (z(1 − α/2) + z({power:g})) × SD/√n at α {alpha:.3g} (normal approximation, a lower bound; `routestats plan` simulates the test itself).",
+                  "headline", table, tuple(int(v) for v in rows["layer"]), evidence=rows,
+                  requires=(Check("a layer not called changed", "rows >= 1 and floor < alpha", on="design"),
+                            Check("no cited layer is called changed",
+                                  f"not ({p} < {a} and ({lo} > 0 or {hi} < 0))")),
+                  design={"floor": floor, "alpha": float(alpha)})]

@@ -41,7 +41,7 @@ from routestats.settings import Resampling
 from routestats.stats.inference import holm, paired_inference, signflip_floor
 
 __all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "smallest_reachable_n", "UPPER_SPREAD_LEVEL",
-           "seed_power", "search_n", "power_target", "normal_guess",
+           "seed_power", "search_n", "power_target", "normal_guess", "detectable_change",
            "MAX_SIM_VALUES"]
 
 UPPER_SPREAD_LEVEL = 0.8
@@ -271,3 +271,18 @@ def seed_power(var_between, var_within, delta, seeds: int, examples: int, *, alp
     p = np.where(se > 0, p, 1.0)
     q = stats.t.ppf(0.5 + conf / 2, k - 1)
     return detected(p, m - q * se, m + q * se, np.sign(d), alpha).mean(axis=0)
+
+
+def detectable_change(sd, n: int, alpha: float, power: float = 0.8) -> np.ndarray:
+    """A lower bound on the smallest change a layer's test detects with ``power`` at ``n`` examples:
+    (z(1 - alpha / 2) + z(power)) * sd / sqrt(n), the normal approximation at the family's alpha, Holm's most
+    lenient step. The sign-flip test at that level, with t's heavier tails and Holm's stricter earlier steps,
+    detects less often, so any change smaller than this is missed at least 1 - ``power`` of the time.
+
+    >>> round(float(detectable_change([0.03], 32, 0.05)[0]), 4)   # (1.960 + 0.8416) x 0.03 / sqrt(32)
+    0.0149
+    """
+    from scipy import stats
+
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    return z * np.asarray(sd, dtype=np.float64) / math.sqrt(int(n))

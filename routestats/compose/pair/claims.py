@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from routestats.compose.claims import ci_text, direction_claim, floor_text, layers_phrase, p_after, rows_of, signed, span
+from routestats.compose.claims import (ci_text, direction_claim, floor_text, layers_phrase, missed_change_claims, p_after,
+                                       rows_of, signed, span)
 from routestats.report import Check, Claim, fmt_num
 from routestats.stats.inference import SMALL_N, percentile_coverage, signflip_floor
 
@@ -19,7 +20,7 @@ __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed
            "adjusted_claims", "signflip_floor"]
 
 # headline and findings in this rank (a kind not listed follows in section order)
-CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "small_sample_intervals", "no_evidence_shape", "differs_across_layers", "largest_contrast", "unnamed_shift",
+CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "missed_change", "small_sample_intervals", "no_evidence_shape", "differs_across_layers", "largest_contrast", "unnamed_shift",
                "first_key_sink", "learned_sink", "early_share", "needs_bias_off", "direct_learned", "scope", "censoring",
                "depends_on_length", "length_adjusted", "layers_listed", "layer_effect", "highest_layer", "highest_tie",
                "profile_distance", "adjusted_counts")
@@ -288,7 +289,7 @@ def effects_claims(eff: pd.DataFrame, *, n_examples: int, pretrained: bool, alph
                          short=f"with {n_used} examples no layer can reach it (smallest attainable p_Holm "
                                f"{floor_text(floor, floor)})"))
     out += small_sample_claims(n_used, confidence)
-    return out + effect_findings(eff, conf)
+    return out + missed_change_claims(eff, n_used, alpha, floor, table="effects") + effect_findings(eff, conf)
 
 
 def small_sample_claims(n_used: int, confidence: float) -> list[Claim]:
