@@ -159,6 +159,9 @@ def missed_change_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None) 
     alpha = value(re.search(r"at α (\d+\.\d+)", sentence).group(1))
     sizes = re.findall(r"layer (\d+)'s SFM smaller than (\d+\.\d+)", sentence) or \
         [(k, x) for x, k in re.findall(r"(\d+\.\d+) \(layer (\d+)\)", sentence)]
+    each = re.search(r"smaller than (\d+\.\d+) \(each of them\)", sentence)
+    if each and rows is not None:  # one size said for every cited layer
+        sizes = [(int(k), each.group(1)) for k in rows["layer"]]
     if not sizes or rows is None:
         v.problems.append("a missed-change sentence that names no size of a cited layer")
         return []

@@ -182,3 +182,22 @@ def test_api_plan_returns_a_tidy_curve():
     df = rs.plan("data/demo_run", 0.02, sims=100, max_examples=300, settings=_settings())
     assert isinstance(df, pd.DataFrame) and df["planned"].sum() == 6  # 4 layers + every + any at the planned n
     assert set(df.columns) >= {"n", "layer", "delta", "power", "se", "sims", "planned"}
+
+
+def test_planned_seeds_reach_the_power_on_fresh_studies_of_a_planted_hierarchy():
+    from scipy import stats
+
+    # planted: seed effects Normal(0, 0.02^2), per-example skewed differences (gamma, SD 0.05), 16 examples a seed,
+    # two layers, a true change of 0.03 in both
+    vb, vw, m, delta = 0.02 ** 2, 0.05 ** 2, 16, np.array([0.03, 0.03])
+    est = {k: seed_power([vb] * 2, [vw] * 2, delta, k, m, alpha=0.05, sims=4000, seed=5).min() for k in range(2, 40)}
+    k = min(k for k, p in est.items() if p >= 0.8)  # seeds come whole: the power stated is the estimate at k
+    rng = np.random.default_rng(77)
+    sims = 1000
+    seed_fx = rng.normal(0, np.sqrt(vb), size=(sims, k, 2))
+    ex = (rng.gamma(4.0, 1.0, size=(sims, k, m, 2)) - 4.0) / 2.0 * np.sqrt(vw)  # gamma(4) has SD 2
+    means = delta + seed_fx + ex.mean(axis=2)  # each seed's mean Δ, as the study's table holds it
+    t = stats.ttest_1samp(means, 0.0, axis=1)
+    ci = t.confidence_interval(0.95)
+    hit = _holm_rejects(t.pvalue, 0.05) & (ci.low > 0)
+    assert est[k] >= 0.8 > est[k - 1] and abs(hit.mean(axis=0).min() - est[k]) <= 0.03, (k, est[k], hit.mean(axis=0))

@@ -369,8 +369,10 @@ def missed_change_claims(eff: pd.DataFrame, n_used: int, alpha: float, floor: fl
     elif len(rows):
         least, most = rows.iloc[0], rows.iloc[-1]
         d = scale_decimals(least["detectable"])
-        what = (f"a change in one of these {len(rows)} layers' SFM smaller than {fmt_num(least['detectable'], d)} "
-                f"(layer {int(least['layer'])}) to {fmt_num(most['detectable'], d)} (layer {int(most['layer'])})")
+        small, large = fmt_num(least["detectable"], d), fmt_num(most["detectable"], d)
+        what = (f"a change in one of these {len(rows)} layers' SFM smaller than {small} (layer {int(least['layer'])}) "
+                f"to {large} (layer {int(most['layer'])})" if small != large else
+                f"a change in one of these {len(rows)} layers' SFM smaller than {small} (each of them)")
     else:
         what = "no layer"  # withheld: the check counts the cited layers
     often = {0.8: "one time in five", 0.9: "one time in ten"}.get(power, f"{1 - power:.0%} of the time")

@@ -46,7 +46,7 @@ class PlanQuestion:
     simulated samples per size (``sims``) and the largest size tried (``max_examples``, ``max_seeds``).
 
     >>> PlanQuestion(delta=0.01).spread_label(32)
-    'the pilot’s spread at its 80% upper confidence bound (× 1.131)'
+    'the pilot's spread at its 80% upper confidence bound (× 1.131)'
     >>> PlanQuestion(delta=0.01, power=1.2)
     Traceback (most recent call last):
     ...
@@ -89,8 +89,8 @@ class PlanQuestion:
     def spread_label(self, n_pilot: int) -> str:
         f = self.spread_factor(n_pilot)
         if self.spread == "upper":
-            return f"the pilot’s spread at its {P.UPPER_SPREAD_LEVEL:.0%} upper confidence bound (× {f:.3f})"
-        return "the pilot’s spread as observed" if self.spread == "pilot" else f"{f:g} × the pilot’s spread"
+            return f"the pilot's spread at its {P.UPPER_SPREAD_LEVEL:.0%} upper confidence bound (× {f:.3f})"
+        return "the pilot's spread as observed" if self.spread == "pilot" else f"{f:g} × the pilot's spread"
 
 
 @dataclass(frozen=True)

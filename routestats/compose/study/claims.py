@@ -16,7 +16,7 @@ from routestats.report import Check, Claim, fmt_num
 __all__ = ["CLAIM_ORDER", "across_seed_claims", "pattern_claims", "convergence_claims", "shared_example_claims",
            "null_check_claims", "scope_claims"]
 
-CLAIM_ORDER = ("no_across_seed", "rose", "fell", "mixed", "no_evidence", "same_sign", "signflip_floor",
+CLAIM_ORDER = ("no_across_seed", "rose", "fell", "mixed", "no_evidence", "same_sign", "signflip_floor", "missed_change",
                "direct_learned", "parts_scope", "counts", "patterns", "seed_layer", "mixed_not_converged",
                "shared_examples", "examples_nested", "null_check")
 
