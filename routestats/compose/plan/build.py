@@ -46,7 +46,7 @@ class PlanQuestion:
     simulated samples per size (``sims``) and the largest size tried (``max_examples``, ``max_seeds``).
 
     >>> PlanQuestion(delta=0.01).spread_label(32)
-    'the pilot's spread at its 80% upper confidence bound (× 1.131)'
+    "the pilot's spread at its 80% upper confidence bound (× 1.131)"
     >>> PlanQuestion(delta=0.01, power=1.2)
     Traceback (most recent call last):
     ...
