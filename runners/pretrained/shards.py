@@ -15,16 +15,19 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from routestats.errors import RoutestatsError
 
 from runners.launch import Job, SequentialLauncher
-from runners.pretrained.capture import capture_runs, check_destination
+from runners.pretrained.capture import capture_runs, check_destination, plan_for
+from runners.pretrained.options import CaptureOptions, with_options
 from runners.pretrained.seam import Condition
 
-__all__ = ["SPEC", "SHARD", "shard_bounds", "shard_complete", "capture_shard", "capture_in_shards", "slice_identity"]
+__all__ = ["SPEC", "SHARD", "shard_bounds", "shard_complete", "capture_shard", "capture_in_shards", "slice_identity",
+           "claim_work_folder", "check_shard_runs"]
 
 SPEC = "shards.json"
 
@@ -56,10 +59,12 @@ def shard_complete(folder: Path, names: Sequence[str]) -> bool:
 SHARD = "shard.json"  # in each shard folder: its slice (first record, count, the records' hash) and the options
 
 
-def capture_shard(model: str, records: list, out: str, capture: dict, threads: int = 1, first: int = 0) -> str:
+def capture_shard(model: str, records: list, out: str, conditions: Sequence[Condition], options: CaptureOptions,
+                  threads: int = 1, first: int = 0) -> str:
     """One shard's job: ``records`` (the slice from record ``first``) captured into ``out/<condition>``
-    ("captured"), or "skipped" when its runs are complete and its ``shard.json`` proves the same slice and options.
-    A shard folder that proves anything else (another slice, other options, swapped in) is recaptured, never kept."""
+    ("captured"), or "skipped" when its runs are complete and its ``shard.json`` proves the same slice, conditions
+    and options. A shard folder that proves anything else (another slice, other options, swapped in) is
+    recaptured, never kept."""
     import torch
 
     from routestats.rundir.atomic import write_json_atomic
@@ -67,8 +72,8 @@ def capture_shard(model: str, records: list, out: str, capture: dict, threads: i
 
     from runners.pretrained.load import load_model
 
-    names = [c.name for c in capture.get("conditions", (Condition(),))]
-    folder, want = Path(out), slice_identity(records, capture, first)
+    names = [c.name for c in conditions]
+    folder, want = Path(out), slice_identity(records, conditions, options, first)
     try:
         same = read_json(folder / SHARD, 1 << 20) == want
     except (OSError, RoutestatsError):
@@ -79,16 +84,15 @@ def capture_shard(model: str, records: list, out: str, capture: dict, threads: i
         folder.unlink()  # a link planted in the work folder: removed, never followed
     shutil.rmtree(folder, ignore_errors=True)  # the work folder's own shard: written by this kind of job only
     torch.set_num_threads(threads)
-    loaded = load_model(model).to(capture.get("device", "cpu"))
-    capture_runs(loaded, records, out, force=True, **capture)
+    loaded = load_model(model).to(options.device)
+    capture_runs(loaded, records, out, conditions=conditions, options=options, force=True)
     write_json_atomic(folder / SHARD, want)
     return "captured"
 
 
-def _options(capture: dict) -> dict:
-    opts = {k: ([vars(c) | {"ablate": [list(a) for a in c.ablate]} for c in v] if k == "conditions" else v)
-            for k, v in sorted(capture.items())}
-    return json.loads(json.dumps(opts, default=str))
+def _options(conditions: Sequence[Condition], options: CaptureOptions) -> dict:
+    conds = [vars(c) | {"ablate": [list(a) for a in c.ablate]} for c in conditions]
+    return json.loads(json.dumps({"conditions": conds, **options.identity()}, default=str))
 
 
 def _records_sha(records) -> str:
@@ -96,51 +100,40 @@ def _records_sha(records) -> str:
     return hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
 
 
-def slice_identity(records, capture: dict, first: int) -> dict:
-    """What a shard folder must prove to be kept: its first record, count, the records' SHA-256 and the options."""
-    return {"first": int(first), "count": len(records), "records": _records_sha(records), "options": _options(capture)}
+def slice_identity(records, conditions: Sequence[Condition], options: CaptureOptions, first: int) -> dict:
+    """What a shard folder must prove to be kept: its first record, count, the records' SHA-256, the conditions
+    and the options."""
+    return {"first": int(first), "count": len(records), "records": _records_sha(records),
+            "options": _options(conditions, options)}
 
 
-def _identity(model, records, capture: dict, shards: int) -> dict:
+def _identity(model, records, conditions: Sequence[Condition], options: CaptureOptions, shards: int) -> dict:
     return {"model": str(Path(model).resolve()), "shards": shards, "records": _records_sha(records),
-            "options": _options(capture)}
+            "options": _options(conditions, options)}
 
 
 def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=None, force: bool = False,
-                      threads: int = 1, echo=print, **capture) -> list[Path]:
+                      threads: int = 1, echo=print, conditions: Sequence[Condition] = (Condition(),),
+                      options: CaptureOptions | None = None, **option_values) -> list[Path]:
     """Capture ``records`` with ``model`` (a folder) in ``shards`` jobs run by ``launcher`` (a
     :mod:`runners.launch` launcher; default: one after another here) and merge them into ``out/<condition>``.
 
-    ``capture`` holds :func:`runners.pretrained.capture.capture_runs`' options (conditions, cap, forms, ...).
-    A failed shard is named in one line; the finished ones are kept for the rerun.
+    ``conditions`` and ``options`` (or single options by name) as for
+    :func:`runners.pretrained.capture.capture_runs`. A failed shard is named in one line; the finished ones are
+    kept for the rerun.
     """
-    from routestats.rundir.atomic import write_json_atomic
-
     from runners.pretrained.load import load_model
 
     out, records = Path(out), list(records)
-    names = [c.name for c in capture.get("conditions", (Condition(),))]
+    options, conditions = with_options(options, option_values), tuple(conditions)
+    names = [c.name for c in conditions]
     bounds = shard_bounds(len(records), shards)
     check_destination(out, names, force)
     work = out.parent / f".{out.name}.capture-shards"
-    if work.is_symlink():
-        raise RoutestatsError(f"{work}: is a link, not the shards' own folder; remove it")
-    spec = _identity(model, records, capture, shards)
-    if work.exists():
-        from routestats.rundir.manifest import read_json
-
-        try:
-            same = read_json(work / SPEC, 1 << 20) == spec  # a regular file, bounded: no FIFO, device or link
-        except (OSError, ValueError):
-            same = False
-        if not same:
-            raise RoutestatsError(f"{work}: holds the shards of another capture (other model, records or options); "
-                                  "remove it to start this one")
-    else:
-        work.mkdir(parents=True)
-        write_json_atomic(work / SPEC, spec)
+    claim_work_folder(work, _identity(model, records, conditions, options, shards))
     jobs = [Job(f"shard-{i}", capture_shard, dict(model=str(model), records=records[a:b], out=str(work / f"shard-{i}"),
-                                                  capture=capture, threads=threads, first=a))
+                                                  conditions=conditions, options=options, threads=threads,
+                                                  first=a))
             for i, (a, b) in enumerate(bounds)]
     results = (launcher or SequentialLauncher()).run(jobs)
     bad = [r for r in results if not r.ok]
@@ -151,10 +144,9 @@ def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=No
     echo(f"shards: {sum(r.value == 'captured' for r in results)} captured, "
          f"{sum(r.value == 'skipped' for r in results)} already complete; merging")
     loaded = load_model(model)
-    check_shard_runs(loaded, records, work, bounds, capture)
-    merge = {k: v for k, v in capture.items() if k != "device"}
-    paths = capture_runs(loaded, records, out, force=force, shards=[(a, work / f"shard-{i}")
-                                                                    for i, (a, _) in enumerate(bounds)], **merge)
+    check_shard_runs(loaded, records, work, bounds, conditions, options)
+    paths = capture_runs(loaded, records, out, conditions=conditions, options=replace(options, device="cpu"),
+                         force=force, shards=[(a, work / f"shard-{i}") for i, (a, _) in enumerate(bounds)])
     for i in range(shards):  # everything here was written by this command: its spec, its shard runs, their logs
         shutil.rmtree(work / f"shard-{i}", ignore_errors=True)
     shutil.rmtree(work / "submitit", ignore_errors=True)
@@ -166,21 +158,39 @@ def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=No
     return paths
 
 
-def check_shard_runs(loaded, records: Sequence, work: Path, bounds, capture: dict) -> None:
+def claim_work_folder(work: Path, spec: dict) -> None:
+    """The shards' folder for the capture ``spec`` names: made with its ``shards.json``, or kept when that file
+    proves the same capture (a rerun); a link, or the shards of another capture, is refused in one line."""
+    from routestats.rundir.atomic import write_json_atomic
+    from routestats.rundir.manifest import read_json
+
+    if work.is_symlink():
+        raise RoutestatsError(f"{work}: is a link, not the shards' own folder; remove it")
+    if not work.exists():
+        work.mkdir(parents=True)
+        write_json_atomic(work / SPEC, spec)
+        return
+    try:
+        same = read_json(work / SPEC, 1 << 20) == spec  # a regular file, bounded: no FIFO, device or link
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        raise RoutestatsError(f"{work}: holds the shards of another capture (other model, records or options); "
+                              "remove it to start this one")
+
+
+def check_shard_runs(loaded, records: Sequence, work: Path, bounds, conditions: Sequence[Condition],
+                     options: CaptureOptions) -> None:
     """Before the merge, every shard's runs must hold exactly its slice of ``records`` (tokens, fields and labels
     as this capture encodes them) captured under this command's conditions and options; a shard that holds
     anything else is removed and refused in one line (rerunning recaptures it), never merged."""
     from routestats.rundir.read import load_run
 
-    from runners.pretrained.capture import plan_capture
-
-    plan = plan_capture(loaded, records, fields=capture.get("fields"), cap=capture.get("cap", 128),
-                        special=capture.get("special_tokens", "unnamed"),
-                        truncation=capture.get("truncation", "only-last"))
+    plan = plan_for(loaded, records, options)
     want = plan.examples()
     for i, (a, b) in enumerate(bounds):
         folder = work / f"shard-{i}"
-        for cond in capture.get("conditions", (Condition(),)):
+        for cond in conditions:
             run = load_run(folder / cond.name)
             ev = run.manifest.get("evaluation") if isinstance(run.manifest.get("evaluation"), dict) else {}
             got, part = run.examples(["tokens", "field_ids", "label"]), want.iloc[a:b]
