@@ -1,5 +1,5 @@
-"""Every figure kind and how it is drawn: the drawers of :mod:`reports.figures` (pairs),
-:mod:`reports.study`, :mod:`reports.mofa`, :mod:`reports.regime` and :mod:`reports.plan`, joined here by explicit
+"""Every figure kind and how it is drawn: the drawers of :mod:`reports.figures` and :mod:`reports.training`
+(pairs), :mod:`reports.study`, :mod:`reports.mofa`, :mod:`reports.regime` and :mod:`reports.plan`, joined here by explicit
 imports (no module registers into another's table), and the parallel drawing of a report's figures.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports import figures, mofa, plan, regime, study
+from reports import figures, mofa, plan, regime, study, training
 from reports.figures import save
 
 __all__ = ["REGISTRY", "draw", "draw_all"]
@@ -23,7 +23,7 @@ def _join(*tables: dict) -> dict:
     return out
 
 
-REGISTRY: dict = _join(figures.DRAWERS, study.DRAWERS, mofa.DRAWERS, regime.DRAWERS, plan.DRAWERS)
+REGISTRY: dict = _join(figures.DRAWERS, training.DRAWERS, study.DRAWERS, mofa.DRAWERS, regime.DRAWERS, plan.DRAWERS)
 
 
 def draw(figure):

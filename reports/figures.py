@@ -2,8 +2,8 @@
 
 :data:`REGISTRY` maps a :class:`routestats.report.Figure` kind to ``draw(frames, params)``, which
 returns a matplotlib Figure; :func:`save` writes PNG (+ PDF) and returns the PNG bytes for
-embedding. Register a new kind with ``@drawer("kind")`` (here or in ``reports/study.py``,
-``reports/mofa.py``, ``reports/regime.py``).
+embedding. Register a new kind with ``@drawer("kind")`` (here or in ``reports/training.py``,
+``reports/study.py``, ``reports/mofa.py``, ``reports/regime.py``, ``reports/plan.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from reports.axes import (DISPLAY_PX, MAX_LEGEND_LAYERS, integer_ticks, layer_colors, layer_key,  # noqa: E402
-                          layer_step, layer_ticks, step_axis)
+from reports.axes import (DISPLAY_PX, integer_ticks, layer_colors, layer_key, layer_step,  # noqa: E402
+                          layer_ticks)
 from reports.theme import RC  # noqa: E402
 
 PALETTE = {"baseline": "#4C72B0", "variant": "#DD8452"}
@@ -330,11 +330,6 @@ def head_heatmaps(hs: pd.DataFrame, labels: dict):
     return fig
 
 
-@drawer("trajectories")
-def _trajectories(frames, params):
-    return trajectories(frames["trajectory"], params.get("labels", {}))
-
-
 @drawer("paired_dots")
 def paired_dots(frames, params):
     """Per layer: every example's baseline and variant value joined by a line (the paired distribution)."""
@@ -375,67 +370,6 @@ def run_profile(frames, params):
     b.set(xlabel="layer", ylabel="entropy (nats)", title="Attention entropy")
     for ax in (a, b):
         layer_ticks(ax, t["layer"])
-    fig.tight_layout()
-    return fig
-
-
-def trajectories(traj: pd.DataFrame, labels: dict):
-    """SFM per layer over checkpoint steps; baseline dashed, variant solid."""
-    from matplotlib.lines import Line2D
-
-    fig, ax = plt.subplots(figsize=(8.5, 3.8))
-    layers = sorted(traj["layer"].unique())
-    colors = layer_colors(len(layers))
-    for c, layer in zip(colors, layers):
-        for role, ls in (("baseline", "--"), ("variant", "-")):
-            t = traj[(traj["role"] == role) & (traj["layer"] == layer)].sort_values("step")
-            ax.plot(t["step"], t["sfm"], ls=ls, marker="o", ms=3, color=c)
-    step_axis(ax, traj["step"])
-    ax.set(xlabel="training step", ylabel="same-field mass", title="SFM trajectories")
-    styles = [Line2D([], [], color="0.3", ls="--", label="baseline"), Line2D([], [], color="0.3", ls="-", label="variant")]
-    if len(layers) <= MAX_LEGEND_LAYERS:
-        handles = [Line2D([], [], color=c, marker="o", label=f"layer {layer}") for c, layer in zip(colors, layers)]
-        ax.legend(handles=handles + styles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    else:  # many layers: a colour bar for them, the two line styles in a small legend
-        layer_key(ax, colors, layers)
-        ax.legend(handles=styles, fontsize=8, loc="best")
-    fig.tight_layout()
-    return fig
-
-
-@drawer("gradient_ratios")
-def _gradient_ratios(frames, params):
-    return gradient_ratios(frames["steps"], params.get("labels", {}))
-
-
-def gradient_ratios(steps: pd.DataFrame, labels: dict):
-    """Trailing-mean gradient-norm ratio per step for both models (dashed line at 1)."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.4))
-    for role in ("baseline", "variant"):
-        t = steps[steps["role"] == role]
-        ax.plot(t["step"], t["trailing_mean"], color=PALETTE[role], label=SHORT[role])
-    ax.axhline(1.0, color="0.3", ls="--", lw=1)
-    lo, up = int(steps["lower_layer"].iloc[0]), int(steps["upper_layer"].iloc[0])
-    ax.set(xlabel="training step", ylabel=f"‖∇QKV L{up}‖ / ‖∇QKV L{lo}‖", title="Gradient-norm ratio (trailing mean)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-@drawer("training_curves")
-def _training_curves(frames, params):
-    return training_curves({r: g for r, g in frames["curves"].groupby("role")}, params.get("labels", {}))
-
-
-def training_curves(metrics: dict, labels: dict):
-    """Training loss per step for both models."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.2))
-    for role, m in metrics.items():
-        t = m[m["phase"] == "train"]
-        ax.plot(t["step"], t["loss"], color=PALETTE[role], lw=1, label=SHORT[role],
-                ls="--" if role == "variant" else "-")  # nearly equal curves: the dash keeps both visible
-    ax.set(yscale="log", xlabel="training step", ylabel="MSM loss", title="Training loss")
-    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

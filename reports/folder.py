@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 from routestats.errors import RoutestatsError
 from routestats.rundir.atomic import sha256_file, usual_mode
 from routestats.rundir.replace import NotReplaced, check_written, files_under, process_alive, replace_folder
-from routestats.rundir.write import describe_paths
+from routestats.rundir.replace import describe_paths
 
 __all__ = ["MARKER", "check_output", "write_folder", "copy_report", "foreign_files", "SourceUnreadable", "put_file",
            "process_alive"]

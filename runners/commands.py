@@ -194,8 +194,8 @@ def regime(*, run, layers, examples, token, domain_file, out, max_tokens, lattic
 
 def clear_written(out: Path, echo: Echo) -> None:
     """Remove from ``out`` only what its runs wrote (their manifests' files, unchanged); anything else stays."""
-    from routestats.rundir.replace import remove_written
-    from routestats.rundir.write import describe_paths, written_by_runs
+    from routestats.rundir.ownership import written_by_runs
+    from routestats.rundir.replace import describe_paths, remove_written
 
     if out.exists():
         left = remove_written(out, written_by_runs(out))

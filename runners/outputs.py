@@ -11,8 +11,8 @@ def check_replaceable(path: Path, what: str = "--out") -> None:
     report, another tool's output): runners replace only what they wrote, and only whole runs; nor one whose
     manifests name a file outside it (:func:`routestats.rundir.replace.check_written`)."""
     from routestats.errors import RoutestatsError
-    from routestats.rundir.replace import check_written
-    from routestats.rundir.write import describe_paths, unlisted_files, written_by_runs
+    from routestats.rundir.ownership import unlisted_files, written_by_runs
+    from routestats.rundir.replace import check_written, describe_paths
 
     path = Path(path)
     if path.exists() and not path.is_dir():

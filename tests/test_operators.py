@@ -12,8 +12,9 @@ F = torch.nn.functional
 
 from routestats.regime.certify import Operators, certify, directional  # noqa: E402
 from runners.training.mofa import GPTConfig, MoFAGPT  # noqa: E402
-from runners.regime.sublayer import (encoder_point, gpt2_sublayer, llama_sublayer, mofa_point, operating_point,  # noqa: E402
-                               random_sublayer, rope_matrix)
+from runners.regime.adapters import (encoder_point, gpt2_sublayer, llama_sublayer, mofa_point,  # noqa: E402
+                                     random_sublayer)
+from runners.regime.sublayer import operating_point, rope_matrix  # noqa: E402
 from runners.training.train import seed_everything  # noqa: E402
 
 pytestmark = pytest.mark.torch

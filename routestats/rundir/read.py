@@ -34,9 +34,10 @@ from routestats.rundir.blocks import (
 from routestats.rundir.verify import run_file, verified_sha256
 from routestats.errors import IncompleteRunError, IntegrityError, RunFormatError, SchemaVersionError  # noqa: F401
 from routestats.rundir.manifest import check_schema, read_manifest
+from routestats.rundir.examples import validate_examples
 from routestats.rundir.reduction_batches import ReductionBatch, batch_by_length, reductions_group
 
-__all__ = ["Run", "ExampleAttention", "ExampleReductions", "load_run", "validate_examples", "is_bias_off"]
+__all__ = ["Run", "ExampleAttention", "ExampleReductions", "load_run", "is_bias_off"]
 
 
 # ---------------------------------------------------------------- the Run
@@ -387,68 +388,14 @@ class Run:
     def validate(self, deep: bool = True) -> list[str]:
         """Check the whole run against the contract; return the list of checks passed.
 
-        ``deep`` also verifies every file's SHA-256 against the manifest and every example's
-        content hash. Raises :class:`~routestats.errors.RunFormatError` at the first failure.
+        ``deep`` also verifies every file's SHA-256 against the manifest, every example's content hash and,
+        where a step stores both forms, that its reductions are those of its matrices
+        (:func:`routestats.rundir.validation.validate_run`). Raises :class:`~routestats.errors.RunFormatError`
+        at the first failure.
         """
-        done = ["manifest"]
-        if deep:
-            for entry in self.manifest["files"]:
-                self.verify(entry["path"])
-            done.append(f"file hashes ({len(self.manifest['files'])} files)")
-        df = self.examples()
-        done.append(f"examples ({len(df)} rows)")
-        if deep:
-            for row in df.itertuples(index=False):
-                if S.content_hash(row.tokens, row.field_ids) != row.content_sha256:
-                    raise RunFormatError(
-                        f"{self.path / S.EXAMPLES}: column 'content_sha256' of example_id "
-                        f"{row.example_id} does not match its tokens and field_ids"
-                    )
-            done.append("content hashes")
-        ids = set(df["example_id"].tolist())
-        for step in self.attention_steps:
-            for form in self.attention_forms(step):
-                it = self.iter_attention(step) if form == S.FORM_MATRICES else self.iter_reductions(step)
-                seen = {blk.example_id for blk in it}
-                if seen != ids:
-                    missing = sorted(ids - seen)[:5]
-                    extra = sorted(seen - ids)[:5]
-                    raise RunFormatError(
-                        f"{self._file(S.attention_file(step, form))}: example ids differ from "
-                        f"{S.EXAMPLES} (missing {missing}, unknown {extra})"
-                    )
-                done.append(f"attention step {step} {form}")
-            if deep and set(S.ATTENTION_FORMS) <= set(self.attention_forms(step)):
-                self._check_forms_agree(step)
-                done.append(f"attention step {step}: reductions agree with matrices")
-        for name in (S.METRICS, S.GRADIENTS, S.LM_SCORES):
-            if self.has(name):
-                self._table(name)
-                done.append(name)
-        return done
+        from routestats.rundir.validation import validate_run
 
-
-    def _check_forms_agree(self, step: int, atol: float = 1e-9) -> None:
-        """Stored reductions equal the reductions of the stored matrices (within ``atol``)."""
-        from routestats.rundir.reductions import reduce_queries
-
-        ex = self.examples(["example_id", "field_ids"])
-        fields = dict(zip(ex["example_id"].tolist(), ex["field_ids"]))
-        named = self.field_ids
-        for m, r in zip(self.iter_attention(step), self.iter_reductions(step)):
-            if m.example_id != r.example_id:
-                raise RunFormatError(f"{self.path}: the two attention forms at step {step} list examples in a "
-                                     f"different order ({m.example_id} vs {r.example_id})")
-            want = reduce_queries(m.weights, np.asarray(fields[m.example_id]), named)
-            for col in S.REDUCTION_COLUMNS:
-                got = getattr(r, col)
-                if got is None:
-                    continue
-                err = np.abs(got - want[col].reshape(got.shape))
-                if err.max(initial=0.0) > atol:
-                    raise RunFormatError(
-                        f"{self.path / S.attention_file(step, S.FORM_REDUCTIONS)}: column {col!r} of example_id "
-                        f"{r.example_id} differs from the stored matrices by {err.max():.3g} (> {atol:g})")
+        return validate_run(self, deep)
 
 
 def is_bias_off(run) -> bool:
@@ -483,42 +430,6 @@ def _stream(path, blocks, build):
             blk = build(ex, rows)
             grid = check_grid(str(path), blk, grid)
         yield blk
-
-
-def validate_examples(table: pa.Table, fname: str, vocab_size: int) -> None:
-    """The row rules of examples.parquet, on the Arrow columns (no per-row objects): unique ids,
-    length = min(prepared_length, cap), one field id (and token and word id, when stored) per
-    position, field ids inside the vocabulary. The first offending row is named."""
-    import pyarrow.compute as pc
-
-    ids = table["example_id"].to_numpy()
-    if len(ids) and len(np.unique(ids)) < len(ids):
-        first = np.zeros(len(ids), dtype=bool)
-        first[np.unique(ids, return_index=True)[1]] = True
-        raise RunFormatError(f"{fname}: column 'example_id' repeats value {ids[np.flatnonzero(~first)[0]]}")
-    length = table["length"].to_numpy()
-    expect = np.minimum(table["prepared_length"].to_numpy(), table["cap"].to_numpy())
-    bad = np.flatnonzero(length != expect)
-    if bad.size:
-        i = bad[0]
-        raise RunFormatError(f"{fname}: column 'length' of example_id {ids[i]} is {length[i]}, "
-                             f"expected min(prepared_length, cap) = {expect[i]}")
-    for col in ("field_ids", "tokens", "word_ids"):
-        lens = pc.fill_null(pc.list_value_length(table[col]), -1).to_numpy()
-        # tokens and word_ids are optional (null); field_ids never is
-        wrong = lens != length if col == "field_ids" else (lens != length) & (lens != -1)
-        bad = np.flatnonzero(wrong)
-        if bad.size:
-            i = bad[0]
-            raise RunFormatError(f"{fname}: column {col!r} of example_id {ids[i]} has {lens[i]} entries, "
-                                 f"expected length = {length[i]}")
-    fields = table["field_ids"].combine_chunks()
-    flat = pc.list_flatten(fields).to_numpy(zero_copy_only=False).astype(np.int64)
-    if flat.size and (flat.min() < 0 or flat.max() >= vocab_size):
-        at = int(np.flatnonzero((flat < 0) | (flat >= vocab_size))[0])
-        owner = ids[pc.list_parent_indices(fields).to_numpy()[at]]
-        raise RunFormatError(f"{fname}: column 'field_ids' of example_id {owner} holds {flat[at]}, outside the field "
-                             f"vocabulary [0, {vocab_size})")
 
 
 # ---------------------------------------------------------------- loading

@@ -140,14 +140,7 @@ def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal:
     vf = valid.astype(np.float64)[:, None, :]
     unnamed = red["row_mass"] - fm.sum(axis=-1)
     first = red.get("first_mass")
-    named_mass = 1.0 - unnamed
-    if sink_rows is not None and np.any(sink_rows):  # S + C = 1 - U - sink mass: the mass on named keys
-        sink = np.asarray(sink_rows, dtype=bool)
-        named_mass = np.where(sink.reshape(-1, sink.shape[-1])[:, :, None], fm.sum(axis=-1), named_mass)
-    named_ok = valid[:, None, :] & (named_mass > 1e-12)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        own_named = np.where(named_ok, own / np.where(named_ok, named_mass, 1.0), 0.0)
-        sfm_named = own_named.sum(axis=-1) / named_ok.sum(axis=-1)
+    sfm_named = _sfm_named(own, fm, unnamed, valid, sink_rows)
     per_query = {"sfm": own, "entropy": red["entropy"], "entropy_rownorm": red["entropy_rownorm"],
                  "row_mass": red["row_mass"], "unnamed_mass": unnamed, "first_mass": first}
     out = {k: (v * vf).sum(axis=-1) / nq if v is not None else np.full(unnamed.shape[:2], np.nan)
@@ -159,6 +152,19 @@ def summarise_batch(red: dict, field_ids: np.ndarray, named: np.ndarray, causal:
         for k in (*per_query, *(extra or {})):
             out[k] = np.where(empty, np.nan, out[k])
     return out
+
+
+def _sfm_named(own, fm, unnamed, valid, sink_rows) -> np.ndarray:
+    """SFM renormalised to the named keys' mass, S + C = 1 - U (minus the sink mass where heads have learned
+    sinks), averaged over the valid queries whose named mass is above 0: (E, rows)."""
+    named_mass = 1.0 - unnamed
+    if sink_rows is not None and np.any(sink_rows):  # S + C = 1 - U - sink mass: the mass on named keys
+        sink = np.asarray(sink_rows, dtype=bool)
+        named_mass = np.where(sink.reshape(-1, sink.shape[-1])[:, :, None], fm.sum(axis=-1), named_mass)
+    named_ok = valid[:, None, :] & (named_mass > 1e-12)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own_named = np.where(named_ok, own / np.where(named_ok, named_mass, 1.0), 0.0)
+        return own_named.sum(axis=-1) / named_ok.sum(axis=-1)
 
 
 def _own_and_f2f(fm, src, valid):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 __all__ = ["NotReplaced", "check_written", "exchange", "remove_written", "replace_folder", "files_under", "process_alive", "prune_empty",
-           "walk_folders", "MAX_DEPTH"]
+           "walk_folders", "MAX_DEPTH", "describe_paths"]
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -181,14 +181,10 @@ def replace_folder(new: Path, out: Path, written: Mapping[str, str],
     prune_empty(old)
     say = notice or (lambda line: None)
     if back:
-        from routestats.rundir.write import describe_paths
-
         say(f"{out}: kept {len(back)} file(s) routestats did not write there, in place ({describe_paths(back)})")
     if old.exists():
         kept = out.parent / f"{out.name}.kept-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         os.rename(old, kept)
-        from routestats.rundir.write import describe_paths
-
         say(f"{out}: kept {len(stay)} file(s) whose names the new folder uses in {kept} ({describe_paths(stay)})")
     return back + stay
 
@@ -216,3 +212,18 @@ def walk_folders(folder: Path, max_depth: int = MAX_DEPTH):
             raise RoutestatsError(f"{folder}: folders nest deeper than {max_depth} levels (at {here}); point at the "
                                   "run or tree itself")
         stack += [(here / d, depth + 1) for d in reversed(dirs)]
+
+
+def describe_paths(paths: list[str], most: int = 3) -> str:
+    """Relative paths grouped by their top-level entry, for a one-line message.
+
+    >>> describe_paths(["NOTES.txt", "seed1001/report.html", "seed1001/tables/a.csv"])
+    'NOTES.txt, seed1001/ (2 files)'
+    """
+    groups: dict[str, int] = {}
+    for f in paths:
+        top, _, rest = f.partition("/")
+        key = top + "/" if rest or f.endswith("/") else top
+        groups[key] = groups.get(key, 0) + 1
+    shown = [k if not k.endswith("/") else f"{k} ({n} file{'s' if n > 1 else ''})" for k, n in list(groups.items())[:most]]
+    return ", ".join(shown) + (f" and {len(groups) - most} more" if len(groups) > most else "")

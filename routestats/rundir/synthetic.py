@@ -47,22 +47,11 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def synthetic_pair(
-    out_dir,
-    seed: int = 0,
-    n_examples: int = 16,
-    n_layers: int = 4,
-    n_heads: int = 4,
-    length_range: tuple[int, int] = (6, 24),
-    same_field_bias: Sequence[float] = (0.5, 1.0, 1.0, 1.0),
-    effect: Sequence[float] = (0.0, 0.3, -0.2, 1.0),
-    steps: Sequence[int] = (100,),
-    dtype: str = "float32",
-    forms: Sequence[str] = ("matrices",),
-    cap: int = 256,
-    causal: bool = False,
-    n_fields: int = 2,
-    exact_null: bool = False,
-    unnamed_examples: int = 0,
+    out_dir, seed: int = 0, n_examples: int = 16, n_layers: int = 4, n_heads: int = 4,
+    length_range: tuple[int, int] = (6, 24), same_field_bias: Sequence[float] = (0.5, 1.0, 1.0, 1.0),
+    effect: Sequence[float] = (0.0, 0.3, -0.2, 1.0), steps: Sequence[int] = (100,), dtype: str = "float32",
+    forms: Sequence[str] = ("matrices",), cap: int = 256, causal: bool = False, n_fields: int = 2,
+    exact_null: bool = False, unnamed_examples: int = 0,
 ) -> tuple[Path, Path]:
     """Write a SYNTHETIC paired run (``baseline`` and ``saab``) under ``out_dir``.
 
@@ -92,11 +81,7 @@ def synthetic_pair(
     rows = _synthetic_examples(rng, n_examples, length_range, cap, n_fields)
     for r in rows[len(rows) - unnamed_examples:] if unnamed_examples else []:
         r["field_ids"] = [2] * len(r["field_ids"])
-    noise = {ex["example_id"]: rng.standard_normal((len(steps), n_layers, n_heads, len(ex["field_ids"]),
-                                                    len(ex["field_ids"]))) for ex in rows}
-    extra = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows}
-    extra_baseline = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows} \
-        if exact_null else None
+    noise, extra, extra_baseline = _logit_draws(rng, rows, len(steps), n_layers, n_heads, exact_null)
     init_id = hashlib.sha256(f"synthetic-init-{seed}".encode()).hexdigest()
     order_id = hashlib.sha256(f"synthetic-order-{seed}".encode()).hexdigest()
     paths = []
@@ -108,22 +93,41 @@ def synthetic_pair(
         for si, step in enumerate(steps):
             with w.attention(step, dtype=dtype, forms=forms) as sink:
                 for ex in rows:
-                    g = np.asarray(ex["field_ids"])
-                    same = (g[:, None] == g[None, :]).astype(float)
-                    logits = noise[ex["example_id"]][si] + np.asarray(same_field_bias, float)[:, None, None, None] * same
-                    if variant == "saab":
-                        logits = logits + np.asarray(effect, float)[:, None, None, None] * same
-                        logits = logits + extra[ex["example_id"]][si]
-                    elif extra_baseline is not None:
-                        logits = logits + extra_baseline[ex["example_id"]][si]
-                    if causal:
-                        logits = np.where(np.tril(np.ones_like(same, bool)), logits, -np.inf)
-                    sink.add(ex["example_id"], _softmax(logits))
+                    e = ex["example_id"]
+                    added = extra[e][si] if variant == "saab" else (None if extra_baseline is None else
+                                                                    extra_baseline[e][si])
+                    sink.add(e, _planted_attention(ex["field_ids"], noise[e][si], same_field_bias,
+                                                   effect if variant == "saab" else None, added, causal))
         _write_training_tables(w, rng, max(steps), n_layers)
         paths.append(w.finalize(notes="SYNTHETIC: attention drawn from random logits by "
                                       "routestats.rundir.synthetic.synthetic_pair",
                                 model={"n_layers": n_layers, "n_heads": n_heads}))
     return paths[0], paths[1]
+
+
+def _logit_draws(rng, rows, n_steps: int, n_layers: int, n_heads: int, exact_null: bool):
+    """Per example: the standard-normal logits, the variant's extra noise and (``exact_null``) the baseline's."""
+    noise = {ex["example_id"]: rng.standard_normal((n_steps, n_layers, n_heads, len(ex["field_ids"]),
+                                                    len(ex["field_ids"]))) for ex in rows}
+    extra = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows}
+    extra_baseline = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows} \
+        if exact_null else None
+    return noise, extra, extra_baseline
+
+
+def _planted_attention(field_ids, noise, same_field_bias, effect, added, causal: bool) -> np.ndarray:
+    """Softmax of ``noise`` + the layer's same-field bias (+ ``effect``, for the variant) on same-field pairs,
+    + ``added`` noise; causal rows see no later key."""
+    g = np.asarray(field_ids)
+    same = (g[:, None] == g[None, :]).astype(float)
+    logits = noise + np.asarray(same_field_bias, float)[:, None, None, None] * same
+    if effect is not None:
+        logits = logits + np.asarray(effect, float)[:, None, None, None] * same
+    if added is not None:
+        logits = logits + added
+    if causal:
+        logits = np.where(np.tril(np.ones_like(same, bool)), logits, -np.inf)
+    return _softmax(logits)
 
 
 def _synthetic_example(rng, e: int, length_range, cap: int) -> dict:

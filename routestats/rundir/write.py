@@ -38,10 +38,11 @@ from routestats.rundir.atomic import atomic_path, sha256_file, sha256_parts, wri
 from routestats.errors import RoutestatsError, RunFormatError
 from routestats.rundir.blocks import check_reductions, check_probabilities
 from routestats.rundir.reductions import reduce_queries
-from routestats.rundir.replace import MAX_DEPTH, prune_empty, walk_folders  # noqa: F401  (re-exported)
+from routestats.rundir.examples import validate_examples
+from routestats.rundir.ownership import unlisted_files, written_by_runs
+from routestats.rundir.replace import describe_paths, prune_empty
 
-__all__ = ["RunWriter", "file_entry", "software_versions", "unlisted_files", "describe_paths", "TREE_FILES", "walk_folders",
-           "written_by_runs", "MAX_DEPTH"]
+__all__ = ["RunWriter", "file_entry", "software_versions"]
 
 
 def file_entry(run: Path, rel: str) -> dict:
@@ -381,8 +382,6 @@ class RunWriter:
             df["content_sha256"] = [S.content_hash(t, f) for t, f in zip(df["tokens"], df["field_ids"])]
         table = pa.Table.from_pandas(df[S.EXAMPLES_SCHEMA.names], schema=S.EXAMPLES_SCHEMA, preserve_index=False)
         # validate through the reader's rules before anything lands on disk
-        from routestats.rundir.read import validate_examples
-
         validate_examples(table.combine_chunks(), S.EXAMPLES, self.fields["vocab_size"])
         write_table_atomic(self.path / S.EXAMPLES, table)
         self._field_ids = {int(e): np.asarray(f, dtype=np.int64) for e, f in zip(df["example_id"], df["field_ids"])}
@@ -469,82 +468,3 @@ class RunWriter:
         manifest.update(extra)
         write_json_atomic(self.path / S.MANIFEST, manifest)
         return self.path
-
-
-TREE_FILES = ("tokenizer.json", "plan.json")  # written beside the runs of a tree by training and sweeps
-
-
-def describe_paths(paths: list[str], most: int = 3) -> str:
-    """Relative paths grouped by their top-level entry, for a one-line message.
-
-    >>> describe_paths(["NOTES.txt", "seed1001/report.html", "seed1001/tables/a.csv"])
-    'NOTES.txt, seed1001/ (2 files)'
-    """
-    groups: dict[str, int] = {}
-    for f in paths:
-        top, _, rest = f.partition("/")
-        key = top + "/" if rest or f.endswith("/") else top
-        groups[key] = groups.get(key, 0) + 1
-    shown = [k if not k.endswith("/") else f"{k} ({n} file{'s' if n > 1 else ''})" for k, n in list(groups.items())[:most]]
-    return ", ".join(shown) + (f" and {len(groups) - most} more" if len(groups) > most else "")
-
-
-def written_by_runs(folder: Path) -> dict[str, str]:
-    """relative path -> SHA-256 of every file under ``folder`` that a run there wrote: the files each run's
-    manifest lists with their hashes, each ``run.json`` itself and the tree files of :data:`TREE_FILES` (as read
-    now). A writer that replaces the folder removes only these, and only while their content is unchanged
-    (:func:`routestats.rundir.replace.remove_written`)."""
-    from routestats.rundir.manifest import read_json
-
-    folder = Path(folder)
-    out: dict[str, str] = {}
-    for here, dirs, names in walk_folders(folder):
-        rel_here = here.relative_to(folder)
-        if S.MANIFEST in names:
-            try:
-                m = read_json(here / S.MANIFEST)  # untrusted: size and depth bounded
-                for e in m.get("files", []):
-                    if isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("sha256"), str):
-                        out[(rel_here / e["path"]).as_posix()] = e["sha256"]
-                out[(rel_here / S.MANIFEST).as_posix()] = sha256_file(here / S.MANIFEST)
-            except (OSError, ValueError, AttributeError):  # RunFormatError is a ValueError: nothing is proven
-                pass
-            dirs[:] = []
-            continue
-        for n in names:
-            if n in TREE_FILES:
-                out[(rel_here / n).as_posix()] = sha256_file(here / n)
-    return out
-
-
-def unlisted_files(folder: Path) -> list[str]:
-    """Relative paths of the files under ``folder`` that no run there wrote: neither listed in the manifest
-    of the run holding them (nor that ``run.json`` itself) nor a tree file of :data:`TREE_FILES` outside the
-    runs. A writer may replace a folder only when this is empty (links are not followed).
-
-    >>> import tempfile
-    >>> d = Path(tempfile.mkdtemp())
-    >>> _ = (d / "tokenizer.json").write_text("{}"); _ = (d / "NOTES.txt").write_text("mine")
-    >>> unlisted_files(d)
-    ['NOTES.txt']
-    """
-    import json
-
-    folder = Path(folder)
-    out = []
-    for here, dirnames, names in walk_folders(folder):  # a link to a folder is among the names, not followed
-        if S.MANIFEST in names:  # a run: everything under it must be in its manifest
-            try:
-                m = json.loads((here / S.MANIFEST).read_text(encoding="utf-8"))
-                listed = {e["path"] for e in m.get("files", []) if isinstance(e, dict) and isinstance(e.get("path"), str)}
-            except (OSError, ValueError, AttributeError):
-                listed = set()
-            for sub, _, files in walk_folders(here):
-                for f in files:
-                    rel = (Path(sub) / f).relative_to(here).as_posix()
-                    if rel != S.MANIFEST and rel not in listed:
-                        out.append((Path(sub) / f).relative_to(folder).as_posix())
-            dirnames[:] = []
-            continue
-        out += [(here / n).relative_to(folder).as_posix() for n in names if n not in TREE_FILES]
-    return sorted(out)

@@ -98,7 +98,7 @@ def staging(out: Path, names: Sequence[str]):
             reason = re.sub(r".*\[errno \d+\] ", "", reason)  # Arrow's "Error writing bytes ... [errno 28] ..."
             raise RoutestatsError(f"{out}: could not write the runs ({reason}); nothing was changed") from None
         from routestats.rundir.replace import replace_folder
-        from routestats.rundir.write import written_by_runs
+        from routestats.rundir.ownership import written_by_runs
 
         for name in names:
             dst = out / name

@@ -305,13 +305,8 @@ def observed_model(model, tok, own, outside: str, *, folder=None, weight_files=(
                   head_type, outside)
 
 
-def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gguf=None, quantisation=None) -> Loaded:
-    """Switch a loaded model to the capture seam and check it (see :func:`load_model`); what capture needs to
-    know of the model (causal or not, where its output projections are) is found from the probe."""
-    cfg = model.config
-    why = refusal(getattr(cfg, "model_type", None) or "?", cfg)
-    if why:
-        raise RoutestatsError(f"{type(model).__name__} {why}")
+def _input_names(model, tok) -> tuple[str, ...]:
+    """The tokenizer's outputs the model's forward takes (input_ids among them); a slow tokenizer is refused."""
     if not getattr(tok, "is_fast", False):
         raise RoutestatsError(f"{type(tok).__name__} is not a fast tokenizer; capture needs its offsets and "
                               "sequence ids")
@@ -319,6 +314,17 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
     names = tuple(n for n in tok.model_input_names if n in params)
     if "input_ids" not in names:
         raise RoutestatsError(f"{type(model).__name__}.forward takes no input_ids")
+    return names
+
+
+def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gguf=None, quantisation=None) -> Loaded:
+    """Switch a loaded model to the capture seam and check it (see :func:`load_model`); what capture needs to
+    know of the model (causal or not, where its output projections are) is found from the probe."""
+    cfg = model.config
+    why = refusal(getattr(cfg, "model_type", None) or "?", cfg)
+    if why:
+        raise RoutestatsError(f"{type(model).__name__} {why}")
+    names = _input_names(model, tok)
     register_seam()
     ids = tok("a b c d e", add_special_tokens=True, return_tensors="pt")
     probe = {k: v for k, v in ids.items() if k in names}
@@ -360,16 +366,21 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
     # rows below 1: mass outside the sequence (learned attention sinks); stored as it is, the rest is the sink mass
     head_type = _attention_rows(p.weights, type(model).__name__)
     fam = discover(model, p.modules, p.weights)
-    no_norms = ""
+    no_norms = _why_no_value_norms(model, fam, [v.shape[-1] for v in p.values])
+    return Loaded(model, tok, fam, folder, list(weight_files), gguf, quantisation, names, no_norms, head_type)
+
+
+def _why_no_value_norms(model, fam, head_sizes: Sequence[int]) -> str:
+    """Why value norms cannot be stored (no output projection of the expected shape in some layer), or ""."""
     try:
-        for layer in range(n_layers):
+        for layer, size in enumerate(head_sizes):
             w = output_weight(model, fam, layer)
-            width = int(cfg.num_attention_heads) * int(p.values[layer].shape[-1])
+            width = int(model.config.num_attention_heads) * int(size)
             if w.dim() != 2 or w.shape[1] != width:
                 raise RoutestatsError(f"{type(model).__name__}: the output projection found for layer {layer} has "
                                       f"shape {tuple(w.shape)}, not [d_model, {width}] (heads x head size)")
     except RoutestatsError as exc:
-        no_norms = str(exc)
-    return Loaded(model, tok, fam, folder, list(weight_files), gguf, quantisation, names, no_norms, head_type)
+        return str(exc)
+    return ""
 
 

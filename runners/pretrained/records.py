@@ -9,6 +9,7 @@ name that is not there, a datasets folder naming files outside itself. Split fro
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
@@ -87,11 +88,36 @@ def read_records(path: str | Path, fmt: str | None = None, fields: Sequence[str]
     RoutestatsError
         Anything the records or the options get wrong, in one line naming the file.
     """
-    from runners.corpora import MAX_RECORD_BYTES, CorpusFormatError, dbpedia_records, iter_pubmed, read_dbpedia_csv
+    from runners.corpora import MAX_RECORD_BYTES
 
     max_bytes = MAX_RECORD_BYTES if max_bytes is None else int(max_bytes)
     path = Path(path)
     fmt = records_format(path) if fmt is None else fmt
+    _check_record_options(path, fmt, label, split)
+    with _in_one_line(path):
+        recs = _read_format(path, fmt, list(fields) if fields else None, label, split, limit, max_bytes)
+    return recs[:limit] if limit else recs
+
+
+@contextlib.contextmanager
+def _in_one_line(path: Path):
+    """What reading ``path`` raises, as one line naming the file."""
+    from runners.corpora import CorpusFormatError
+
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise RoutestatsError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except RoutestatsError:
+        raise
+    except CorpusFormatError as exc:  # its words name the file already
+        raise RoutestatsError(first_line(exc)) from None
+    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError, its IO errors OSErrors
+        raise RoutestatsError(f"{path}: {first_line(exc)}") from None
+
+
+def _check_record_options(path: Path, fmt: str, label: str | None, split: str | None) -> None:
+    """The format, ``--label`` and ``--split`` fit each other and the path (one line each)."""
     if fmt not in RECORD_FORMATS:
         raise RoutestatsError(f"--format must be one of {', '.join(RECORD_FORMATS)}, got {fmt!r}")
     if label is not None and fmt in ("dbpedia", "pubmed"):
@@ -104,32 +130,26 @@ def read_records(path: str | Path, fmt: str | None = None, fields: Sequence[str]
     if fmt != "datasets" and not path.is_file():
         raise RoutestatsError(f"{path}: is a folder; --format {fmt} reads a file (a datasets folder: --format datasets)"
                               if path.is_dir() else f"{path}: no such records file")
-    fields = list(fields) if fields else None
-    try:
-        if fmt == "dbpedia":
-            _refuse_header(path, fields, max_bytes)
-            if fields and not set(fields) <= {"title", "content"}:
-                raise RoutestatsError(f"--fields {','.join(fields)}: --format dbpedia reads the columns label,title,"
-                                      "content by position, so its fields are title and content; for a CSV whose "
-                                      "first row names its columns pass --format csv")
-            recs = dbpedia_records(read_dbpedia_csv(path, max_bytes))
-        elif fmt == "csv":
-            recs = _csv_records(path, fields, label, limit, max_bytes)
-        elif fmt == "pubmed":
-            recs = list(iter_pubmed(path, tuple(fields) if fields else ("methods", "results")))
-        elif fmt == "jsonl":
-            recs = _jsonl_records(path, fields, label, limit, max_bytes)
-        else:
-            recs = _table_records(path, fields, label, split, limit, max_bytes)
-    except UnicodeDecodeError as exc:
-        raise RoutestatsError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    except RoutestatsError:
-        raise
-    except CorpusFormatError as exc:  # its words name the file already
-        raise RoutestatsError(first_line(exc)) from None
-    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError, its IO errors OSErrors
-        raise RoutestatsError(f"{path}: {first_line(exc)}") from None
-    return recs[:limit] if limit else recs
+
+
+def _read_format(path: Path, fmt: str, fields: list | None, label, split, limit: int, max_bytes: int) -> list:
+    """The records of ``path`` read as ``fmt``."""
+    from runners.corpora import dbpedia_records, iter_pubmed, read_dbpedia_csv
+
+    if fmt == "dbpedia":
+        _refuse_header(path, fields, max_bytes)
+        if fields and not set(fields) <= {"title", "content"}:
+            raise RoutestatsError(f"--fields {','.join(fields)}: --format dbpedia reads the columns label,title,"
+                                  "content by position, so its fields are title and content; for a CSV whose "
+                                  "first row names its columns pass --format csv")
+        return dbpedia_records(read_dbpedia_csv(path, max_bytes))
+    if fmt == "csv":
+        return _csv_records(path, fields, label, limit, max_bytes)
+    if fmt == "pubmed":
+        return list(iter_pubmed(path, tuple(fields) if fields else ("methods", "results")))
+    if fmt == "jsonl":
+        return _jsonl_records(path, fields, label, limit, max_bytes)
+    return _table_records(path, fields, label, split, limit, max_bytes)
 
 
 def _header_like(first: Sequence[str], rest: Sequence[Sequence[str]], fields: Sequence[str] | None) -> bool:

@@ -37,7 +37,8 @@ from routestats.regime.maps import fibonacci_sphere, slice_basis
 
 from runners.checkpoints import load_checkpoint
 from runners.regime.pretrained import refusing
-from runners.regime.sublayer import Sublayer, encoder_point, mofa_point, operating_point
+from runners.regime.adapters import encoder_point, mofa_point
+from runners.regime.sublayer import Sublayer, operating_point
 
 INDEX_VERSION = "routestats-operators/1"
 

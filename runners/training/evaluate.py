@@ -71,17 +71,7 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
     say(f"reading the held-out split ({spec.test.name})")
     records = spec.load_test()
     idx = reservoir_indices(len(records), sample_size, sample_seed)
-    by_id = {r.run_id: r for r in every}
-
-    def weights_of(r):  # a bias-off evaluation has no checkpoint of its own: its source run's weights
-        src = r.manifest.get("source_run") if r.factors.get("eval_bias") == "off" else None
-        if src is None:
-            return r
-        if src not in by_id:
-            raise RoutestatsError(f"{r.run_id}: its source run {src} is not under {pair_dir}")
-        return by_id[src]
-
-    ckpts = {r.run_id: _final_checkpoint(weights_of(r)) for r in runs}
+    ckpts = _checkpoints_of(runs, every, pair_dir)
     cap = cap or (first.manifest.get("evaluation") or {}).get("cap") or spec.max_length
     manifest = {
         "split": "test",
@@ -99,17 +89,8 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
     }
     _keep_sample(out, manifest, force)
     write_json_atomic(out / "test_manifest.json", manifest)  # fixed before any model output exists
-    tok = load_tokenizer(tok_path)
     say(f"encoding {len(idx)} test records")
-    enc = [encode_record(tok, records[i], spec.field_ids, spec.max_length) for i in idx]
-    rows = []
-    for i, (e, n_prep) in zip(idx, enc):
-        k = min(len(e.input_ids), cap)
-        rows.append({"example_id": i, "split": "test", "source_index": i, "row_id": f"row_{i}", "label": e.label,
-                     "prepared_length": min(n_prep, spec.max_length), "cap": cap, "field_ids": e.field_ids[:k],
-                     "tokens": e.tokens[:k], "word_ids": e.word_ids[:k], "in_test_sample": True})
-    examples = pd.DataFrame(rows)
-    recs = [cut_example(e, cap) for e, _ in enc]
+    examples, recs = _test_examples(load_tokenizer(tok_path), records, idx, spec, cap)
     dev = pick_device(device)
     say(f"test sample: {len(idx)} of {len(records)} held-out records (seed {sample_seed}), recorded in "
         f"{out / 'test_manifest.json'}")
@@ -122,6 +103,34 @@ def evaluate_split(pair_dir: Path, out: Path, *, sample_size: int = 2336, sample
         paths.append(_evaluate_run(run, ckpts[run.run_id], out, examples, recs, idx, batch_size, dev, ds, cap, manifest,
                                    sample_seed, every_seconds(say, f"  {run.run_id}")))
     return paths
+
+
+def _checkpoints_of(runs, every, pair_dir: Path) -> dict:
+    """run id -> the final checkpoint whose weights it evaluates (a bias-off evaluation has none of its own: its
+    source run's)."""
+    by_id = {r.run_id: r for r in every}
+
+    def weights_of(r):
+        src = r.manifest.get("source_run") if r.factors.get("eval_bias") == "off" else None
+        if src is None:
+            return r
+        if src not in by_id:
+            raise RoutestatsError(f"{r.run_id}: its source run {src} is not under {pair_dir}")
+        return by_id[src]
+
+    return {r.run_id: _final_checkpoint(weights_of(r)) for r in runs}
+
+
+def _test_examples(tok, records, idx, spec, cap: int) -> tuple[pd.DataFrame, list]:
+    """The sampled test records encoded: their examples table and the model inputs cut at ``cap``."""
+    enc = [encode_record(tok, records[i], spec.field_ids, spec.max_length) for i in idx]
+    rows = []
+    for i, (e, n_prep) in zip(idx, enc):
+        k = min(len(e.input_ids), cap)
+        rows.append({"example_id": i, "split": "test", "source_index": i, "row_id": f"row_{i}", "label": e.label,
+                     "prepared_length": min(n_prep, spec.max_length), "cap": cap, "field_ids": e.field_ids[:k],
+                     "tokens": e.tokens[:k], "word_ids": e.word_ids[:k], "in_test_sample": True})
+    return pd.DataFrame(rows), [cut_example(e, cap) for e, _ in enc]
 
 
 SAMPLE_KEYS = ("source_sha256", "sample_size", "sample_seed", "indices", "runs", "cap")

@@ -51,6 +51,23 @@ def _layer_norms(model: SAABEncoder) -> list[dict]:
     return out
 
 
+def _initial_pair(seed: int, data: DataSpec, preset: Preset, max_length: int, hashes: list, say) -> dict:
+    """The baseline and SAAB models as initialised from ``seed`` (their state hashes appended to ``hashes``);
+    refused in one line when the two initial states differ."""
+    say(f"seed {seed}: initial states", 0, 2)
+    models = {}
+    for variant in ("baseline", "saab"):
+        cfg = EncoderConfig(vocab_size=preset.vocab_size, field_vocab_size=data.field_vocab_size, max_length=max_length,
+                            num_labels=data.num_labels, variant=variant, saab_field_weight=1.0, **preset.model)
+        seed_everything(seed)
+        models[variant] = SAABEncoder(cfg)
+        hashes.append({"seed": seed, "variant": variant, "sha256": state_hash(models[variant])})
+        say(f"seed {seed}: initial states", len(models), 2)
+    if hashes[-1]["sha256"] != hashes[-2]["sha256"]:
+        raise RoutestatsError(f"seed {seed}: baseline and SAAB initial states differ")
+    return models
+
+
 def run_init_probe(out: Path, *, data: DataSpec, preset: Preset, seeds: Sequence[int],
                    mask_seeds: Sequence[int] = (101, 202, 303, 404, 505), examples: int = 256, blocks: int = 4,
                    one_update: bool = True, lr_factor: float = 0.1,
@@ -81,17 +98,7 @@ def run_init_probe(out: Path, *, data: DataSpec, preset: Preset, seeds: Sequence
                                           data.mask_id, g)
     hashes, summaries, norms, losses, updates = [], [], [], [], []
     for s in seeds:
-        say(f"seed {s}: initial states", 0, 2)
-        models = {}
-        for variant in ("baseline", "saab"):
-            cfg = EncoderConfig(vocab_size=preset.vocab_size, field_vocab_size=data.field_vocab_size, max_length=max_length,
-                                num_labels=data.num_labels, variant=variant, saab_field_weight=1.0, **preset.model)
-            seed_everything(s)
-            models[variant] = SAABEncoder(cfg)
-            hashes.append({"seed": s, "variant": variant, "sha256": state_hash(models[variant])})
-            say(f"seed {s}: initial states", len(models), 2)
-        if hashes[-1]["sha256"] != hashes[-2]["sha256"]:
-            raise RoutestatsError(f"seed {s}: baseline and SAAB initial states differ")
+        models = _initial_pair(s, data, preset, max_length, hashes, say)
         ln = _layer_norms(models["baseline"])
         summaries.append(_init_summary(s, models["baseline"], data, ln))
         norms += [{"seed": s, **r} for r in ln]

@@ -142,80 +142,53 @@ def _latest_checkpoint(run_dir: Path) -> Path | None:
     return ck[-1] if ck else None
 
 
-def train_run(
-    run_dir: Path,
-    *,
-    prep: Prepared,
-    preset: Preset,
-    condition: Condition,
-    seed: int,
-    study: str,
-    device: str = "auto",
-    attention_impl: str = "explicit",
-    keep_checkpoints: str = "last",
-    progress: Callable[[str, int, int], None] | None = None,
-    stop_after: int | None = None,
-) -> Path | None:
-    """Train one condition into ``run_dir``; resume from its last checkpoint if one exists.
+@dataclass
+class _Training:
+    """What one run's training loop carries from step to step (and a checkpoint saves)."""
 
-    ``stop_after`` ends the process-side loop after that step without finalising (tests use
-    it to simulate a kill). Returns the run path, or None when stopped early.
-    """
-    tc = preset.train
-    spec = prep.spec
-    cfg = EncoderConfig(
-        vocab_size=preset.vocab_size, field_vocab_size=spec.field_vocab_size, max_length=prep.max_length,
-        num_labels=spec.num_labels, attention_impl=attention_impl, **preset.model, **condition.model_overrides(),
-    )
-    if (run_dir / S.MANIFEST).is_file():
-        check_same_settings(run_dir, {"training": tc.to_dict(), "model": cfg.to_dict(), "seed": seed})
-        return run_dir  # complete, with these settings: nothing to do
-    dev = pick_device(device)
-    seed_everything(seed)
-    model = SAABEncoder(cfg)  # on CPU, before any other torch RNG use
-    init_hash = state_hash(model)
-    model.to(dev)
-    per_step = tc.microbatch_size * tc.grad_accum
-    order = data_order(len(prep.train), tc.max_steps * per_step, seed)
-    order_hash = hashlib.sha256(order.numpy().astype("<i8").tobytes()).hexdigest()
-    data_order_id = hashlib.sha256(f"{prep.dataset_id}|{order_hash}|mask-seed={seed}".encode()).hexdigest()
-    mask_gen = torch.Generator(device=dev)
-    mask_gen.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=tc.learning_rate, betas=tc.betas, weight_decay=tc.weight_decay)
-    factors = {**condition.factors(), "depth": cfg.num_layers, "dataset": spec.name, "preset": preset.name}
-    # unique across data sets and depths of one study tree
-    from runners.training.presets import PRESETS
+    model: SAABEncoder
+    opt: torch.optim.Optimizer
+    mask_gen: torch.Generator
+    dev: torch.device
+    init_hash: str
+    data_order_id: str
+    metrics: list
+    gradients: list
+    first_batch: str | None = None
+    dumped: dict | None = None
 
-    depth_tag = "" if cfg.num_layers == PRESETS[preset.name].model["num_layers"] else f"-L{cfg.num_layers}"
-    run_id = f"{study}-{spec.name}-{condition.name}{depth_tag}-seed{seed}"
-    resume = _latest_checkpoint(run_dir)
-    writer = RunWriter(run_dir, run_id=run_id, study=study, factors=factors, seed=seed, init_id=init_hash,
-                       data_order_id=data_order_id, fields=spec.manifest_fields(), resume=resume is not None)
-    cap = min(tc.eval_cap, prep.max_length)
-    eval_df = _examples_frame(prep, tc, cap)
-    writer.write_examples(eval_df)
-    eval_ids = eval_df["example_id"].tolist()
-    eval_records = [cut_example(prep.val[i], cap) for i in eval_ids]
-    metrics_rows, grad_rows, first_batch = [], [], None
-    start, elapsed0 = 0, 0.0
-    if resume is not None:
-        ck = load_checkpoint(resume)
-        if ck["init_id"] != init_hash or ck["data_order_id"] != data_order_id:
-            raise RoutestatsError(f"{resume}: checkpoint belongs to another init or data order; remove {run_dir}")
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
+    def resume(self, ck: dict, path: Path, run_dir: Path) -> tuple[int, float]:
+        """Load checkpoint ``ck`` (from ``path``) into the loop; return its step and elapsed seconds."""
+        if ck["init_id"] != self.init_hash or ck["data_order_id"] != self.data_order_id:
+            raise RoutestatsError(f"{path}: checkpoint belongs to another init or data order; remove {run_dir}")
+        self.model.load_state_dict(ck["model"])
+        self.opt.load_state_dict(ck["optimizer"])
         torch.set_rng_state(ck["rng_cpu"])
-        mask_gen.set_state(ck["rng_mask"])
-        if dev.type == "cuda" and ck.get("rng_cuda") is not None:
+        self.mask_gen.set_state(ck["rng_mask"])
+        if self.dev.type == "cuda" and ck.get("rng_cuda") is not None:
             torch.cuda.set_rng_state(ck["rng_cuda"])
-        start, elapsed0 = ck["step"], ck["elapsed"]
-        metrics_rows, grad_rows, first_batch = ck["metrics"], ck["gradients"], ck["first_batch"]
-        for step_done, forms in ck["dumped"].items():
-            writer.adopt_attention(step_done, forms, tc.dump_dtype)
-    dumped = {} if resume is None else dict(ck["dumped"])
-    final = tc.max_steps
-    t0 = time.perf_counter() - elapsed0
-    for step in range(start + 1, final + 1):
+        self.metrics, self.gradients, self.first_batch = ck["metrics"], ck["gradients"], ck["first_batch"]
+        self.dumped = dict(ck["dumped"])
+        return ck["step"], ck["elapsed"]
+
+    def evaluate(self, step: int, lr: float, prep: Prepared, tc, t0: float) -> None:
+        """The validation loss and accuracy at ``step``, appended to the metrics."""
+        vl, va = evaluate(self.model, prep.val, prep.spec, tc.mask_probability, self.mask_gen, tc.eval_batch_size,
+                          self.dev)
+        self.metrics.append({"step": step, "phase": "eval", "loss": vl, "accuracy": va, "lr": lr, "grad_norm": None,
+                             "examples_per_sec": None, "elapsed_seconds": time.perf_counter() - t0})
+
+    def checkpoint(self, step: int, elapsed: float, config: dict) -> dict:
+        return {"step": step, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                "rng_cpu": torch.get_rng_state(), "rng_mask": self.mask_gen.get_state(),
+                "rng_cuda": torch.cuda.get_rng_state() if self.dev.type == "cuda" else None,
+                "elapsed": elapsed, "metrics": self.metrics, "gradients": self.gradients,
+                "first_batch": self.first_batch, "dumped": self.dumped, "init_id": self.init_hash,
+                "data_order_id": self.data_order_id, "config": config}
+
+    def step(self, step: int, prep: Prepared, tc, order, t0: float) -> float:
+        """One optimizer step (``tc.grad_accum`` micro-batches of the data order); its metrics row appended."""
+        model, opt, per_step = self.model, self.opt, tc.microbatch_size * tc.grad_accum
         model.train()
         lr = lr_at(step, tc.learning_rate, tc.lr_schedule, tc.warmup_steps, tc.min_lr_ratio, tc.max_steps)
         for g in opt.param_groups:
@@ -226,13 +199,14 @@ def train_run(
         for r in range(tc.grad_accum):
             pos = (step - 1) * per_step + r * tc.microbatch_size
             idx = order[pos : pos + tc.microbatch_size].tolist()
-            b = {k: v.to(dev) for k, v in collate([prep.train[i] for i in idx]).items()}
-            masked, labels = mask_field_ids(b["field_ids"], b["attention_mask"], tc.mask_probability, spec.mask_id, mask_gen)
-            if first_batch is None:
+            b = {k: v.to(self.dev) for k, v in collate([prep.train[i] for i in idx]).items()}
+            masked, labels = mask_field_ids(b["field_ids"], b["attention_mask"], tc.mask_probability,
+                                            prep.spec.mask_id, self.mask_gen)
+            if self.first_batch is None:
                 h = hashlib.sha256()
                 for t in (b["input_ids"], masked, labels):
                     h.update(t.cpu().numpy().astype("<i8").tobytes())
-                first_batch = h.hexdigest()
+                self.first_batch = h.hexdigest()
             logits, _ = model(b["input_ids"], masked, b["attention_mask"])
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
             (loss / tc.grad_accum).backward()
@@ -240,40 +214,44 @@ def train_run(
         if tc.log_gradients:
             for layer, norms in enumerate(qkv_grad_norms(model)):
                 for comp, val in norms.items():
-                    grad_rows.append({"step": step, "layer": layer, "component": comp, "norm": val})
+                    self.gradients.append({"step": step, "layer": layer, "component": comp, "norm": val})
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip))
         opt.step()
         dt = time.perf_counter() - tstep
-        metrics_rows.append({"step": step, "phase": "train", "loss": float(np.mean(losses)), "accuracy": None,
+        self.metrics.append({"step": step, "phase": "train", "loss": float(np.mean(losses)), "accuracy": None,
                              "lr": lr, "grad_norm": grad_norm, "examples_per_sec": per_step / dt,
                              "elapsed_seconds": time.perf_counter() - t0})
-        if step in tc.eval_steps or step == final:
-            vl, va = evaluate(model, prep.val, spec, tc.mask_probability, mask_gen, tc.eval_batch_size, dev)
-            metrics_rows.append({"step": step, "phase": "eval", "loss": vl, "accuracy": va, "lr": lr,
-                                 "grad_norm": None, "examples_per_sec": None,
-                                 "elapsed_seconds": time.perf_counter() - t0})
-        if step in tc.checkpoint_steps:
-            forms = list(tc.final_forms if step == final else tc.trajectory_forms)
-            with writer.attention(step, dtype=tc.dump_dtype, forms=forms, value_norms=True) as sink:
-                dump_attention(model, eval_records, sink, tc.eval_batch_size, dev, eval_ids)
-            dumped[step] = forms
-            ck = {
-                "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                "rng_cpu": torch.get_rng_state(), "rng_mask": mask_gen.get_state(),
-                "rng_cuda": torch.cuda.get_rng_state() if dev.type == "cuda" else None,
-                "elapsed": time.perf_counter() - t0, "metrics": metrics_rows, "gradients": grad_rows,
-                "first_batch": first_batch, "dumped": dumped, "init_id": init_hash, "data_order_id": data_order_id,
-                "config": {"model": cfg.to_dict(), "training": tc.to_dict()},
-            }
-            with atomic_path(run_dir / S.checkpoint_file(step)) as tmp:
-                torch.save(ck, tmp)
-        if progress is not None:
-            progress(run_id, step, final)
-        if stop_after is not None and step >= stop_after:
-            return None
-    writer.write_metrics(pd.DataFrame(metrics_rows))
-    if tc.log_gradients:
-        writer.write_gradients(pd.DataFrame(grad_rows))
+        return lr
+
+
+def _start(cfg: EncoderConfig, tc, prep: Prepared, seed: int, dev) -> tuple[_Training, torch.Tensor, str]:
+    """A fresh run's model (initialised from ``seed`` on the CPU, before any other torch RNG use), optimizer,
+    mask generator and data order, with its identities."""
+    seed_everything(seed)
+    model = SAABEncoder(cfg)
+    init_hash = state_hash(model)
+    model.to(dev)
+    order = data_order(len(prep.train), tc.max_steps * tc.microbatch_size * tc.grad_accum, seed)
+    order_hash = hashlib.sha256(order.numpy().astype("<i8").tobytes()).hexdigest()
+    data_order_id = hashlib.sha256(f"{prep.dataset_id}|{order_hash}|mask-seed={seed}".encode()).hexdigest()
+    mask_gen = torch.Generator(device=dev)
+    mask_gen.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.learning_rate, betas=tc.betas, weight_decay=tc.weight_decay)
+    return _Training(model, opt, mask_gen, dev, init_hash, data_order_id, [], [], None, {}), order, order_hash
+
+
+def _run_identity(prep: Prepared, preset: Preset, condition: Condition, cfg: EncoderConfig, study: str,
+                  seed: int) -> tuple[dict, str]:
+    """The run's factors and its id, unique across data sets and depths of one study tree."""
+    from runners.training.presets import PRESETS
+
+    spec = prep.spec
+    factors = {**condition.factors(), "depth": cfg.num_layers, "dataset": spec.name, "preset": preset.name}
+    depth_tag = "" if cfg.num_layers == PRESETS[preset.name].model["num_layers"] else f"-L{cfg.num_layers}"
+    return factors, f"{study}-{spec.name}-{condition.name}{depth_tag}-seed{seed}"
+
+
+def _keep_checkpoints(writer: RunWriter, run_dir: Path, keep_checkpoints: str) -> None:
     ckpts = sorted((run_dir / S.CHECKPOINT_DIR).glob("step_*.pt"))
     keep = {"all": ckpts, "last": ckpts[-1:], "none": []}[keep_checkpoints]
     for c in ckpts:
@@ -281,6 +259,11 @@ def train_run(
             c.unlink()
     for c in keep:
         writer.add_file(str(c.relative_to(run_dir)))
+
+
+def _finalize(writer: RunWriter, run: _Training, *, cfg, preset: Preset, prep: Prepared, condition: Condition,
+              n_eval: int, cap: int, order_hash: str, seconds: float) -> Path:
+    tc, spec, dev = preset.train, prep.spec, run.dev
     return writer.finalize(
         model=cfg.to_dict(),
         training=tc.to_dict(),
@@ -288,20 +271,77 @@ def train_run(
         dataset={"name": spec.name, "spec": spec.source, "format": spec.format, "files": spec.files(),
                  "tokenizer_sha256": prep.tokenizer_sha256, "train_records": len(prep.train),
                  "val_records": len(prep.val), "max_length": prep.max_length},
-        evaluation={"examples": len(eval_ids), "primary": tc.eval_examples, "length_sample": tc.length_sample,
+        evaluation={"examples": n_eval, "primary": tc.eval_examples, "length_sample": tc.length_sample,
                     "sample_seed": tc.sample_seed, "cap": cap, "batch_size": tc.eval_batch_size,
                     "selection": "first N validation records + Algorithm R reservoir sample (sorted)",
                     "field_ids": "unmasked"},
-        pairing={"init_state_sha256": init_hash, "data_order_sha256": order_hash, "first_batch_sha256": first_batch},
+        pairing={"init_state_sha256": run.init_hash, "data_order_sha256": order_hash,
+                 "first_batch_sha256": run.first_batch},
         device={"device": str(dev), "dtype": "float32",
                 "tf32": bool(dev.type == "cuda" and torch.backends.cuda.matmul.allow_tf32),
                 "name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
                 "torch_threads": torch.get_num_threads()},
-        timing={"train_seconds": time.perf_counter() - t0},
+        timing={"train_seconds": seconds},
         software=software_versions(("torch", "tokenizers")),
         git_commit=git_commit(),
         condition=condition.name,
     )
+
+
+def train_run(run_dir: Path, *, prep: Prepared, preset: Preset, condition: Condition, seed: int, study: str,
+              device: str = "auto", attention_impl: str = "explicit", keep_checkpoints: str = "last",
+              progress: Callable[[str, int, int], None] | None = None, stop_after: int | None = None) -> Path | None:
+    """Train one condition into ``run_dir``; resume from its last checkpoint if one exists.
+
+    ``stop_after`` ends the process-side loop after that step without finalising (tests use
+    it to simulate a kill). Returns the run path, or None when stopped early.
+    """
+    tc, spec = preset.train, prep.spec
+    cfg = EncoderConfig(
+        vocab_size=preset.vocab_size, field_vocab_size=spec.field_vocab_size, max_length=prep.max_length,
+        num_labels=spec.num_labels, attention_impl=attention_impl, **preset.model, **condition.model_overrides(),
+    )
+    if (run_dir / S.MANIFEST).is_file():
+        check_same_settings(run_dir, {"training": tc.to_dict(), "model": cfg.to_dict(), "seed": seed})
+        return run_dir  # complete, with these settings: nothing to do
+    run, order, order_hash = _start(cfg, tc, prep, seed, pick_device(device))
+    factors, run_id = _run_identity(prep, preset, condition, cfg, study, seed)
+    resume = _latest_checkpoint(run_dir)
+    writer = RunWriter(run_dir, run_id=run_id, study=study, factors=factors, seed=seed, init_id=run.init_hash,
+                       data_order_id=run.data_order_id, fields=spec.manifest_fields(), resume=resume is not None)
+    cap = min(tc.eval_cap, prep.max_length)
+    eval_df = _examples_frame(prep, tc, cap)
+    writer.write_examples(eval_df)
+    eval_ids = eval_df["example_id"].tolist()
+    eval_records = [cut_example(prep.val[i], cap) for i in eval_ids]
+    start, elapsed0 = 0, 0.0
+    if resume is not None:
+        start, elapsed0 = run.resume(load_checkpoint(resume), resume, run_dir)
+        for step_done, forms in run.dumped.items():
+            writer.adopt_attention(step_done, forms, tc.dump_dtype)
+    final, t0 = tc.max_steps, time.perf_counter() - elapsed0
+    for step in range(start + 1, final + 1):
+        lr = run.step(step, prep, tc, order, t0)
+        if step in tc.eval_steps or step == final:
+            run.evaluate(step, lr, prep, tc, t0)
+        if step in tc.checkpoint_steps:
+            forms = list(tc.final_forms if step == final else tc.trajectory_forms)
+            with writer.attention(step, dtype=tc.dump_dtype, forms=forms, value_norms=True) as sink:
+                dump_attention(run.model, eval_records, sink, tc.eval_batch_size, run.dev, eval_ids)
+            run.dumped[step] = forms
+            ck = run.checkpoint(step, time.perf_counter() - t0, {"model": cfg.to_dict(), "training": tc.to_dict()})
+            with atomic_path(run_dir / S.checkpoint_file(step)) as tmp:
+                torch.save(ck, tmp)
+        if progress is not None:
+            progress(run_id, step, final)
+        if stop_after is not None and step >= stop_after:
+            return None
+    writer.write_metrics(pd.DataFrame(run.metrics))
+    if tc.log_gradients:
+        writer.write_gradients(pd.DataFrame(run.gradients))
+    _keep_checkpoints(writer, run_dir, keep_checkpoints)
+    return _finalize(writer, run, cfg=cfg, preset=preset, prep=prep, condition=condition, n_eval=len(eval_ids),
+                     cap=cap, order_hash=order_hash, seconds=time.perf_counter() - t0)
 
 
 def check_same_settings(run_dir: Path, wanted: dict) -> None:
