@@ -3,8 +3,9 @@
 The number formats themselves (``fmt_num``, ``fmt_p``, ...) live in :mod:`routestats.report`, so
 that generated sentences and table cells agree; nothing here computes a statistic.
 
-A p column of a sign-flip test (``Column.floor``) says "(smallest attainable)" when the value sits
-at the permutation floor, instead of rounding it below that floor.
+A p column of a sign-flip test (``Column.floor`` names the frame's floor column, written with the p-values by
+:func:`routestats.stats.inference.paired_inference`) prints the floor itself with "(smallest attainable)" when the
+value sits at it (:func:`routestats.numbers.at_floor`), exactly as the sentences print it.
 
 Examples
 --------
@@ -22,7 +23,7 @@ from __future__ import annotations
 import base64
 
 from routestats.report import (  # noqa: F401  (re-exported for callers that format cells)
-    DASH, Table, is_missing, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig,
+    DASH, Table, at_floor, floor_text, is_missing, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig,
 )
 
 _FORMAT = {"num": fmt_num, "p": fmt_p, "sig": fmt_sig}
@@ -62,14 +63,15 @@ def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
                 cells.append({"text": text, "value": None if is_missing(lo) else float(lo), "bold": False, "numeric": True})
                 continue
             v = r[c.source]
-            if c.kind == "p" and c.floor and not is_missing(v) and "permutations" in r and r["permutations"] > 0:
-                floor = (len(df) if c.floor == "holm" else 1) / (float(r["permutations"]) + 1)
-                at_floor = v <= min(1.0, floor) * (1 + 1e-9) and floor >= 10.0 ** -c.digits
-                text = f"{fmt_p(v, c.digits)} (smallest attainable)" if at_floor else fmt_p(v, c.digits)
-                if at_floor:  # LaTeX marks it with a dagger and one note instead of the words in every cell
-                    cells.append({"text": text, "short": fmt_p(v, c.digits), "floor": True, "value": float(v),
-                                  "bold": (idx, c.source) in marks, "numeric": True})
+            if c.kind == "p" and c.floor and not is_missing(v) and not is_missing(r.get(c.floor)):
+                floor = float(r[c.floor])  # the frame's floor column: the sentences read the same one
+                if at_floor(v, floor) and floor >= 10.0 ** -c.digits:
+                    # the floor itself, as the sentences print it; LaTeX marks it with a dagger and one note
+                    short = floor_text(v, floor)
+                    cells.append({"text": f"{short} (smallest attainable)", "short": short, "floor": True,
+                                  "value": float(v), "bold": (idx, c.source) in marks, "numeric": True})
                     continue
+                text = fmt_p(v, c.digits)
             elif c.kind in _FORMAT:
                 text = _FORMAT[c.kind](v, c.digits)
             elif c.kind == "int":

@@ -136,8 +136,9 @@ def latex_table(table: Table, label: str, env, wide: bool = False) -> str:
     headers, rows = format_cells(table)
     notes = [latex_text(table.notes)] if table.notes else []
     if any(c.get("floor") for r in rows for c in r):
-        notes.append(r"\textsuperscript{\dag}\,the smallest p the sign-flip test can give with its draws "
-                     "(1/(P + 1), times the number of comparisons after Holm).")
+        notes.append(r"\textsuperscript{\dag}\,the smallest p the sign-flip test can give: $1/(P + 1)$ with $P$ "
+                     r"draws, or $2/2^{n}$ with $n$ examples where that is larger; times the number of comparisons "
+                     "after Holm.")
     cells = [" & ".join(_cell(c) for c in row) for row in rows]
     caption = latex_text(table.caption) + (f" ({latex_escape(table.subject)})" if table.subject else "")
     chunks = [cells[i:i + LONG_ROWS] for i in range(0, len(cells), LONG_ROWS)] if wide and len(cells) > LONG_ROWS \

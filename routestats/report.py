@@ -8,8 +8,9 @@ Rendering (HTML, LaTeX, CSV, Markdown) lives in the top-level ``reports`` packag
 this module and never the other way round (``reports.write(report, out)``,
 ``reports.to_latex(report, name)``, ``reports.to_markdown(report)``); this module needs pandas only.
 
-The number formats shared by the tables and by the generated sentences (findings, headlines)
-are here too, so a sentence quotes a number exactly as its table cell shows it.
+The number formats shared by the tables and by the generated sentences (findings, headlines), and the rule for a
+p at its test's floor, come from :mod:`routestats.numbers` and are part of this module's names, so a sentence
+quotes a number exactly as its table cell shows it.
 
 Examples
 --------
@@ -28,77 +29,21 @@ Examples
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import pandas as pd
 
 from routestats.errors import IntegrityError, RoutestatsError
+from routestats.numbers import (  # noqa: F401  (the number formats: part of this module's public names)
+    DASH, FLOOR_TOLERANCE, at_floor, floor_text, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig, is_missing, pct,
+)
 
 __all__ = ["is_missing", "NOTEBOOK_VIEWS", "plain_html", "Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "asserted_rows", "section",
            "guarded", "fmt_num", "fmt_sig", "fmt_int",
-           "fmt_p", "fmt_ci", "pct", "point_label", "DASH"]
+           "fmt_p", "fmt_ci", "pct", "point_label", "DASH", "at_floor", "floor_text", "FLOOR_TOLERANCE"]
 
-DASH = "–"
 COLUMN_KINDS = ("num", "int", "p", "sig", "ci", "range", "text")
-
-
-def is_missing(x) -> bool:
-    """None, NaN or pandas' NA: a cell shown as an en dash."""
-    return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA
-
-
-def fmt_num(x, digits: int = 3) -> str:
-    """Fixed decimals; missing values as an en dash."""
-    return DASH if is_missing(x) else f"{float(x):.{digits}f}"
-
-
-def fmt_sig(x, digits: int = 3) -> str:
-    """Significant digits, for values spanning orders of magnitude (eigenvalues, errors).
-
-    >>> fmt_sig(1694570.3), fmt_sig(0.000123456), fmt_sig(float("nan"))
-    ('1.69e+06', '0.000123', '–')
-    """
-    return DASH if is_missing(x) else f"{float(x):.{digits}g}"
-
-
-def fmt_int(x) -> str:
-    return DASH if is_missing(x) else f"{int(x):d}"
-
-
-def fmt_p(p, digits: int = 3, alpha: float = 0.05) -> str:
-    """p-values as a reader can compare them with alpha, never shown below a floor they do not reach:
-    '< 0.001' below 10^-digits; two significant digits below 0.01 (0.0015 stays 0.0015, not 0.001);
-    otherwise ``digits`` decimals, with one more where rounding would put the value on the other side
-    of ``alpha``.
-
-    >>> fmt_p(0.0015), fmt_p(0.00002), fmt_p(0.00995), fmt_p(0.0213), fmt_p(0.0498), fmt_p(0.4), fmt_p(float("nan"))
-    ('0.0015', '< 0.001', '0.010', '0.021', '0.0498', '0.400', '–')
-    """
-    if is_missing(p):
-        return DASH
-    p = float(p)
-    floor = 10.0 ** (-digits)
-    if p < floor:
-        return f"< {floor:.{digits}f}"
-    if p < 0.01:
-        text = f"{p:.{max(digits, 1 - math.floor(math.log10(p)))}f}"
-        if float(text) < 0.01:  # 0.00995 rounds up to 0.01: then as any p from 0.01 on
-            return text
-    text = f"{p:.{digits}f}"
-    while (float(text) < alpha) != (p < alpha) and len(text) < 12:
-        digits += 1
-        text = f"{p:.{digits}f}"
-    return text
-
-
-def fmt_ci(lo, hi, digits: int = 3) -> str:
-    return DASH if is_missing(lo) or is_missing(hi) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
 
 
 def point_label(r) -> str:
@@ -146,7 +91,7 @@ class Column:
     source: str | tuple[str, str]
     kind: str = "num"  # num, int, p, sig (significant digits), ci (low, high), range (first, last), text
     digits: int = 3
-    floor: str | None = None  # p columns of a sign-flip test: "raw" (1/(P+1)) or "holm" (rows/(P+1))
+    floor: str | None = None  # p columns of a sign-flip test: the frame's column holding the smallest p it can give
 
     def __post_init__(self):
         if self.kind not in COLUMN_KINDS:

@@ -326,7 +326,10 @@ def judge(out: Path, sc: Scenario, run_dir: Path) -> list[Verdict]:
 def any_positive(out: Path) -> set[str]:
     """The positive claim kinds printed in the headline (on an exact null, each is a false positive)."""
     c = pd.read_csv(out / "claims.csv")
-    return set(c[c["printed"] & (c["where"] == "headline")]["kind"]) & POSITIVE
+    head = c[c["printed"] & (c["where"] == "headline")]
+    # the early share is positive where it says the difference changed from the earliest step to the end
+    moved = head[(head["kind"] == "early_share") & head["sentence"].str.contains("from then to the end it ")]
+    return (set(head["kind"]) & POSITIVE) | ({"early_change"} if len(moved) else set())
 
 
 def summary(verdicts: list[Verdict]) -> dict:

@@ -5,6 +5,8 @@ numbers in it are the cells put into the frame, formatted as the tables format t
 Each section builds its claims from its own frames; :func:`pair` and :func:`study` here call the
 section builders on constructed frames, as the sections do, and rank them as the reports do."""
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -34,7 +36,10 @@ def ranked(claims, order):
 def pair(t, n_examples=32, alpha=0.05, rho=0.5, conf="95%", pretrained=False, within_study=False, permutations=9999,
          censored=None, has_bias_off=False, first_key_fields=None):
     """The claims each pair section makes of its frames ``t``, in the report's rank order."""
-    out = P.effects_claims(t["effects"], n_examples=n_examples, pretrained=pretrained, alpha=alpha, confidence=0.95,
+    eff = t["effects"]
+    if "p_holm_floor" not in eff:  # as paired_inference writes it: k layers x max(1/(P + 1), 2/2^n), at most 1
+        eff = eff.assign(p_holm_floor=min(1.0, len(eff) * max(1 / (permutations + 1), 2 / 2 ** n_examples)))
+    out = P.effects_claims(eff, n_examples=n_examples, pretrained=pretrained, alpha=alpha, confidence=0.95,
                            permutations=permutations)
     out += P.shape_claims(t.get("profile_shape"), t.get("layer_contrasts"), alpha, conf)
     out += P.unnamed_claims(t.get("masses")) + P.sink_claims(t.get("masses"), first_key_fields or {}, n_examples)
@@ -101,7 +106,10 @@ def test_shape_early_share_and_length_sentences():
     contrasts = pd.DataFrame({"contrast": ["L1 − L0"], "mean_diff": [-0.08], "ci_low": [-0.09], "ci_high": [-0.07]})
     init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "share_at_init": [0.9, 1.2], "mean_diff": [0.01, -0.02],
                          "ci_low": [-0.01, -0.03], "ci_high": [0.03, -0.01], "p_holm": [0.2, 0.001],
-                         "delta_init": [0.09, 0.12], "delta_final": [0.1, 0.1]})
+                         "delta_init": [0.09, 0.12], "delta_final": [0.1, 0.1],
+                         # Δ distinguishable from 0 at both steps in both layers: their shares are stated
+                         "p_holm_init": 0.001, "ci_low_init": [0.05, 0.08], "ci_high_init": [0.13, 0.16],
+                         "p_holm_final": 0.001, "ci_low_final": 0.05, "ci_high_final": 0.15})
     assoc = pd.DataFrame({"layer": [0, 1], "n": [20, 20], "rho": [-0.7, -0.2], "ci_low": [-0.8, -0.4],
                           "ci_high": [-0.6, 0.1], "p_adj": [0.002, 0.4], "capped": ["exclude"] * 2,
                           "n_capped": [12, 12]})
@@ -116,7 +124,7 @@ def test_shape_early_share_and_length_sentences():
     assert h[2] == "The largest layer contrast is L1 − L0 = −0.080 (per-contrast 95% interval [−0.090, −0.070])."
     # the early share as numbers (90%, 120%), the later change by its own decision rule, no mechanism named
     assert h[3] == ("At step 1, the earliest stored step, the difference ranged from 90% to 120% of its final size "
-                    "(outside 0–100% in layer 1: there the early difference is larger than, or opposite to, the final "
+                    "in every layer (outside 0–100% in layer 1: there the early difference is larger than, or opposite to, the final "
                     "one); from then to the end it shrank in layer 1 in size (p_Holm < 0.05).")
     assert h[-2] == ("In 1 of 2 layers the per-example Δ is associated with evaluated length (Spearman ρ −0.70 in "
                      "layer 0; p_Holm < 0.05 over 2 layers, per-layer interval excluding 0, on 20 examples below the "
@@ -297,7 +305,30 @@ def test_a_fall_that_deepened_grew_in_size_and_a_sign_change_is_a_reversal():
     # was: a fall from -0.066 to -0.227 was said to have "shrank" (read off the signed change, not the size)
     init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "delta_init": [-0.066, 0.05], "delta_final": [-0.227, -0.1],
                          "share_at_init": [0.29, -0.5], "mean_diff": [-0.161, -0.15], "ci_low": [-0.2, -0.2],
-                         "ci_high": [-0.12, -0.1], "p_holm": [0.001, 0.002]})
+                         "ci_high": [-0.12, -0.1], "p_holm": [0.001, 0.002],
+                         # both ends distinguishable from 0 in both layers (layer 1: +0.05, then -0.1)
+                         "p_holm_init": 0.001, "ci_low_init": [-0.09, 0.02], "ci_high_init": [-0.04, 0.08],
+                         "p_holm_final": 0.001, "ci_low_final": [-0.3, -0.15], "ci_high_final": [-0.15, -0.05]})
     (early, _) = P.early_claims(init, 0.05, 0)
     assert early.sentence.endswith("from then to the end it grew in layer 0 and reversed in layer 1 in size "
                                    "(p_Holm < 0.05).") and early.holds
+
+
+def test_an_early_share_needs_a_difference_at_both_steps_and_a_reversal_a_sign_at_the_first():
+    """Issue [true-words-2] 2: ratios of noise were stated as shares ("-65396%"), and a layer that went from exactly
+    0 to +0.082 was said to have reversed. Layer 0: Δ 0 at the first step (interval [-0.01, 0.01]) and +0.082 at
+    the end; layer 1: Δ indistinguishable from 0 at both steps. Neither gets a share; layer 0 grew."""
+    init = pd.DataFrame({"layer": [0, 1], "step_init": 10, "delta_init": [-1e-6, 1e-5], "delta_final": [0.082, -1e-8],
+                         "share_at_init": [np.nan, np.nan], "mean_diff": [0.082, 0.0], "ci_low": [0.06, -0.01],
+                         "ci_high": [0.1, 0.01], "p_holm": [0.001, 0.9], "p_holm_init": [0.9, 0.8],
+                         "ci_low_init": [-0.01, -0.01], "ci_high_init": [0.01, 0.01], "p_holm_final": [0.001, 0.9],
+                         "ci_low_final": [0.06, -0.01], "ci_high_final": [0.1, 0.01]})
+    early = P.early_claims(init, 0.0125, 0)[0]
+    assert early.holds and "reversed" not in early.sentence and "%" not in early.sentence
+    assert early.sentence == ("At step 10, the earliest stored step, Δ is distinguishable from 0 at both that step and "
+                              "the end (p_Holm < 0.0125) in no layer, so no share of the final difference is stated; "
+                              "from then to the end it grew in layer 0 in size (p_Holm < 0.0125).")
+    # mutations the checks catch: a share stated where the first step's Δ is noise, a reversal from a 0 start
+    forged = early.evidence.assign(share_at_init=[-65396.0, np.nan])
+    assert not replace(early, evidence=forged).holds
+    assert not replace(early, evidence=early.evidence.assign(asserted=["reversed", "none"])).holds

@@ -135,7 +135,12 @@ def check_direction(sentence: str, t: pd.DataFrame, cols, floor: float | None):
             (layer,) = parse_layers(where, every)
             r = t.loc[layer]
             assert interval_ok(ci, r[lo], r[hi]) and (r[lo] > 0 or r[hi] < 0), clause
-            assert close(pt, r[p]) and int(k) == len(t), clause
+            if "smallest attainable" in clause:  # a floor, rounded up: never below the cell, within a unit
+                unit = 10.0 ** -len(pt.split(".")[1])
+                assert floor is not None and r[p] <= floor * 1.25 and r[p] <= num(pt) < max(r[p], floor) + unit, clause
+            else:
+                assert close(pt, r[p]), clause
+            assert int(k) == len(t), clause
             assert not (r[p] < alpha and (r[lo] > 0 or r[hi] < 0)), clause  # else it would be rose/fell
             covered.append(layer)
             continue

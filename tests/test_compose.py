@@ -94,10 +94,15 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     # the early share: layer 1 shrank (p 0.001, CI [-0.03, -0.01]); its p raised to 0.4 it did not
     init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "share_at_init": [0.9, 1.2], "mean_diff": [0.01, -0.02],
                          "ci_low": [-0.01, -0.03], "ci_high": [0.03, -0.01], "p_holm": [0.2, 0.001],
-                         "delta_init": [0.09, 0.12], "delta_final": [0.1, 0.1]})
+                         "delta_init": [0.09, 0.12], "delta_final": [0.1, 0.1], "p_holm_init": 0.001,
+                         "ci_low_init": [0.05, 0.08], "ci_high_init": [0.13, 0.16], "p_holm_final": 0.001,
+                         "ci_low_final": 0.05, "ci_high_final": 0.15})
     early, needs = P.early_claims(init, 0.05, 0)
+    assert early.holds
     withheld(rows(early, p_holm={1: 0.4}))
     withheld(rows(early, share_at_init=0.5))  # no share outside 0-100% any more
+    withheld(rows(early, p_holm_init={0: 0.3}))  # a share stated where the first step's Δ is not told from 0
+    withheld(rows(early, ci_low_final={1: -0.01}))  # ... or the final one's
     withheld(design(needs, bias_off_runs=1))
     decomp = pd.DataFrame({"component": ["total", "direct", "learned"], "layer": [0] * 3, "mean_diff": [0.1, 0.08, 0.02]})
     dl = direct_learned_claim(decomp, 1)
@@ -115,7 +120,7 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     withheld(rows(dep, n=5))
     # five examples: the exact sign-flip floor 2/2^5 = 0.0625, times 4 layers after Holm = 0.25 >= alpha
     eff5 = pd.DataFrame({"layer": range(4), "mean_diff": [0.1] * 4, "p_holm": 0.25, "ci_low": 0.05, "ci_high": 0.2,
-                         "baseline_mean": 0.5, "variant_mean": 0.6, "dz": 1.0, "n": 5})
+                         "baseline_mean": 0.5, "variant_mean": 0.6, "dz": 1.0, "n": 5, "p_holm_floor": 0.25})
     c5 = {c.kind: c for c in P.effects_claims(eff5, n_examples=5, pretrained=False, alpha=0.05, confidence=0.95,
                                               permutations=9999)}
     assert c5["pair_floor"].holds and "smallest attainable p_Holm is 0.250 (4 × 2/2^5)" in c5["pair_floor"].sentence
@@ -125,7 +130,8 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     # and layer 2 (SD 0.04): 2.802 x 0.04 / sqrt(32) = 0.0198
     eff32 = pd.DataFrame({"layer": [0, 1, 2], "mean_diff": [0.1, 0.004, 0.002], "p_holm": [0.001, 0.4, 0.5],
                           "ci_low": [0.05, -0.01, -0.01], "ci_high": [0.2, 0.02, 0.02], "baseline_mean": 0.5,
-                          "variant_mean": 0.6, "dz": 1.0, "n": 32, "sd_diff": [0.03, 0.03, 0.04]})
+                          "variant_mean": 0.6, "dz": 1.0, "n": 32, "sd_diff": [0.03, 0.03, 0.04],
+                          "p_holm_floor": 3 / 10000})  # 3 layers x 1/(9999 + 1): the draws' floor
     mc = {c.kind: c for c in P.effects_claims(eff32, n_examples=32, pretrained=False, alpha=0.05, confidence=0.95,
                                               permutations=9999)}["missed_change"]
     assert mc.holds and mc.rows == (1, 2) and "smaller than 0.015 (layer 1) to 0.020 (layer 2)" in mc.sentence
@@ -248,7 +254,8 @@ def test_the_demo_reports_claims_come_from_their_sections():
     for s in rep.sections:  # a section's claims cite its own tables (or none)
         names = {t.name for t in s.tables}
         assert all(c.table in names or c.table == "" for c in s.claims), s.id
-    assert rep.headline[0].startswith("Within one initialisation (32 examples; α 0.05 shared by 3 headline families")
+    # layers, profile shape, length and the change from the earliest step: four families share α
+    assert rep.headline[0].startswith("Within one initialisation (32 examples; α 0.05 shared by 4 headline families")
 
 
 def test_a_renamed_table_fails_loudly(monkeypatch):

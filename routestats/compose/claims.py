@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from routestats.report import Check, Claim, Figure, fmt_ci, fmt_num, fmt_p
+from routestats.report import Check, Claim, Figure, at_floor, floor_text, fmt_ci, fmt_num, fmt_p
 from routestats.stats.power import detectable_change
 
 __all__ = ["layers_phrase", "direction_claim", "missed_change_claims", "direct_learned_claim", "design_claims", "signed", "span", "span_r", "p_after",
@@ -101,30 +101,6 @@ def span(values) -> str:
         d = scale_decimals(a, b)
         lo, hi = signed(a, d), signed(b, d)
     return lo if lo == hi else f"{lo} to {hi}"
-
-
-FLOOR_TOLERANCE = 1.25  # a Monte Carlo p within this factor of the test's floor counts as at the floor
-
-
-def at_floor(p: float, floor: float | None) -> bool:
-    """Whether ``p`` sits at (or, by Monte Carlo noise, near) the smallest p the test can give."""
-    return floor is not None and float(p) <= floor * FLOOR_TOLERANCE
-
-
-def floor_text(p: float, floor: float) -> str:
-    """A p at its test's floor as the sentences print it: the larger of the two, rounded *up* at the
-    decimals :func:`~routestats.report.fmt_p` would use, so an exact floor is never printed below its value
-    (2/2^5 = 0.0625 reads 0.063, 3 × 2/2^6 = 0.09375 reads 0.094, even when the Monte Carlo p is 0.093).
-
-    >>> floor_text(0.093, 3 * 2 / 2**6), floor_text(0.0625, 0.0625), floor_text(0.0002, 4 / 10001)
-    ('0.094', '0.063', '< 0.001')
-    """
-    v = max(float(p), float(floor))
-    text = fmt_p(v)
-    if text.startswith("<"):
-        return text
-    d = len(text.split(".")[1]) if "." in text else 0
-    return f"{np.ceil(v * 10 ** d - 1e-9) / 10 ** d:.{d}f}"
 
 
 def p_max_phrase(ps, floor: float | None, note: str = "") -> str:
@@ -229,15 +205,19 @@ def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi
         {"layer": t["layer"].astype(int).to_numpy(), "estimate": t[est].to_numpy(float), "low": t[lo].to_numpy(float),
          "high": t[hi].to_numpy(float), "asserted": evidence["asserted"].to_numpy()})},
         {"metric": metric, "conf": conf})
+    return Claim(kind, f"{lead}, {text}.", where, table, tuple(int(x) for x in t["layer"]), "layer",
+                 direction_checks(p, lo, hi, alpha, len(t)), evidence=evidence, short=short, figure=figure)
+
+
+def direction_checks(p: str, lo: str, hi: str, alpha: float, rows: int) -> tuple[Check, ...]:
+    """The checks of :func:`direction_claim`: each layer's asserted verdict against its own p and interval."""
     a = repr(float(alpha))
-    checks = (Check("rose: p_holm < alpha and ci_low > 0", f"`{p}` < {a} and `{lo}` > 0", "asserted == 'rose'"),
-              Check("fell: p_holm < alpha and ci_high < 0", f"`{p}` < {a} and `{hi}` < 0", "asserted == 'fell'"),
-              Check("excludes 0 without p_holm < alpha", f"`{p}` >= {a} and (`{lo}` > 0 or `{hi}` < 0)",
-                    "asserted == 'excludes'"),
-              Check("includes 0: ci_low <= 0 <= ci_high", f"`{lo}` <= 0 and `{hi}` >= 0", "asserted == 'includes'"),
-              Check("every layer of the table is described", f"rows == {len(t)}", "asserted != ''", on="design"))
-    return Claim(kind, f"{lead}, {text}.", where, table, tuple(int(x) for x in t["layer"]), "layer", checks,
-                 evidence=evidence, short=short, figure=figure)
+    return (Check("rose: p_holm < alpha and ci_low > 0", f"`{p}` < {a} and `{lo}` > 0", "asserted == 'rose'"),
+            Check("fell: p_holm < alpha and ci_high < 0", f"`{p}` < {a} and `{hi}` < 0", "asserted == 'fell'"),
+            Check("excludes 0 without p_holm < alpha", f"`{p}` >= {a} and (`{lo}` > 0 or `{hi}` < 0)",
+                  "asserted == 'excludes'"),
+            Check("includes 0: ci_low <= 0 <= ci_high", f"`{lo}` <= 0 and `{hi}` >= 0", "asserted == 'includes'"),
+            Check("every layer of the table is described", f"rows == {rows}", "asserted != ''", on="design"))
 
 
 def direct_learned_claim(decomp: pd.DataFrame, bias_off_runs: int) -> Claim:

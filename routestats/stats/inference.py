@@ -421,9 +421,20 @@ class PairedInference:
     adj_method: str = "holm"
     method: str = field(default="paired percentile bootstrap + two-sided sign-flip test")
 
+    @property
+    def p_floor(self) -> float:
+        """The smallest raw p this test can give (:func:`signflip_floor`)."""
+        return signflip_floor(self.n, self.permutations)[0]
+
+    @property
+    def p_adj_floor(self) -> float:
+        """The smallest Holm p: the raw floor times the family's size, at most 1."""
+        return min(1.0, len(self.labels) * self.p_floor)
+
     def to_frame(self) -> pd.DataFrame:
         """One row per label: label, n, mean_diff, median_diff, sd_diff, dz, ci_low, ci_high,
-        p_raw, p_adj, adj_method, mode, seed, resamples, permutations, confidence, method."""
+        p_raw, p_adj, p_floor, p_adj_floor (the smallest raw and Holm p the test can give: the one floor column
+        that cells and sentences read), adj_method, mode, seed, resamples, permutations, confidence, method."""
         d = asdict(self)
         scalars = {k: v for k, v in d.items() if not isinstance(v, (np.ndarray, tuple))}
         df = pd.DataFrame(
@@ -434,8 +445,10 @@ class PairedInference:
         )
         for k, v in scalars.items():
             df[k] = v
+        df["p_floor"], df["p_adj_floor"] = self.p_floor, self.p_adj_floor
         return df[["label", "n", "mean_diff", "median_diff", "sd_diff", "dz", "ci_low", "ci_high", "p_raw",
-                   "p_adj", "adj_method", "mode", "seed", "resamples", "permutations", "confidence", "method"]]
+                   "p_adj", "p_floor", "p_adj_floor", "adj_method", "mode", "seed", "resamples", "permutations",
+                   "confidence", "method"]]
 
 
 def paired_inference(

@@ -30,7 +30,7 @@ from scipy import special
 
 from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
-from routestats.stats.inference import paired_inference, percentile_ci, row_blocks, seeded_bootstrap_means
+from routestats.stats.inference import paired_inference, percentile_ci, row_blocks, seeded_bootstrap_means, signflip_floor
 from routestats.stats.work import note
 
 __all__ = ["profile_shape", "layer_contrasts", "profile_distance_ci"]
@@ -57,7 +57,8 @@ def profile_shape(D, permutations: int | None = None, seed: int | None = None,
                   resampling: Resampling | None = None) -> pd.DataFrame:
     """Layer x condition interaction: sign-flip test on centred profiles and Hotelling's T^2.
 
-    Columns: test, statistic, df1, df2, p, n, layers, permutations, exact. ``exact`` is True when
+    Columns: test, statistic, df1, df2, p, n, layers, permutations, exact, p_floor (the smallest p the sign-flip
+    test can give, :func:`~routestats.stats.inference.signflip_floor`; NaN for Hotelling). ``exact`` is True when
     all 2^n sign vectors were enumerated (p = #{T* >= T} / 2^n); otherwise p = (#{T* >= T} + 1) /
     (P + 1) over P random sign vectors. Hotelling's T^2 needs n > L - 1 (else p is NaN).
     """
@@ -100,9 +101,9 @@ def profile_shape(D, permutations: int | None = None, seed: int | None = None,
         t2, F, p_h = np.nan, np.nan, np.nan
     return pd.DataFrame([
         {"test": "sign-flip (centred profile)", "statistic": T, "df1": np.nan, "df2": np.nan, "p": p_sf, "n": n,
-         "layers": L, "permutations": draws, "exact": exact},
+         "layers": L, "permutations": draws, "exact": exact, "p_floor": signflip_floor(n, permutations)[0]},
         {"test": "Hotelling T2", "statistic": t2, "df1": float(q), "df2": float(n - q), "p": p_h, "n": n,
-         "layers": L, "permutations": 0, "exact": False, "F": F},
+         "layers": L, "permutations": 0, "exact": False, "p_floor": np.nan, "F": F},
     ])
 
 
@@ -173,7 +174,7 @@ def layer_contrasts(D, layers=None, resamples: int | None = None, permutations: 
     names = [f"L{layers[j]} − L{layers[i]}" for i, j in pairs]
     res = paired_inference(C, resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
                            mode=mode, confidence=confidence, labels=names)
-    out = res.to_frame().rename(columns={"label": "contrast", "p_adj": "p_holm"})
+    out = res.to_frame().rename(columns={"label": "contrast", "p_adj": "p_holm", "p_adj_floor": "p_holm_floor"})
     out.insert(1, "layer_a", [layers[i] for i, _ in pairs])
     out.insert(2, "layer_b", [layers[j] for _, j in pairs])
     return out

@@ -88,4 +88,4 @@ def decomposition_table(frame: pd.DataFrame, conf: str) -> Table:
                  "component.",
                  (Column("Seed", "seed", "int"), Column("Component", "component", "text"), Column("Layer", "layer", "int"),
                   Column("Δ", "mean_diff"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
-                  Column("d_z", "dz", "num", 2), Column("p (Holm)", "p_holm", "p", floor="holm"), Column("n", "n", "int")))
+                  Column("d_z", "dz", "num", 2), Column("p (Holm)", "p_holm", "p", floor="p_holm_floor"), Column("n", "n", "int")))

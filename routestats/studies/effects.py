@@ -148,7 +148,7 @@ def paired_effects(
     layers = sorted(diffs["layer"].unique())
     res = paired_inference(_family(diffs, layers), resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
                            mode=mode, confidence=confidence, labels=layers)
-    out = res.to_frame().rename(columns={"label": "layer", "p_adj": "p_holm"})
+    out = res.to_frame().rename(columns={"label": "layer", "p_adj": "p_holm", "p_adj_floor": "p_holm_floor"})
     means = diffs.groupby("layer")[["baseline", "variant"]].mean()
     out.insert(0, "metric", metric + ("_adj" if adjusted else "") + ("" if weighting == "attention" else f"_{weighting}"))
     out.insert(3, "excluded", diffs.attrs["excluded"])

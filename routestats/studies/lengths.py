@@ -114,10 +114,13 @@ def length_association(p: RunPair, resamples: int | None = None, seed: int | Non
                        resampling: Resampling | None = None, capped: str = "include") -> pd.DataFrame:
     """Per layer Spearman rho between evaluated length and the per-example SFM change (METHODS 3.4).
 
-    rho and p from ``scipy.stats.spearmanr``; percentile bootstrap CI with the reference
-    stream (``default_rng(seed + 17)``); Holm over layers. Columns: layer, n, rho, p_raw,
-    p_adj, ci_low, ci_high, resamples_kept, resamples, seed, n_capped (examples cut at the cap: left out
-    with ``capped="exclude"``, whose lengths are censored), capped.
+    rho from ``scipy.stats.spearmanr``; p by permutation of the lengths against the changes
+    (:func:`~routestats.stats.spearman.spearman_permutation_p`, the resampling's sign-flip draw count; ``p_t``
+    keeps the t approximation the SAAB paper's Table 12A uses, which rejects a true null too often with few
+    examples and tied lengths); percentile bootstrap CI with the reference stream (``default_rng(seed + 17)``);
+    Holm over layers. Columns: layer, n, rho, p_raw, p_adj, ci_low, ci_high, resamples_kept, resamples, seed,
+    p_t, permutations, n_capped (examples cut at the cap: left out with ``capped="exclude"``, whose lengths are
+    censored), capped.
     """
     r = Resampling.of(resampling, length_resamples=resamples, seed=seed)
     resamples, seed = r.length_resamples, r.seed
@@ -126,7 +129,7 @@ def length_association(p: RunPair, resamples: int | None = None, seed: int | Non
         raise RoutestatsError(f"{len(w)} examples below the cap ({w.attrs['n_capped']} were cut at it): too few for a "
                               "length association")
     res = spearman_ci(w["length"].to_numpy(dtype=float), w[layers].to_numpy(), resamples=resamples, seed=seed,
-                      labels=layers)
+                      labels=layers, permutations=r.permutations)
     return res.to_frame().rename(columns={"label": "layer"}).assign(n_capped=w.attrs["n_capped"], capped=capped)
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunCollection
-from routestats.compose.claims import floor_text
+from routestats.report import floor_text
 from routestats.compose.skeleton import build_report, generated_now
 from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_num, section
 from routestats.settings import AnalysisSettings

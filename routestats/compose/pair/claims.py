@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from routestats.compose.claims import (ci_text, direction_claim, floor_text, layers_phrase, missed_change_claims, p_after,
+from routestats.compose.claims import (ci_text, direction_claim, layers_phrase, missed_change_claims, p_after,
                                        rows_of, signed, span)
-from routestats.report import Check, Claim, fmt_num
+from routestats.report import Check, Claim, at_floor, floor_text, fmt_num
 from routestats.stats.inference import SMALL_N, percentile_coverage, signflip_floor
 
 __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
@@ -29,6 +29,30 @@ SINK = 0.3  # a layer whose first key holds this share of the attention has an a
 MAX_LAYER_FINDINGS = 12  # beyond, the findings quote the largest and smallest change and point at the table
 
 
+def _early_share(init: pd.DataFrame, alpha: float) -> tuple[str, Check]:
+    """The sentence's first part: the stated shares (``share_at_init`` where it is not empty), and its check."""
+    s0 = int(init["step_init"].iloc[0])
+    stated = init[init["share_at_init"].notna()]
+    share = stated["share_at_init"]
+    pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
+    if not len(stated):
+        return (f"At step {s0}, the earliest stored step, Δ is distinguishable from 0 at both that step and the end "
+                f"(p_Holm < {alpha:.3g}) in no layer, so no share of the final difference is stated",
+                Check("no share stated", "share_at_init != share_at_init"))
+    where = "in every layer" if len(stated) == len(init) else f"in {layers_phrase(stated['layer'])}"
+    if ((share >= 0) & (share <= 1)).all():
+        return (f"At step {s0}, the earliest stored step, the difference was already {pct(share.min())}–"
+                f"{pct(share.max())} of its final size {where}",
+                Check("every stated share within 0–100%", "share_at_init >= 0 and share_at_init <= 1",
+                      "share_at_init == share_at_init"))
+    out = stated[(share < 0) | (share > 1)]
+    return (f"At step {s0}, the earliest stored step, the difference ranged from {pct(share.min())} to "
+            f"{pct(share.max())} of its final size {where} (outside 0–100% in {layers_phrase(out['layer'])}: there the early "
+            "difference is larger than, or opposite to, the final one)",
+            Check("some share outside 0–100%", "share_at_init < 0 or share_at_init > 1", "share_at_init == share_at_init",
+                  every="any"))
+
+
 def shape_claims(shape: pd.DataFrame, contrasts: pd.DataFrame | None, alpha: float, conf: str) -> list[Claim]:
     """Whether the change differs across layers (profile-shape sign-flip test), with the largest contrast."""
     if shape is None or not len(shape):
@@ -37,9 +61,17 @@ def shape_claims(shape: pd.DataFrame, contrasts: pd.DataFrame | None, alpha: flo
     sf = sf_rows.iloc[0]
     pv = float(sf["p"])
     rows: tuple = (str(sf["test"]),)
+    floor = float(sf["p_floor"]) if "p_floor" in sf and pd.notna(sf["p_floor"]) else None
     if pv >= alpha:
+        said, n = f"p {p_after(pv)}", int(sf["n"]) if "n" in sf else None
+        if at_floor(pv, floor):  # the floor as every place prints it, and what it means for this test
+            said = (f"p = {floor_text(pv, floor)}, the smallest attainable with {n} examples"
+                    + (f": this test cannot reach p < {alpha:.3g} here" if floor >= alpha else ""))
+        elif floor is not None and floor >= alpha:
+            said += (f"; with {n} examples it cannot reach p < {alpha:.3g}: its smallest attainable p is "
+                     f"{floor_text(floor, floor)}")
         return [Claim("no_evidence_shape", f"The data do not show that the change differs across layers (profile-shape "
-                      f"sign-flip p {p_after(pv)}; a uniform shift is not ruled out).", "headline", "profile_shape",
+                      f"sign-flip {said}; a uniform shift is not ruled out).", "headline", "profile_shape",
                       rows, "test", (Check("p >= alpha", f"p >= {alpha!r}"),), evidence=sf_rows.iloc[:1])]
     out = [Claim("differs_across_layers", f"The change differs across layers (profile-shape sign-flip p "
                  f"{p_after(pv)}).", "headline", "profile_shape", rows, "test",
@@ -137,49 +169,46 @@ def sink_claims(masses: pd.DataFrame, first_fields: dict, n_examples: int) -> li
 
 
 def early_claims(init: pd.DataFrame, alpha: float, bias_off_runs: int) -> list[Claim]:
-    """The share of the final difference already present at the earliest stored step, as numbers, and
-    what would show the mechanism (METHODS 3.4)."""
+    """The share of the final difference already present at the earliest stored step, as numbers, where the
+    difference is distinguishable from 0 at both steps (``share_at_init`` is empty elsewhere), how it changed
+    from then to the end by the change's own test, and what would show the mechanism (METHODS 3.4). ``alpha``
+    is this headline family's share of the report's error rate."""
     if init is None or not len(init):
         return []
-    s0 = int(init["step_init"].iloc[0])
-    share = init["share_at_init"]
-    pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
-    if ((share >= 0) & (share <= 1)).all():
-        text = f"At step {s0}, the earliest stored step, the difference was already {pct(share.min())}–" \
-               f"{pct(share.max())} of its final size in every layer"
-        within = Check("every share within 0–100%", "share_at_init >= 0 and share_at_init <= 1")
-    else:
-        out = init[(share < 0) | (share > 1)]
-        text = (f"At step {s0}, the earliest stored step, the difference ranged from {pct(share.min())} to "
-                f"{pct(share.max())} of its final size (outside 0–100% in {layers_phrase(out['layer'])}: "
-                "there the early difference is larger than, or opposite to, the final one)")
-        within = Check("some share outside 0–100%", "share_at_init < 0 or share_at_init > 1", every="any")
-    # grew / shrank in size: the change from the earliest step to the end, read against the final sign
+    a = repr(float(alpha))
+    decided = f"p_holm < {a} and (ci_low > 0 or ci_high < 0)"
+    at_init = f"p_holm_init < {a} and (ci_low_init > 0 or ci_high_init < 0)"
+    text, within = _early_share(init, alpha)
+    # grew / shrank in size: the change from the earliest step to the end; reversed only where Δ was
+    # distinguishable from 0 at the earliest step with the other sign
     sig = init[(init["p_holm"] < alpha) & ((init["ci_low"] > 0) | (init["ci_high"] < 0))]
+    early = (init["p_holm_init"] < alpha) & ((init["ci_low_init"] > 0) | (init["ci_high_init"] < 0))
     said = {}
     for r in sig.itertuples():
-        if r.delta_init * r.delta_final < 0:
+        if early.loc[r.Index] and r.delta_init * r.delta_final < 0:
             said[int(r.layer)] = "reversed"
         else:
             said[int(r.layer)] = "grew" if abs(r.delta_final) > abs(r.delta_init) else "shrank"
     bits = [f"{word} in {layers_phrase([k for k, v in said.items() if v == word])}"
             for word in ("grew", "shrank", "reversed") if word in said.values()]
     text += ("; from then to the end it " + ", ".join(bits[:-1]) + (" and " if len(bits) > 1 else "") + bits[-1]
-             + f" in size (p_Holm < {alpha:g})") if bits else \
-        "; the change from then to the end reaches p_Holm < " + f"{alpha:g} in no layer"
+             + f" in size (p_Holm < {alpha:.3g})") if bits else \
+        "; the change from then to the end reaches p_Holm < " + f"{alpha:.3g} in no layer"
     evidence = init.assign(asserted=[said.get(int(x), "none") for x in init["layer"]])
-    a = repr(float(alpha))
-    decided = f"p_holm < {a} and (ci_low > 0 or ci_high < 0)"
+    same_or_noise = f"(delta_init * delta_final >= 0 or not ({at_init}))"
     out = [Claim("early_share", text + ".", "headline", "init_vs_final", rows_of(init),
                  requires=(within,
-                           Check("grew: p_holm < alpha and |delta final| > |delta init|, one sign",
-                                 f"{decided} and abs(delta_final) > abs(delta_init) and delta_init * delta_final >= 0",
+                           Check("a share only where Δ is distinguishable from 0 at both steps",
+                                 f"{at_init} and p_holm_final < {a} and (ci_low_final > 0 or ci_high_final < 0)",
+                                 "share_at_init == share_at_init"),
+                           Check("grew: p_holm < alpha and |delta final| > |delta init|, not reversed",
+                                 f"{decided} and abs(delta_final) > abs(delta_init) and {same_or_noise}",
                                  "asserted == 'grew'"),
-                           Check("shrank: p_holm < alpha and |delta final| < |delta init|, one sign",
-                                 f"{decided} and abs(delta_final) < abs(delta_init) and delta_init * delta_final >= 0",
+                           Check("shrank: p_holm < alpha and |delta final| < |delta init|, not reversed",
+                                 f"{decided} and abs(delta_final) < abs(delta_init) and {same_or_noise}",
                                  "asserted == 'shrank'"),
-                           Check("reversed: p_holm < alpha and the sign changed", f"{decided} and "
-                                 "delta_init * delta_final < 0", "asserted == 'reversed'"),
+                           Check("reversed: p_holm < alpha, delta init distinguishable from 0, the sign changed",
+                                 f"{decided} and {at_init} and delta_init * delta_final < 0", "asserted == 'reversed'"),
                            Check("no other layer reaches alpha", f"not ({decided})", "asserted == 'none'")),
                  because=("shares computed on the same examples at both steps",), evidence=evidence)]
     out.append(Claim("needs_bias_off", "Whether an early difference is what the bias does to near-initial weights "
@@ -272,8 +301,8 @@ def effects_claims(eff: pd.DataFrame, *, n_examples: int, pretrained: bool, alph
     brief = (f"on this pretrained checkpoint ({n_used} examples)" if pretrained
              else f"within one initialisation ({n_used} examples)")
     n_layers = len(eff)
-    raw_floor, small = signflip_floor(n_used, permutations)
-    floor = min(1.0, n_layers * raw_floor)  # Holm multiplies the smallest p by the number of layers
+    small = signflip_floor(n_used, permutations)[1]  # few examples, not few draws, limit it: said so
+    floor = float(eff["p_holm_floor"].max())  # the frame's floor column, as the table's cells read it
     note = f" with {n_used} examples" if small else ""
     answer = direction_claim(eff.rename(columns={"mean_diff": "d"}), lead, est="d", p="p_holm", lo="ci_low",
                              hi="ci_high", alpha=alpha, metric="SFM", table="effects", conf=conf, floor=floor,

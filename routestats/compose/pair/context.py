@@ -18,6 +18,7 @@ from typing import Callable
 
 import pandas as pd
 
+from routestats.compose.pair.inputs import init_vs_final
 from routestats.errors import RoutestatsError
 from routestats.metrics.examples import resolve_example_sets, select_examples
 from routestats.metrics.passes import head_pass, reduce_attention, trivial_default
@@ -119,7 +120,8 @@ class PairContext:
     @property
     def headline_families(self) -> tuple[str, ...]:
         """The families of tests whose rejections the headline states: the layers (always), the profile shape
-        (two layers and two examples) and the length association (when the length analyses run). The
+        (two layers and two examples), the length association (when the length analyses run) and the change
+        from the earliest stored step to the final one (with two steps on the same examples). The
         headline's error rate is controlled across them: each is tested at alpha / their number."""
         D = self.D
         out = ["layers"]
@@ -127,7 +129,15 @@ class PairContext:
             out.append("profile shape")
         if self.length_inputs[2]:
             out.append("length")
+        if self.early is not None:
+            out.append("early share")
         return tuple(out)
+
+    @functools.cached_property
+    def early(self) -> pd.DataFrame | None:
+        """Δ at the earliest stored step against the final one (:func:`routestats.compose.pair.inputs.init_vs_final`),
+        None with one step or other examples there."""
+        return init_vs_final(self) if len(self.common_steps) > 1 else None
 
     @property
     def family_alpha(self) -> float:

@@ -46,7 +46,10 @@ def performance(p: RunPair) -> pd.DataFrame:
 
 
 def init_vs_final(ctx) -> pd.DataFrame | None:
-    """Delta at the earliest stored step vs the final one, per example and layer (METHODS 3.4a)."""
+    """Delta at the earliest stored step vs the final one, per example and layer (METHODS 3.4a): the change
+    Δ_final − Δ_init with its inference (``p_holm``, ``ci_low``, ``ci_high``) and, for each end, whether Δ itself
+    is distinguishable from 0 there (``p_holm_init``/``_final``, ``ci_low_init``/``_final``, ...); None without an
+    earlier step holding the same examples."""
     p, s, step, D = ctx.pair, ctx.settings, ctx.step, ctx.D
     s0 = ctx.common_steps[0]
     if s0 == step:
@@ -56,7 +59,11 @@ def init_vs_final(ctx) -> pd.DataFrame | None:
     if not (D0.index.equals(D.index) and D0.columns.equals(D.columns)):
         return None  # not the same examples at both steps
     res = paired_inference((D - D0).to_numpy(), resampling=s.resampling, labels=list(D.columns)).to_frame()
-    res = res.rename(columns={"label": "layer", "p_adj": "p_holm"})
+    res = res.rename(columns={"label": "layer", "p_adj": "p_holm", "p_adj_floor": "p_holm_floor"})
+    for end, X in (("init", D0), ("final", D)):  # is Δ itself distinguishable from 0 at each end (for its share)?
+        t = paired_inference(X.to_numpy(), resampling=s.resampling, labels=list(D.columns)).to_frame()
+        res[f"p_holm_{end}"], res[f"ci_low_{end}"], res[f"ci_high_{end}"] = \
+            t["p_adj"].to_numpy(), t["ci_low"].to_numpy(), t["ci_high"].to_numpy()
     res.insert(1, "step_init", s0)
     res.insert(2, "step_final", step)
     res.insert(3, "delta_init", D0.mean().to_numpy())

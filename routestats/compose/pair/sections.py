@@ -17,23 +17,21 @@ from routestats.metrics.passes import head_pass
 from routestats.metrics.routing import field_to_field, head_sfm, mass_split
 from routestats.compose.claims import direct_learned_claim, profile_claims
 from routestats.compose.pair.claims import (
-    adjusted_claims, censoring_claims, distance_claims, early_claims, effects_claims, length_claims, shape_claims,
-    learned_sink_claims, sink_claims, unnamed_claims,
+    adjusted_claims, distance_claims, early_claims, effects_claims, shape_claims, learned_sink_claims, sink_claims,
+    unnamed_claims,
 )
+from routestats.compose.pair.lengths import lengths_section
 from routestats.report import Column, Section, Table, pct
 from routestats.rundir import schema as S
 from routestats.stats.profile import layer_contrasts, profile_distance_ci, profile_shape
-from routestats.studies.effects import highest_layers, paired_differences
-from routestats.studies.lengths import (
-    length_adjusted_effects, length_association, length_bins, length_table,
-)
+from routestats.studies.effects import highest_layers
 from routestats.report import section
 from routestats.compose.pair.context import PairContext
-from routestats.compose.pair.inputs import curves, init_vs_final, performance, running_mean, size_on_disk
+from routestats.compose.pair.inputs import curves, performance, size_on_disk
 from routestats.studies.training import gradient_checkpoint_summary, gradient_ratios, trajectory
 from routestats.studies.word_map import word_map
 
-__all__ = ["pair_sections", "effects_columns", "register_section", "unregister_section", "length_tables"]
+__all__ = ["pair_sections", "effects_columns", "register_section", "unregister_section"]
 
 
 def effects_columns(ctx: PairContext, label: str, raw_p: bool = True) -> tuple[Column, ...]:
@@ -41,8 +39,8 @@ def effects_columns(ctx: PairContext, label: str, raw_p: bool = True) -> tuple[C
     return (Column("Layer", "layer", "int"), Column(f"{label} baseline", "baseline_mean"),
             Column(f"{label} variant", "variant_mean"), Column("Δ", "mean_diff"),
             Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
-            *((Column("p (raw)", "p_raw", "p", floor="raw"),) if raw_p else ()),
-            Column("p (Holm)", "p_holm", "p", floor="holm"), Column("n", "n", "int"))
+            *((Column("p (raw)", "p_raw", "p", floor="p_floor"),) if raw_p else ()),
+            Column("p (Holm)", "p_holm", "p", floor="p_holm_floor"), Column("n", "n", "int"))
 
 
 def _procedure(ctx: PairContext) -> str:
@@ -329,18 +327,24 @@ def _undefined_norms(ctx: PairContext) -> str:
 
 @section("init_vs_final", "Learned vs mechanical: the difference at the start of training")
 def init_vs_final_section(ctx: PairContext) -> Section | None:
-    f = init_vs_final(ctx) if len(ctx.common_steps) > 1 else None
-    if f is None:
+    if ctx.early is None:
         return None
+    a = ctx.family_alpha
+    decided = lambda end: (ctx.early[f"p_holm_{end}"] < a) & ((ctx.early[f"ci_low_{end}"] > 0)  # noqa: E731
+                                                              | (ctx.early[f"ci_high_{end}"] < 0))
+    # a share of the final Δ only where Δ is distinguishable from 0 at both ends: elsewhere it is a ratio of noise
+    f = ctx.early.assign(share_at_init=ctx.early["share_at_init"].where(decided("init") & decided("final")))
     conf = pct(ctx.settings.confidence)
     t = ctx.table("init_vs_final", f, f"What was there at the start: Δ SFM at step {int(f['step_init'].iloc[0])} (the "
                   f"earliest stored step) and at step {int(f['step_final'].iloc[0])}, on the same examples; the change "
-                  f"Δ_final − Δ_init per example with its per-layer {conf} bootstrap CI and sign-flip p (Holm over layers).",
+                  f"Δ_final − Δ_init per example with its per-layer {conf} bootstrap CI and sign-flip p (Holm over layers); "
+                  f"the share at init is Δ init / Δ final where Δ is distinguishable from 0 at both steps (p_Holm < "
+                  f"{a:.3g}, the α share of this headline family, and its interval excluding 0), else empty.",
                   (Column("Layer", "layer", "int"), Column("Δ init", "delta_init"), Column("Δ final", "delta_final"),
                    Column("Share at init", "share_at_init", "num", 2), Column("Change", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
     return Section("init_vs_final", "Learned vs mechanical: the difference at the start of training", (t,),
-                   claims=tuple(early_claims(f, ctx.settings.alpha, ctx.bias_off_runs)))
+                   claims=tuple(early_claims(f, a, ctx.bias_off_runs)))
 
 
 @section("heads", "Head-level SFM")
@@ -386,86 +390,6 @@ def gradients_section(ctx: PairContext) -> Section | None:
                              Column(f"Norm L{up}", "mean_upper_norm", "num", 4))),)
     return Section("gradients", "Gradient-norm ratio", tables,
                    (ctx.figure("gradients", "gradient_ratios", steps=steps),))
-
-
-def _censored(frame) -> str:
-    """What a length table did with the examples cut at the cap."""
-    k = int(frame["n_capped"].iloc[0])
-    if not k:
-        return "no example reached the cap"
-    if frame["capped"].iloc[0] == "exclude":
-        return f"the {k} examples at the cap are left out (their true lengths are unknown: at least the cap)"
-    return f"the {k} examples at the cap are included at the cap length (censored)"
-
-
-def length_tables(ctx: PairContext, f: dict) -> tuple[Table, ...]:
-    """The four shown length tables (SAAB paper Tables 11 and 12A, the length-adjusted Δ, the bins)."""
-    s, conf = ctx.settings, pct(ctx.settings.confidence)
-    ref = f["length_adjusted"]["reference_length"].iloc[0]
-    return (
-        ctx.table("lengths", f["lengths"], "Evaluated token lengths (as in the SAAB paper's Table 11): mean, population SD, "
-                  "linear-interpolation quantiles and saturation at the evaluation cap.",
-                  (Column("Split", "split", "text"), Column("n", "n", "int"), Column("Mean", "mean", "num", 1),
-                   Column("SD", "sd_population", "num", 1), Column("Median", "median", "num", 1),
-                   Column("IQR", "iqr", "num", 1), Column("P90", "p90", "num", 1), Column("P95", "p95", "num", 1),
-                   Column("Cap", "cap", "int"), Column("Saturated", "saturation_count", "int"),
-                   Column("Rate", "saturation_rate", "num", 3))),
-        ctx.table("length_association", f["length_association"], f"Length association (as in the SAAB paper's Table 12A): Spearman ρ "
-                  f"between evaluated length and the per-example Δ SFM, per-layer percentile bootstrap CI "
-                  f"({s.length_resamples:,} resamples), Holm over layers; {_censored(f['length_association'])}. "
-                  "An association within one model, not an effect of length.",
-                  (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("ρ", "rho"),
-                   Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (raw)", "p_raw", "p"),
-                   Column("p (Holm)", "p_adj", "p"))),
-        ctx.table("length_adjusted", f["length_adjusted"], f"Length-adjusted Δ SFM: the raw mean change next to the "
-                  f"change at the median length ({ref:g} tokens) and its change per 10 tokens, from a per-layer "
-                  f"least-squares line of the per-example Δ on length ({int(f['length_adjusted']['n'].iloc[0])} "
-                  f"examples; {_censored(f['length_adjusted'])}; {conf} percentile bootstrap, {s.resamples:,} "
-                  "resamples). Descriptive, within one model: it removes the linear part of the length association "
-                  "only.",
-                  (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("Raw Δ", "delta"),
-                   Column(f"Δ at {ref:g} tokens", "delta_at_reference"),
-                   Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("Δ per 10 tokens", "slope_per_10"),
-                   Column(f"{conf} CI ", ("slope_ci_low", "slope_ci_high"), "ci"))),
-        ctx.table("length_bins", f["length_bins"], "Equal-count length quartile bins (by rank of length, then source "
-                  "index): mean and median Δ SFM per layer; 'At cap' counts examples cut at the evaluation cap (a bin "
-                  "made only of them is saturated: its true lengths are unknown).",
-                  (Column("Bin", "bin", "int"), Column("Layer", "layer", "int"), Column("n", "count", "int"),
-                   Column("Lengths", ("min_length", "max_length"), "range"), Column("At cap", "at_cap", "int"),
-                   Column("Mean Δ", "mean_delta"), Column("Median Δ", "median_delta"))))
-
-
-@section("lengths", "Lengths")
-def lengths_section(ctx: PairContext) -> Section | None:
-    p, s = ctx.pair, ctx.settings
-    ex, c, _ = ctx.length_inputs
-    if ex["length"].nunique() < 3 or len(ex) < 8:
-        if not c["n_capped"]:
-            return None
-        return Section("lengths", "Lengths", skipped=f"Not computed: {len(ex)} examples with {ex['length'].nunique()} "
-                       "distinct lengths are too few for the length analyses (they need 8 examples and 3 lengths).",
-                       claims=tuple(censoring_claims(c, left_out=False, table="")))
-    ctx.say("length analyses")
-    kw = dict(step=ctx.step, examples=s.length_examples)
-    if s.capped_examples == "exclude" and c["n"] - c["n_capped"] < 8:
-        return Section("lengths", "Lengths", skipped=(
-            f"Not computed: {c['n_capped']} of {c['n']} examples reached the {c['cap']}-token cap, so their true "
-            f"lengths are unknown; the {c['n'] - c['n_capped']} examples below the cap are too few for the length "
-            "analyses (capped_examples=include would use every example, those at the cap at the cap length)."),
-            claims=tuple(censoring_claims(c, left_out=False, table="")))
-    frames = {"lengths": length_table(ex[["split", "length"]], cap=int(ex["cap"].max())),
-              "length_association": length_association(p, resampling=s.resampling, capped=s.capped_examples, **kw),
-              "length_adjusted": length_adjusted_effects(p, resampling=s.resampling, capped=s.capped_examples, **kw),
-              "length_bins": length_bins(p, **kw)}
-    per_ex = paired_differences(p, trivial=s.trivial_queries, **kw)[["example_id", "layer", "diff"]]
-    per_ex = running_mean(per_ex.merge(ex[["example_id", "length"]], on="example_id"))
-    assoc = frames["length_association"]
-    left_out = bool(len(assoc)) and assoc["capped"].iloc[0] == "exclude"
-    return Section("lengths", "Lengths", length_tables(ctx, frames),
-                   (ctx.figure("lengths", "lengths", examples=per_ex),),
-                   claims=tuple(censoring_claims(c, left_out)
-                                + length_claims(assoc, frames["length_adjusted"], ctx.family_alpha,
-                                                len(ctx.headline_families))))
 
 
 @section("words", "Word-level attention")

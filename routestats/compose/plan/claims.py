@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from routestats.compose.claims import floor_text
+from routestats.report import floor_text
 from routestats.compose.plan.pilot import Pilot
 from routestats.report import Check, Claim, Figure
 
