@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 
 from routestats.report import (  # noqa: F401  (re-exported for callers that format cells)
-    DASH, Table, at_floor, floor_text, is_missing, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig,
+    DASH, Table, at_printed_floor, is_missing, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig,
 )
 
 _FORMAT = {"num": fmt_num, "p": fmt_p, "sig": fmt_sig}
@@ -63,11 +63,10 @@ def format_cells(table: Table) -> tuple[list[str], list[list[dict]]]:
                 cells.append({"text": text, "value": None if is_missing(lo) else float(lo), "bold": False, "numeric": True})
                 continue
             v = r[c.source]
-            if c.kind == "p" and c.floor and not is_missing(v) and not is_missing(r.get(c.floor)):
-                floor = float(r[c.floor])  # the frame's floor column: the sentences read the same one
-                if at_floor(v, floor) and floor >= 10.0 ** -c.digits:
-                    # the floor itself, as the sentences print it; LaTeX marks it with a dagger and one note
-                    short = floor_text(v, floor)
+            if c.kind == "p" and c.floor:
+                # the frame's floor column, read as the sentences read it; LaTeX marks it with a dagger and one note
+                short = at_printed_floor(v, r.get(c.floor), c.digits)
+                if short is not None:
                     cells.append({"text": f"{short} (smallest attainable)", "short": short, "floor": True,
                                   "value": float(v), "bold": (idx, c.source) in marks, "numeric": True})
                     continue

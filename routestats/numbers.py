@@ -15,7 +15,7 @@ import math
 import pandas as pd
 
 __all__ = ["DASH", "is_missing", "fmt_num", "fmt_sig", "fmt_int", "fmt_p", "fmt_ci", "pct", "FLOOR_TOLERANCE", "at_floor",
-           "floor_text"]
+           "floor_text", "at_printed_floor"]
 
 DASH = "–"
 
@@ -101,3 +101,15 @@ def floor_text(p: float, floor: float) -> str:
         return text
     d = len(text.split(".")[1]) if "." in text else 0
     return f"{math.ceil(v * 10 ** d - 1e-9) / 10 ** d:.{d}f}"
+
+
+def at_printed_floor(p, floor, digits: int = 3) -> str | None:
+    """The text of ``p`` where it sits at its test's floor and the floor prints as a number at ``digits``
+    (:func:`floor_text`, what sentences and cells print, with "(smallest attainable)" beside it), else None.
+
+    >>> at_printed_floor(0.302, 0.25), at_printed_floor(0.5, 0.25), at_printed_floor(0.0002, 4 / 20001)
+    ('0.250', None, None)
+    """
+    if is_missing(p) or is_missing(floor) or not at_floor(p, float(floor)) or float(floor) < 10.0 ** -digits:
+        return None
+    return floor_text(p, float(floor))

@@ -36,12 +36,13 @@ import pandas as pd
 
 from routestats.errors import IntegrityError, RoutestatsError
 from routestats.numbers import (  # noqa: F401  (the number formats: part of this module's public names)
-    DASH, FLOOR_TOLERANCE, at_floor, floor_text, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig, is_missing, pct,
+    DASH, FLOOR_TOLERANCE, at_floor, at_printed_floor, floor_text, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig, is_missing, pct,
 )
 
 __all__ = ["is_missing", "NOTEBOOK_VIEWS", "plain_html", "Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "asserted_rows", "section",
            "guarded", "fmt_num", "fmt_sig", "fmt_int",
-           "fmt_p", "fmt_ci", "pct", "point_label", "DASH", "at_floor", "floor_text", "FLOOR_TOLERANCE"]
+           "fmt_p", "fmt_ci", "pct", "point_label", "DASH", "at_floor", "floor_text", "FLOOR_TOLERANCE",
+           "at_printed_floor"]
 
 COLUMN_KINDS = ("num", "int", "p", "sig", "ci", "range", "text")
 

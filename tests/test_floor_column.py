@@ -59,6 +59,8 @@ def test_sentence_cell_and_latex_print_one_floor(tmp_path, n):
     assert said and set(said) == {printed}, headline
     if FLOORS[n] >= 0.05:  # the floor claim names the same number
         assert f"the smallest attainable p_Holm is {printed}" in headline
+    findings = [f for f in rep.findings if f.startswith("Layer ")]  # the per-layer findings quote the cells
+    assert len(findings) == 4 and all(f"p_Holm = {printed} (smallest attainable)." in f for f in findings), findings
 
 
 def test_a_p_above_the_floor_is_printed_as_estimated():

@@ -12,7 +12,7 @@ import pandas as pd
 
 from routestats.compose.claims import (ci_text, direction_claim, layers_phrase, missed_change_claims, p_after,
                                        rows_of, signed, span)
-from routestats.report import Check, Claim, at_floor, floor_text, fmt_num
+from routestats.report import Check, Claim, at_floor, at_printed_floor, floor_text, fmt_num
 from routestats.stats.inference import SMALL_N, percentile_coverage, signflip_floor
 
 __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
@@ -355,9 +355,11 @@ def effect_findings(eff: pd.DataFrame, conf: str) -> list[Claim]:
                                          on="design"),), evidence=eff))
     for i in range(len(rows)):
         r = rows.iloc[i]
+        floor = at_printed_floor(r["p_holm"], r.get("p_holm_floor"))  # as the table's cell prints it
+        p = f"= {floor} (smallest attainable)" if floor else p_after(r["p_holm"])
         out.append(Claim("layer_effect", f"Layer {int(r['layer'])}: SFM {fmt_num(r['baseline_mean'])} → "
                          f"{fmt_num(r['variant_mean'])}, Δ = {signed(r['mean_diff'])}, per-layer {conf} CI "
-                         f"{ci_text(r['ci_low'], r['ci_high'])}, d_z = {fmt_num(r['dz'], 2).replace('-', '−')}, p_Holm {p_after(r['p_holm'])}.",
+                         f"{ci_text(r['ci_low'], r['ci_high'])}, d_z = {fmt_num(r['dz'], 2).replace('-', '−')}, p_Holm {p}.",
                          "finding", "effects", (int(r["layer"]),), because=("quotes the table",),
                          requires=(Check("the row's numbers are defined", "mean_diff == mean_diff and "
                                          "ci_low == ci_low and ci_high == ci_high and p_holm == p_holm"),),
