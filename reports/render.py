@@ -129,11 +129,19 @@ def _sentences(rep: Report, where: str, s: str, prefix: str, numbers: dict) -> l
 ANSWER = "answer-at-a-glance"  # the figures key of a part's first-screen figure
 
 
+def page_sections(rep: Report) -> list:
+    """The sections of one report in the order the page shows them: the section holding the table its answer
+    rests on first (right below the answer), then the others in their order, so tables are numbered in order of
+    appearance."""
+    key = rep.answer_claim.table if rep.answer_claim is not None else ""
+    return sorted(rep.sections, key=lambda sec: not any(t.name == key and t.shown for t in sec.tables))
+
+
 def table_order(rep: Report) -> list[Table]:
-    """The shown tables of one report (not its parts) in their numbering order, the same in every report kind:
-    the table its answer rests on first (the effects table is Table 1 of every pair report, trained, pretrained
-    or on a test sample), then the others in section order."""
-    shown = [t for sec in rep.sections for t in sec.tables if t.shown]
+    """The shown tables of one report (not its parts) in their numbering order, the same in every report kind and
+    the order the page shows them (:func:`page_sections`): the table its answer rests on first (the effects table
+    is Table 1 of every pair report, trained, pretrained or on a test sample), then the others."""
+    shown = [t for sec in page_sections(rep) for t in sec.tables if t.shown]
     key = rep.answer_claim.table if rep.answer_claim is not None else ""
     return sorted(shown, key=lambda t: t.name != key)
 
@@ -165,7 +173,7 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
     for rep, s, prefix in _parts(report):
         blocks = []
         numbers = {name: k for (part, name), k in number.items() if part == s}
-        for sec in rep.sections:
+        for sec in page_sections(rep):
             shown = []
             for t in sec.tables:
                 if t.shown:
@@ -228,7 +236,7 @@ def markdown(report: Report) -> str:
         if rep.headline:
             out += ["## Answer", ""] + ([f"**{rep.answer}**", ""] if rep.answer else []) + [" ".join(rep.headline), ""]
         out += [f"- {f}" for f in rep.findings] + [""]
-        for sec in rep.sections:
+        for sec in page_sections(rep):
             shown = [t for t in sec.tables if t.shown]
             if not shown and not sec.skipped:
                 continue

@@ -395,3 +395,18 @@ def test_a_word_map_at_any_cap_by_a_stated_rule(tmp_path):
     assert "--word-example" in chosen.section("words").text
     bad = rs.analyse(tmp_path / "p", resamples=50, permutations=50, word_example=99)
     assert bad.section("words").skipped.startswith("Not computed: --word-example 99: no such evaluated example")
+
+
+def test_tables_are_numbered_in_the_order_the_page_shows_them(synth_pair):
+    """Issue [first-hour] 8: the HTML showed Tables 2-4 (task performance) before Table 1. The section holding the
+    answer's table now comes first, so the numbers read 1, 2, 3, ... down the page, in the HTML and the Markdown."""
+    from reports.render import build_context, markdown
+
+    _, p = synth_pair
+    rep = build_pair_report(p, QUICK)
+    (pc,) = build_context(rep)["parts"]
+    seen = [t["number"] for b in pc["blocks"] for t in b["tables"]]
+    assert seen == list(range(1, len(seen) + 1)) and len(seen) > 5, seen
+    assert pc["blocks"][0]["id"] == "effects"  # the answer's table right below the answer
+    md = [int(x) for x in re.findall(r"^Table (\d+)\. ", markdown(rep), flags=re.M)]
+    assert md == list(range(1, len(md) + 1)), md
