@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-__all__ = ["cell_text", "fit_columns", "long_format", "print_tables"]
+__all__ = ["cell_text", "fit_columns", "long_format", "print_tables", "runs_text"]
 
 
 def cell_text(v) -> str:
@@ -99,3 +99,39 @@ def print_tables(frames: list) -> None:
         for row in rows:
             t.add_row(*[Text(c) for c in row])
         con.print(t)
+
+
+def runs_text(title: str, runs, note: str = "", width: int = 78) -> str:
+    """What ``routestats info`` prints: ``title``, then one block per run of the ``runs`` frame (its id, then
+    study, seed, examples, init and steps, then its factors; wrapped to ``width``, ids never cut), then ``note``.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame([{"run_id": "r1", "study": "s", "seed": 1, "examples": 8, "steps": "10", "final forms":
+    ...                     "reductions", "init": "abc", "pretrained": False, "variant": "saab"}])
+    >>> print(runs_text("1 run(s) under t", df, "incomplete: t/x"))
+    1 run(s) under t
+    <BLANKLINE>
+    r1
+      study s · seed 1 · 8 examples · init abc · steps 10 (final: reductions)
+      variant=saab
+    <BLANKLINE>
+    incomplete: t/x
+    """
+
+    def given(v) -> bool:  # a factor another run of the tree has (NaN here) or a None value: left out
+        return v is not None and not (isinstance(v, float) and v != v)
+
+    out = [title]
+    fixed = ("run_id", "study", "seed", "examples", "steps", "final forms", "init", "pretrained")
+    for r in runs.to_dict(orient="records"):
+        factors = " ".join(f"{k}={v}" for k, v in r.items() if k not in fixed and given(v))
+        seed = (f"seed {r['seed']}" if given(r["seed"]) else
+                "pretrained (no seed)" if r["pretrained"] else "no seed")
+        steps = f"steps {r['steps']} (final: {r['final forms']})" if r["steps"] else "no attention stored"
+        detail = f"study {r['study']} · {seed} · {r['examples']} examples · init {r['init']} · {steps}"
+        out += ["", r["run_id"]] + [textwrap.fill(line, width=width, initial_indent="  ", subsequent_indent="    ",
+                                                  break_on_hyphens=False) for line in (detail, factors) if line]
+    if note:
+        out += ["", textwrap.fill(note, width=width, break_on_hyphens=False)]
+    return "\n".join(out)
+

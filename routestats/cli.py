@@ -168,28 +168,19 @@ def _progress():
 @command
 def info(path: Path = typer.Argument(..., help="A run directory or a tree of runs."), skip_incomplete: bool = SKIP,
          study: Optional[str] = STUDY) -> None:
-    """Say what a run or a run tree holds."""
-    from routestats.rundir.collection import describe
+    """Say what a run or a run tree holds (runs still being written are listed as such)."""
+    from routestats.rundir.collection import describe, scan_runs
     from routestats.studies.discover import load
 
-    title, df = describe(load(path, _settings(skip_incomplete=skip_incomplete, study=study)))
-    typer.echo(f"{title} under {path}")
+    complete, left = scan_runs(path) if path.is_dir() and not (path / "run.json").is_file() else ([str(path)], [])
+    busy = f"incomplete (no run.json yet: still being written, or killed): {', '.join(left)}" if left else ""
+    if not complete and left:
+        typer.echo(f"no complete run under {path}; {busy}")
+        return
+    title, df = describe(load(path, _settings(skip_incomplete=skip_incomplete or bool(left), study=study)))
+    from reports.terminal import runs_text
 
-    def given(v) -> bool:  # a factor another run of the tree has (NaN here) or a None value: left out
-        return v is not None and not (isinstance(v, float) and v != v)
-
-    for r in df.to_dict(orient="records"):  # one block per run: fits 80 columns, ids never cut
-        fixed = ("run_id", "study", "seed", "examples", "steps", "final forms", "init", "pretrained")
-        factors = " ".join(f"{k}={v}" for k, v in r.items() if k not in fixed and given(v))
-        seed = (f"seed {r['seed']}" if given(r["seed"]) else
-                "pretrained (no seed)" if r["pretrained"] else "no seed")
-        steps = f"steps {r['steps']} (final: {r['final forms']})" if r["steps"] else "no attention stored"
-        detail = f"study {r['study']} · {seed} · {r['examples']} examples · init {r['init']} · {steps}"
-        typer.echo(f"\n{r['run_id']}")
-        for line in (detail, factors):
-            if line:
-                typer.echo(textwrap.fill(line, width=78, initial_indent="  ", subsequent_indent="    ",
-                                         break_on_hyphens=False))
+    typer.echo(runs_text(f"{title} under {path}", df, busy))
 
 
 @command

@@ -16,7 +16,7 @@ from typing import Callable
 from routestats.errors import RoutestatsError
 
 from runners.launch import make_launcher
-from runners.progress import progress_bars
+from runners.progress import job_reporter, progress_bars
 from runners.threads import set_threads
 
 Echo = Callable[[str], None]
@@ -137,14 +137,14 @@ def mofa(*, out: Path, seeds, sigmoid_heads, domains_dir: Path, preset, steps, n
     given = dict(steps=steps, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head, d_model=d_model)
     c = {**MOFA_PRESETS[preset], **{k: v for k, v in given.items() if v is not None}}
     doms, train_text = {p.stem: read_domain(p) for p in files}, docstrings_domain("train")
+    runs = [(seed, k) for seed in _int_list(seeds, "--seeds") for k in _int_list(sigmoid_heads, "--sigmoid-heads")]
     with progress_bars() as (_, progress):
-        for seed in _int_list(seeds, "--seeds"):
-            for k in _int_list(sigmoid_heads, "--sigmoid-heads"):
-                cfg = GPTConfig(n_ctx=c["n_ctx"], n_layer=c["n_layer"], n_head=c["n_head"], d_model=c["d_model"],
-                                n_sigmoid=k, sigmoid_bias=bias)
-                train_mofa_run(out / f"seed{seed}" / f"ratio-{c['n_head'] - k}-{k}", cfg=cfg, train_text=train_text,
-                               domains=doms, seed=seed, device=device, progress=progress,
-                               tc=MoFATrain(steps=c["steps"], concat_scope=concat_scope, separator=separator))
+        for i, (seed, k) in enumerate(runs, 1):  # "run i of n: seed<S>/ratio-..." with the job's ETA
+            cfg = GPTConfig(n_ctx=c["n_ctx"], n_layer=c["n_layer"], n_head=c["n_head"], d_model=c["d_model"],
+                            n_sigmoid=k, sigmoid_bias=bias)
+            train_mofa_run(out / f"seed{seed}" / f"ratio-{c['n_head'] - k}-{k}", cfg=cfg, train_text=train_text,
+                           domains=doms, seed=seed, device=device, progress=job_reporter(progress, i, len(runs)),
+                           tc=MoFATrain(steps=c["steps"], concat_scope=concat_scope, separator=separator))
     echo(f"runs under {out}")
 
 

@@ -255,10 +255,16 @@ def test_numeric_schema_version_message(tmp_path, rng):
 def test_incomplete_run_suggests_the_cli_option(tmp_path):
     synthetic_pair(tmp_path / "a", seed=1, n_examples=2, n_layers=1, n_heads=1, same_field_bias=(0.5,), effect=(0.2,))
     (tmp_path / "a" / "saab" / "run.json").unlink()
-    code, out = cli("info", tmp_path)
+    code, out = cli("validate", "--quick", tmp_path)
     one_line_error(code, out, "--skip-incomplete leaves them out")
-    code, out = cli("info", tmp_path, "--skip-incomplete")
-    assert code == 0 and "1 run(s)" in out
+    code, out = cli("validate", "--quick", tmp_path, "--skip-incomplete")
+    assert code == 0
+    # info describes what is there, and names the run still being written instead of refusing the tree
+    # (issue [first-hour] 6: it refused a tree while a run was training)
+    code, out = cli("info", tmp_path)
+    assert code == 0 and "1 run(s)" in out and "synthetic-baseline-seed1" in out, out
+    said = " ".join(out.split())  # wrapped to 78 columns
+    assert f"incomplete (no run.json yet: still being written, or killed): {tmp_path / 'a' / 'saab'}" in said
 
 
 def test_empty_and_zero_byte_operator_files(tmp_path):

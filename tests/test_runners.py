@@ -1,5 +1,6 @@
 """PyTorch runners: pairing guarantees, MSM rules, schedule, attention paths, resume, dumps."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -463,6 +464,28 @@ def test_training_prints_progress_when_stderr_is_a_file(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     lines = [ln for ln in res.stderr.splitlines() if "/s, ETA" in ln]
     assert len(lines) >= 4 and any("saab" in ln for ln in lines) and any("baseline" in ln for ln in lines)
+    # the pair is one job of two runs: each line says which, and the first run's job ETA covers the second run too
+    assert any("run 1 of 2: " in ln and "baseline" in ln for ln in lines), lines
+    assert any("run 2 of 2: " in ln and "saab" in ln for ln in lines), lines
+    first = [ln for ln in lines if "run 1 of 2: " in ln and "job ETA" in ln]
+    assert first and all(float(re.search(r"job ETA (\d+) s", ln).group(1)) >= float(re.search(r", ETA (\d+) s", ln)
+                                                                                          .group(1)) for ln in first)
+
+
+def test_a_job_eta_is_this_runs_rate_times_what_is_left_of_the_job(monkeypatch, capsys):
+    """Run 1 of 2, 10 steps each: 5 steps in the first 10 s is 0.5 steps/s, so 10 s are left of this run and
+    10 + 10 / 0.5 = 30 s of the job (arithmetic written out; the rate counts within this run only)."""
+    from runners import progress as P
+
+    now = [100.0]
+    monkeypatch.setattr(P.time, "monotonic", lambda: now[0])
+    report = P._plain().job(1, 2)
+    report("baseline", 0, 10)
+    now[0] += 10
+    report("baseline", 5, 10)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].endswith("run 1 of 2: baseline: 0/10")
+    assert err[1].endswith("run 1 of 2: baseline: 5/10 (0.50/s, ETA 10 s; job ETA 30 s)"), err
 
 
 def test_missing_torch_is_one_line(tmp_path):

@@ -170,6 +170,23 @@ class RunCollection:
         return out
 
 
+def scan_runs(root: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """The run folders under ``root`` (holding ``run.json``) and the incomplete ones (run files without it: still
+    being written, or killed), in walk order; hidden folders are not entered."""
+    from routestats.rundir.replace import walk_folders
+
+    complete, incomplete = [], []
+    for dirpath, dirnames, filenames in walk_folders(Path(root)):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        if S.MANIFEST in filenames:
+            complete.append(str(dirpath))
+            dirnames[:] = []  # a run's own subfolders hold no runs
+        elif S.EXAMPLES in filenames or S.ATTENTION_DIR in dirnames:
+            incomplete.append(str(dirpath))
+            dirnames[:] = []
+    return complete, incomplete
+
+
 def load_runs(tree: str | os.PathLike, on_incomplete: str = "raise") -> RunCollection:
     """Find every run under ``tree`` (any depth) and index them by their manifests.
 
@@ -184,17 +201,8 @@ def load_runs(tree: str | os.PathLike, on_incomplete: str = "raise") -> RunColle
         raise RunFormatError(f"{root}: not a directory")
     if on_incomplete not in ("raise", "skip"):
         raise ValueError("on_incomplete must be 'raise' or 'skip'")
-    runs, incomplete = [], []
-    from routestats.rundir.replace import walk_folders
-
-    for dirpath, dirnames, filenames in walk_folders(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        if S.MANIFEST in filenames:
-            runs.append(load_run(dirpath))
-            dirnames[:] = []  # a run's own subfolders hold no runs
-        elif S.EXAMPLES in filenames or S.ATTENTION_DIR in dirnames:
-            incomplete.append(str(dirpath))
-            dirnames[:] = []
+    complete, incomplete = scan_runs(root)
+    runs = [load_run(d) for d in complete]
     if incomplete and on_incomplete == "raise":
         raise IncompleteRunError(
             f"{len(incomplete)} incomplete run(s) without {S.MANIFEST} under {root}: "

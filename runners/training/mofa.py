@@ -198,12 +198,15 @@ def train_mofa_run(out: Path, *, cfg: GPTConfig, train_text: Sequence[str], doma
     g = torch.Generator(device="cpu").manual_seed(seed)  # data order depends on the seed only
     order = torch.randint(0, len(data), (tc.steps, tc.batch_size), generator=g).numpy()
     order_id = hashlib.sha256(order.astype("<i8").tobytes() + hashlib.sha256(data.tobytes()).digest()).hexdigest()
-    metrics = _train_steps(model, data, order, tc, dev, lambda step: progress and progress(out.name, step, tc.steps))
+    name = f"{out.parent.name}/{out.name}"  # seed<S>/ratio-<softmax>-<sigmoid>
+    metrics = _train_steps(model, data, order, tc, dev, lambda step: progress and progress(name, step, tc.steps))
     ratio = f"{cfg.n_head - cfg.n_sigmoid}:{cfg.n_sigmoid}"
     w = RunWriter(out, run_id=f"{study}-{ratio.replace(':', '-')}-seed{seed}", study=study,
                   factors={"ratio": ratio, "n_sigmoid": cfg.n_sigmoid, "sigmoid_bias": str(cfg.sigmoid_bias)},
                   seed=seed, init_id=init, data_order_id=order_id, fields=TEXT_FIELDS, overwrite=True)
-    scores, ex_rows, ent_blocks = _score_domains(model, domains, cfg, tc, dev)
+    scored = getattr(progress, "note", progress)  # a phase of its own: not in the job's training ETA
+    scores, ex_rows, ent_blocks = _score_domains(
+        model, domains, cfg, tc, dev, lambda done: scored and scored(f"{name} domains scored", done, len(domains)))
     w.write_examples(pd.DataFrame(ex_rows))
     model.eval()
     with w.attention(tc.steps, dtype="float32", forms=(S.FORM_REDUCTIONS,)) as sink, torch.inference_mode():
@@ -246,10 +249,12 @@ def _train_steps(model, data, order, tc: MoFATrain, dev, on_step) -> list[dict]:
     return metrics
 
 
-def _score_domains(model, domains: dict, cfg: GPTConfig, tc: MoFATrain, dev):
-    """(lm score frames, example rows, (example id, block) of the entropy dumps) over every domain."""
+def _score_domains(model, domains: dict, cfg: GPTConfig, tc: MoFATrain, dev, on_domain=lambda done: None):
+    """(lm score frames, example rows, (example id, block) of the entropy dumps) over every domain;
+    ``on_domain(k)`` hears of each domain scored (the scoring takes as long as a short training)."""
     scores, ex_rows, ent_blocks = [], [], []
-    for dom, docs in domains.items():
+    on_domain(0)
+    for k, (dom, docs) in enumerate(domains.items(), 1):
         blk = domain_blocks(docs, cfg.n_ctx, tc.concat_scope, tc.separator)
         nll, n_tok = score_domain(model, blk, dev)
         scores.append(pd.DataFrame({"domain": dom, "example_id": np.arange(len(blk)), "sum_nll": nll, "n_tokens": n_tok}))
@@ -258,4 +263,5 @@ def _score_domains(model, domains: dict, cfg: GPTConfig, tc: MoFATrain, dev):
             ex_rows.append({"example_id": eid, "split": dom, "source_index": b, "label": dom,
                             "prepared_length": cfg.n_ctx, "cap": cfg.n_ctx, "field_ids": [3] * cfg.n_ctx})
             ent_blocks.append((eid, blk[b]))
+        on_domain(k)
     return scores, ex_rows, ent_blocks

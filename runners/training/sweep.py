@@ -92,13 +92,14 @@ def run_sweep(out: Path, *, seeds: Sequence[int], conditions: Sequence[Condition
                                                             preset=preset, data=data, study=study, device=device,
                                                             keep_checkpoints=keep_checkpoints, threads=threads)))
     if launcher is None and progress is not None:
-        # in-process: keep the live progress bars
-        for job in jobs:
+        # in-process: keep the live progress bars, "run k of n" over the whole sweep
+        per_seed = sum(not c.bias_off for c in conditions)
+        for i, job in enumerate(jobs):
             kw = job.kwargs
             try:
                 paths = train_study(out / f"seed{kw['seed']}", data=data, preset=preset, conditions=conditions,
                                     seed=kw["seed"], study=study, device=device, keep_checkpoints=keep_checkpoints,
-                                    progress=progress)
+                                    progress=progress, job=(i * per_seed, len(jobs) * per_seed))
                 res.complete += [p for p in paths if p not in res.skipped]
             except Exception:  # noqa: BLE001 - recorded and reported; the sweep continues
                 log = out / "logs" / f"{job.name}.log"

@@ -29,6 +29,7 @@ from routestats.rundir.write import RunWriter, software_versions
 from routestats.rundir.sampling import reservoir_indices
 
 from runners.checkpoints import load_checkpoint
+from runners.progress import job_reporter
 from runners.training.dumps import cut_example, dump_attention, git_commit, pick_device, seed_everything  # noqa: F401  (re-exported)
 from runners.training.data import DataSpec
 from runners.training.model import EncoderConfig, SAABEncoder, qkv_grad_norms, state_hash
@@ -378,11 +379,14 @@ def train_study(
     attention_impl: str = "explicit",
     keep_checkpoints: str = "last",
     progress=None,
+    job: tuple[int, int] | None = None,
 ) -> list[Path]:
     """Train every condition at ``seed`` into ``out/<condition>`` and verify they are an exact pair set.
 
     A ``bias-off`` condition is not trained: after the others, the ``saab`` run's final weights are
     evaluated with the bias removed (:func:`runners.training.evaluate.evaluate_bias_off`) into ``out/saab-bias-off``.
+    ``job`` = (runs before these, runs in the whole job) when this seed is part of a larger job (a sweep); the
+    progress lines say "run k of n" and the job's ETA (:func:`runners.progress.job_reporter`).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -393,10 +397,12 @@ def train_study(
         raise RoutestatsError("the bias-off condition evaluates the saab run of the same seed; add saab to --conditions")
     prep = prepare(data, out, preset.vocab_size, max_length)
     paths = []
-    for c in trained:
+    before, total = job or (0, len(trained))
+    for k, c in enumerate(trained, before + 1):
         paths.append(
             train_run(out / c.name, prep=prep, preset=preset, condition=c, seed=seed, study=study, device=device,
-                      attention_impl=attention_impl, keep_checkpoints=keep_checkpoints, progress=progress)
+                      attention_impl=attention_impl, keep_checkpoints=keep_checkpoints,
+                      progress=job_reporter(progress, k, total))
         )
     evaluated_paths = []
     for c in evaluated:
