@@ -45,8 +45,6 @@ differences) is 2/16 = 0.125, of which 0.1354 is a 2,000-draw estimate.
 
 from __future__ import annotations
 
-import math
-import random as _pyrandom
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -54,6 +52,10 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
+from routestats.stats.percentile import (  # noqa: F401  (public names of this module too)
+    PERCENTILE_COVERAGE_95, SMALL_N, percentile_ci, percentile_coverage, quantile_levels,
+)
+from routestats.stats.reference import numpy_mode, python_mode
 from routestats.stats.work import note
 
 __all__ = [
@@ -162,38 +164,6 @@ def cohen_dz(d) -> np.ndarray:
     defined = np.ptp(a, axis=0) > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(defined, a.mean(axis=0) / np.where(defined, sd, 1.0), np.nan)
-
-
-# Coverage of the nominal 95% percentile interval of a mean, by n: (normal population, lognormal σ = 1), from
-# benchmarks/bench_coverage.py (1000 samples per cell, 999 resamples each; docs/methods.md has the full table).
-PERCENTILE_COVERAGE_95 = {5: (0.82, 0.72), 6: (0.87, 0.75), 8: (0.90, 0.79), 12: (0.91, 0.81), 20: (0.93, 0.85),
-                          40: (0.94, 0.89)}
-SMALL_N = 20  # below this many units a nominal 95% percentile interval covers under 93% in the simulation
-
-
-def percentile_coverage(n: int) -> tuple[float, float]:
-    """Simulated coverage of a nominal 95% percentile interval of a mean over ``n`` units, (normal, skewed):
-    the tabulated n at or below ``n`` (coverage grows with n, so this errs low); n < 5 reads the n = 5 row.
-
-    >>> percentile_coverage(6), percentile_coverage(7), percentile_coverage(3)
-    ((0.87, 0.75), (0.87, 0.75), (0.82, 0.72))
-    """
-    at = max([k for k in PERCENTILE_COVERAGE_95 if k <= n], default=min(PERCENTILE_COVERAGE_95))
-    return PERCENTILE_COVERAGE_95[at]
-
-
-def percentile_ci(boot: np.ndarray, confidence: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval of bootstrap replicates along axis 0 (``numpy.quantile``, linear)."""
-    confidence = Resampling().confidence if confidence is None else confidence
-    lo_q, hi_q = _levels(confidence)
-    lo, hi = np.quantile(boot, [lo_q, hi_q], axis=0)
-    return lo, hi
-
-
-def _levels(confidence: float) -> tuple[float, float]:
-    """Quantile levels of a central interval, rounded so 0.95 gives exactly 0.025 / 0.975."""
-    lo = round((1.0 - confidence) / 2.0, 12)
-    return lo, round(1.0 - lo, 12)
 
 
 def signflip_count(d: np.ndarray, bits: np.ndarray) -> np.ndarray:
@@ -361,41 +331,6 @@ def _shared(d, resamples, permutations, seed, confidence):
     return lo, hi, count
 
 
-def _numpy_mode(d, resamples, permutations, rng, confidence):
-    n, k = d.shape
-    lo, hi, count = np.empty(k), np.empty(k), np.zeros(k, dtype=np.int64)
-    for j in range(k):
-        x = d[:, j]
-        idx = rng.integers(0, n, size=(resamples, n))
-        boot = x[idx].mean(axis=1)
-        lo[j], hi[j] = percentile_ci(boot, confidence)
-        signs = rng.choice([-1.0, 1.0], size=(permutations, n), replace=True)
-        perm = np.abs((signs * x).mean(axis=1))
-        count[j] = int((perm >= abs(x.mean())).sum())
-    return lo, hi, count
-
-
-def _python_mode(d, resamples, permutations, seed, confidence):
-    n, k = d.shape
-    lo, hi, count = np.empty(k), np.empty(k), np.zeros(k, dtype=np.int64)
-    lo_q, hi_q = _levels(confidence)
-    for j in range(k):
-        x = d[:, j].tolist()
-        r = _pyrandom.Random(seed + j)
-        means = sorted(sum(x[r.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-        lo[j] = means[math.floor(lo_q * (resamples - 1))]
-        hi[j] = means[math.ceil(hi_q * (resamples - 1))]
-        r = _pyrandom.Random(seed + 100 + j)
-        obs = abs(sum(x) / n)
-        c = 0
-        for _ in range(permutations):
-            s = sum(v if r.getrandbits(1) else -v for v in x)
-            if abs(s / n) >= obs:
-                c += 1
-        count[j] = c
-    return lo, hi, count
-
-
 @dataclass(frozen=True)
 class PairedInference:
     """Paired inference for one family of columns (e.g. the layers of one run pair).
@@ -489,9 +424,9 @@ def paired_inference(
     if mode == "shared":
         lo, hi, count = _shared(a, resamples, permutations, int(seed), confidence)
     elif mode == "numpy":
-        lo, hi, count = _numpy_mode(a, resamples, permutations, np.random.default_rng(seed), confidence)
+        lo, hi, count = numpy_mode(a, resamples, permutations, np.random.default_rng(seed), confidence)
     else:
-        lo, hi, count = _python_mode(a, resamples, permutations, seed, confidence)
+        lo, hi, count = python_mode(a, resamples, permutations, seed, confidence)
     p = (count + 1) / (permutations + 1)
     return PairedInference(
         labels=labels,
