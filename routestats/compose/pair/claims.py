@@ -96,6 +96,8 @@ def unnamed_claims(masses: pd.DataFrame) -> list[Claim]:
     m = masses.set_index(["role", "layer"])
     b, v = m.loc["baseline"], m.loc["variant"]
     dU = v["unnamed_mass"] - b["unnamed_mass"]
+    if dU.isna().all():  # undefined in every layer (no example defines it): nothing to build a claim from
+        return []
     layer = int(dU.abs().idxmax())  # the claim is built at any size of change: its check is the gate
     d_raw = float(v.loc[layer, "sfm"] - b.loc[layer, "sfm"])
     d_named = float(v.loc[layer, "sfm_named"] - b.loc[layer, "sfm_named"])
@@ -125,8 +127,8 @@ def unnamed_claims(masses: pd.DataFrame) -> list[Claim]:
 def learned_sink_claims(masses: pd.DataFrame) -> list[Claim]:
     """When the model has learned attention sinks (GPT-OSS), how much of each layer's attention they take: mass
     outside the sequence that counts in no field, like the unnamed mass (METHODS 3.2, sink mass)."""
-    if masses is None or not len(masses) or "sink_mass" not in masses:
-        return []  # no sink column: nothing to say of sinks (whether a sink is large enough, the check decides)
+    if masses is None or not len(masses) or "sink_mass" not in masses or masses["sink_mass"].isna().all():
+        return []  # no sink mass: nothing to say of sinks (whether a sink is large enough, the check decides)
     lo, hi = masses.loc[masses["sink_mass"].idxmin()], masses.loc[masses["sink_mass"].idxmax()]
     where = lambda r: f"{r['role']}, layer {int(r['layer'])}" if "role" in r else f"layer {int(r['layer'])}"  # noqa: E731
     return [Claim("learned_sink", f"The model's learned attention sinks take {100 * float(lo['sink_mass']):.0f}–"
@@ -145,7 +147,8 @@ def learned_sink_claims(masses: pd.DataFrame) -> list[Claim]:
 def sink_claims(masses: pd.DataFrame, first_fields: dict, n_examples: int) -> list[Claim]:
     """When the first token holds much of a layer's attention (an attention sink) and is a named token, its mass
     counts as same-field for its own field's queries and as cross-field for the others': say so, with where."""
-    if masses is None or not len(masses) or "first_mass" not in masses or not first_fields:
+    if masses is None or not len(masses) or "first_mass" not in masses or not first_fields \
+            or masses["first_mass"].isna().all():
         return []
     top_i = masses["first_mass"].idxmax()
     top = masses.loc[top_i]
