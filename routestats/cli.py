@@ -172,7 +172,9 @@ def info(path: Path = typer.Argument(..., help="A run directory or a tree of run
     from routestats.rundir.collection import describe, scan_runs
     from routestats.studies.discover import load
 
-    complete, left = scan_runs(path) if path.is_dir() and not (path / "run.json").is_file() else ([str(path)], [])
+    from routestats.rundir import schema as S
+
+    complete, left = scan_runs(path) if path.is_dir() and not (path / S.MANIFEST).is_file() else ([str(path)], [])
     busy = f"incomplete (no run.json yet: still being written, or killed): {', '.join(left)}" if left else ""
     if not complete and left:
         typer.echo(f"no complete run under {path}; {busy}")

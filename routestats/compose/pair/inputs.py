@@ -60,10 +60,13 @@ def init_vs_final(ctx) -> pd.DataFrame | None:
         return None  # not the same examples at both steps
     res = paired_inference((D - D0).to_numpy(), resampling=s.resampling, labels=list(D.columns)).to_frame()
     res = res.rename(columns={"label": "layer", "p_adj": "p_holm", "p_adj_floor": "p_holm_floor"})
-    for end, X in (("init", D0), ("final", D)):  # is Δ itself distinguishable from 0 at each end (for its share)?
-        t = paired_inference(X.to_numpy(), resampling=s.resampling, labels=list(D.columns)).to_frame()
-        res[f"p_holm_{end}"], res[f"ci_low_{end}"], res[f"ci_high_{end}"] = \
-            t["p_adj"].to_numpy(), t["ci_low"].to_numpy(), t["ci_high"].to_numpy()
+    # is Δ itself distinguishable from 0 at each end (for its share)? At the end: the effects table's own verdict
+    t = paired_inference(D0.to_numpy(), resampling=s.resampling, labels=list(D.columns)).to_frame()
+    end = ctx.effects().set_index("layer").loc[list(D.columns)]
+    res["p_holm_init"], res["ci_low_init"], res["ci_high_init"] = \
+        t["p_adj"].to_numpy(), t["ci_low"].to_numpy(), t["ci_high"].to_numpy()
+    res["p_holm_final"], res["ci_low_final"], res["ci_high_final"] = \
+        end["p_holm"].to_numpy(), end["ci_low"].to_numpy(), end["ci_high"].to_numpy()
     res.insert(1, "step_init", s0)
     res.insert(2, "step_final", step)
     res.insert(3, "delta_init", D0.mean().to_numpy())
