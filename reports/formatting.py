@@ -93,11 +93,13 @@ def page_cells(table: Table) -> tuple[list[str], list[tuple[int, list[dict]]]]:
 
 
 def table_context(table: Table) -> dict:
-    """One table as the HTML template sees it: name, headers, rows of cells (each with its position
-    in the full table), caption and the note on rows left off the page."""
+    """One table as the HTML template sees it: name, headers (with each column's legend as its hover ``titles``),
+    rows of cells (each with its position in the full table), caption, the columns' legend and the note on rows
+    left off the page."""
     headers, rows = page_cells(table)
     return {"name": table.name, "headers": headers, "rows": [c for _, c in rows], "positions": [i for i, _ in rows],
-            "caption": table.caption, "page_note": table.page_note}
+            "titles": [f"{c.legend}; " if c.legend else "" for c in table.columns],
+            "caption": table.caption, "legend": table.legend, "page_note": table.page_note}
 
 
 def embedded(png: bytes | None) -> str | None:

@@ -191,6 +191,7 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
                            "text": sec.skipped or sec.text, "skipped": bool(sec.skipped)})
         key = figures.get((s, ANSWER))
         parts.append({"slug": s, "label": rep.title, "subtitle": rep.subtitle, "answer": rep.answer,
+                      "terms": rep.used_terms(rep.first_screen),
                       "answer_png": embedded(key) if isinstance(key, bytes) else None,
                       "findings": _sentences(rep, "finding", s, prefix, numbers),
                       "headline": _sentences(rep, "headline", s, prefix, numbers),
@@ -235,6 +236,7 @@ def markdown(report: Report) -> str:
         out += [f"# {rep.title}", "", rep.subtitle, ""]
         if rep.headline:
             out += ["## Answer", ""] + ([f"**{rep.answer}**", ""] if rep.answer else []) + [" ".join(rep.headline), ""]
+            out += [f"*{rep.terms}*", ""] if rep.terms else []
         out += [f"- {f}" for f in rep.findings] + [""]
         for sec in page_sections(rep):
             shown = [t for t in sec.tables if t.shown]
@@ -245,7 +247,7 @@ def markdown(report: Report) -> str:
                 out += [sec.skipped, ""]
             for t in shown:
                 out += [table_text(t, "markdown", page=True), f"Table {number[(s, t.name)]}. {t.caption}"
-                        + (f" {t.page_note}" if t.page_note else ""), ""]
+                        + (f" {t.legend}" if t.legend else "") + (f" {t.page_note}" if t.page_note else ""), ""]
     return "\n".join(out)
 
 

@@ -449,13 +449,15 @@ def regime(
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Report folder: report.html, tables (CSV, LaTeX), figures."),
     probes: Optional[int] = typer.Option(None, help="Random directions inside S and in the ambient space per point "
                                                     f"[default: {D.probes}]."),
+    every: bool = typer.Option(False, "--all", help="Print every point and the regime counts and search quality "
+                                                    "tables too [default: the answer and up to 20 points]."),
     format: str = FORMAT,
     seed: Optional[int] = SEED,
     force: bool = FORCE,
 ) -> None:
     """Spectral certification of gating-induced regime switching at one operating point or over a grid."""
     from reports.folder import check_output
-    from routestats.compose.regime.build import build_regime_report, terminal_tables
+    from routestats.compose.regime.build import build_regime_report, terminal_summary
 
     if not source.exists():
         _fail(f"{source}: no such file or directory")
@@ -475,7 +477,12 @@ def regime(
         print_tables(comparison_terminal_tables(rep))
     else:
         rep = build_regime_report(source, settings)
-        print_tables(terminal_tables(rep))
+        import shutil
+
+        head, tables, tail = terminal_summary(rep, every, min(100, shutil.get_terminal_size((100, 24)).columns))
+        typer.echo("\n".join(head))
+        print_tables(tables)
+        typer.echo("\n".join(tail))
     import reports
 
     for name, p in (reports.write(rep, out, formats, force=force, inputs=[source]) if out is not None else {}).items():

@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-__all__ = ["DASH", "is_missing", "fmt_num", "fmt_sig", "fmt_int", "fmt_p", "fmt_ci", "pct", "FLOOR_TOLERANCE", "at_floor",
+__all__ = ["DASH", "is_missing", "fmt_num", "fmt_sig", "fmt_int", "fmt_p", "fmt_ci", "pct", "counted", "FLOOR_TOLERANCE", "at_floor",
            "floor_text", "at_printed_floor"]
 
 DASH = "–"
@@ -75,6 +75,15 @@ def fmt_ci(lo, hi, digits: int = 3) -> str:
 
 def pct(x: float) -> str:
     return f"{100 * x:.0f}%"
+
+
+def counted(n: int, noun: str) -> str:
+    """A count and its noun in the number it takes.
+
+    >>> counted(1, "operating point"), counted(8, "operating point"), counted(0, "run")
+    ('1 operating point', '8 operating points', '0 runs')
+    """
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 FLOOR_TOLERANCE = 1.25  # a Monte Carlo p within this factor of the test's floor counts as at the floor

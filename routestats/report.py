@@ -36,12 +36,13 @@ import pandas as pd
 
 from routestats.errors import IntegrityError, RoutestatsError
 from routestats.numbers import (  # noqa: F401  (the number formats: part of this module's public names)
-    DASH, FLOOR_TOLERANCE, at_floor, at_printed_floor, floor_text, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig, is_missing, pct,
+    DASH, FLOOR_TOLERANCE, at_floor, at_printed_floor, counted, floor_text, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig,
+    is_missing, pct,
 )
 
 __all__ = ["is_missing", "NOTEBOOK_VIEWS", "plain_html", "Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "asserted_rows", "section",
            "guarded", "fmt_num", "fmt_sig", "fmt_int",
-           "fmt_p", "fmt_ci", "pct", "point_label", "DASH", "at_floor", "floor_text", "FLOOR_TOLERANCE",
+           "fmt_p", "fmt_ci", "pct", "counted", "point_label", "DASH", "at_floor", "floor_text", "FLOOR_TOLERANCE",
            "at_printed_floor"]
 
 COLUMN_KINDS = ("num", "int", "p", "sig", "ci", "range", "text")
@@ -93,6 +94,7 @@ class Column:
     kind: str = "num"  # num, int, p, sig (significant digits), ci (low, high), range (first, last), text
     digits: int = 3
     floor: str | None = None  # p columns of a sign-flip test: the frame's column holding the smallest p it can give
+    legend: str = ""  # what a terse header means, said under the table (HTML, Markdown) and on hover
 
     def __post_init__(self):
         if self.kind not in COLUMN_KINDS:
@@ -117,6 +119,17 @@ class Table:
     @property
     def shown(self) -> bool:
         return bool(self.columns)
+
+    @property
+    def legend(self) -> str:
+        """What the table's terse headers mean, in one line: its columns' legends ('' when none has one).
+
+        >>> Table("t", pd.DataFrame({"a": [1]}), columns=(Column("d_sw", "a", "int", legend="switching directions"),
+        ...                                                Column("Layer", "a", "int"))).legend
+        'd_sw: switching directions.'
+        """
+        return "; ".join(f"{c.header}: {c.legend}" for c in self.columns if c.legend) + ("." if any(
+            c.legend for c in self.columns) else "")
 
     def _repr_html_(self) -> str:  # Jupyter: the table as the report shows it
         return NOTEBOOK_VIEWS.get("table", plain_html)(self)
@@ -285,6 +298,7 @@ class Report:
     rank order; kinds it does not name follow in section order). :attr:`headline` and :attr:`findings`
     are the printed claims' words (claims whose preconditions fail are kept in ``claims`` but not
     printed). ``data`` holds frames that are inputs of figures or of further analysis but no table;
+    ``glossary`` holds (term, meaning) pairs of the symbols its first screen uses (:attr:`terms`);
     ``facts`` holds descriptive scalars (counts, steps, ...) for the caller; ``parts`` holds
     sub-reports shown after this one (the per-pair parts of a study).
     """
@@ -299,6 +313,7 @@ class Report:
     parts: tuple["Report", ...] = ()
     scope: tuple[Claim, ...] = ()
     claim_order: tuple[str, ...] = ()
+    glossary: tuple[tuple[str, str], ...] = ()  # (term, meaning) of the symbols the first screen uses
 
     @property
     def claims(self) -> tuple[Claim, ...]:
@@ -350,6 +365,36 @@ class Report:
         more = [c.short.rstrip(".") for c in self.claims if c.where == "headline" and c.qualifier and c.short
                 and c.holds]
         return "; ".join([main.short.rstrip("."), *more]) + "."
+
+    @property
+    def terms(self) -> str:
+        """The glossary entries the first screen uses -- the answer, headline and findings -- in one line
+        (:meth:`terms_in`).
+
+        >>> g = (("λ_max", "the largest eigenvalue"), ("d_sw", "how many exceed 1"), ("τ_cert", "a severity"))
+        >>> claim = Claim("c", "λ_max 15.1, d_sw 13.", "finding")
+        >>> Report("t", "s", (Section("e", "E", claims=(claim,)),), glossary=g).terms
+        'λ_max: the largest eigenvalue; d_sw: how many exceed 1.'
+        """
+        return self.terms_in(self.first_screen)
+
+    @property
+    def first_screen(self) -> str:
+        """The words of the first screen: the answer, headline and findings."""
+        return " ".join((self.answer, *self.headline, *self.findings))
+
+    def terms_in(self, text: str) -> str:
+        """The glossary entries whose term (before any parenthesis) ``text`` uses, in one line ('' when none).
+
+        >>> Report("t", "s", (), glossary=(("SFM (same-field mass)", "a share"), ("Δ", "a difference"))).terms_in("SFM")
+        'SFM (same-field mass): a share.'
+        """
+        used = [f"{t}: {m}" for t, m in self.used_terms(text)]
+        return "; ".join(used) + ("." if used else "")
+
+    def used_terms(self, text: str) -> tuple[tuple[str, str], ...]:
+        """The (term, meaning) entries of the glossary whose term (before any parenthesis) ``text`` uses."""
+        return tuple((t, m) for t, m in self.glossary if t.split(" (")[0] in text)
 
     def __repr__(self) -> str:  # a terminal's view: what it is and its answer, not every frame
         parts = f", {len(self.parts)} parts" if self.parts else ""

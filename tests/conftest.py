@@ -177,16 +177,36 @@ def chromium_console(chromium: str, html: Path, shot: Path) -> str:
     return res.stderr
 
 
-def chromium_dom(chromium: str, html: Path) -> tuple[str, str]:
-    """(DOM after the page's scripts ran, Chromium's log) of ``html``, headless."""
+def chromium_dom(chromium: str, html: Path, width: int = 1200) -> tuple[str, str]:
+    """(DOM after the page's scripts ran, Chromium's log) of ``html``, headless, in a window ``width`` px wide."""
     with tempfile.TemporaryDirectory() as profile:
         res = subprocess.run(
             [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
-             "--dump-dom", html.resolve().as_uri()],
+             f"--window-size={width},800", "--dump-dom", html.resolve().as_uri()],
             capture_output=True, text=True, timeout=120)
     return res.stdout, res.stderr
+
+
+_WIDTH_PROBE = """<script>window.addEventListener('load', function () {
+  var p = document.createElement('pre'); p.id = 'WIDTH-PROBE';
+  p.textContent = document.documentElement.scrollWidth + ' ' + document.documentElement.clientWidth;
+  document.body.appendChild(p); });</script>"""
+
+
+def page_widths(chromium: str, html: Path, width: int = 1280) -> tuple[int, int]:
+    """(the page's scroll width, its viewport width) in px, in a ``width`` px window: a page that scrolls sideways
+    has the first larger. Measured on a copy of ``html`` with a probe script added."""
+    probe = html.with_name(".width-probe.html")
+    probe.write_text(html.read_text().replace("</body>", _WIDTH_PROBE + "</body>"))
+    try:
+        dom, log = chromium_dom(chromium, probe, width)
+    finally:
+        probe.unlink()
+    m = re.search(r'<pre id="WIDTH-PROBE">(\d+) (\d+)</pre>', dom)
+    assert m, log[-2000:]
+    return int(m.group(1)), int(m.group(2))
 
 
 def console_errors(log: str) -> list[str]:

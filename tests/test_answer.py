@@ -112,7 +112,7 @@ def test_the_regime_answer_counts_the_certified_points(tmp_path):
     rep = build_regime_report(run, AnalysisSettings(probes=64, seed=0))
     s = rep.frame("summary")
     k = int((s["lambda_max"] > 1).sum())  # switching certified: λ_max > 1 (METHODS, regime switching)
-    assert rep.answer == f"Switching is certified (λ_max > 1) at {k} of 6 operating point(s), layers 0–2."
+    assert rep.answer == f"Switching is certified (λ_max > 1) at {k} of 6 operating points, layers 0–2."
     assert len(rep.answer_claim.figure.frames["summary"]) == 6
 
 

@@ -134,9 +134,9 @@ def test_severity_sweep_reaches_tau_cert():
     assert sw["lambda_max"].iloc[0] == pytest.approx(c.lambda_max, rel=1e-9)  # the lowest level is all of S
 
 
-def write_points(run, seed=0, lattice=200, layers=(0, 1), n_layers=None, examples=(0,)):
+def write_points(run, seed=0, lattice=200, layers=(0, 1), n_layers=None, examples=(0,), tokens=None):
     """A run directory with operators/ as the runners write it, from numpy-built operators (``n_layers``, when
-    given, is the layer count the index records)."""
+    given, is the layer count the index records; ``tokens`` maps an example to its query token, default 5)."""
     folder = run / "operators"
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)
@@ -157,10 +157,11 @@ def write_points(run, seed=0, lattice=200, layers=(0, 1), n_layers=None, example
                   "alpha": np.stack([h["alpha"] for h in heads]), "X_keys": heads[0]["X"],
                   "head_types": np.array(["softmax", "softmax"]), "slice_E": E, "lattice_W": W,
                   "lattice_fd": g + 1e-9 * rng.standard_normal(g.shape)}
-        name = f"L{layer}-E{example}-r5.npz"
-        meta = {"layer": layer, "example": example, "token": 5, "errors": {"J_T": 1e-16, "J_Q": 2e-16, "J_K": 1e-16}}
+        token = (tokens or {}).get(example, 5)
+        name = f"L{layer}-E{example}-r{token}.npz"
+        meta = {"layer": layer, "example": example, "token": token, "errors": {"J_T": 1e-16, "J_Q": 2e-16, "J_K": 1e-16}}
         np.savez(folder / name, **arrays, meta=json.dumps(meta))
-        index["points"].append({"layer": layer, "example": example, "token": 5, "token_arg": None, "file": name,
+        index["points"].append({"layer": layer, "example": example, "token": token, "token_arg": None, "file": name,
                                 "sha256": sha256_file(folder / name), "errors": meta["errors"]})
     (folder / "index.json").write_text(json.dumps(index))
     return run
@@ -339,7 +340,71 @@ def test_operators_without_a_finite_lambda_max_report_and_say_so(tmp_path):
     (run / "operators" / "index.json").write_text(json.dumps(idx))
     rep = rs.analyse(run, resamples=100)
     assert rep.frame("summary")["dim_S"].eq(0).all() and rep.frame("summary")["lambda_max"].isna().all()
-    assert rep.answer == ("No switching is certified: λ_max is undefined (S empty) at all 2 operating point(s), "
+    assert rep.answer == ("No switching is certified: λ_max is undefined (S empty) at all 2 operating points, "
                           "layers 1 and 3.")
     reports.write(rep, tmp_path / "report", ("html",))
     assert (tmp_path / "report" / "report.html").is_file()
+
+
+def test_the_regime_terminal_summary_fits_a_screen_and_names_only_stored_points(tmp_path):
+    from routestats.cli import app
+    from routestats.compose.regime.build import terminal_tables
+
+    # 3 layers x 2 examples whose query tokens differ (5 and 9): 6 points, never (example 0, token 9)
+    run = write_points(tmp_path / "run", layers=(0, 1, 2), examples=(0, 1), tokens={0: 5, 1: 9}, lattice=60)
+    res = CliRunner().invoke(app, ["regime", str(run), "--probes", "16"], env={"COLUMNS": "100"})
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert len(lines) <= 40, res.output  # one screen (it printed 130 lines of one block a row before)
+    assert lines[0].startswith("Switching is certified") or lines[0].startswith("No switching")  # the answer first
+    terms = " ".join(lines[1:8])
+    for term in ("λ_max:", "d_sw:", "τ_cert:", "τ_max:"):  # every column symbol explained
+        assert term in terms, terms
+    assert "--all" in res.output and "regime counts" in res.output
+    rep = build_regime_report(run, AnalysisSettings(probes=16, seed=0))
+    (_, summary), (_, counts), _ = terminal_tables(rep, every=True)
+    assert len(summary) == 6
+    # the counts name the (point, direction set) pairs there are: 6 points x 4 sets, none invented (a pivot over
+    # the cross product had listed (example 0, token 9) and (example 1, token 5) as rows of zeros)
+    stored = rep.frame("regimes")[["layer", "example", "token", "source"]].drop_duplicates()
+    assert len(counts) == len(stored) == 24
+    assert set(map(tuple, counts[["example", "token"]].to_numpy())) == {(0, 5), (1, 9)}
+    assert (counts[[c for c in counts.columns if c in ("NC", "NS", "Q", "K", "E", "J")]].sum(axis=1) > 0).all()
+    res = CliRunner().invoke(app, ["regime", str(run), "--probes", "16", "--all"], env={"COLUMNS": "100"})
+    assert res.exit_code == 0 and "J: only both together" in res.output  # the labels' legend with their counts
+
+
+def test_the_regime_page_explains_its_terms_and_columns_and_fits_1280_px(tmp_path):
+    from routestats.cli import app
+    from tests.conftest import need, page_widths
+
+    run = write_points(tmp_path / "run", lattice=60)
+    res = CliRunner().invoke(app, ["regime", str(run), "-o", str(tmp_path / "out"), "--probes", "16"])
+    assert res.exit_code == 0, res.output
+    html = (tmp_path / "out" / "report.html").read_text()
+    first = html.split('id="headline"', 1)[1].split('class="findings"', 1)[0]  # the first screen's box
+    for term in ("λ_max", "d_sw", "τ_cert", "τ_max", "L0 E0 r5"):
+        assert f"<dt>{term}</dt>" in first, term
+    assert "<dd>layer 0, example 0, query token r = 5</dd>" in first
+    # terse headers are explained under their table and on hover; regime labels in words
+    assert "d_sw: switching directions" in html and 'title="above 1: switching is certified; click to sort"' in html
+    assert "J: only both together" in html
+    assert "operating point(s)" not in html and "2 operating points" in html
+    assert html.count('<div class="table-scroll"><table class="data') == html.count('<table class="data')
+    chromium = need("chromium")
+    scroll, view = page_widths(chromium, tmp_path / "out" / "report.html")
+    assert scroll <= view, (scroll, view)
+
+
+def test_no_report_page_scrolls_sideways_at_1280_px_whatever_its_tables(tmp_path):
+    from reports.render import render
+    from routestats.report import Column, Report, Section, Table
+    from tests.conftest import need, page_widths
+
+    # 40 columns of 12-digit numbers: about 5,000 px of table (the regime geometry table was 1,330 px wide)
+    wide = pd.DataFrame({f"column_{i}": [123456.789012 + i] for i in range(40)})
+    t = Table("wide", wide, "A wide table.", tuple(Column(f"a long header {i}", f"column_{i}", "num", 6)
+                                                  for i in range(40)))
+    render(Report("wide", "one table", (Section("s", "S", tables=(t,)),)), tmp_path / "out", formats=("html",))
+    scroll, view = page_widths(need("chromium"), tmp_path / "out" / "report.html")
+    assert scroll <= view, (scroll, view)  # the table scrolls inside its own box

@@ -116,7 +116,8 @@ def test_report_cli_writes_everything(synth_pair, tmp_path):
     assert "http://" not in html and "https://" not in html  # self-contained
     # the first screen says what SFM is, right under the headline
     top = html.split('id="headline"', 1)[1].split('class="findings"', 1)[0]
-    assert "SFM (same-field attention mass): the share of a" in top
+    assert "<dt>SFM (same-field attention mass)</dt><dd>the share of a query&#39;s attention" in top
+    assert "<dt>Δ</dt><dd>variant − baseline, per example</dd>" in top
     for name in ("layers", "effects", "adjusted", "performance", "entropy_effects", "gradients"):
         assert (out / "tables" / f"{name}.tex").is_file() and (out / "tables" / f"{name}.csv").is_file()
     assert (out / "tables" / "tables.tex").is_file()

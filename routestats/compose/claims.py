@@ -30,8 +30,12 @@ import pandas as pd
 from routestats.report import Check, Claim, Figure, at_floor, floor_text, fmt_ci, fmt_num, fmt_p
 from routestats.stats.power import detectable_change
 
-__all__ = ["layers_phrase", "direction_claim", "missed_change_claims", "direct_learned_claim", "design_claims", "signed", "span", "span_r", "p_after",
+__all__ = ["SFM_TERMS", "layers_phrase", "direction_claim", "missed_change_claims", "direct_learned_claim", "design_claims", "signed", "span", "span_r", "p_after",
            "ci_text", "p_max_phrase", "floor_text", "rows_of", "profile_claims"]
+
+SFM_TERMS = (("SFM (same-field attention mass)", "the share of a query's attention that goes to keys of its own "
+              "field, averaged over queries, heads and examples"), ("Δ", "variant − baseline, per example"))
+"""The glossary of the reports that speak of SFM (:attr:`routestats.report.Report.terms` shows what a page uses)."""
 
 
 def layers_phrase(xs) -> str:

@@ -39,12 +39,13 @@ def generated_now() -> str:
 def build_report(ctx, sections, *, title: str, subtitle: str, methods: str | Callable[[Report], str] = "",
                  provenance: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None,
                  facts: Mapping[str, Any] | None = None, scope: tuple[Claim, ...] = (),
-                 claim_order: tuple[str, ...] = ()) -> Report:
+                 claim_order: tuple[str, ...] = (), glossary: tuple[tuple[str, str], ...] = ()) -> Report:
     """Run every section function over ``ctx`` and assemble the :class:`Report`.
 
     ``methods`` is the methods text, or a function of the finished sections' report that writes it
     (the pair report's protocol sentence names what its tables hold); ``scope`` are the report-wide
-    claims of the context (its scope sentence), ranked with the sections' claims by ``claim_order``.
+    claims of the context (its scope sentence), ranked with the sections' claims by ``claim_order``;
+    ``glossary`` the (term, meaning) pairs of the symbols its first screen uses.
     """
     built = tuple(sec for fn in sections if (sec := guarded(fn, ctx)) is not None)
     for sec in built:  # a claim cites a table of its own section: a renamed table fails here, loudly
@@ -54,5 +55,6 @@ def build_report(ctx, sections, *, title: str, subtitle: str, methods: str | Cal
                 raise ValueError(f"section {sec.id!r}: claim {c.kind!r} cites table {c.table!r}, which the section "
                                  f"does not hold (it holds: {', '.join(sorted(names)) or 'none'})")
     rep = Report(title=title, subtitle=subtitle, sections=built, provenance=dict(provenance or {}),
-                 data=dict(data or {}), facts=dict(facts or {}), scope=tuple(scope), claim_order=tuple(claim_order))
+                 data=dict(data or {}), facts=dict(facts or {}), scope=tuple(scope), claim_order=tuple(claim_order),
+                 glossary=tuple(glossary))
     return replace(rep, methods=methods(rep) if callable(methods) else methods)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Callable
 
-from routestats.compose.claims import design_claims
+from routestats.compose.claims import SFM_TERMS, design_claims
 from routestats.compose.pair.claims import CLAIM_ORDER, scope_claim
 from routestats.compose.pair.context import PairContext, pair_context
 from routestats.compose.pair.methods import pair_methods
@@ -108,7 +108,7 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
                  f"{layers_phrase(ctx)} × {ctx.n_heads} heads",
         methods=lambda draft: pair_methods(draft, s), facts=facts(ctx),
         scope=(scope_claim(ctx.pretrained, within_study, ctx.n_examples),
-               *design_claims([p.baseline.manifest, p.variant.manifest])), claim_order=CLAIM_ORDER)
+               *design_claims([p.baseline.manifest, p.variant.manifest])), claim_order=CLAIM_ORDER, glossary=SFM_TERMS)
     data = {name: f.frames[key] for sec in rep.sections for f in sec.figures if f.name in FIGURE_DATA
             for key, name in [FIGURE_DATA[f.name]]}
     # after the sections: the provenance lists what they read (the word map reads the matrices file last)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from routestats.compose.claims import profile_claims
+from routestats.compose.claims import SFM_TERMS, profile_claims
 from routestats.compose.skeleton import build_report, generated_now
 from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, mass_split, sfm, trivial_default
 from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_num, pct, section
@@ -152,4 +152,4 @@ def build_run_report(run: Run, settings: AnalysisSettings | None = None, progres
         provenance={"run": {"run_id": run.run_id, "path": str(run.path), "files": run.verified_files()},
                     "analysis": {"generated": generated_now(), "step": ctx.step, "settings": asdict(s)}},
         facts={"run_id": run.run_id, "step": ctx.step, "n_examples": ctx.n_examples}, scope=(scope,),
-        claim_order=CLAIM_ORDER)
+        claim_order=CLAIM_ORDER, glossary=SFM_TERMS)

@@ -25,7 +25,7 @@ from dataclasses import asdict, replace
 import pandas as pd
 
 from routestats.compose.skeleton import build_report, generated_now
-from routestats.compose.claims import design_claims
+from routestats.compose.claims import SFM_TERMS, design_claims
 from routestats.compose.study.claims import CLAIM_ORDER, scope_claims
 from routestats.compose.study.inputs import disagreement  # noqa: F401  (public name)
 from routestats.compose.study.sections import STUDY_SECTIONS, study_context
@@ -78,6 +78,6 @@ def build_study_report(runs: RunCollection, settings: AnalysisSettings | None = 
         facts={"n_runs": len(runs), "seeds": seeds, "n_pairs": n_pairs, "confidence": s.confidence},
         scope=scope_claims(n_runs=len(runs), n_pairs=n_pairs, seeds=seeds, n_ref_seeds=ctx.n_ref_seeds,
                            has_parts=has_parts) + tuple(design_claims(r.manifest for r in runs)),
-        claim_order=CLAIM_ORDER)
+        claim_order=CLAIM_ORDER, glossary=SFM_TERMS)
     # after the sections: the provenance lists every file they read (trajectories, gradients, lengths too)
     return replace(rep, provenance={**rep.provenance, "verified_files": runs.verified_files()})
