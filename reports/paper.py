@@ -134,6 +134,35 @@ def fit_page(fig, pad: float = 0.03) -> None:
         fig.subplots_adjust(left=left, bottom=bottom, right=right, top=top)
 
 
+def checked_output(out: Path, width: str | None, height: float | None, force: bool = False) -> float | None:
+    """The width in inches that ``--width`` names (column, wide or a number; None: the figure's own), once ``out``,
+    ``width`` and ``height`` are known good: a figure format, an existing folder, no file replaced without
+    ``force``; otherwise refused in one line.
+
+    >>> checked_output(Path("f.pdf"), "wide", None), checked_output(Path("f.pdf"), "2.5", 2.0)
+    (7.0, 2.5)
+    >>> checked_output(Path("f.jpg"), None, None)
+    Traceback (most recent call last):
+    ...
+    routestats.errors.RoutestatsError: f.jpg: a figure is written as .pdf, .svg, .png
+    """
+    try:
+        inches = {None: None, "column": COLUMN_IN, "wide": WIDE_IN}[width] if width in (None, "column", "wide") \
+            else float(width)
+    except ValueError:
+        raise RoutestatsError(f"--width must be column, wide or a number of inches, got {width!r}") from None
+    if (inches is not None and not 1 <= inches <= 20) or (height is not None and not 0.5 <= height <= 20):
+        raise RoutestatsError("--width and --height are inches: 1-20 and 0.5-20")
+    out = Path(out)
+    if out.suffix.lower().lstrip(".") not in FORMATS:
+        raise RoutestatsError(f"{out}: a figure is written as {', '.join('.' + f for f in FORMATS)}")
+    if not out.parent.is_dir():
+        raise RoutestatsError(f"{out.parent}: no such folder")
+    if out.exists() and not force:
+        raise RoutestatsError(f"{out} exists; --force replaces it")
+    return inches
+
+
 def write_figure(figure, out: str | Path, width: float | None = None, height: float | None = None) -> Path:
     """Write ``figure`` for a paper to ``out`` (format from its suffix: pdf, svg, png at 300 dpi), atomically."""
     import os

@@ -368,26 +368,15 @@ def figure(
     resamples: Optional[int] = RESAMPLES, permutations: Optional[int] = PERMUTATIONS, seed: Optional[int] = SEED,
     mode: Optional[str] = MODE, examples: Optional[str] = EXAMPLES, length_examples: Optional[str] = LENGTH_EXAMPLES,
     step: Optional[int] = STEP, skip_incomplete: bool = SKIP, study: Optional[str] = STUDY,
+    force: bool = typer.Option(False, "--force", help="Replace the file OUT when it exists."),
 ) -> None:
     """Write one figure of the report of PATH for a paper: a column's width, 8-9 pt text, vector PDF."""
     from routestats.analysis import analyse
     tune_process_memory()
 
-    from reports.paper import COLUMN_IN, WIDE_IN, find, write_figure
+    from reports.paper import checked_output, find, write_figure
 
-    try:
-        inches = {None: None, "column": COLUMN_IN, "wide": WIDE_IN}[width] if width in (None, "column", "wide") \
-            else float(width)
-    except ValueError:
-        _fail(f"--width must be column, wide or a number of inches, got {width!r}")
-    if (inches is not None and not 1 <= inches <= 20) or (height is not None and not 0.5 <= height <= 20):
-        _fail("--width and --height are inches: 1-20 and 0.5-20")
-    from reports.paper import FORMATS
-
-    if out.suffix.lower().lstrip(".") not in FORMATS:  # checked before the analysis, not after it
-        _fail(f"{out}: a figure is written as {', '.join('.' + f for f in FORMATS)}")
-    if not out.parent.is_dir():
-        _fail(f"{out.parent}: no such folder")
+    inches = checked_output(out, width, height, force)  # before the analysis, not after it
     s = _settings(resamples=resamples, permutations=permutations, seed=seed, mode=mode, examples=examples,
                   length_examples=length_examples, step=step, skip_incomplete=skip_incomplete, study=study)
     fig = find(analyse(path, s), name)

@@ -212,6 +212,8 @@ def regime(
     eps_rel: float = typer.Option(1e-4, help="Finite-forward step relative to |x_r|."),
     seed: int = typer.Option(0, help="Seed of the slice's random third direction."),
     threads: int = typer.Option(2, help="torch CPU threads."),
+    force: bool = typer.Option(False, "--force", help="Replace operators stored with other settings or another "
+                                                      "checkpoint (points of the same settings are always kept)."),
 ) -> None:
     """Operators (value transport, query gating, key gating) over a grid of operating points, into RUN/operators/.
 
@@ -222,7 +224,8 @@ def regime(
 
     from . import commands
 
-    commands.regime(run=run, layers=layers, depths=depths, examples=examples, token=token, domain_file=domain_file, out=out, max_tokens=max_tokens, lattice=lattice, eps_rel=eps_rel, seed=seed, threads=threads, echo=typer.echo)
+    commands.regime(run=run, layers=layers, depths=depths, examples=examples, token=token, domain_file=domain_file, out=out, max_tokens=max_tokens, lattice=lattice, eps_rel=eps_rel, seed=seed, threads=threads, echo=typer.echo,
+                    force=force)
 
 
 CAPTURE_OPTIONS = {  # python -m runners capture: declared here so that the command reads as what it does

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from routestats.errors import RoutestatsError
+from routestats.rundir import schema as S
 
 from runners.launch import make_launcher
 from runners.progress import job_reporter, progress_bars
@@ -142,14 +143,18 @@ def mofa(*, out: Path, seeds, sigmoid_heads, domains_dir: Path, preset, steps, n
         for i, (seed, k) in enumerate(runs, 1):  # "run i of n: seed<S>/ratio-..." with the job's ETA
             cfg = GPTConfig(n_ctx=c["n_ctx"], n_layer=c["n_layer"], n_head=c["n_head"], d_model=c["d_model"],
                             n_sigmoid=k, sigmoid_bias=bias)
-            train_mofa_run(out / f"seed{seed}" / f"ratio-{c['n_head'] - k}-{k}", cfg=cfg, train_text=train_text,
+            target = out / f"seed{seed}" / f"ratio-{c['n_head'] - k}-{k}"
+            kept = (target / S.MANIFEST).is_file()
+            train_mofa_run(target, cfg=cfg, train_text=train_text,
                            domains=doms, seed=seed, device=device, progress=job_reporter(progress, i, len(runs)),
                            tc=MoFATrain(steps=c["steps"], concat_scope=concat_scope, separator=separator))
+            if kept:  # reached only when its settings are these (otherwise refused, naming what differs)
+                echo(f"{target}: complete with these settings; kept")
     echo(f"runs under {out}")
 
 
 def regime(*, run, layers, examples, token, domain_file, out, max_tokens, lattice, eps_rel, seed, threads,
-           echo: Echo, depths: int | None = None) -> None:
+           echo: Echo, depths: int | None = None, force: bool = False) -> None:
     """Operators over a grid of operating points, validated, into RUN/operators/ (several pretrained checkpoints:
     OUT/<model name>/operators/ each)."""
     from runners.regime.grid import is_pretrained, model_name, write_operators
@@ -182,7 +187,8 @@ def regime(*, run, layers, examples, token, domain_file, out, max_tokens, lattic
 
         for r, o in targets:
             written.append(write_operators(r, ls, es, token, depths=depths, domain_file=domain_file, lattice=lattice,
-                                           eps_rel=eps_rel, seed=seed, out=o, max_tokens=max_tokens, progress=say))
+                                           eps_rel=eps_rel, seed=seed, out=o, max_tokens=max_tokens, progress=say,
+                                           force=force))
         bar("operators", total, total)
     for idx in written:
         pts = json.loads(idx.read_text())["points"]

@@ -68,6 +68,29 @@ def test_a_typo_of_a_table_or_a_bad_figure_file_is_refused_before_the_analysis(t
     monkeypatch.setattr(routestats.analysis, "analyse", boom)
     for args, says in ((["table", "efects", "data/demo_run"], "did you mean 'effects'?"),
                        (["figure", "answer", "data/demo_run", "-o", str(tmp_path / "f.jpg")], "a figure is written as"),
-                       (["figure", "answer", "data/demo_run", "-o", str(tmp_path / "no" / "f.pdf")], "no such folder")):
+                       (["figure", "answer", "data/demo_run", "-o", str(tmp_path / "no" / "f.pdf")], "no such folder"),
+                       (["figure", "answer", "data/demo_run", "-o", str(tmp_path / "kept.pdf")],
+                        "kept.pdf exists; --force replaces it")):
+        (tmp_path / "kept.pdf").write_bytes(b"%PDF my figure")
         r = CliRunner().invoke(app, args)
         assert r.exit_code == 2 and says in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert (tmp_path / "kept.pdf").read_bytes() == b"%PDF my figure"  # the user's file, untouched
+
+
+def test_a_mofa_rerun_keeps_a_run_of_its_settings_and_refuses_one_of_others(tmp_path):
+    # was: `runners mofa` with another --steps into the same --out exited 0 and kept the old run, saying nothing
+    import pytest
+
+    pytest.importorskip("torch")
+    from routestats.errors import RoutestatsError
+    from runners.training.mofa import GPTConfig, MoFATrain, train_mofa_run
+
+    text = ["The quick brown fox jumps over the lazy dog. " * 20]
+    kw = dict(cfg=GPTConfig(n_ctx=16, n_layer=2, n_head=2, d_model=16, n_sigmoid=1), train_text=text,
+              domains={"prose": text}, seed=1)
+    run = train_mofa_run(tmp_path / "r", **kw, tc=MoFATrain(steps=2, batch_size=2))
+    before = (run / "run.json").read_bytes()
+    assert train_mofa_run(tmp_path / "r", **kw, tc=MoFATrain(steps=2, batch_size=2)) == run  # its settings: kept
+    with pytest.raises(RoutestatsError, match=r"a complete run made with other settings \(steps 3 here vs 2 there\)"):
+        train_mofa_run(tmp_path / "r", **kw, tc=MoFATrain(steps=3, batch_size=2))
+    assert (run / "run.json").read_bytes() == before

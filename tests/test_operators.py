@@ -213,6 +213,7 @@ def test_regime_commands_end_to_end(tmp_path):
     from typer.testing import CliRunner
 
     import routestats.cli as rcli
+    from routestats.errors import RoutestatsError
     import runners.__main__ as rmain
     from runners.training.mofa import MoFATrain, train_mofa_run
 
@@ -232,6 +233,12 @@ def test_regime_commands_end_to_end(tmp_path):
     mtimes = {p["file"]: (run / "operators" / p["file"]).stat().st_mtime_ns for p in index["points"]}
     assert CliRunner().invoke(rmain.app, args).exit_code == 0
     assert {f: (run / "operators" / f).stat().st_mtime_ns for f in mtimes} == mtimes
+    # other settings never silently replace them (was: the index was rewritten with the new points only)
+    res = CliRunner().invoke(rmain.app, [*args[:-4], "--lattice", "200", "--threads", "1"])
+    # (python -m runners prints a RoutestatsError in one line, exit 2: runners.commands.one_line_errors)
+    assert isinstance(res.exception, RoutestatsError) and "holds 4 operating points built with lattice 200 here " \
+        "vs 300 there; --force" in str(res.exception), res.output
+    assert json.loads((run / "operators" / "index.json").read_text()) == index
 
     out = tmp_path / "reg"
     res = CliRunner().invoke(rcli.app, ["regime", str(run), "--layer", "1", "-o", str(out), "--probes", "40"])
@@ -253,3 +260,9 @@ def test_regime_commands_end_to_end(tmp_path):
     assert res.exit_code == 2 and "no stored operating point" in res.output
     res = CliRunner().invoke(rcli.app, ["regime", str(tmp_path / "prose.txt")])
     assert res.exit_code == 2 and "not an operator file" in res.output
+    # --force replaces them with points of the new settings
+    res = CliRunner().invoke(rmain.app, ["regime", str(run), "--layers", "0", "--examples", "0", "--domain-file",
+                                         str(tmp_path / "prose.txt"), "--lattice", "200", "--threads", "1", "--force"])
+    assert res.exit_code == 0, res.output
+    index = json.loads((run / "operators" / "index.json").read_text())
+    assert index["settings"]["lattice"] == 200 and [(p["layer"], p["example"]) for p in index["points"]] == [(0, 0)]

@@ -58,7 +58,8 @@ def test_the_figure_command_writes_a_column_pdf_and_refuses_in_one_line(tmp_path
     assert res.exit_code == 0, res.output
     media = re.search(rb"/MediaBox \[\s*0 0 ([\d.]+) ([\d.]+)\s*\]", out.read_bytes())
     assert float(media.group(1)) == pytest.approx(237.6, abs=0.01)  # 3.3 in x 72 pt
-    res = CliRunner().invoke(app, ["figure", "profle", str(demo_run_dir()), "-o", str(out), "--resamples", "199"])
+    res = CliRunner().invoke(app, ["figure", "profle", str(demo_run_dir()), "-o", str(out), "--resamples", "199",
+                                   "--force"])
     assert res.exit_code == 2 and "did you mean 'profile'?" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["figure", "answer", str(demo_run_dir()), "-o", str(out), "--width", "narrow"])
     assert res.exit_code == 2 and "--width must be column, wide or a number of inches" in res.output

@@ -72,10 +72,12 @@ def model_name(path: Path) -> str:
     return path.parent.name if path.name in ("model", "models") else path.name
 
 
-def kept_points(folder: Path, ck_sha: str, settings: dict) -> list[dict]:
+def kept_points(folder: Path, ck_sha: str, settings: dict, force: bool = False) -> list[dict]:
     """The points of an earlier ``index.json`` in ``folder`` that a rerun keeps: same checkpoint and settings,
-    each file inside the folder with its recorded SHA-256. An index that is not one routestats wrote (tampered:
-    not an object, points without their keys, paths outside) is refused in one line, never half-read."""
+    each file inside the folder with its recorded SHA-256. Points of another checkpoint or other settings are
+    refused in one line naming what differs unless ``force`` (then none is kept: the new index replaces them). An
+    index that is not one routestats wrote (tampered: not an object, points without their keys, paths outside) is
+    refused in one line, never half-read."""
     from routestats.rundir.manifest import read_json
     from routestats.rundir.verify import inside
 
@@ -87,6 +89,16 @@ def kept_points(folder: Path, ck_sha: str, settings: dict) -> list[dict]:
         raise RoutestatsError(f"{idx_path}: not an operator index routestats wrote (expected points with "
                               f"{', '.join(sorted(keys))}); remove it, or write the operators elsewhere (--out)")
     if old.get("checkpoint_sha256") != ck_sha or old.get("settings") != settings:
+        if points and not force:
+            theirs = old.get("settings") if isinstance(old.get("settings"), dict) else {}
+            diffs = [f"{k} {settings.get(k)} here vs {theirs.get(k)} there" for k in sorted(set(settings) | set(theirs))
+                     if settings.get(k) != theirs.get(k)]
+            from routestats.numbers import counted
+
+            if old.get("checkpoint_sha256") != ck_sha:
+                diffs.insert(0, "another checkpoint")
+            raise RoutestatsError(f"{folder} holds {counted(len(points), 'operating point')} built with "
+                                  f"{'; '.join(diffs[:3])}; --force replaces them, or write elsewhere (--out)")
         return []
     kept = []
     for p in points:
@@ -260,14 +272,15 @@ def write_operators(run_dir: Path, layers: Sequence[int] | None, examples: Seque
                     depths: int | None = None,
                     domain_file: Path | None = None, lattice: int = 2000, eps_rel: float = 1e-4, seed: int = 0,
                     out: Path | None = None, max_tokens: int = 64,
-                    progress: Callable[[str], None] | None = None) -> Path:
+                    progress: Callable[[str], None] | None = None, force: bool = False) -> Path:
     """Build and store operators for every (layer, example) at query ``token`` (default: the last).
 
     ``depths`` replaces ``layers`` by the layers at that many normalised depths (:func:`depth_layers`).
 
     Operators go to ``out/operators/`` (default: the run directory itself; required for a
     ``.gguf`` model). Points already in ``operators/index.json`` with the same model file and
-    settings are kept. Returns the index path.
+    settings are kept; points of other settings are refused unless ``force`` (:func:`kept_points`). Returns the
+    index path.
     """
     run_dir = Path(run_dir)
     if is_pretrained(run_dir) and out is None:
@@ -287,7 +300,7 @@ def write_operators(run_dir: Path, layers: Sequence[int] | None, examples: Seque
     index = {"version": INDEX_VERSION, "model_kind": kind, "n_layers": n_layers, "checkpoint": ck_name,
              "checkpoint_sha256": ck_sha, "settings": settings, "points": []}
     if idx_path.is_file():
-        index["points"] = kept_points(folder, ck_sha, settings)
+        index["points"] = kept_points(folder, ck_sha, settings, force)
     done = {(p["layer"], p["example"], p["token_arg"]) for p in index["points"]}
     for layer in layers:
         for ex in examples:

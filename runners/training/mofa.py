@@ -185,9 +185,17 @@ def score_domain(model: MoFAGPT, blocks: np.ndarray, device, batch_size: int = 3
 def train_mofa_run(out: Path, *, cfg: GPTConfig, train_text: Sequence[str], domains: dict[str, Sequence[str]],
                    seed: int, tc: MoFATrain = MoFATrain(), device: str = "cpu", study: str = "mofa",
                    progress=None) -> Path:
-    """Train one ratio at one seed, then score every domain and dump head attention reductions."""
+    """Train one ratio at one seed, then score every domain and dump head attention reductions.
+
+    A complete run already at ``out`` is kept when it was made with these settings and refused in one line naming
+    what differs otherwise (:func:`runners.training.train.check_same_settings`): never silently kept or replaced.
+    """
     out = Path(out)
     if (out / S.MANIFEST).is_file():
+        from runners.training.train import check_same_settings
+
+        check_same_settings(out, {"model": asdict(cfg), "training": {**asdict(tc), "betas": list(tc.betas)},
+                                  "seed": seed})
         return out
     dev = pick_device(device)
     seed_everything(seed)
