@@ -479,8 +479,10 @@ def regime(
 
 
 def main() -> None:
-    """Console entry point."""
-    app()
+    """Console entry point (usage errors in one line: :func:`routestats.usage.run_app`)."""
+    from routestats.usage import run_app
+
+    run_app(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -413,10 +413,11 @@ def main() -> None:
     """Run the CLI; a user error, a missing optional dependency or a failed file operation ends in
     one line and exit code 2; anything else (a bug) in one line and exit code 1
     (``ROUTESTATS_DEBUG=1`` shows the traceback)."""
+    from routestats.usage import run_app
     from runners.commands import one_line_errors
 
     with one_line_errors():
-        app()
+        run_app(app)
 
 
 if __name__ == "__main__":

@@ -187,8 +187,11 @@ def test_minilm_cli_writes_a_reportable_pair(tmp_path):
 
     from routestats.cli import app
 
-    r = CliRunner().invoke(app, ["report", str(out), "-o", str(tmp_path / "rep"), "--resamples", "100",
-                                 "--permutations", "100"])
+    import shlex
+
+    hint = shlex.split(res.stdout.split("next: ", 1)[1].splitlines()[0])
+    assert hint[:1] == ["routestats"]  # the hint, run as printed (plus where to write and shorter resampling)
+    r = CliRunner().invoke(app, [*hint[1:], "-o", str(tmp_path / "rep"), "--resamples", "100", "--permutations", "100"])
     assert r.exit_code == 0, r.output
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "Mass outside the named fields" in html and "pretrained, evaluated as it is" in html

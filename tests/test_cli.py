@@ -22,7 +22,7 @@ def tree(tmp_path):
 def test_info(tree):
     r = runner.invoke(app, ["info", str(tree)])
     assert r.exit_code == 0, r.output
-    assert "2 run(s)" in r.output and "baseline" in r.output
+    assert "2 runs" in r.output and "baseline" in r.output
 
 
 def test_validate(tree):
@@ -42,7 +42,7 @@ def test_summary_prints_paired_effects(tree):
     [
         (["info", "/no/such/dir"], "error: /no/such/dir: no such file or directory"),
         (["validate", "{empty}"], "no runs found"),
-        (["summary", "{incomplete}"], "1 incomplete run(s) without run.json"),
+        (["summary", "{incomplete}"], "1 incomplete run without run.json"),
     ],
 )
 def test_user_errors_exit_2_with_one_line(tmp_path, args, message):

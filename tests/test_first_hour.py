@@ -94,3 +94,27 @@ def test_a_mofa_rerun_keeps_a_run_of_its_settings_and_refuses_one_of_others(tmp_
     with pytest.raises(RoutestatsError, match=r"a complete run made with other settings \(steps 3 here vs 2 there\)"):
         train_mofa_run(tmp_path / "r", **kw, tc=MoFATrain(steps=3, batch_size=2))
     assert (run / "run.json").read_bytes() == before
+
+
+def test_usage_errors_of_both_command_lines_are_one_line_and_exit_2(capsys):
+    # was: three lines (usage, a hint, the error) from routestats, a boxed rich panel from python -m runners
+    import pytest
+
+    import runners.__main__ as rmain
+    from routestats.usage import run_app
+
+    for cli, args, says in (
+            (app, ["report", "--bogus"], "error: No such option: --bogus (Possible options: --figures, --out); "
+                                         "see 'routestats report --help'"),
+            (app, ["report"], "error: Missing argument 'path'; see 'routestats report --help'"),
+            (app, ["nosuch"], "error: No such command 'nosuch'; see 'routestats --help'"),
+            (app, ["report", "data/demo_run", "--resamples", "abc"], "error: Invalid value for '--resamples'"),
+            (rmain.app, ["saab", "--bogus"], "error: No such option: --bogus (Possible options: --out); "
+                                             "see 'runners saab --help'")):
+        with pytest.raises(SystemExit) as exc:
+            run_app(cli, args, prog="routestats" if cli is app else "runners")
+        out, err = capsys.readouterr()
+        assert exc.value.code == 2 and out == "" and err.count("\n") == 1 and err.startswith(says), (args, err)
+    with pytest.raises(SystemExit) as exc:  # help is still help, exit 0
+        run_app(app, ["report", "--help"], prog="routestats")
+    assert exc.value.code == 0 and "Usage: routestats report" in capsys.readouterr().out

@@ -346,7 +346,7 @@ def test_a_killed_captures_partial_folder_neither_blocks_readers_nor_stays(tmp_p
     stale = tmp_path / "runs" / ".capture-partial-999999999-abc"  # where an earlier release left it
     shutil.copytree(tmp_path / "runs" / "saab", stale / "saab")
     res = CliRunner().invoke(app, ["info", str(tmp_path / "runs")])
-    assert res.exit_code == 0 and "2 run(s)" in res.output, res.output
+    assert res.exit_code == 0 and "2 runs" in res.output, res.output
     assert rs.analyse(tmp_path / "runs", resamples=100, permutations=100, flow="off").frame("effects") is not None
     pytest.importorskip("torch")
     from runners.pretrained.capture import sweep_partials

@@ -295,7 +295,7 @@ def test_the_comparison_report_states_its_scope_and_refuses_unnormalisable_depth
     rep = rs.analyse(root, probes=64)
     assert rep.title.startswith("regime switching across models")
     head = [c for c in rep.claims if c.kind == "compare_scope"][0]
-    assert head.holds and head.sentence.startswith("2 model(s) compared at 3 normalised depths, 2 prompt(s) each")
+    assert head.holds and head.sentence.startswith("2 models compared at 3 normalised depths, 2 prompts each")
     per = {c.sentence.split(":")[0]: c for c in rep.claims if c.kind == "compare_model"}
     bd = rep.frame("by_depth")
     for m in ("A", "B"):  # the counts in the sentence are the table's

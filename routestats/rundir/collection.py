@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from routestats.errors import IncompleteRunError, PairingError, RunFormatError
+from routestats.numbers import counted
 from routestats.rundir import schema as S
 from routestats.rundir.read import Run, load_run
 
@@ -205,7 +206,7 @@ def load_runs(tree: str | os.PathLike, on_incomplete: str = "raise") -> RunColle
     runs = [load_run(d) for d in complete]
     if incomplete and on_incomplete == "raise":
         raise IncompleteRunError(
-            f"{len(incomplete)} incomplete run(s) without {S.MANIFEST} under {root}: "
+            f"{counted(len(incomplete), 'incomplete run')} without {S.MANIFEST} under {root}: "
             + ", ".join(incomplete[:5])
             + (" ..." if len(incomplete) > 5 else "")
             + " (still training, or killed; --skip-incomplete leaves them out, in Python on_incomplete='skip')"
@@ -250,5 +251,5 @@ def describe(obj: "Run | RunCollection") -> tuple[str, pd.DataFrame]:
     df = pd.DataFrame(rows)
     if len(df):  # seeds as given (an int, or None for a pretrained model), never floats with NaN
         df["seed"] = pd.Series([r.seed for r in runs], dtype=object)
-    return f"{len(runs)} run(s)", df
+    return counted(len(runs), "run"), df
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from routestats.compose.skeleton import build_report, generated_now
 from routestats.regime.compare import compare_models
-from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, section
+from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, counted, section
 from routestats.settings import AnalysisSettings
 
 __all__ = ["build_comparison_report", "comparison_terminal_tables", "PROBE"]
@@ -54,8 +54,8 @@ def scope_claim(models: pd.DataFrame, by_depth: pd.DataFrame) -> Claim:
     """What was compared: models, prompts, depths, and that the comparison is descriptive."""
     prompts = sorted(set(models["examples"]))
     depths = by_depth.groupby("model")["layer"].nunique()
-    return Claim("compare_scope", f"{len(models)} model(s) compared at {'–'.join(map(str, sorted({depths.min(), depths.max()})))} "
-                 f"normalised depths, {'–'.join(map(str, prompts))} prompt(s) each, at the final token; descriptive: "
+    return Claim("compare_scope", f"{counted(len(models), 'model')} compared at {'–'.join(map(str, sorted({depths.min(), depths.max()})))} "
+                 f"normalised depths, {'–'.join(map(str, prompts))} prompt{'' if max(prompts) == 1 else 's'} each, at the final token; descriptive: "
                  "medians and ranges over prompts, no interval.", "headline", "models", tuple(models["model"]), "model",
                  requires=(Check("every model is listed once", f"rows == {len(models)}", on="design"),
                            Check("every model has points", "points > 0 and examples > 0")), evidence=models)
@@ -149,7 +149,7 @@ def build_comparison_report(root: str | Path, settings: AnalysisSettings | None 
                                                                     "probe": ctx.probe}},
             "models": models.to_dict("records")}
     return build_report(ctx, SECTIONS, title=f"regime switching across models: {root.name}",
-                        subtitle=f"{len(models)} model(s) · {int(models['points'].sum())} operating points · {root}",
+                        subtitle=f"{counted(len(models), 'model')} · {counted(int(models['points'].sum()), 'operating point')} · {root}",
                         methods=methods, provenance=prov, facts={"n_models": len(models), "source": str(root)},
                         claim_order=CLAIM_ORDER)
 

@@ -1,0 +1,67 @@
+"""Both command lines' entry: a usage error (an unknown option or command, a missing or bad argument) in one line.
+
+Click prints a usage error as three lines (usage, a hint, the error) or, with rich installed, a boxed panel;
+``routestats`` and ``python -m runners`` promise one line and exit code 2 for every user error. :func:`run_app`
+runs a Typer app so that its usage errors read like its other errors::
+
+    error: No such option: --bogus (Possible options: --figures, --out); see 'routestats report --help'
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["run_app", "usage_line"]
+
+
+def usage_line(exc) -> str:
+    """The one line a click usage error prints: its message, then where the help is.
+
+    >>> import typer
+    >>> from typer.main import get_command
+    >>> app = typer.Typer()
+    >>> @app.command()
+    ... def report(path: str): ...
+    >>> try:
+    ...     get_command(app).main(args=["--bogus"], prog_name="routestats report", standalone_mode=False)
+    ... except Exception as exc:
+    ...     print(usage_line(exc))
+    error: No such option: --bogus; see 'routestats report --help'
+    """
+    where = f"; see '{exc.ctx.command_path} --help'" if getattr(exc, "ctx", None) is not None else ""
+    return f"error: {' '.join(exc.format_message().split()).rstrip('.')}{where}"
+
+
+def run_app(app, args: list[str] | None = None, prog: str | None = None) -> None:
+    """Run the Typer ``app`` on ``args`` (default: the command line) and exit with its code; a usage error is one
+    line on stderr and exit code 2; a bare command group shows its help. ``prog``: the program's name in
+    messages (default: as click detects it)."""
+    import typer
+    from typer.main import get_command
+
+    usage, click_error, no_args = _click_errors()
+    try:
+        code = get_command(app).main(args=args, prog_name=prog, standalone_mode=False)
+    except no_args as exc:  # `routestats` alone: its help, as before
+        typer.echo(exc.ctx.get_help())
+        code = 2
+    except usage as exc:
+        typer.echo(usage_line(exc), err=True)
+        code = 2
+    except click_error as exc:
+        typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+        code = exc.exit_code
+    except typer.Abort:
+        typer.echo("interrupted", err=True)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_errors() -> tuple:
+    """(UsageError, ClickException, NoArgsIsHelpError or ()) of the click Typer runs on: Typer 0.29 carries its
+    own copy of click, whose classes ``import click`` does not name."""
+    import typer
+
+    mro = {c.__name__: c for c in typer.BadParameter.__mro__}
+    return mro["UsageError"], mro["ClickException"], getattr(sys.modules[mro["UsageError"].__module__],
+                                                              "NoArgsIsHelpError", ())
