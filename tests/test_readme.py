@@ -12,6 +12,7 @@ bundled demo run and demo study.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -119,6 +120,17 @@ def test_every_readme_bash_block_runs_in_order(walk):
     html = (walk / "report-test/report.html").read_text()
     assert "Study of" not in html and "on an untouched test sample of 256, drawn before any model output was seen" in html
     assert sorted(p.name for p in (walk / "runs/seed1001-test").iterdir()) == ["baseline", "saab", "test_manifest.json"]
+    # after the regime step (operators inside runs/seed1001/saab) the folder is still the pair: its effects table
+    # (was: "regime switching across models", and "unknown table 'effects'")
+    assert (walk / "runs/seed1001/saab/operators/index.json").is_file()
+    from typer.testing import CliRunner
+
+    from routestats.cli import app
+
+    res = CliRunner().invoke(app, ["table", "effects", str(walk / "runs/seed1001"), "--format", "csv",
+                                   "--resamples", "200", "--permutations", "200"])
+    assert res.exit_code == 0, res.output
+    assert pd.read_csv(io.StringIO(res.stdout))["layer"].tolist() == [0, 1, 2, 3]
 
 
 @pytest.mark.slow  # the whole walk: about 15 minutes on 2 cores (the quick subset leaves it out)
