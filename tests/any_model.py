@@ -74,7 +74,7 @@ def build(model_type: str, tok, ids: dict) -> Outcome:
     if any(k in subs for k in COMPOSITE):
         return Outcome(model_type, "not a text model", "a composite config (" + ", ".join(sorted(subs)) + ")")
     for k, v in {**SMALL, "vocab_size": len(tok) + 8, "pad_token_id": ids["pad"], "bos_token_id": ids["bos"],
-                 "eos_token_id": ids["eos"]}.items():
+                 "eos_token_id": ids["eos"], **hybrid_pattern(cfg)}.items():
         try:
             setattr(cfg, k, v)
         except Exception:
@@ -96,6 +96,38 @@ def build(model_type: str, tok, ids: dict) -> Outcome:
             return Outcome(model_type, "not a text model", str(exc))
         return Outcome(model_type, "refused", str(exc), own=own)  # regime may still rebuild what capture refuses
     return Outcome(model_type, "captured", "", loaded.causal, model, own, loaded, observed=bool(loaded.observed))
+
+
+def hybrid_pattern(cfg) -> dict:
+    """Config values that put a softmax-attention layer second among a hybrid's two tiny layers (the first stays
+    linear attention or a state-space block): a hybrid's default pattern at full size (every 4th, 6th or 8th layer)
+    leaves two layers without any attention, and its own forward fails. Read from the config's own pattern fields;
+    {} for a model that is not a hybrid.
+
+    >>> hybrid_pattern(type("C", (), {"layer_types": ["linear_attention", "linear_attention", "full_attention"]})())
+    {'layer_types': ['linear_attention', 'full_attention']}
+    >>> hybrid_pattern(type("C", (), {"layer_types": ["full_attention", "sliding_attention"]})())  # not a hybrid
+    {}
+    >>> hybrid_pattern(type("C", (), {"attn_layer_period": 8, "attn_layer_offset": 4})())
+    {'attn_layer_period': 2, 'attn_layer_offset': 1}
+    """
+    out = {}
+    for name in ("layer_types", "layers_block_type"):
+        types = getattr(cfg, name, None)
+        if isinstance(types, list) and "linear_attention" in types:
+            softmax = [t for t in types if t not in ("linear_attention", "mamba", "moe", "mlp")] or ["full_attention"]
+            out[name] = ["linear_attention", softmax[0]]
+    if isinstance(getattr(cfg, "attn_layer_period", None), int):
+        out.update(attn_layer_period=2, attn_layer_offset=1)
+    if hasattr(cfg, "attn_layer_indices"):
+        out["attn_layer_indices"] = [1]
+    if hasattr(cfg, "hybrid_layer_ids"):
+        out["hybrid_layer_ids"] = [1]
+    if out and hasattr(cfg, "mamba_d_state"):  # a hybrid's state-space blocks at the tiny width: 4 heads of 16
+        out.update(mamba_n_heads=4, mamba_d_head=16, mamba_headdim=16, n_mamba_heads=4, mamba_n_groups=1,
+                   mamba_ngroups=1, mamba_d_state=8, mamba_chunk_size=8, mamba_dt_rank=4, attention_hidden_size=64,
+                   attention_head_dim=16)
+    return out
 
 
 REGIME_IDS = list(range(3, 15))  # 12 tokens

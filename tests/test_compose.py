@@ -8,6 +8,8 @@ different data set would, and the expected verdicts are read off the changed row
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import replace
 
 import pandas as pd
@@ -309,7 +311,8 @@ def test_a_new_section_with_one_table_and_one_sentence_is_one_function():
 
 
 def mutations(c: Claim):
-    """Generic falsifications of a claim's inputs: its cited numbers undefined, flipped or shifted, its rows
+    """Generic falsifications of a claim's inputs: its cited numbers undefined, flipped or shifted (all rows, or
+    the first row alone), its labels undefined or set to each value its checks' ``where`` clauses name, its rows
     dropped or doubled, each design value undefined, zero, flipped or shifted."""
     ev = c.evidence
     if ev is not None:
@@ -317,9 +320,18 @@ def mutations(c: Claim):
         for f in (lambda x: x * float("nan"), lambda x: -x, lambda x: x + 1.0, lambda x: pd.Series(2.0, index=x.index),
                   lambda x: pd.Series(-2.0, index=x.index)):
             yield replace(c, evidence=ev.assign(**{k: f(ev[k].astype(float)) for k in num}))
+        if len(ev) > 1:  # one row against the others: "every row the same sign" can fail
+            first = ev.copy()
+            first.loc[first.index[0], num] = -first.loc[first.index[0], num].astype(float)
+            yield replace(c, evidence=first)
         for k in ev.columns:
             if ev[k].dtype == bool:
                 yield replace(c, evidence=ev.assign(**{k: ~ev[k]}))
+            elif not pd.api.types.is_numeric_dtype(ev[k]):  # a label column (object or string)
+                yield replace(c, evidence=ev.assign(**{k: None}))
+        for col, value in {m for check in c.requires for m in re.findall(r"(\w+) == '([^']*)'", check.where)}:
+            if col in ev:  # rows relabelled to what a conditional check applies to
+                yield replace(c, evidence=ev.assign(**{col: value}))
         yield replace(c, evidence=ev.iloc[:0])
         yield replace(c, evidence=pd.concat([ev, ev]))
     for k, v in c.design.items():
@@ -349,6 +361,16 @@ def test_every_claim_of_every_report_kind_has_a_precondition_that_can_fail(tmp_p
     withheld = {c.kind for c in claims if not c.holds} | {c.kind for c in claims if any(not m.holds for m in mutations(c))}
     never = sorted({c.kind for c in claims} - withheld)
     assert never == [], never
+    # issue [one-rule]: every check of every claim kind, not only each kind, is false on some input -- a check that
+    # never fails restates the builder's own if (or holds by construction: then it is a because=, not a check)
+    can_fail = {}
+    for c in claims:
+        for k in c.requires:
+            fails = not evaluate(k, c.evidence, c.design) or any(
+                not evaluate(k, m.evidence, m.design) for m in mutations(c))
+            can_fail[(c.kind, k.name)] = can_fail.get((c.kind, k.name), False) or fails
+    never = sorted(key for key, v in can_fail.items() if not v)
+    assert never == [] and len(can_fail) >= 60, (never, len(can_fail))
     kinds = {c.kind for c in claims}
     assert {"rose", "highest_layer", "highest_tie", "layer_effect", "profile", "counts", "point",
             "pca", "endpoint_worst", "seed_layer", "patterns", "compare_scope", "compare_model"} <= kinds, sorted(kinds)

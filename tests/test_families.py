@@ -63,7 +63,7 @@ def own_attention(model, enc) -> np.ndarray:
 def stored(run_path: Path, what: str = "weights") -> dict[int, np.ndarray]:
     out = {}
     for blk in rs.load_run(run_path).iter_attention():
-        L, H = int(blk.layer.max()) + 1, int(blk.head.max()) + 1
+        L, H = len(np.unique(blk.layer)), int(blk.head.max()) + 1  # the stored layers (a hybrid's: some of them)
         a = getattr(blk, what)
         out[blk.example_id] = a.reshape(L, H, *a.shape[1:])
     return out

@@ -112,8 +112,9 @@ class Run:
         """How a pretrained model's attention was captured (``python -m runners capture``), read
         defensively from the manifest (entries of the wrong type are left out): model class, family,
         model type, dtype, quantisation, capture path, tokenizer inputs, special-token policy, cap,
-        truncation policy and counts, the model's layer count and the layers stored (None: all), and for a
-        checkpoint pair its reason. None for other runs."""
+        truncation policy and counts, the model's layer count and the layers stored (None: all), a hybrid's
+        layers without an attention matrix (``no_attention_matrix``: linear attention or state-space layers),
+        and for a checkpoint pair its reason. None for other runs."""
         m, ev = self.manifest, self.manifest.get("evaluation")
         if not self.pretrained or not isinstance(ev, dict):
             return None
@@ -138,6 +139,8 @@ class Run:
             "tokens_cut": {str(k): v for k, v in cut.items() if count(v) is not None},
             "pairing_reason": text(pairing.get("reason")) if pairing.get("kind") == "checkpoints" else None,
             **stored_layers(count(model.get("layers")), cap.get("layers_stored")),
+            "no_attention_matrix": [x for x in cap["no_attention_matrix"] if count(x) is not None]
+            if isinstance(cap.get("no_attention_matrix"), list) else [],
         }
 
     @property

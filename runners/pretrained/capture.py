@@ -155,16 +155,28 @@ def check_conditions(loaded: Loaded, conditions: Sequence[Condition], layers: Se
             raise RoutestatsError(f"{', '.join(meddle)}: {loaded.observed}; it is captured by observation (its own "
                                   "attention weights), so --bias and --ablate are refused; --compare pairs two "
                                   "checkpoints of it")
+    name, have = type(loaded.model).__name__, loaded.layers
+    which = (f"attention matrices in layers {', '.join(map(str, have))} of 0-{L - 1} (the others are linear "
+             "attention or state-space layers)") if loaded.attention_layers else f"layers 0-{L - 1}"
     for c in conditions:
         for li, h in c.ablate:
-            if not (0 <= li < L and 0 <= h < H):
-                raise RoutestatsError(f"--ablate {li}.{h}: {type(loaded.model).__name__} has layers 0-{L - 1} and "
-                                      f"heads 0-{H - 1}")
+            if not (li in have and 0 <= h < H):
+                raise RoutestatsError(f"--ablate {li}.{h}: {name} has {which} and heads 0-{H - 1}")
         if not np.isfinite(c.bias):
             raise RoutestatsError(f"--bias must be a finite number, got {c.bias}")
     for li in layers or ():
-        if not 0 <= li < L:
-            raise RoutestatsError(f"--layers {li}: {type(loaded.model).__name__} has layers 0-{L - 1}")
+        if li not in have:
+            raise RoutestatsError(f"--layers {li}: {name} has {which}")
+
+
+def stored_layers(loaded: Loaded, layers: Sequence[int] | None) -> tuple[list[int], list[int] | None]:
+    """(the model's layer numbers a run stores, their positions among the captured layers, or None for all):
+    ``--layers`` where given, else every layer with an attention matrix (a hybrid's attention layers)."""
+    have = list(loaded.layers)
+    if layers is None:
+        return have, None
+    keep = sorted(set(int(x) for x in layers))
+    return keep, [have.index(x) for x in keep]
 
 
 PROBE_TOKENS = 96  # the chunk probe's record: the first this many tokens of the longest record
@@ -189,7 +201,7 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
         raise RoutestatsError(f"--attention-mb must be a positive number of MB, got {budget_mb}")
     longest = max(range(len(plan.encoded)), key=lambda i: len(plan.encoded[i]))
     n = len(plan.encoded[longest])
-    eager_mb = min(batch_size, len(plan.encoded)) * loaded.n_layers * loaded.n_heads * n * n * 4 / 2 ** 20
+    eager_mb = min(batch_size, len(plan.encoded)) * len(loaded.layers) * loaded.n_heads * n * n * 4 / 2 ** 20
     if loaded.observed:  # its own forward's weights: the eager path is the only one
         if mode in ("chunked", "fused"):
             raise RoutestatsError(f"--attention {mode}: {loaded.observed}; it is captured from its own eager weights")
@@ -322,7 +334,9 @@ def _evaluation(loaded: Loaded, plan: Plan, cond: Condition, opts: CaptureOption
                         "the model's own eager_attention_forward",
                         "inputs": list(plan.encoded[0].inputs), "batch_size": opts.batch_size,
                         "padding": opts.padding, "device": opts.device,
-                        "layers_stored": list(opts.layers) if opts.layers is not None else None,
+                        "layers_stored": stored_layers(loaded, opts.layers)[0]
+                        if opts.layers is not None or loaded.attention_layers else None,
+                        **({"no_attention_matrix": loaded.no_attention_matrix} if loaded.attention_layers else {}),
                         "value_norms": "" if value_norms else (loaded.no_value_norms or "matrices not stored"),
                         "reductions_on_device": on_device, "attention": how},
             "seconds": round(seconds, 3)}
@@ -345,9 +359,10 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, opts: Ca
     if chunk_mb:
         map_large_blocks()
     t0 = time.perf_counter()
-    subset = opts.layers if opts.layers is not None and not shards else None  # shard runs hold them already
+    labels, subset = stored_layers(loaded, opts.layers)
+    subset = None if shards else subset  # shard runs hold them already
     with w.attention(0, dtype=opts.dtype, forms=list(opts.forms), value_norms=value_norms,
-                     layers=list(opts.layers) if opts.layers is not None else None) as sink:
+                     layers=labels if opts.layers is not None or loaded.attention_layers else None) as sink:
         source = shard_captures(shards) if shards else forward_batches(
             loaded, plan.encoded, cond, batch_size=opts.batch_size, padding=opts.padding, value_norms=value_norms,
             device=opts.device, reduce=opts.dtype if on_device else None, n_fields=len(plan.names),

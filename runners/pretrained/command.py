@@ -72,7 +72,9 @@ def _here(model, recs, out, conds, options: CaptureOptions, *, compare, reason, 
     echo(f"loading {model} ...", err=True)
     loaded = load_model(model)
     echo(f"[{time.monotonic() - t0:6.1f} s] loaded {type(loaded.model).__name__} ({loaded.family.name} family, "
-         f"{loaded.n_layers} layers x {loaded.n_heads} heads)", err=True)
+         f"{loaded.n_layers} layers x {loaded.n_heads} heads"
+         + (f"; a hybrid: attention matrices in layers {', '.join(map(str, loaded.layers))} only, the others are "
+            "linear attention or state-space layers" if loaded.attention_layers else "") + ")", err=True)
     with progress_bars() as (_, bar):
         kw = dict(options=options, force=force, progress=lambda name, done, total: bar(f"{name} records", done, total))
         if compare is not None:

@@ -34,7 +34,7 @@ from typing import Callable
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["Family", "REFUSALS", "refusal", "discover", "output_weight", "OUT_NAMES"]
+__all__ = ["Family", "REFUSALS", "refusal", "discover", "output_weight", "OUT_NAMES", "layers_of"]
 
 # names of the attention output projection, in the order they are tried
 OUT_NAMES = ("o_proj", "out_proj", "c_proj", "out_lin", "dense", "wo", "o")
@@ -94,6 +94,34 @@ def discover(model, modules, weights) -> Family:
     parents = {id(child): mod for mod in model.modules() for child in mod.children()}
     name = getattr(model.config, "model_type", None) or type(model).__name__
     return Family(name, causal, tuple(modules), parents)
+
+
+def layers_of(model, modules, n_layers: int) -> tuple[int, ...] | None:
+    """The model's own layer numbers of the modules that called the seam, in call order: each module's place in
+    the model's list of ``n_layers`` layers. A hybrid (softmax attention in some layers, linear attention or a
+    state-space block in the others) calls the seam from fewer layers than it has; None when no list of
+    ``n_layers`` layers holds the callers one to a layer, in order (a module shared by layers, two calls in one
+    layer, a caller outside the layers).
+
+    >>> import torch.nn as nn
+    >>> blocks = nn.ModuleList([nn.Sequential(nn.Linear(2, 2)) for _ in range(4)])
+    >>> model = nn.Sequential(blocks)
+    >>> layers_of(model, [blocks[1][0], blocks[3][0]], 4), layers_of(model, [blocks[3][0], blocks[1][0]], 4)
+    ((1, 3), None)
+    """
+    import torch
+
+    for lst in model.modules():
+        if not isinstance(lst, torch.nn.ModuleList) or len(lst) != n_layers:
+            continue
+        place = {}
+        for i, layer in enumerate(lst):
+            for m in layer.modules():
+                place.setdefault(id(m), i)
+        found = [place.get(id(m)) for m in modules]
+        if found and None not in found and all(a < b for a, b in zip(found, found[1:])):
+            return tuple(found)
+    return None
 
 
 def _out_module(fam: Family, layer: int):

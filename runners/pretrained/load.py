@@ -21,7 +21,7 @@ import torch
 from routestats.errors import RoutestatsError
 from routestats.rundir.atomic import sha256_file
 
-from runners.pretrained.families import Family, discover, output_weight, refusal
+from runners.pretrained.families import Family, discover, layers_of, output_weight, refusal
 from runners.pretrained.seam import IMPLEMENTATION, Pass, capture_pass, register_seam
 
 __all__ = ["Checkpoint", "Loaded", "read_checkpoint", "text_part", "load_model", "prepare_model", "identity_of_files", "WEIGHT_SUFFIXES"]
@@ -45,10 +45,29 @@ class Loaded:
     no_value_norms: str = ""  # why value norms cannot be computed (no output projection found), or ""
     head_type: str = "softmax"  # "sink" when the probe's rows sum to less than 1 (learned attention sinks)
     observed: str = ""  # why no intervention is possible (attention outside the interface): its own weights only
+    attention_layers: tuple[int, ...] = ()  # a hybrid's softmax-attention layers (model numbers); () = every layer
 
     @property
     def causal(self) -> bool:
         return self.family.causal
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The model's layer numbers that have an attention matrix, in the order capture stacks them."""
+        return self.attention_layers or tuple(range(self.n_layers))
+
+    @property
+    def no_attention_matrix(self) -> list[int]:
+        """A hybrid's other layers (linear attention, state-space blocks): no attention matrix to capture."""
+        return sorted(set(range(self.n_layers)) - set(self.layers))
+
+    def ablation(self, ablate) -> dict[int, tuple[int, ...]]:
+        """``(layer, head)`` pairs (model layer numbers) as the seam keys them: call index -> heads."""
+        call = {layer: i for i, layer in enumerate(self.layers)}
+        out: dict[int, tuple[int, ...]] = {}
+        for li, h in ablate:
+            out[call[li]] = tuple(sorted(set(out.get(call[li], ())) | {h}))
+        return out
 
     @property
     def n_layers(self) -> int:
@@ -92,6 +111,7 @@ class Loaded:
         return {"name": self.name, "class": type(self.model).__name__,
                 "model_type": getattr(self.model.config, "model_type", None), "family": self.family.name,
                 "layers": self.n_layers, "heads": self.n_heads, "head_type": self.head_type,
+                **({"attention_layers": list(self.layers)} if self.attention_layers else {}),
                 "dtype": str(self.model.dtype).replace("torch.", ""),
                 "weights_id": self.weights_id, "gguf_file": self.gguf, "quantisation": self.quantisation,
                 **({"observed": self.observed} if self.observed else {})}
@@ -353,21 +373,36 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
             raise RoutestatsError(f"{type(model).__name__}: its forward through the attention seam failed: "
                                   f"{first_line(exc)}") from None
     n_layers = int(model.config.num_hidden_layers)
-    if len(p.weights) != n_layers:
+    layers = tuple(range(n_layers)) if len(p.weights) == n_layers else \
+        layers_of(model, p.modules, n_layers) if len(p.weights) < n_layers else None
+    if layers is None:
         raise RoutestatsError(f"{type(model).__name__}: the attention seam saw {len(p.weights)} of "
                               f"{n_layers} layers; capture would miss layers")
-    if own is None or any(a is None for a in own):
-        raise RoutestatsError(f"{type(model).__name__} returned no attention weights from its eager path")
-    differ = [i for i, (a, b) in enumerate(zip(own, p.weights)) if not torch.equal(a, b)]
-    if len(own) != len(p.weights) or differ:
-        where = f"layer {differ[0]}" if differ else f"{len(own)} vs {len(p.weights)} layers"
+    own = _own_weights(model, own, layers, n_layers)
+    differ = [layers[i] for i, (a, b) in enumerate(zip(own, p.weights)) if not torch.equal(a, b)]
+    if differ:
         raise RoutestatsError(f"{type(model).__name__}: attention through the seam differs from the model's own "
-                              f"eager attention ({where}); refusing to capture it")
+                              f"eager attention (layer {differ[0]}); refusing to capture it")
     # rows below 1: mass outside the sequence (learned attention sinks); stored as it is, the rest is the sink mass
     head_type = _attention_rows(p.weights, type(model).__name__)
     fam = discover(model, p.modules, p.weights)
     no_norms = _why_no_value_norms(model, fam, [v.shape[-1] for v in p.values])
-    return Loaded(model, tok, fam, folder, list(weight_files), gguf, quantisation, names, no_norms, head_type)
+    return Loaded(model, tok, fam, folder, list(weight_files), gguf, quantisation, names, no_norms, head_type,
+                  attention_layers=layers if len(layers) < n_layers else ())
+
+
+def _own_weights(model, own, layers: tuple[int, ...], n_layers: int) -> list:
+    """The model's own eager attention of its attention ``layers``: a hybrid returns one matrix per attention
+    layer (Qwen3-Next), or one per layer, the others not n x n probabilities (MiniMax's linear layers)."""
+    name = type(model).__name__
+    if own is None or any(a is None for a in own):
+        raise RoutestatsError(f"{name} returned no attention weights from its eager path")
+    if len(own) == len(layers):
+        return list(own)
+    if len(own) == n_layers:
+        return [own[i] for i in layers]
+    raise RoutestatsError(f"{name}: its own forward returned {len(own)} attention matrices for {len(layers)} "
+                          f"attention layers of {n_layers}; refusing to capture it")
 
 
 def _why_no_value_norms(model, fam, head_sizes: Sequence[int]) -> str:

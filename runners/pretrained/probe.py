@@ -58,9 +58,7 @@ def chunk_probe(loaded, record: Encoded, cond: Condition, *, n_fields: int, redu
     what = "fused" if fused else "chunked"
     n = len(record)
     block = max(1, -(-n // 3))
-    ablate: dict[int, tuple[int, ...]] = {}
-    for li, h in cond.ablate:
-        ablate[li] = tuple(sorted(set(ablate.get(li, ())) | {h}))
+    ablate = loaded.ablation(cond.ablate)
     outs, reds = [], []
     # eager; then the fused path against the chunked arithmetic carried out in float64 (the model's float32 weights
     # round large scores by up to eps32 x |s|: on SmolLM2 8e-6 of entropy), or the chunked path against eager

@@ -393,10 +393,8 @@ def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batc
     """
     model = loaded.model
     n_heads = loaded.n_heads
-    w_out = ([output_weight(model, loaded.family, li) for li in range(loaded.n_layers)] if value_norms else None)
-    ablate: dict[int, tuple[int, ...]] = {}
-    for li, h in cond.ablate:
-        ablate[li] = tuple(sorted(set(ablate.get(li, ())) | {h}))
+    w_out = ([output_weight(model, loaded.family, i) for i in range(len(loaded.layers))] if value_norms else None)
+    ablate = loaded.ablation(cond.ablate)  # by the seam's call index (a hybrid's attention layers are fewer)
     store = {"float16": torch.float16, "float32": torch.float32}.get(reduce or "", None)
     if chunk_mb and store is None:
         raise RoutestatsError("chunked attention keeps per-query reductions only (forms: reductions)")

@@ -277,10 +277,9 @@ def write_operators(run_dir: Path, layers: Sequence[int] | None, examples: Seque
 
     ``depths`` replaces ``layers`` by the layers at that many normalised depths (:func:`depth_layers`).
 
-    Operators go to ``out/operators/`` (default: the run directory itself; required for a
-    ``.gguf`` model). Points already in ``operators/index.json`` with the same model file and
-    settings are kept; points of other settings are refused unless ``force`` (:func:`kept_points`). Returns the
-    index path.
+    Operators go to ``out/operators/`` (default: the run directory itself; required for a ``.gguf`` model).
+    Points of ``operators/index.json`` of the same model file and settings are kept, of other settings refused
+    unless ``force`` (:func:`kept_points`). Returns the index path.
     """
     run_dir = Path(run_dir)
     if is_pretrained(run_dir) and out is None:

@@ -3,6 +3,7 @@ finished :class:`~routestats.report.Report` (its tables and facts), never from a
 
 from __future__ import annotations
 
+from routestats.compose.claims import layers_phrase
 from routestats.report import Report
 from routestats.settings import AnalysisSettings
 
@@ -67,6 +68,12 @@ def capture_sentences(base: dict | None, variant: dict | None, n_examples: int) 
         out.append(f"Only layers {', '.join(map(str, base['layers_stored']))} were stored, by a capture written "
                    "before runs kept the model's layer numbers: tables and figures number them 0 to "
                    f"{len(base['layers_stored']) - 1}.")
+    elif base.get("no_attention_matrix"):
+        none = base["no_attention_matrix"]
+        out.append(f"The model is a hybrid: {layers_phrase(none)} {'have' if len(none) > 1 else 'has'} no attention "
+                   f"matrix (linear attention or state-space blocks), so {layers_phrase(base['layers_stored'] or [])} "
+                   "were stored; tables and figures label them by the model's own layer numbers, and measures that "
+                   "need every layer (rollout) are not computed.")
     elif base.get("layers_stored"):
         of = f" of its {base['model_layers']}" if base.get("model_layers") else ""
         out.append(f"Only layers {', '.join(map(str, base['layers_stored']))}{of} were stored; tables and figures "

@@ -15,7 +15,7 @@ from routestats.errors import RoutestatsError
 from routestats.metrics.definitions import RoutingMetric, paired_metrics
 from routestats.metrics.passes import head_pass
 from routestats.metrics.routing import field_to_field, head_sfm, mass_split
-from routestats.compose.claims import direct_learned_claim, profile_claims
+from routestats.compose.claims import direct_learned_claim, layers_phrase, profile_claims
 from routestats.compose.pair.claims import (
     adjusted_claims, distance_claims, early_claims, effects_claims, shape_claims, learned_sink_claims, sink_claims,
     unnamed_claims,
@@ -274,8 +274,10 @@ def flow_section(ctx: PairContext) -> Section:
     whole = stored == list(range(len(stored)))  # rollout multiplies every layer from layer 0 up
     measures, note = {"weights": ctx.effects(), **({"rollout": ctx.effects(weighting="rollout")} if whole else {})}, ""
     if not whole:
-        note = (f" Rollout is not computed: it multiplies every layer from layer 0 up, and these runs store layers "
-                f"{', '.join(map(str, stored))} only.")
+        none = (ctx.pair.baseline.capture or {}).get("no_attention_matrix")
+        note = " Rollout is not computed: it multiplies every layer from layer 0 up, and " + (
+            f"{layers_phrase(none)} of this hybrid have no attention matrix." if none else
+            f"these runs store layers {', '.join(map(str, stored))} only.")
     try:
         measures["norm-weighted"] = ctx.effects(weighting="norm")
     except RoutestatsError as exc:
