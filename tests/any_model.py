@@ -98,6 +98,9 @@ def build(model_type: str, tok, ids: dict) -> Outcome:
     return Outcome(model_type, "captured", "", loaded.causal, model, own, loaded, observed=bool(loaded.observed))
 
 
+NO_MATRIX = ("linear_attention", "mamba", "conv", "recurrent")  # layer types of hybrids without an attention matrix
+
+
 def hybrid_pattern(cfg) -> dict:
     """Config values that put a softmax-attention layer second among a hybrid's two tiny layers (the first stays
     linear attention or a state-space block): a hybrid's default pattern at full size (every 4th, 6th or 8th layer)
@@ -112,11 +115,12 @@ def hybrid_pattern(cfg) -> dict:
     {'attn_layer_period': 2, 'attn_layer_offset': 1}
     """
     out = {}
-    for name in ("layer_types", "layers_block_type"):
+    for name in ("layer_types", "layers_block_type", "block_types"):
         types = getattr(cfg, name, None)
-        if isinstance(types, list) and "linear_attention" in types:
-            softmax = [t for t in types if t not in ("linear_attention", "mamba", "moe", "mlp")] or ["full_attention"]
-            out[name] = ["linear_attention", softmax[0]]
+        other = [t for t in types if t in NO_MATRIX] if isinstance(types, list) else []
+        if other:
+            softmax = [t for t in types if t not in NO_MATRIX and t not in ("moe", "mlp")] or ["full_attention"]
+            out[name] = [other[0], softmax[0]]
     if isinstance(getattr(cfg, "attn_layer_period", None), int):
         out.update(attn_layer_period=2, attn_layer_offset=1)
     if hasattr(cfg, "attn_layer_indices"):

@@ -31,7 +31,7 @@ from tests.test_families import CAP, own_encoding, stored  # noqa: E402
 pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parents[1]
 HYBRIDS = ("qwen3_next", "qwen3_5_text", "jamba", "bamba", "zamba2", "granitemoehybrid", "nemotron_h", "minimax",
-           "olmo_hybrid")
+           "olmo_hybrid", "lfm3", "recurrent_gemma")
 
 
 @pytest.fixture(scope="module")
