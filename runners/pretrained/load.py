@@ -313,6 +313,8 @@ def observed_model(model, tok, own, outside: str, *, folder=None, weight_files=(
         got = 0 if own is None else sum(a is not None for a in own)
         raise RoutestatsError(f"{outside}; nor does its own forward return attention weights for every layer "
                               f"({got} of {n_layers}) to observe")
+    if not all(isinstance(a, torch.Tensor) for a in own):  # Pegasus-X: a dict of global and local blocks a layer
+        raise RoutestatsError(f"{outside}; nor does its own forward return one attention tensor a layer to observe")
     n = own[0].shape[-2] if own[0].dim() == 4 else -1
     odd = next((tuple(a.shape) for a in own if a.dim() != 4 or tuple(a.shape[-2:]) != (n, n)), None)
     if odd is not None:  # keys padded to a window (LED, Longformer) or a block layout: not n x n over its positions
@@ -375,6 +377,11 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
     n_layers = int(model.config.num_hidden_layers)
     layers = tuple(range(n_layers)) if len(p.weights) == n_layers else \
         layers_of(model, p.modules, n_layers) if len(p.weights) < n_layers else None
+    if layers is None and not p.weights:  # the seam is registered but no layer calls it: its own weights, observed
+        outside = (f"{type(model).__name__} computes its attention without calling transformers' AttentionInterface "
+                   "(the seam saw none of its layers); capture cannot add an intervention to its own scores")
+        return observed_model(model, tok, own, outside, folder=folder, weight_files=weight_files, gguf=gguf,
+                              quantisation=quantisation, names=names)
     if layers is None:
         raise RoutestatsError(f"{type(model).__name__}: the attention seam saw {len(p.weights)} of "
                               f"{n_layers} layers; capture would miss layers")
