@@ -97,3 +97,40 @@ def test_a_t5_encoder_model_save_loads_as_the_class_its_folder_names(tmp_path):
         with torch.no_grad():
             att = own(**own_encoding(tok, loaded.causal, title, content), output_attentions=True).attentions
         assert np.array_equal(base[i], torch.stack([a[0] for a in att]).numpy()), i
+
+
+@pytest.mark.parametrize("model_type", OBSERVED)
+def test_an_observed_models_saved_folder_is_captured_as_a_new_user_would(model_type, tmp_path):
+    """The issue's new-user check: each tiny model saved as a folder (config, weights, tokenizer) and loaded by
+    capture's loader from it equals the model loaded from that folder the way its docs load it (AutoModel, eager
+    attention), run on everything its tokenizer returns; --bias is refused in one line naming why. (The command
+    line around the same loader: tests/test_capture.py, tests/test_hybrids.py.)"""
+    import transformers as T
+
+    from runners.pretrained.load import load_model
+
+    (o,) = list(sweep([model_type], texts=TEXTS))
+    folder = tmp_path / "model"
+    cfg = o.own.config
+    if hasattr(cfg, "top_k"):  # the sweep's expert count, read by save_pretrained as a generation parameter
+        del cfg.top_k
+    if getattr(cfg, "attention_types", None):  # GPT-Neo: its 24-layer pattern cut to the 2 layers it was built with
+        cfg.attention_types = [[["global", "local"], 1]]
+        cfg.attention_layers = ["global", "local"]
+    o.own.save_pretrained(folder)
+    o.loaded.tokenizer.save_pretrained(folder)
+    loaded = load_model(folder)
+    assert loaded.observed and type(loaded.model).__name__ == type(o.own).__name__
+    (run,) = capture_runs(loaded, RECORDS, tmp_path / "runs", conditions=[Condition("baseline")], cap=CAP,
+                          forms=("matrices",), batch_size=1)
+    own = T.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    tok = T.AutoTokenizer.from_pretrained(folder)
+    base = stored(run)
+    for i, r in enumerate(RECORDS):
+        with torch.no_grad():
+            att = own(**own_encoding(tok, loaded.causal, *dict(r.fields).values()), output_attentions=True).attentions
+        assert np.array_equal(base[i], torch.stack([a[0] for a in att]).numpy()), (model_type, i)
+    with pytest.raises(RoutestatsError, match="--bias and --ablate are refused") as e:
+        capture_runs(loaded, RECORDS, tmp_path / "bias", conditions=[Condition("baseline"), Condition("bias", 1.0)],
+                     cap=CAP)
+    assert "\n" not in str(e.value)

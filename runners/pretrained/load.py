@@ -357,10 +357,16 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
             raise RoutestatsError(f"{type(model).__name__}: its own forward failed on the probe: "
                                   f"{first_line(exc)}") from None
         why = ""
+        from transformers.utils import logging as hf_logging
+
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # its warning for a model outside the interface: our one line says it
         try:
             model.set_attn_implementation(IMPLEMENTATION)
         except Exception as exc:  # transformers refuses models outside the interface; its words follow ours
             why = f" ({first_line(exc)[:120]})"
+        finally:
+            hf_logging.set_verbosity(level)
         if model.config._attn_implementation != IMPLEMENTATION:
             outside = (f"{type(model).__name__} does not route its attention through transformers' "
                        f"AttentionInterface; capture cannot add an intervention to its own scores{why}")
