@@ -29,12 +29,14 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import pandas as pd
 
 from routestats.errors import IntegrityError, RoutestatsError
+from routestats.views import NOTEBOOK_VIEWS, plain_html  # noqa: F401  (public names of this module)
 from routestats.numbers import (  # noqa: F401  (the number formats: part of this module's public names)
     DASH, FLOOR_TOLERANCE, at_floor, at_printed_floor, counted, floor_text, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig,
     is_missing, pct,
@@ -55,34 +57,6 @@ def point_label(r) -> str:
     ('L2 E5 r17', 'operator file')
     """
     return f"L{int(r['layer'])} E{int(r['example'])} r{int(r['token'])}" if int(r.get("layer", -1)) >= 0 else "operator file"
-
-
-NOTEBOOK_VIEWS: dict = {}
-"""How a notebook shows a :class:`Report` or :class:`Table` (``"report"``, ``"table"`` -> ``fn(obj) -> html``): the
-renderer (``import reports``) enters its views here, with figures; without it, :func:`plain_html`."""
-
-
-def plain_html(obj) -> str:
-    """A notebook's view of a report or a table without the renderer: the answer, headline, findings and the
-    tables' names (a report); the frame (a table).
-
-    >>> t = Table("effects", pd.DataFrame({"layer": [0]}), "Paired effects.")
-    >>> "Paired effects." in plain_html(t) and "<table" in plain_html(t)
-    True
-    """
-    from html import escape
-
-    if isinstance(obj, Table):
-        return f"<p><b>{escape(obj.name)}</b>: {escape(obj.caption)}</p>" + obj.frame.to_html(index=False)
-    parts = [f"<h3>{escape(obj.title)}</h3><p>{escape(obj.subtitle)}</p>"]
-    if obj.answer:
-        parts.append(f"<p style='font-size:1.2em'><b>{escape(obj.answer)}</b></p>")
-    parts += [f"<p>{escape(h)}</p>" for h in obj.headline]
-    if obj.findings:
-        parts.append("<ul>" + "".join(f"<li>{escape(f)}</li>" for f in obj.findings) + "</ul>")
-    parts.append("<p>Tables: " + ", ".join(f"<code>{escape(n)}</code>" for n in obj.tables())
-                 + " (<code>rep.table(NAME)</code>); <code>import reports</code> shows the figures here.</p>")
-    return "\n".join(parts)
 
 
 @dataclass(frozen=True)
@@ -243,10 +217,11 @@ class Claim:
 @dataclass(frozen=True)
 class Section:
     """One titled part of a report; ``skipped`` says why it has nothing to show; ``claims`` are the
-    sentences that rest on this section's own frames."""
+    sentences that rest on this section's own frames. A section function (:func:`section`) leaves ``id`` and
+    ``title`` to its decorator."""
 
-    id: str
-    title: str
+    id: str = ""
+    title: str = ""
     tables: tuple[Table, ...] = ()
     figures: tuple[Figure, ...] = ()
     text: str = ""
@@ -460,11 +435,25 @@ class Report:
 
 
 def section(id: str, title: str):
-    """Name a section function ``(ctx) -> Section | None`` (None: not applicable to this input)."""
+    """Name a section function ``(ctx) -> Section | None`` (None: not applicable to this input); the section it
+    returns gets this id and title unless it names others, so its body says them once, here.
+
+    >>> @section("toy", "Toy section")
+    ... def toy(ctx):
+    ...     return Section(text="nothing yet")
+    >>> s = toy(None)
+    >>> s.id, s.title, toy.section_id
+    ('toy', 'Toy section', 'toy')
+    """
 
     def deco(fn):
-        fn.section_id, fn.section_title = id, title
-        return fn
+        @functools.wraps(fn)
+        def named(ctx):
+            got = fn(ctx)
+            return replace(got, id=id, title=title) if isinstance(got, Section) and not got.id else got
+
+        named.section_id, named.section_title = id, title
+        return named
 
     return deco
 

@@ -315,7 +315,7 @@ def test_load_runs_index_and_pairs(tmp_path):
 def test_load_runs_incomplete(tmp_path):
     synthetic_pair(tmp_path / "a", seed=1, n_examples=2)
     (tmp_path / "a" / "saab" / "run.json").unlink()
-    with pytest.raises(rs.IncompleteRunError, match=r"1 incomplete run\(s\) without run.json"):
+    with pytest.raises(rs.IncompleteRunError, match=r"1 incomplete run without run.json"):
         rs.load_runs(tmp_path)
     assert len(rs.load_runs(tmp_path, on_incomplete="skip")) == 1
 

@@ -14,7 +14,7 @@ Examples
 >>> @section("toy", "Toy")
 ... def toy(ctx):
 ...     t = pd.DataFrame({"layer": [0], "x": [ctx]})
-...     return Section("toy", "Toy", (Table("toy", t),), claims=(Claim("toy", f"x is {ctx}.", "headline", "toy", (0,), evidence=t),))
+...     return Section(tables=(Table("toy", t),), claims=(Claim("toy", f"x is {ctx}.", "headline", "toy", (0,), evidence=t),))
 >>> rep = build_report(3, (toy,), title="T", subtitle="S")
 >>> rep.headline, list(rep.tables())
 (('x is 3.',), ['toy'])

@@ -51,7 +51,7 @@ def synthetic_pair(
     length_range: tuple[int, int] = (6, 24), same_field_bias: Sequence[float] = (0.5, 1.0, 1.0, 1.0),
     effect: Sequence[float] = (0.0, 0.3, -0.2, 1.0), steps: Sequence[int] = (100,), dtype: str = "float32",
     forms: Sequence[str] = ("matrices",), cap: int = 256, causal: bool = False, n_fields: int = 2,
-    exact_null: bool = False, unnamed_examples: int = 0,
+    exact_null: bool = False, unnamed_examples: int = 0, examples_seed: int | None = None,
 ) -> tuple[Path, Path]:
     """Write a SYNTHETIC paired run (``baseline`` and ``saab``) under ``out_dir``.
 
@@ -67,6 +67,10 @@ def synthetic_pair(
     exactly 0 (without it, the variant's extra noise lowers SFM by about 1e-4 through Jensen's
     inequality), and the sign of every planted effect is the sign of the population Δ SFM.
 
+    ``examples_seed`` draws the examples (lengths, fields, words) from a seed of their own: pairs written with one
+    ``examples_seed`` and different ``seed`` s evaluate the same examples with independent attention noise (seeds
+    crossed with examples, and no correlation of the per-example Δ across seeds under an exact null).
+
     ``unnamed_examples`` makes the last that many examples wholly unnamed (field id 2, outside the run's
     named fields), so no query has a named position: their SFM is undefined (never silently 0).
 
@@ -78,7 +82,8 @@ def synthetic_pair(
     if len(same_field_bias) != n_layers or len(effect) != n_layers:
         raise ValueError("same_field_bias and effect need one value per layer")
     rng = np.random.default_rng(seed)
-    rows = _synthetic_examples(rng, n_examples, length_range, cap, n_fields)
+    rows = _synthetic_examples(rng if examples_seed is None else np.random.default_rng([examples_seed, 1 << 20]),
+                               n_examples, length_range, cap, n_fields)
     for r in rows[len(rows) - unnamed_examples:] if unnamed_examples else []:
         r["field_ids"] = [2] * len(r["field_ids"])
     noise, extra, extra_baseline = _logit_draws(rng, rows, len(steps), n_layers, n_heads, exact_null)

@@ -168,9 +168,8 @@ def ranking_section(ctx: MofaContext) -> Section:
     claim = Claim("endpoint_worst", f"The worst ratio is a pure endpoint (all-softmax or all-sigmoid) in {n_end} of "
                   f"{len(ranking)} domains.", "finding", "ranking", key="domain", evidence=ranking,
                   requires=(Check("the count is of the ranked domains", f"rows >= {n_end}", on="design"),))
-    return Section("ranking", "Zero-shot perplexity by domain",
-                   (Table("ppl", ctx.ppl), tables["ranking"], tables["per_ratio"]),
-                   (Figure("mofa-heatmap", "mofa_heatmap", {"mean_ppl": Y, "zscore": z}),),
+    return Section(tables=(Table("ppl", ctx.ppl), tables["ranking"], tables["per_ratio"]),
+                   figures=(Figure("mofa-heatmap", "mofa_heatmap", {"mean_ppl": Y, "zscore": z}),),
                    claims=(best_ratio_claim(tables["per_ratio"].frame, ranking, ctx.ppl, ctx.order, ctx.n_seeds), claim))
 
 
@@ -230,7 +229,7 @@ def _shown(id: str, title: str):
         if id not in tables:
             return None
         claims = worst_best_claims(tables[id].frame, ctx.settings.alpha, ctx.settings.test) if id == "worst_best" else []
-        return Section(id, title, (tables[id],), claims=tuple(claims))
+        return Section(tables=(tables[id],), claims=tuple(claims))
 
     return build
 
@@ -246,8 +245,8 @@ def pca_section(ctx: MofaContext) -> Section | None:
                   f"softmax-leaning domain: {top['domain']} ({fmt_num(top['pc1'], 2)}).", "finding", "pca",
                   (str(top["domain"]),), "domain", evidence=scores.iloc[:1],
                   requires=(Check("the PC1 score is defined", "pc1 == pc1"),))
-    return Section("pca", "PCA of the domain response", (ctx.tables["pca"],),
-                   (Figure("mofa-pca", "mofa_pca", {"scores": ctx.pca.scores},
+    return Section(tables=(ctx.tables["pca"],),
+                   figures=(Figure("mofa-pca", "mofa_pca", {"scores": ctx.pca.scores},
                            {"explained": float(ctx.pca.explained_ratio[0])}),), claims=(claim,))
 
 
@@ -258,9 +257,8 @@ def entropy_section(ctx: MofaContext) -> Section | None:
     if "consecutive" not in tables and ent_l is None:
         return None
     ent = tuple(Table(n, f) for n, f in (("entropy_type", ent_t), ("entropy_layer", ent_l)) if f is not None)
-    return Section("consecutive", "Head entropy by type",
-                   ((tables["consecutive"],) if "consecutive" in tables else ()) + ent,
-                   (Figure("mofa-entropy", "mofa_entropy", {"entropy_layer": ent_l}, {"ratios": ctx.order}),)
+    return Section(tables=((tables["consecutive"],) if "consecutive" in tables else ()) + ent,
+                   figures=(Figure("mofa-entropy", "mofa_entropy", {"entropy_layer": ent_l}, {"ratios": ctx.order}),)
                    if ent_l is not None else ())
 
 

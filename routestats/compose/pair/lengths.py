@@ -70,13 +70,13 @@ def lengths_section(ctx: PairContext) -> Section | None:
     if ex["length"].nunique() < 3 or len(ex) < 8:
         if not c["n_capped"]:
             return None
-        return Section("lengths", "Lengths", skipped=f"Not computed: {len(ex)} examples with {ex['length'].nunique()} "
+        return Section(skipped=f"Not computed: {len(ex)} examples with {ex['length'].nunique()} "
                        "distinct lengths are too few for the length analyses (they need 8 examples and 3 lengths).",
                        claims=tuple(censoring_claims(c, left_out=False, table="")))
     ctx.say("length analyses")
     kw = dict(step=ctx.step, examples=s.length_examples)
     if s.capped_examples == "exclude" and c["n"] - c["n_capped"] < 8:
-        return Section("lengths", "Lengths", skipped=(
+        return Section(skipped=(
             f"Not computed: {c['n_capped']} of {c['n']} examples reached the {c['cap']}-token cap, so their true "
             f"lengths are unknown; the {c['n'] - c['n_capped']} examples below the cap are too few for the length "
             "analyses (capped_examples=include would use every example, those at the cap at the cap length)."),
@@ -89,8 +89,8 @@ def lengths_section(ctx: PairContext) -> Section | None:
     per_ex = running_mean(per_ex.merge(ex[["example_id", "length"]], on="example_id"))
     assoc = frames["length_association"]
     left_out = bool(len(assoc)) and assoc["capped"].iloc[0] == "exclude"
-    return Section("lengths", "Lengths", length_tables(ctx, frames),
-                   (ctx.figure("lengths", "lengths", examples=per_ex),),
+    return Section(tables=length_tables(ctx, frames),
+                   figures=(ctx.figure("lengths", "lengths", examples=per_ex),),
                    claims=tuple(censoring_claims(c, left_out)
                                 + length_claims(assoc, frames["length_adjusted"], ctx.family_alpha,
                                                 len(ctx.headline_families))))

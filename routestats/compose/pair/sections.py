@@ -53,15 +53,15 @@ def _procedure(ctx: PairContext) -> str:
 @section("performance", "Task performance")
 def performance_section(ctx: PairContext) -> Section:
     if ctx.pretrained:
-        return Section("performance", "Task performance", skipped="Pretrained models evaluated as they are: this "
+        return Section(skipped="Pretrained models evaluated as they are: this "
                        "analysis trained nothing, so there is no training loss or task accuracy to show.")
     t = ctx.table("performance", performance(ctx.pair), "Task performance (masked structure modelling).",
                   (Column("Model", "role", "text"), Column("Run", "run_id", "text"), Column("Steps", "steps", "int"),
                    Column("Final train loss", "final_train_loss", "num", 4), Column("Eval loss", "eval_loss", "num", 4),
                    Column("Eval accuracy", "eval_accuracy", "num", 4)))
     c = curves(ctx.pair)
-    return Section("performance", "Task performance", (t,),
-                   (ctx.figure("training", "training_curves", curves=c),) if c is not None else ())
+    return Section(tables=(t,),
+                   figures=(ctx.figure("training", "training_curves", curves=c),) if c is not None else ())
 
 
 @section("profile", "Layer profile")
@@ -83,8 +83,8 @@ def profile_section(ctx: PairContext) -> Section:
                    Column("Runner-up", "runner_up", "int"), Column("Runner-up SFM", "runner_up_sfm"),
                    Column("Difference", "difference"), Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"),
                    Column("p (Bonferroni)", "p_adj", "p"), Column("n", "n", "int")))
-    return Section("profile", "Layer profile", (t, h),
-                   (ctx.figure("profile", "profile", layers=ctx.layers, effects=ctx.effects()),),
+    return Section(tables=(t, h),
+                   figures=(ctx.figure("profile", "profile", layers=ctx.layers, effects=ctx.effects()),),
                    claims=tuple(profile_claims(top, ctx.settings.alpha, conf)))
 
 
@@ -93,8 +93,8 @@ def effects_section(ctx: PairContext) -> Section:
     t = ctx.table("effects", ctx.effects(), f"Paired SFM effects (variant − baseline) per layer: {_procedure(ctx)}.",
                   effects_columns(ctx, "SFM"))
     pairs = ctx.diffs[["example_id", "layer", "baseline", "variant", "diff"]]
-    return Section("effects", "Paired SFM effects", (t,),
-                   (ctx.figure("paired_examples", "paired_dots", pairs=pairs),),
+    return Section(tables=(t,),
+                   figures=(ctx.figure("paired_examples", "paired_dots", pairs=pairs),),
                    text="Each line is one example: its SFM in the baseline (left) and the variant (right); black: the "
                         "layer means.",
                    claims=tuple(effects_claims(t.frame, n_examples=ctx.n_examples, pretrained=ctx.pretrained,
@@ -119,7 +119,7 @@ def metric_section(m: RoutingMetric):
                        Column(f"{label} variant", "variant_mean"), Column("Δ", "mean_diff"),
                        Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("d_z", "dz", "num", 2),
                        Column("p (Holm)", "p_holm", "p")))
-        return Section(m.name, title, (t,))
+        return Section(tables=(t,))
 
     return build
 
@@ -139,7 +139,7 @@ def adjusted_section(ctx: PairContext) -> Section:
                    Column("Mean O_e", "mean_opportunity"), Column("Adj. baseline", "baseline_mean"),
                    Column("Adj. variant", "variant_mean"), Column("Δ adj.", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
-    return Section("adjusted", "Opportunity-adjusted SFM", (t,), claims=tuple(adjusted_claims(t.frame, int(ctx.effects()["excluded"].max()))))
+    return Section(tables=(t,), claims=tuple(adjusted_claims(t.frame, int(ctx.effects()["excluded"].max()))))
 
 
 @section("fields", "Field-to-field attention")
@@ -148,8 +148,8 @@ def fields_section(ctx: PairContext) -> Section:
     ctx.say("field-to-field")
     f2f = ctx.per_role(field_to_field, ctx.step, s.missing_fields, s.examples, s.trivial_queries)
     f2f = ctx.with_difference(f2f, ["layer", "source", "destination", "source_name", "destination_name"], "mass")
-    return Section("fields", "Field-to-field attention", (Table("field_to_field", f2f),),
-                   (ctx.figure("field_to_field", "field_heatmaps", field_to_field=f2f),),
+    return Section(tables=(Table("field_to_field", f2f),),
+                   figures=(ctx.figure("field_to_field", "field_heatmaps", field_to_field=f2f),),
                    text="Mean attention mass from queries of the source field (rows) to keys of the destination field "
                         "(columns), per layer; the difference panel is variant − baseline." + _unmeasured(f2f))
 
@@ -174,7 +174,7 @@ def masses_section(ctx: PairContext) -> Section:
     claims = tuple(unnamed_claims(m) + sink_claims(m, ctx.first_key_fields, ctx.n_examples) + learned_sink_claims(m))
     sinks = "sink_mass" in m and float(np.nanmax(m["sink_mass"].to_numpy(), initial=0.0)) > 0
     if outside <= 0.01 and not ctx.pretrained:
-        return Section("masses", "Mass outside the named fields", (Table("masses", m),),
+        return Section(tables=(Table("masses", m),),
                        skipped="All attention lies on named keys (U = 0 in every layer), so SFM over all keys and "
                                "over the named keys are the same.", claims=claims)
     t = ctx.table("masses", m, "Where each query's attention goes, per layer (mean over valid queries, heads and "
@@ -187,7 +187,7 @@ def masses_section(ctx: PairContext) -> Section:
                    Column("C", "cross_mass"), Column("U", "unnamed_mass"),
                    *((Column("Sink", "sink_mass"),) if sinks else ()), Column("First key", "first_mass"),
                    Column("SFM named", "sfm_named"), Column("Examples", "n_examples", "int")))
-    return Section("masses", "Mass outside the named fields", (t,), (ctx.figure("masses", "mass_split", masses=m),),
+    return Section(tables=(t,), figures=(ctx.figure("masses", "mass_split", masses=m),),
                    text=(f"Up to {100 * outside:.0f}% of a layer's attention lies on keys outside the named fields "
                          "(special tokens, separators, the first token); SFM counts none of it as same-field."
                          if outside == outside else "The mass outside the named fields is undefined in every layer "
@@ -206,7 +206,7 @@ def shape_section(ctx: PairContext) -> Section | None:
     contrasts = layer_contrasts(D.to_numpy(), list(D.columns), resampling=s.resampling)
     distance = profile_distance_ci(D.to_numpy(), resampling=s.resampling)
     draws = "exact over all sign vectors" if bool(shape["exact"].iloc[0]) else f"{s.permutations:,} draws"
-    return Section("shape", "Does the change differ across layers?", (
+    return Section(tables=(
         ctx.table("profile_shape", shape, f"Does the change differ between layers? H0: the same shift in every layer. "
                   f"Sign-flip test on each example's centred Δ profile (T = Σ_l mean(c_l)², one sign per example; "
                   f"{draws}) and Hotelling's T² on the successive layer differences (F test; needs n > layers − 1).",
@@ -261,12 +261,12 @@ def flow_section(ctx: PairContext) -> Section:
     mb = sum(size_on_disk(r.path / S.attention_file(step, S.FORM_MATRICES)) for r in (p.baseline, p.variant)) / 1e6 \
         if have else 0.0
     if s.flow == "off":
-        return Section("flow", FLOW_TITLE, skipped="Not computed (flow = off).")
+        return Section(skipped="Not computed (flow = off).")
     if not have:
-        return Section("flow", FLOW_TITLE, skipped=f"Rollout and norm-weighted attention need full attention matrices; "
+        return Section(skipped=f"Rollout and norm-weighted attention need full attention matrices; "
                        f"step {step} stores per-query reductions only.")
     if s.flow == "auto" and mb > s.flow_max_mb:
-        return Section("flow", FLOW_TITLE, skipped=f"Not computed: the two runs' attention matrices at step {step} are "
+        return Section(skipped=f"Not computed: the two runs' attention matrices at step {step} are "
                        f"{mb:,.0f} MB, read whole for these measures (more than flow_max_mb = {s.flow_max_mb}); pass "
                        "--flow on.")
     ctx.say("rollout and norm-weighted attention")
@@ -299,7 +299,7 @@ def flow_section(ctx: PairContext) -> Section:
             "(Kobayashi et al., 2020); rollout multiplies head-averaged attention, mixed half-and-half with the "
             "residual identity, across layers (Abnar & Zuidema, 2020). Rollout is a descriptive flow measure: it "
             "assumes the residual and attention paths contribute equally and ignores the MLPs.") + note
-    return Section("flow", FLOW_TITLE, tuple(tables), (ctx.figure("flow", "flow_measures", effects=frame),), text=text)
+    return Section(tables=tuple(tables), figures=(ctx.figure("flow", "flow_measures", effects=frame),), text=text)
 
 
 def _left_out_layers(ctx: PairContext, table: pd.DataFrame) -> str:
@@ -345,7 +345,7 @@ def init_vs_final_section(ctx: PairContext) -> Section | None:
                   (Column("Layer", "layer", "int"), Column("Δ init", "delta_init"), Column("Δ final", "delta_final"),
                    Column("Share at init", "share_at_init", "num", 2), Column("Change", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
-    return Section("init_vs_final", "Learned vs mechanical: the difference at the start of training", (t,),
+    return Section(tables=(t,),
                    claims=tuple(early_claims(f, a, ctx.bias_off_runs)))
 
 
@@ -354,7 +354,7 @@ def heads_section(ctx: PairContext) -> Section:
     ctx.say("head-level SFM")
     hs = ctx.per_role(head_sfm, ctx.step, ctx.settings.examples, ctx.settings.trivial_queries)
     hs = ctx.with_difference(hs, ["layer", "head"], "sfm")
-    return Section("heads", "Head-level SFM", (Table("head_sfm", hs),), (ctx.figure("head_sfm", "head_heatmaps", head_sfm=hs),),
+    return Section(tables=(Table("head_sfm", hs),), figures=(ctx.figure("head_sfm", "head_heatmaps", head_sfm=hs),),
                    text="SFM of each head averaged over examples; a layer's SFM is the mean of its heads.")
 
 
@@ -364,8 +364,8 @@ def trajectories_section(ctx: PairContext) -> Section | None:
         return None
     ctx.say("trajectories")
     traj = trajectory(ctx.pair, "sfm")[["role", "step", "layer", "value", "n_examples"]].rename(columns={"value": "sfm"})
-    return Section("trajectories", "Trajectories over training", (Table("trajectory", traj),),
-                   (ctx.figure("trajectories", "trajectories", trajectory=traj),),
+    return Section(tables=(Table("trajectory", traj),),
+                   figures=(ctx.figure("trajectories", "trajectories", trajectory=traj),),
                    text="Layer SFM at every stored checkpoint step.")
 
 
@@ -390,8 +390,8 @@ def gradients_section(ctx: PairContext) -> Section | None:
                              Column("Steps", "n_steps", "int"), Column("Mean ratio", "mean_ratio"),
                              Column("SD", "sd_ratio"), Column(f"Norm L{lo}", "mean_lower_norm", "num", 4),
                              Column(f"Norm L{up}", "mean_upper_norm", "num", 4))),)
-    return Section("gradients", "Gradient-norm ratio", tables,
-                   (ctx.figure("gradients", "gradient_ratios", steps=steps),))
+    return Section(tables=tables,
+                   figures=(ctx.figure("gradients", "gradient_ratios", steps=steps),))
 
 
 @section("words", "Word-level attention")
@@ -399,8 +399,7 @@ def words_section(ctx: PairContext) -> Section:
     ctx.say("word-level map")
     wm = word_map(ctx.pair, ctx.settings, ctx.step, ctx.layers["layer"].unique())
     if wm is None:
-        return Section("words", "Word-level attention",
-                       skipped="No evaluated example meets the selection rule (or no full matrices are stored at this "
+        return Section(skipped="No evaluated example meets the selection rule (or no full matrices are stored at this "
                                "step), so no word-level map is shown.")
     from routestats.report import Figure
 
@@ -418,7 +417,7 @@ def words_section(ctx: PairContext) -> Section:
 @section("decomposition", "Learned vs mechanical: the bias on and off on the same weights")
 def decomposition_section(ctx: PairContext) -> Section | None:
     """total = direct + learned, when the input holds the variant's bias-off evaluation (METHODS 3.4b)."""
-    from routestats.studies.decomposition import TITLE, decompose, decomposition_table
+    from routestats.studies.decomposition import decompose, decomposition_table
 
     if ctx.bias_off is None:
         return None
@@ -426,7 +425,7 @@ def decomposition_section(ctx: PairContext) -> Section | None:
         raise RoutestatsError(ctx.bias_off)
     ctx.say("learned vs mechanical (bias off)")
     t = decompose(ctx.pair.baseline, ctx.pair.variant, ctx.bias_off, ctx.settings, step=ctx.step)
-    return Section("decomposition", TITLE, (decomposition_table(t, pct(ctx.settings.confidence)),),
+    return Section(tables=(decomposition_table(t, pct(ctx.settings.confidence)),),
                    claims=(direct_learned_claim(t, ctx.bias_off_runs),))
 
 

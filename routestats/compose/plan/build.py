@@ -212,7 +212,7 @@ def examples_section(ctx: PlanContext) -> Section | None:
                     "change, in its direction.",
                     (Column("n", "n", "int"), Column("Layer", "layer", "text"), Column("Δ", "delta", "num", 4),
                      Column("Power", "power", "num", 3), Column("MC SE", "se", "num", 3)))
-    return Section("examples", "Examples needed", (t_plan, t_curve), (fig,),
+    return Section(tables=(t_plan, t_curve), figures=(fig,),
                    claims=tuple(example_claims(plan, ctx.pilot, q.spread_label(ctx.pilot.n_examples), fig)))
 
 
@@ -235,7 +235,7 @@ def seeds_section(ctx: PlanContext) -> Section | None:
                     (Column("Examples", "examples", "int"), Column("Seeds", "seeds", "int"),
                      Column("Layer", "layer", "text"), Column("Power", "power", "num", 3),
                      Column("MC SE", "se", "num", 3)))
-    return Section("seeds", "Seeds needed", (t_plan, t_curve), (fig,),
+    return Section(tables=(t_plan, t_curve), figures=(fig,),
                    claims=tuple(seed_claims(plan, ctx.pilot, q.spread_label(ctx.pilot.n_seeds), fig)))
 
 

@@ -242,8 +242,8 @@ class RegimeContext:
 
 @section("certificate", "Spectral certificate")
 def certificate_section(ctx: RegimeContext) -> Section:
-    return Section("certificate", "Spectral certificate", ctx.get("summary", "spectrum", "sweep"),
-                   (ctx.figure("regime-spectrum", "regime_spectrum"),),
+    return Section(tables=ctx.get("summary", "spectrum", "sweep"),
+                   figures=(ctx.figure("regime-spectrum", "regime_spectrum"),),
                    text="W = C^{-1/2} R C^{-1/2} on the transport-contractive subspace S; eigenvalues above 1 are "
                         "switching directions. The sweep restricts S to directions at least τ0 severe.",
                    claims=tuple(summary_claims(ctx.tables["summary"].frame)))
@@ -251,8 +251,8 @@ def certificate_section(ctx: RegimeContext) -> Section:
 
 @section("counterfactual", "Counterfactual growth")
 def counterfactual_section(ctx: RegimeContext) -> Section:
-    return Section("counterfactual", "Counterfactual growth", ctx.get("counterfactual", "mechanisms"),
-                   (ctx.figure("regime-counterfactual", "regime_counterfactual"),) if "counterfactual" in ctx.t else (),
+    return Section(tables=ctx.get("counterfactual", "mechanisms"),
+                   figures=(ctx.figure("regime-counterfactual", "regime_counterfactual"),) if "counterfactual" in ctx.t else (),
                    text=f"Labels record signs only; they are not additive shares. {REGIME_LABELS}.")
 
 
@@ -260,8 +260,8 @@ def counterfactual_section(ctx: RegimeContext) -> Section:
 def geometry_section(ctx: RegimeContext) -> Section | None:
     if "geometry" not in ctx.t:
         return None
-    return Section("geometry", "Geometry of query gating", ctx.get("geometry", "routing"),
-                   (ctx.figure("regime-overlap", "regime_overlap"),) if "overlap" in ctx.t else (),
+    return Section(tables=ctx.get("geometry", "routing"),
+                   figures=(ctx.figure("regime-overlap", "regime_overlap"),) if "overlap" in ctx.t else (),
                    text="Directions whose query map misses the centred keys (overlap 0) leave both the routing and "
                         "J_q v unchanged (Prop. 1).", claims=tuple(prop1_claims(ctx.tables["geometry"].frame)))
 
@@ -269,8 +269,8 @@ def geometry_section(ctx: RegimeContext) -> Section | None:
 @section("shares", "Regime shares and maps")
 def shares_section(ctx: RegimeContext) -> Section:
     ag = ctx.tables["agreement"].frame if "agreement" in ctx.tables else None
-    return Section("shares", "Regime shares and maps", ctx.get("agreement", "regimes", "adjacency"),
-                   (ctx.figure("regime-shares", "regime_shares"),) if "regimes" in ctx.t else (),
+    return Section(tables=ctx.get("agreement", "regimes", "adjacency"),
+                   figures=(ctx.figure("regime-shares", "regime_shares"),) if "regimes" in ctx.t else (),
                    claims=tuple(agreement_claims(ag)))
 
 
@@ -278,7 +278,7 @@ def shares_section(ctx: RegimeContext) -> Section:
 def map_section(ctx: RegimeContext) -> Section | None:
     if "lattice" not in ctx.t:
         return None
-    return Section("map", "Regime map", (), (ctx.figure("regime-map", "regime_map"),),
+    return Section(tables=(), figures=(ctx.figure("regime-map", "regime_map"),),
                    text="Each dot is a direction v = E w on the unit sphere of the 3-D slice (longitude/latitude of w).")
 
 
@@ -290,7 +290,7 @@ _SHOWN_ABOVE = {"summary", "spectrum", "sweep", "counterfactual", "mechanisms", 
 def search_section(ctx: RegimeContext) -> Section | None:
     rest = tuple(tb for n, tb in ctx.tables.items() if n not in _SHOWN_ABOVE and n not in ("search", "probes", "cost"))
     if "search" in ctx.t:
-        return Section("search", "Search quality and random probes", ctx.get("search", "probes", "cost") + rest)
+        return Section(tables=ctx.get("search", "probes", "cost") + rest)
     return Section("other", "Further tables", rest) if rest else None
 
 

@@ -116,8 +116,8 @@ class ComparisonContext:
 @section("depth", "Switching by normalised depth")
 def depth_section(ctx: ComparisonContext) -> Section:
     t = ctx.tables
-    return Section("depth", "Switching by normalised depth", (t["models"], t["by_depth"]),
-                   (Figure("regime-depth", "regime_depth", {"by_depth": ctx.t["by_depth"], "points": ctx.t["points"]}),),
+    return Section(tables=(t["models"], t["by_depth"]),
+                   figures=(Figure("regime-depth", "regime_depth", {"by_depth": ctx.t["by_depth"], "points": ctx.t["points"]}),),
                    text="Each model's leading switching eigenvalue and normalised switching dimension at the same "
                         "normalised depths, in probe subspaces of the same size, so models of different width compare.",
                    claims=(scope_claim(t["models"].frame, t["by_depth"].frame),
@@ -127,7 +127,7 @@ def depth_section(ctx: ComparisonContext) -> Section:
 @section("mechanisms", "Mechanism composition and probe size")
 def mechanism_section(ctx: ComparisonContext) -> Section:
     t = ctx.tables
-    return Section("mechanisms", "Mechanism composition and probe size", (t["mechanisms"], t["probe_sizes"], t["points"]))
+    return Section(tables=(t["mechanisms"], t["probe_sizes"], t["points"]))
 
 
 SECTIONS = (depth_section, mechanism_section)

@@ -76,7 +76,7 @@ def profile_section(ctx: RunContext) -> Section:
                   "headline", "layers", tuple(int(x) for x in layers["layer"]), evidence=layers,
                   requires=(Check("every layer's SFM is defined", "sfm == sfm"),))
     conf = pct(s.confidence)
-    return Section("profile", "Layer profile", (Table(
+    return Section(tables=(Table(
         "layers", layers, f"Same-field attention mass (SFM) and entropy (nats) per layer ({ctx.when}), mean over "
                           f"{ctx.n_examples} examples; the highest SFM in bold.",
         (Column("Layer", "layer", "int"), Column("SFM", "sfm"), Column("Entropy", "entropy"),
@@ -88,7 +88,7 @@ def profile_section(ctx: RunContext) -> Section:
          Column("Runner-up SFM", "runner_up_sfm"), Column("Difference", "difference"),
          Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Bonferroni)", "p_adj", "p"),
          Column("n", "n", "int")))),
-        (Figure("profile", "run_profile", {"layers": layers}),),
+        figures=(Figure("profile", "run_profile", {"layers": layers}),),
         claims=(claim, *profile_claims(top, s.alpha, conf)))
 
 
@@ -99,20 +99,20 @@ def masses_section(ctx: RunContext) -> Section:
     claims = (Claim("unnamed_mass", f"Up to {100 * u:.0f}% of a layer's attention lies outside the named fields.",
                     "headline", "masses", requires=(Check("unnamed mass above 1% in some layer", "unnamed_mass > 0.01",
                                                           every="any"),), evidence=masses),) if u > 0.01 else ()
-    return Section("masses", "Where the attention goes", (Table(
+    return Section(tables=(Table(
         "masses", masses, "Per layer: same-field (S), other named fields (C) and keys outside the named fields (U), "
                           "the first key's mass and SFM over the named keys.",
         (Column("Layer", "layer", "int"), Column("S", "sfm"), Column("C", "cross_mass"), Column("U", "unnamed_mass"),
          Column("First key", "first_mass"), Column("SFM named", "sfm_named"))),),
-        (Figure("masses", "mass_split", {"masses": masses}, {"labels": {"run": ctx.run.run_id}}),), claims=claims)
+        figures=(Figure("masses", "mass_split", {"masses": masses}, {"labels": {"run": ctx.run.run_id}}),), claims=claims)
 
 
 @section("heads", "Head-level SFM")
 def heads_section(ctx: RunContext) -> Section:
     s = ctx.settings
     heads = ctx.with_role(head_sfm(ctx.run, ctx.step, s.examples, s.trivial_queries))
-    return Section("heads", "Head-level SFM", (Table("head_sfm", heads),),
-                   (Figure("head_sfm", "head_heatmaps", {"head_sfm": heads}),),
+    return Section(tables=(Table("head_sfm", heads),),
+                   figures=(Figure("head_sfm", "head_heatmaps", {"head_sfm": heads}),),
                    text="SFM of each head averaged over examples.")
 
 
@@ -120,14 +120,14 @@ def heads_section(ctx: RunContext) -> Section:
 def fields_section(ctx: RunContext) -> Section:
     s = ctx.settings
     f2f = ctx.with_role(field_to_field(ctx.run, ctx.step, s.missing_fields, s.examples, s.trivial_queries))
-    return Section("fields", "Field-to-field attention", (Table("field_to_field", f2f),),
-                   (Figure("field_to_field", "field_heatmaps", {"field_to_field": f2f}),),
+    return Section(tables=(Table("field_to_field", f2f),),
+                   figures=(Figure("field_to_field", "field_heatmaps", {"field_to_field": f2f}),),
                    text="Mean attention mass from queries of the source field to keys of the destination field.")
 
 
 @section("pairs", "Paired statistics")
 def pairs_section(ctx: RunContext) -> Section:
-    return Section("pairs", "Paired statistics", skipped=f"{ctx.run.run_id} is a single run: paired effects need its "
+    return Section(skipped=f"{ctx.run.run_id} is a single run: paired effects need its "
                    "baseline or variant (point at the folder holding both, or capture/train the other condition).")
 
 

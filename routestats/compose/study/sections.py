@@ -111,8 +111,9 @@ def _delta_columns(df: pd.DataFrame, prefix: str = "delta_l", label: str = "Δ L
     return tuple(Column(f"{label}{c[len(prefix):]}", c) for c in cols)
 
 
-def _one(id: str, title: str, table: Table, figure: Figure | None = None, text: str = "", claims=()) -> Section:
-    return Section(id, title, (table,), (figure,) if figure is not None else (), text=text, claims=tuple(claims))
+def _one(table: Table, figure: Figure | None = None, text: str = "", claims=()) -> Section:
+    """A section of one table (and a figure): its id and title come from its section function's decorator."""
+    return Section(tables=(table,), figures=(figure,) if figure is not None else (), text=text, claims=tuple(claims))
 
 
 @section("seeds", "Seeds")
@@ -134,7 +135,7 @@ def seeds_section(ctx: StudyContext) -> Section | None:
     mean = ref.groupby("layer")["delta"].mean().rename("delta").reset_index()
     fig = Figure("study-seeds", "study_seeds", {"lines": lines, "mean": mean},
                  {"several_datasets": bool(ref["dataset"].nunique() > 1)})
-    return _one("seeds", "Seeds", table, fig, claims=pattern_claims(t))
+    return _one(table, fig, claims=pattern_claims(t))
 
 
 @section("evidence", "Evidence by level: each seed, then across seeds")
@@ -145,8 +146,8 @@ def evidence_section(ctx: StudyContext) -> Section | None:
     if forest is None:
         return None
     why = disagreement(forest, int(ctx.across_seeds["n_seeds"].max()), ctx.settings.confidence)
-    return Section("evidence", "Evidence by level: each seed, then across seeds", (Table("forest", forest),),
-                   (Figure("study-forest", "study_forest", {"forest": forest}),),
+    return Section(tables=(Table("forest", forest),),
+                   figures=(Figure("study-forest", "study_forest", {"forest": forest}),),
                    text=("Per layer: each seed's Δ with its bootstrap interval over that seed's examples (within-seed "
                          "precision), then the across-seed estimates with their intervals (seed as the unit). ")
                    + (" ".join(why) if why else "The across-seed intervals agree on whether they exclude 0."))
@@ -157,7 +158,7 @@ def across_seeds_section(ctx: StudyContext) -> Section | None:
     if ctx.across_seeds is None:
         return None
     ctx.say("across-seed inference")
-    return _one("across_seeds", "Across-seed inference", Table(
+    return _one(Table(
         "across_seeds", ctx.across_seeds, "Across-seed inference (unit = seed): per-seed mean Δ, paired t-test and exact "
         "sign-flip test over all 2^n sign patterns, Holm over layers; the t interval is per layer (not adjusted for "
         "multiplicity). The smallest attainable sign-flip p is 2/2^n.",
@@ -185,7 +186,7 @@ def with_seed_points(claims: list, ref: pd.DataFrame) -> list:
 def hierarchical_section(ctx: StudyContext) -> Section | None:
     if ctx.hierarchical is None:
         return None
-    return _one("hierarchical", "Example vs initialisation variance: two-stage bootstrap", Table(
+    return _one(Table(
         "hierarchical", ctx.hierarchical, f"Two-stage bootstrap (seeds, then examples within seeds; "
         f"{ctx.settings.resamples:,} resamples): mean Δ over seeds with a {ctx.conf} percentile interval. Assumes "
         "exchangeable seeds and exchangeable examples within a seed.",
@@ -203,7 +204,7 @@ def variance_section(ctx: StudyContext) -> Section | None:
             "for REML); the two-stage bootstrap above does not need it." if vc["mean_delta"].isna().all() else
             f"The fit did not converge in layers {', '.join(map(str, bad['layer']))}: no estimates are shown or quoted "
             "there." if len(bad) else "")
-    return _one("variance_components", "Example vs initialisation variance: mixed model", Table(
+    return _one(Table(
         "variance_components", vc, f"Random-intercept model diff ~ 1 + (1 | seed) per layer (REML; closed form when "
         f"every seed holds the same examples): mean Δ with a per-layer {ctx.conf} interval from t with k − 1 degrees "
         "of freedom (k seeds), and the split of variance between seeds (initialisation) and examples.",
@@ -240,12 +241,12 @@ def example_sets_section(ctx: StudyContext) -> Section | None:
                       "and the mixed model treat them so.", "finding",
                       requires=(Check("some example's content differs between seeds", "differ >= 1", on="design"),),
                       design={"differ": differ})
-        return Section("example_sets", "Example sets across seeds", claims=(claim,),
+        return Section(claims=(claim,),
                        text="The example ids coincide across seeds, the contents (content hashes) do not.")
     t = _nonempty(shared_examples(ctx.ex)) if crossed else None
     if t is None:
         return None
-    return _one("example_sets", "Example sets across seeds", Table(
+    return _one(Table(
         "shared_examples", t, "Every seed of the standard pair was evaluated on the same examples (the same ids and "
         "content hashes): seeds and examples are crossed. Mean r: the mean Pearson correlation of the per-example Δ "
         "between pairs of seeds (0 when an example's Δ carries no information across seeds).",
@@ -266,7 +267,7 @@ def sweep_section(ctx: StudyContext) -> Section | None:
          *((Column("Null check", "null_check", "text"),) if has_null else ())))
     sel = d[(d["variant"] == "saab") & (d["bias_layers"] == "all") & (~d["shuffled"].astype(bool))]
     mean = sel.groupby(["layer", "w_f"])["delta"].mean().rename("delta").reset_index()
-    return _one("sweep", "Bias strength", table,
+    return _one(table,
                 Figure("study-sweep", "study_sweep", {"points": sel[["layer", "w_f", "delta"]], "mean": mean}),
                 claims=null_check_claims(null_check(t)))
 
@@ -274,7 +275,7 @@ def sweep_section(ctx: StudyContext) -> Section | None:
 @section("placement", "Layer placement")
 def placement_section(ctx: StudyContext) -> Section | None:
     t = _nonempty(placement_table(ctx.deltas))
-    return None if t is None else _one("placement", "Layer placement", Table(
+    return None if t is None else _one(Table(
         "placement", t, "Layer placement of the bias (per-layer multipliers): Δ SFM per layer.",
         (Column("Seed", "seed", "int"), Column("Bias layers", "bias_layers", "text"), *_delta_columns(t))))
 
@@ -289,7 +290,7 @@ def shuffled_section(ctx: StudyContext) -> Section | None:
         m = d[sel].groupby("layer")["delta"].agg(["mean", "min", "max"]).reset_index()
         m.insert(0, "condition", label)
         bands.append(m)
-    return _one("shuffled", "Shuffled control", Table(
+    return _one(Table(
         "shuffled", t, "Shuffled control: Euclidean distances between layer-SFM profiles.",
         (Column("Seed", "seed", "int"), Column("SAAB–baseline", "distance_saab_baseline"),
          Column("Shuffled–baseline", "distance_shuffled_baseline"), Column("SAAB–shuffled", "distance_saab_shuffled"))),
@@ -300,7 +301,7 @@ def shuffled_section(ctx: StudyContext) -> Section | None:
 def depth_section(ctx: StudyContext) -> Section | None:
     if ctx.deltas["depth"].nunique() <= 1 or (t := _nonempty(depth_table(ctx.deltas))) is None:
         return None
-    return _one("depth", "Depth", Table(
+    return _one(Table(
         "depth", t, "Depth: last-layer SFM and the profile distance (standard SAAB vs baseline).",
         (Column("Depth", "depth", "int"), Column("Seed", "seed", "int"), Column("Last layer", "last_layer", "int"),
          Column("Base", "baseline_last"), Column("SAAB", "variant_last"), Column("Δ", "delta_last"),
@@ -311,7 +312,7 @@ def depth_section(ctx: StudyContext) -> Section | None:
 def datasets_section(ctx: StudyContext) -> Section | None:
     if ctx.deltas["dataset"].nunique() <= 1 or (t := _nonempty(dataset_table(ctx.deltas))) is None:
         return None
-    return _one("datasets", "Data sets", Table(
+    return _one(Table(
         "datasets", t, "Data sets: mean over seeds of each layer's SFM (standard SAAB vs baseline).",
         (Column("Data set", "dataset", "text"), Column("Layer", "layer", "int"), Column("Base", "baseline_sfm"),
          Column("SAAB", "variant_sfm"), Column("Δ", "delta"), Column("Seeds", "n_seeds", "int"))))
@@ -320,7 +321,7 @@ def datasets_section(ctx: StudyContext) -> Section | None:
 @section("corpus_lengths", "Data-set lengths")
 def corpus_lengths_section(ctx: StudyContext) -> Section | None:
     t = corpus_lengths(ctx.lengths)
-    return None if t is None else _one("corpus_lengths", "Data-set lengths", Table(
+    return None if t is None else _one(Table(
         "corpus_lengths", t, "Data-set token lengths per split (as in the SAAB paper's Table 11): mean, population SD, "
         "linear-interpolation quantiles, and saturation at the cap.",
         (Column("Data set", "dataset", "text"), Column("Split", "split", "text"), Column("n", "n", "int"),
@@ -337,7 +338,7 @@ def standardisation_section(ctx: StudyContext) -> Section | None:
     if exact is None:
         return None
     a, b = [c.replace("standardised_delta_", "") for c in exact.columns if c.startswith("standardised_delta_")]
-    return _one("standardisation", "Length-standardised data-set contrast", Table(
+    return _one(Table(
         "standardisation", exact, f"Exact-length standardisation (as in the SAAB paper's Table 12B): per-layer Δ standardised over the "
         f"shared exact lengths (weights min of the two counts), contrast {b} − {a} with a stratified bootstrap "
         f"{ctx.conf} CI ({ctx.settings.resamples:,} resamples, weights fixed).",
@@ -350,7 +351,7 @@ def standardisation_section(ctx: StudyContext) -> Section | None:
 @section("standardisation_sensitivity", "Band-width sensitivity")
 def sensitivity_section(ctx: StudyContext) -> Section | None:
     t = standardisation(ctx)[1]
-    return None if t is None else _one("standardisation_sensitivity", "Band-width sensitivity", Table(
+    return None if t is None else _one(Table(
         "standardisation_sensitivity", t, "Band-width sensitivity of the standardised contrast (point estimates).",
         (Column("Band", "band_width", "int"), Column("Layer", "layer", "int"), Column("Strata", "shared_strata", "int"),
          Column("Contrast", "contrast"))))
@@ -366,7 +367,7 @@ def init_probe_section(ctx: StudyContext) -> Section | None:
     key = ctx.seeds.groupby(["dataset", "depth"], dropna=False).size().idxmax()
     main = ctx.seeds[(ctx.seeds["dataset"] == key[0]) & (ctx.seeds["depth"] == key[1])]
     t = _nonempty(probe_correlations(load_probe(ctx.init_probe), main[["seed", "displacement"]]))
-    return None if t is None else _one("init_probe", "Initialisation probes", Table(
+    return None if t is None else _one(Table(
         "init_probe", t, "Initialisation probes: Spearman ρ of initial-state quantities with the per-seed displacement "
         "score (Δ last − Δ penultimate layer).",
         (Column("Analysis", "analysis", "text"), Column("Metric", "metric", "text"), Column("ρ", "spearman_rho"),
@@ -375,13 +376,13 @@ def init_probe_section(ctx: StudyContext) -> Section | None:
 
 @section("decomposition", "Learned vs mechanical: the bias on and off on the same weights")
 def decomposition_section(ctx: StudyContext) -> Section | None:
-    from routestats.studies.decomposition import TITLE, decomposition, decomposition_table
+    from routestats.studies.decomposition import decomposition, decomposition_table
 
     t = _nonempty(decomposition(ctx.runs, ctx.settings))
     if t is None:
         return None
     left = t.attrs.get("left_out", [])
-    return _one("decomposition", TITLE, decomposition_table(t, ctx.conf),
+    return _one(decomposition_table(t, ctx.conf),
                 text=("Left out: " + "; ".join(left) + ".") if left else "",
                 claims=(direct_learned_claim(t, ctx.bias_off_runs - len(left)),))
 
@@ -403,7 +404,7 @@ def gradients_section(ctx: StudyContext) -> Section | None:
                     rows.append(g)
     if not rows:
         return None
-    return _one("gradients", "Gradient-norm ratios", Table(
+    return _one(Table(
         "gradients", pd.concat(rows, ignore_index=True), "Gradient-norm ratio last/penultimate layer: mean of per-step "
         "ratios over the last steps ending at each checkpoint, per run.",
         (Column("Seed", "seed", "int"), Column("Run", "run_id", "text"), Column("Step", "checkpoint_step", "int"),
@@ -430,7 +431,7 @@ def trajectories_section(ctx: StudyContext) -> Section | None:
         mean = ref.groupby(["layer", "step"])["delta"].mean().rename("delta").reset_index()
         figs = (Figure("study-trajectories", "study_trajectories", {"lines": ref[["layer", "seed", "step", "delta"]],
                                                                      "mean": mean}),)
-    return Section("trajectories", "Trajectories", (Table("trajectories", tr),), figs,
+    return Section(tables=(Table("trajectories", tr),), figures=figs,
                    text="Δ SFM per layer at every checkpoint step shared by a pair.")
 
 
@@ -440,7 +441,7 @@ def deltas_section(ctx: StudyContext) -> Section:
             "step", "layer"]
     out = ctx.deltas[keys + ["baseline_sfm", "variant_sfm", "delta", "n_examples", "max_abs_diff"]]
     out.insert(0, "study", ", ".join(ctx.runs.studies))  # one study per report (studies.discover.load)
-    return Section("deltas", "Paired deltas", (Table("deltas", out),))
+    return Section(tables=(Table("deltas", out),))
 
 
 STUDY_SECTIONS = (seeds_section, evidence_section, across_seeds_section, hierarchical_section, variance_section,
