@@ -44,7 +44,8 @@ def one(rng, root: Path) -> tuple[set, bool, dict]:
     c = pd.read_csv(root / "out" / "claims.csv")
     printed = c[c["printed"]]
     head = printed[printed["where"] == "headline"]
-    correlated = printed["sentence"].str.contains("the per-example Δ correlates across seeds").any()
+    # "the per-example Δ correlates across seeds (...)", not "whether the per-example Δ correlates ... is not shown"
+    correlated = printed["sentence"].str.contains(r"(?<!whether )the per-example Δ correlates across seeds \(").any()
     return set(head["kind"]) & POSITIVE, bool(correlated), {"seeds": k, "n": n, "layers": layers}
 
 

@@ -106,7 +106,7 @@ def build_pair_report(p: RunPair, settings: AnalysisSettings | None = None,
         ctx, pair_sections(), title=ctx.subject,
         subtitle=f"Baseline {p.baseline.run_id} · variant {p.variant.run_id} · {when} · {ctx.n_examples} examples · "
                  f"{layers_phrase(ctx)} × {ctx.n_heads} heads",
-        methods=lambda draft: pair_methods(draft, s), facts=facts(ctx),
+        methods=lambda draft: pair_methods(draft, s, ctx), facts=facts(ctx),
         scope=(scope_claim(ctx.pretrained, within_study, ctx.n_examples),
                *design_claims([p.baseline.manifest, p.variant.manifest])), claim_order=CLAIM_ORDER, glossary=SFM_TERMS)
     data = {name: f.frames[key] for sec in rep.sections for f in sec.figures if f.name in FIGURE_DATA

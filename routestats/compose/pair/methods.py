@@ -1,11 +1,16 @@
 """The words of the one-pair report's methods paragraph, generated from the
-finished :class:`~routestats.report.Report` (its tables and facts), never from a side channel."""
+finished :class:`~routestats.report.Report` (its tables) and the pair's typed context, never from a side channel."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from routestats.compose.claims import layers_phrase
 from routestats.report import Report
 from routestats.settings import AnalysisSettings
+
+if TYPE_CHECKING:  # the context's type, for the annotation only
+    from routestats.compose.pair.context import PairContext
 
 __all__ = ["pair_methods", "capture_sentences", "frame_of"]
 
@@ -90,23 +95,23 @@ def capture_sentences(base: dict | None, variant: dict | None, n_examples: int) 
     return " " + " ".join(out)
 
 
-def pair_methods(report: Report, s: AnalysisSettings) -> str:
-    """A methods paragraph generated from the finished report's settings, facts and tables."""
-    rep = report.facts
-    names = ", ".join(rep["field_names"].values())
+def pair_methods(report: Report, s: AnalysisSettings, ctx: "PairContext") -> str:
+    """A methods paragraph generated from the finished report's tables, the settings and the pair's context (its
+    typed fields, not the report's ``facts`` by name)."""
+    names = ", ".join(dict(ctx.pair.baseline.named_fields).values())
     mode = {"shared": "one generator whose bootstrap indices and sign patterns are shared across layers",
             "numpy": "the reference implementation's per-layer NumPy procedure",
             "python-random": "the reference implementation's per-layer Python random procedure"}[s.mode]
     when = ("from the pretrained model as it is and under the intervention (no training; the intervention acts at "
-            "inference time)" if rep["pretrained"] else f"at training step {rep['step']}")
+            "inference time)" if ctx.pretrained else f"at training step {ctx.step}")
     causal = (f" The models attend causally: a query sees only earlier keys, the opportunity O_i counts visible keys, "
               f"and queries whose visible named keys all lie in their own field (SFM 1 whatever the model does) "
-              f"are {'excluded' if rep['trivial'] == 'exclude' else 'included'}." if rep["causal"] else
-              (" Trivial queries (all visible keys in their own field) are excluded." if rep["trivial"] == "exclude"
+              f"are {'excluded' if ctx.trivial == 'exclude' else 'included'}." if ctx.causal else
+              (" Trivial queries (all visible keys in their own field) are excluded." if ctx.trivial == "exclude"
                else ""))
     keys = " SFM is renormalised over the named keys, S / (1 − U)." if s.keys == "named" else ""
     return (
-        f"Attention was recorded {when}, {rep['n_layers']} layers × {rep['n_heads']} heads. "
+        f"Attention was recorded {when}, {ctx.n_layers} layers × {ctx.n_heads} heads. "
         f"{_protocol_sentence(report, s)} "
         f"Same-field attention mass (SFM) is the attention a valid query places on valid keys of its own field "
         f"(named fields: {names}), averaged over valid queries, then heads, then examples, without renormalisation; "
@@ -114,16 +119,16 @@ def pair_methods(report: Report, s: AnalysisSettings) -> str:
         f"per example) are summarised by their mean with a {100 * s.confidence:.0f}% percentile bootstrap "
         f"confidence interval ({s.resamples:,} resamples) and tested with a two-sided sign-flip permutation test on "
         f"the absolute mean ({s.permutations:,} random sign patterns, p = (count + 1)/(P + 1)); p-values are "
-        f"Holm-adjusted across the {rep['n_layers']} layers, and d_z = mean/SD (ddof 1). Random procedures use seed "
+        f"Holm-adjusted across the {ctx.n_layers} layers, and d_z = mean/SD (ddof 1). Random procedures use seed "
         f"{s.seed} ({mode}). Opportunity-adjusted SFM is (SFM − O_e)/(1 − O_e) with "
         + ("O_e the mean over valid queries of O_i = (visible keys in the query's field)/(visible keys), the causal "
-           "chance level, excluding examples where O_e = 1. " if rep["causal"] else
+           "chance level, excluding examples where O_e = 1. " if ctx.causal else
            "O_e = Σ_f n_f²/N², excluding examples with a single visible field. ")
         + f"Field-to-field means count examples lacking the source field as "
         f"{'zero' if s.missing_fields == 'zero' else 'missing'}"
         + ("; a source field none of whose queries is counted (every one trivial) has no value (shown –)."
-           if rep["trivial"] == "exclude" else ".")
+           if ctx.trivial == "exclude" else ".")
         + (f" Gradient ratios are means of per-step ratios over up to {s.gradient_window} steps ending at each "
            "checkpoint." if "gradients" in report.tables() else "") + f"{causal}{keys}"
-        + capture_sentences(rep.get("capture"), rep.get("capture_variant"), rep["n_examples"])
+        + capture_sentences(ctx.pair.baseline.capture, ctx.pair.variant.capture, ctx.n_examples)
     )
