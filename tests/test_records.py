@@ -125,6 +125,24 @@ def test_a_header_read_as_headerless_csv_is_refused(tmp_path, first_row, fields,
                                   "columns by name, or remove the row"), why
 
 
+def test_a_spreadsheet_header_above_text_is_refused_whatever_the_labels(tmp_path):
+    # issue [first-hour] 3: "Question ID,Question text,Answer text" (names with spaces) above labels q1..q4 was read
+    # as record 0 (label "Question ID") into every statistic; rule 4 of _header_like: short phrases of names above
+    # a column whose cells hold at the median at least 6 words (here 9) and three times the header's (2)
+    f = tmp_path / "sheet.csv"
+    f.write_text("Question ID,Question text,Answer text\n" + csv_text(RECORDS))
+    with pytest.raises(RoutestatsError) as exc:
+        read_records(f, None, ["title", "content"])
+    assert str(exc.value).startswith(f"{f}: its first row looks like a header (Question ID,Question text,Answer text)")
+    assert read_records(_without_first(f), None) == EXPECTED  # the rows alone read as before
+
+
+def _without_first(f):
+    g = f.with_name("rows.csv")
+    g.write_text("".join(f.read_text().splitlines(keepends=True)[1:]))
+    return g
+
+
 @pytest.mark.parametrize("text, n", [
     ("label,title,content\n1,a b,c d\n", 1),  # the format's own header: skipped, as read_dbpedia_csv always did
     ("cat,animal,meow\ndog,animal,woof\n", 2),  # single words throughout: nothing tells a header from a record

@@ -166,7 +166,10 @@ def _header_like(first: Sequence[str], rest: Sequence[Sequence[str]], fields: Se
        (``id,question,answer``) -- at least one is a name, and some row below holds a cell that is not
        (text with a space, a number, a dotted name); or
     3. its first cell is not a whole number while the first cell of every row below (at least one) is
-       (DBpedia's labels are class numbers: ``ID,Question text,Answer text`` above ``1,...``).
+       (DBpedia's labels are class numbers: ``ID,Question text,Answer text`` above ``1,...``); or
+    4. every cell is a short phrase of names (1-4 of them: what spreadsheets write, ``Question ID,Question
+       text,Answer text``), one with a space, and below it a text column's cells hold, at the median, at least
+       6 words and three times the first row's (a header above rows of text, whatever the labels).
 
     A file whose every row is single words, with labels that are not numbers, passes: nothing tells
     such a header from a record.
@@ -177,6 +180,9 @@ def _header_like(first: Sequence[str], rest: Sequence[Sequence[str]], fields: Se
     False
     >>> _header_like(["cat", "animal", "meow"], [["dog", "animal", "woof"]], ["title", "content"])
     False
+    >>> _header_like(["Question ID", "Question text", "Answer text"],
+    ...              [["q1", "What is the capital of France?", "Paris is the capital of France."]], None)
+    True
     """
     cells = [c.strip() for c in first]
     low = [c.lower() for c in cells]
@@ -188,7 +194,13 @@ def _header_like(first: Sequence[str], rest: Sequence[Sequence[str]], fields: Se
     if all(not c or _NAME.match(c) for c in cells) and any(cells) and \
             any(c and not _NAME.match(c) for r in below for c in r):
         return True
-    return bool(below) and not _WHOLE.match(cells[0]) and all(r and _WHOLE.match(r[0]) for r in below)
+    if bool(below) and not _WHOLE.match(cells[0]) and all(r and _WHOLE.match(r[0]) for r in below):
+        return True
+    phrase = lambda c: 1 <= len(c.split()) <= 4 and all(_NAME.match(w) for w in c.split())  # noqa: E731
+    if not (below and all(phrase(c) for c in cells) and any(" " in c for c in cells)):
+        return False
+    words = [sorted(len(r[i].split()) for r in below if i < len(r)) for i in range(len(cells))]
+    return any(w and w[len(w) // 2] >= max(6, 3 * len(cells[i].split())) for i, w in enumerate(words))
 
 
 def _refuse_header(path: Path, fields: Sequence[str] | None, max_bytes: int) -> None:
