@@ -190,8 +190,11 @@ def check_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None, tables: 
         ok = ok or any(x >= f and x - f < unit for f in fl)  # a floor, rounded up
         if "attainable" in sentence[max(0, m.start() - 30):m.start()]:  # a floor cell, rounded up
             ok = ok or any(x >= c and x - c < unit for c in cells)
-        if op == "<":
-            ok = ok or any(c < x for c in cells)
+        if op == "<" and text == "0.001":  # fmt_p's "< 0.001": some p of the cited rows is below it (a per-layer
+            # finding cites one row: its own p); any smaller cell, a Δ or a floor, does not license it
+            pcells = [] if rows is None else [float(c) for col in rows.columns if re.match(r"p(_|$)", col)
+                                              and "floor" not in col for c in rows[col].dropna()]
+            ok = any(c < x for c in pcells)
         if not ok:
             v.wrong_numbers += 1
             v.problems.append(f"number {op}{text} is no cell of the cited rows")
@@ -203,35 +206,68 @@ def check_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None, tables: 
             v.problems.append(f"layers {sorted(extra)} are not among the cited rows")
 
 
+def said_by_words(sentence: str, n_layers: int) -> dict[int, str]:
+    """What a direction sentence says of each layer, read from its own words (never from the builder's
+    ``asserts`` column): "SFM rose in layers 0 and 2 (", "SFM fell in layer 1 (", "in layer 3 the ... interval
+    [..] excludes 0", "in layers 1 and 3 the 95% intervals include 0", "in all 4 layers"."""
+    out: dict[int, str] = {}
+
+    def layers(phrase: str) -> list[int]:
+        return list(range(n_layers)) if phrase.startswith("all") else layer_list(phrase.split(" ", 1)[1])
+
+    def say(ks, word):
+        for k in ks:  # a layer said two things is said "both": no rule licenses that
+            out[k] = word if out.get(k, word) == word else "both"
+
+    for word in ("rose", "fell"):
+        for m in re.finditer(rf"SFM {word} in (all \d+ layers|layers? [\d–, and]+?) \(", sentence):
+            say(layers(m.group(1)), word)
+    for m in re.finditer(r"in (layers? [\d–, and]+?) the (?:per-layer )?[\d.]+% intervals? (?:\[[^\]]*\] )?"
+                         r"(excludes|includes?) 0", sentence):
+        say(layers(m.group(1)), "excludes" if m.group(2) == "excludes" else "includes")
+    return out
+
+
 def direction(v: Verdict, sentence: str, asserts: str, rows: pd.DataFrame, sc,
               cols: tuple[str, str, str] = ("p_holm", "ci_low", "ci_high"), short: str = "") -> None:
-    """Rose/fell/excludes/includes per layer: the decision rule recomputed from the cells, and the planted sign."""
+    """Rose/fell/excludes/includes per layer, read from the words: each named layer's decision rule recomputed
+    from its cells and its planted sign; every cited layer the rule calls risen or fallen must be named so
+    (a layer left out is a silence, and fails); the brief form names the same layers."""
     a = family_alpha(sentence)
-    said = dict(x.split("=") for x in asserts.split(";") if x)
     by_layer = rows.set_index("layer")
-    for layer, word in said.items():
-        r = by_layer.loc[int(layer)]
+    said = said_by_words(sentence, sc.layers)
+    rule_of = {}
+    for layer, r in by_layer.iterrows():
         p, lo, hi = (float(r[c]) for c in cols)
-        rule = {"rose": p < a and lo > 0, "fell": p < a and hi < 0, "excludes": p >= a and (lo > 0 or hi < 0),
-                "includes": lo <= 0 <= hi}[word]
-        if not rule:
-            v.problems.append(f"layer {layer} '{word}' disagrees with its row (p_Holm {p:.4g}, [{lo:.4g}, {hi:.4g}])")
-        e = sc.effect[int(layer)]
+        rule_of[int(layer)] = {"rose": p < a and lo > 0, "fell": p < a and hi < 0,
+                               "excludes": p >= a and (lo > 0 or hi < 0), "includes": lo <= 0 <= hi}
+    for layer, word in said.items():
+        if layer not in rule_of:
+            v.problems.append(f"layer {layer} is not among the cited rows")
+            continue
+        if not rule_of[layer].get(word, False):
+            r = by_layer.loc[layer]
+            v.problems.append(f"layer {layer} '{word}' disagrees with its row (p_Holm {float(r[cols[0]]):.4g}, "
+                              f"[{float(r[cols[1]]):.4g}, {float(r[cols[2]]):.4g}])")
+        e = sc.effect[layer]
         if word == "rose" and not e > 0 or word == "fell" and not e < 0:
             v.problems.append(f"layer {layer} '{word}' but the planted effect is {e:+g}")
-    for word in ("rose", "fell"):
-        # the sentence and its brief form (the report's first-screen answer) name the same layers as the rows
-        # (the brief form: "SFM rose in layers 0 and 1 of 3 and fell in layer 2 of 3, ...")
-        for text, pattern in ((sentence, rf"SFM {word} in (all \d+ layers|layers? [\d–, and]+?) \("),
-                              (short, rf"(?:SFM|and) {word} in (all \d+ layers|layers? [\d–, and]+?) of \d+")):
-            if not text:
-                continue
-            m = re.search(pattern, text) or (re.search(rf"(?:SFM|and) {word} in (all \d+ layers)", text)
-                                             if text is short else None)
+    for layer, rule in rule_of.items():  # silence: a layer the rule decides, not said so
+        for word in ("rose", "fell"):
+            if rule[word] and said.get(layer) != word:
+                v.problems.append(f"layer {layer}'s row says '{word}' (p_Holm < {a:g}, interval on that side); "
+                                  f"the words say {said.get(layer, 'nothing')!r}")
+    if asserts and said != {int(k): w for k, w in (x.split("=") for x in asserts.split(";") if x)}:
+        v.problems.append("the words and the builder's own record of them disagree")
+    for word in ("rose", "fell"):  # the brief form (the first-screen answer) names the same layers as the words
+        if short:
+            m = re.search(rf"(?:SFM|and) {word} in (all \d+ layers|layers? [\d–, and]+?) of \d+", short) or \
+                re.search(rf"(?:SFM|and) {word} in (all \d+ layers)", short)
             named = set(range(sc.layers)) if m and m.group(1).startswith("all") else \
                 set(layer_list(m.group(1).split(" ", 1)[1])) if m else set()
-            if named != {int(k) for k, w in said.items() if w == word}:
-                v.problems.append(f"the words {text[:40]!r}… name {sorted(named)} as '{word}', the rows say otherwise")
+            if named != {k for k, w in said.items() if w == word}:
+                v.problems.append(f"the brief form {short[:40]!r}… names {sorted(named)} as '{word}', the words "
+                                  "say otherwise")
     v.judged_by_truth = True
 
 
@@ -320,7 +356,25 @@ def judge(out: Path, sc: Scenario, run_dir: Path) -> list[Verdict]:
     claims = pd.read_csv(out / "claims.csv")
     tables = load_tables(out)
     examples = pd.read_parquet(next(Path(run_dir).glob("*/examples.parquet")))
-    return [judge_row(r, tables, sc, examples) for _, r in claims[claims["printed"]].iterrows()]
+    printed = claims[claims["printed"]]
+    return [judge_row(r, tables, sc, examples) for _, r in printed.iterrows()] + [silence(printed, sc, examples)]
+
+
+def silence(printed: pd.DataFrame, sc: Scenario, examples: pd.DataFrame) -> Verdict:
+    """What the report must say, whatever its builder decided (silence fails): one answer in the headline (which
+    layers rose, fell or include 0), its scope, and the censoring where examples reach the cap."""
+    v = Verdict("silence", "report", "(what the report must say)")
+    v.judged_by_truth = True
+    head = printed[printed["where"] == "headline"]
+    answers = head[head["kind"].isin(["rose", "fell", "mixed", "no_evidence"])]
+    if len(answers) != 1:
+        v.problems.append(f"{len(answers)} direction answers in the headline, not one")
+    if "scope" not in set(head["kind"]):
+        v.problems.append("no scope sentence in the headline")
+    cut = int((examples["prepared_length"] >= examples["cap"]).sum())
+    if cut and "censoring" not in set(printed["kind"]):
+        v.problems.append(f"{cut} of {sc.n} examples reach the cap, and no sentence says so")
+    return v
 
 
 def any_positive(out: Path) -> set[str]:

@@ -57,6 +57,34 @@ def test_the_checker_catches_a_planted_lie(tmp_path):
     lied = judge(tmp_path / "a" / "out", lie, tmp_path / "a" / "runs")
     assert all(v.true for v in verdicts)
     assert any("planted effect is +0" in p for v in lied for p in v.problems)
+    # silence fails: the same report with its answer withheld, and with a layer dropped from the answer's words
+    claims = pd.read_csv(tmp_path / "a" / "out" / "claims.csv")
+    answer = claims.index[claims["kind"].isin(["rose", "fell", "mixed", "no_evidence"]) & claims["printed"]][0]
+    claims.loc[answer, "printed"] = False
+    claims.to_csv(tmp_path / "a" / "out" / "claims.csv", index=False)
+    quiet = judge(tmp_path / "a" / "out", sc, tmp_path / "a" / "runs")
+    assert any("0 direction answers in the headline" in p for v in quiet for p in v.problems)
+    claims.loc[answer, "printed"] = True
+    said = claims.loc[answer, "sentence"]
+    claims.loc[answer, "sentence"] = said.replace("SFM rose in layer 1 (", "SFM rose in layer 0 (")
+    claims.to_csv(tmp_path / "a" / "out" / "claims.csv", index=False)
+    moved = judge(tmp_path / "a" / "out", sc, tmp_path / "a" / "runs")
+    problems = [p for v in moved for p in v.problems]
+    assert any("layer 1's row says 'rose'" in p for p in problems), (said, problems)
+    assert any("layer 0 'both' disagrees with its row" in p for p in problems), problems  # said rose and includes
+
+
+def test_a_less_than_is_licensed_by_the_p_it_quotes_not_any_smaller_cell():
+    # issue [true-words-2]: "p_Holm < 0.001" beside a row whose p is 0.935 passed (a Δ of 0.0004 was "smaller")
+    from tests.planted_truth import Verdict, check_numbers
+
+    rows = pd.DataFrame({"layer": [2], "mean_diff": [0.0004], "p_holm": [0.935], "p_holm_floor": [0.0001]})
+    bad = Verdict("layer_effect", "finding", "")
+    check_numbers(bad, "Layer 2: Δ +0.0004, p_Holm < 0.001.", rows, {})
+    assert not bad.true
+    good = Verdict("layer_effect", "finding", "")
+    check_numbers(good, "Layer 2: Δ +0.0004, p_Holm < 0.001.", rows.assign(p_holm=0.0002), {})
+    assert good.true, good.problems
 
 
 STUDIES = [
