@@ -67,10 +67,8 @@ def synthetic_pair(
     exactly 0 (without it, the variant's extra noise lowers SFM by about 1e-4 through Jensen's
     inequality), and the sign of every planted effect is the sign of the population Δ SFM.
 
-    ``examples_seed`` draws the examples (lengths, fields, words) from a seed of their own: pairs written with one
-    ``examples_seed`` and different ``seed`` s evaluate the same examples with independent attention noise (seeds
-    crossed with examples, and no correlation of the per-example Δ across seeds under an exact null).
-
+    ``examples_seed`` draws the examples from a seed of their own: pairs of one ``examples_seed`` and other ``seed`` s
+    evaluate the same examples with independent noise (seeds crossed with examples; r = 0 under an exact null).
     ``unnamed_examples`` makes the last that many examples wholly unnamed (field id 2, outside the run's
     named fields), so no query has a named position: their SFM is undefined (never silently 0).
 

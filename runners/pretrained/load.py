@@ -356,17 +356,7 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
         except Exception as exc:  # a model that cannot run its own eager forward on the probe
             raise RoutestatsError(f"{type(model).__name__}: its own forward failed on the probe: "
                                   f"{first_line(exc)}") from None
-        why = ""
-        from transformers.utils import logging as hf_logging
-
-        level = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # its warning for a model outside the interface: our one line says it
-        try:
-            model.set_attn_implementation(IMPLEMENTATION)
-        except Exception as exc:  # transformers refuses models outside the interface; its words follow ours
-            why = f" ({first_line(exc)[:120]})"
-        finally:
-            hf_logging.set_verbosity(level)
+        why = _switch_to_seam(model)
         if model.config._attn_implementation != IMPLEMENTATION:
             outside = (f"{type(model).__name__} does not route its attention through transformers' "
                        f"AttentionInterface; capture cannot add an intervention to its own scores{why}")
@@ -402,6 +392,22 @@ def prepare_model(model, tok, *, folder: Path | None = None, weight_files=(), gg
     no_norms = _why_no_value_norms(model, fam, [v.shape[-1] for v in p.values])
     return Loaded(model, tok, fam, folder, list(weight_files), gguf, quantisation, names, no_norms, head_type,
                   attention_layers=layers if len(layers) < n_layers else ())
+
+
+def _switch_to_seam(model) -> str:
+    """Set the model's attention implementation to the seam; transformers' reason when it refuses (a model outside
+    the interface), in parentheses, else "". Its own warning is silenced: our one line says it."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model.set_attn_implementation(IMPLEMENTATION)
+    except Exception as exc:  # transformers refuses models outside the interface; its words follow ours
+        return f" ({first_line(exc)[:120]})"
+    finally:
+        hf_logging.set_verbosity(level)
+    return ""
 
 
 def _own_weights(model, own, layers: tuple[int, ...], n_layers: int) -> list:
