@@ -141,12 +141,14 @@ def cited(tables: dict, row: pd.Series) -> pd.DataFrame | None:
 
 
 def floors(tables: dict) -> list[float]:
-    """The sign-flip floors of the pair's layer family: L x max(1/(P + 1), 2/2^n), computed here."""
+    """The sign-flip floors, computed here: of one test, max(1/(P + 1), 2/2^n), and of the layer family, L times
+    that."""
     e = tables.get("effects")
     if e is None or not len(e):
         return []
     n, P, L = int(e["n"].min()), int(e["permutations"].iloc[0]), len(e)
-    return [min(1.0, L * max(1.0 / (P + 1), 2.0 / 2.0 ** n))]
+    one = max(1.0 / (P + 1), 2.0 / 2.0 ** n)  # one sign-flip test (the profile shape's), then Holm over L layers
+    return [min(1.0, L * one), one]
 
 
 def missed_change_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None) -> list[float]:

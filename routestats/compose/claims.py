@@ -347,13 +347,15 @@ def missed_change_claims(eff: pd.DataFrame, n_used: int, alpha: float, floor: fl
     called = (eff[p] < alpha) & ((eff[lo] > 0) | (eff[hi] < 0))
     rows = eff[~called].assign(detectable=lambda t: detectable_change(t[sd], n_used, alpha, power))
     rows = rows.sort_values("detectable")
+    # "smaller than x would be missed": x printed rounded down, so every change below the printed size is missed
+    down = lambda x, d: fmt_num(np.floor(x * 10.0 ** d) / 10.0 ** d, d)  # noqa: E731
     if len(rows) == 1:
         x = rows['detectable'].iloc[0]
-        what = f"a change in layer {int(rows['layer'].iloc[0])}'s SFM smaller than {fmt_num(x, scale_decimals(x))}"
+        what = f"a change in layer {int(rows['layer'].iloc[0])}'s SFM smaller than {down(x, scale_decimals(x))}"
     elif len(rows):
         least, most = rows.iloc[0], rows.iloc[-1]
         d = scale_decimals(least["detectable"])
-        small, large = fmt_num(least["detectable"], d), fmt_num(most["detectable"], d)
+        small, large = down(least["detectable"], d), down(most["detectable"], d)
         what = (f"a change in one of these {len(rows)} layers' SFM smaller than {small} (layer {int(least['layer'])}) "
                 f"to {large} (layer {int(most['layer'])})" if small != large else
                 f"a change in one of these {len(rows)} layers' SFM smaller than {small} (each of them)")
