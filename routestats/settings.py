@@ -78,8 +78,10 @@ class PatternRules:
 
     1. ``L<up>-dominant change`` -- Δ_up >= ``min_change`` and Δ_up >= ``dominance_ratio`` x |Δ_lo|: the last
        layer's gain dominates, and is at least the magnitude floor (a gain of 0.0001 dominates nothing);
-    2. ``Ordering reverses`` -- g_b >= -``tie_tol`` and g_v <= -``gap_tol``: the last layer, at or above the
-       penultimate one in the baseline (a gap within ``tie_tol`` of 0 is a tie), falls below it in the variant;
+    2. ``Ordering reverses`` -- g_b >= -tol and g_v <= -``gap_tol``: the last layer, at or above the
+       penultimate one in the baseline (a gap within tol of 0 is a tie: tol = ``tie_tol``, or ``tie_se`` standard
+       errors of the seed's own baseline gap over its examples where that is larger), falls below it in the
+       variant;
     3. ``Relatively strong paired change`` -- Δ_lo <= -``strong_delta``: the penultimate layer's SFM
        falls by at least that much;
     4. ``Gap narrows`` -- |g_v| <= |g_b| - ``gap_tol``;
@@ -96,6 +98,8 @@ class PatternRules:
     ('Small change', 'No rule matched')
     >>> PatternRules().label(0.03, -0.02, -0.0009, -0.04, "L3")  # a baseline tie, then a clear reversal
     'Ordering reverses'
+    >>> PatternRules().label(0.03, -0.02, -0.006, -0.04, "L3", gap_se=0.004)  # -0.006 is within 2 SE of 0: a tie
+    'Ordering reverses'
     """
 
     strong_delta: float = 0.05
@@ -103,11 +107,18 @@ class PatternRules:
     gap_tol: float = 0.01
     min_change: float = 0.01
     tie_tol: float = 0.005
+    tie_se: float = 2.0
 
-    def label(self, d_lo, d_up, gap_b, gap_v, upper_name: str) -> str:
+    def tie(self, gap_se: float | None = None) -> float:
+        """The tolerance within which a baseline gap is a tie: ``tie_tol``, or ``tie_se`` standard errors of the
+        gap (``gap_se``, over the seed's examples) where that is larger."""
+        se = float(gap_se) if gap_se is not None and gap_se == gap_se else 0.0
+        return max(self.tie_tol, self.tie_se * se)
+
+    def label(self, d_lo, d_up, gap_b, gap_v, upper_name: str, gap_se: float | None = None) -> str:
         if d_up >= self.min_change and d_up >= self.dominance_ratio * abs(d_lo):
             return f"{upper_name}-dominant change"
-        if gap_b >= -self.tie_tol and gap_v <= -self.gap_tol:
+        if gap_b >= -self.tie(gap_se) and gap_v <= -self.gap_tol:
             return "Ordering reverses"
         if d_lo <= -self.strong_delta:
             return "Relatively strong paired change"

@@ -434,11 +434,12 @@ class StudyScenario:
         return Path(root)
 
 
-def pattern_label(d_lo, d_up, g_b, g_v, up: str) -> str:
-    """docs/methods.md's pattern rules, written out again here (first match wins)."""
+def pattern_label(d_lo, d_up, g_b, g_v, up: str, gap_se: float = float("nan")) -> str:
+    """docs/methods.md's pattern rules, written out again here (first match wins); a baseline gap within
+    max(0.005, 2 standard errors) of 0 is a tie."""
     if d_up >= 0.01 and d_up >= 2 * abs(d_lo):
         return f"{up}-dominant change"
-    if g_b >= -0.005 and g_v <= -0.01:
+    if g_b >= -max(0.005, 2 * gap_se if gap_se == gap_se else 0.0) and g_v <= -0.01:
         return "Ordering reverses"
     if d_lo <= -0.05:
         return "Relatively strong paired change"
@@ -468,7 +469,8 @@ def judge_study_row(row: pd.Series, tables: dict, sc: StudyScenario) -> Verdict:
         v.judged_by_truth = True
         t = tables["seeds"]
         want = pd.Series([pattern_label(r.delta_lower, r.delta_upper, r.baseline_gap, r.variant_gap,
-                                        f"L{int(r.upper_layer)}") for r in t.itertuples()]).value_counts()
+                                        f"L{int(r.upper_layer)}", r.baseline_gap_se) for r in t.itertuples()]
+                         ).value_counts()
         said = {m.group(1): int(m.group(2)) for m in re.finditer(r"“([^”]+)” in (\d+) of", s)}
         if said != want.to_dict():
             v.problems.append(f"pattern counts {said}; the rules on the seed table give {want.to_dict()}")

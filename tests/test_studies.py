@@ -252,3 +252,27 @@ def test_unbalanced_fit_reports_convergence_and_never_quotes_a_failed_fit(monkey
     monkeypatch.setattr(MixedLM, "fit", not_converged)
     bad = variance_components(ex).iloc[0]
     assert not bool(bad["converged"]) and np.isnan(bad["mean_delta"]) and np.isnan(bad["ci_low"])
+
+
+def test_a_baseline_gap_within_two_standard_errors_is_a_tie():
+    # issue [true-words-2] 5: a planted tie whose sample gap (-0.006) fell just outside the fixed 0.005 was
+    # "No rule matched" beside "Ordering reverses"; the tolerance is now max(0.005, 2 SE of the seed's own gap).
+    # One seed, 25 examples: baseline gap -0.006 with per-example SD 0.02 (SE 0.004, tolerance 0.008); the variant
+    # lifts layer 2 by 0.03 and lowers layer 3 by 0.004 (variant gap -0.040): by the rules, the ordering reverses
+    from routestats.studies.seeds import summarise_deltas
+
+    rng = np.random.default_rng(0)
+    e = rng.standard_normal(25)
+    e = 0.02 * (e - e.mean()) / e.std(ddof=1)  # exactly mean 0, SD 0.02
+    b2 = 0.8 + 0.01 * rng.standard_normal(25)
+    b3 = b2 - 0.006 + e
+    meta = {"baseline_run": "b", "variant_run": "v", "seed": 1, "variant": "saab", "w_f": 1.0, "bias_layers": "all",
+            "shuffled": False, "depth": 4, "dataset": "dbpedia", "step": 1}
+    rows = [{**meta, "example_id": i, "layer": layer, "baseline": b, "variant_sfm": b + d, "diff": d}
+            for i in range(25) for layer, b, d in ((2, b2[i], 0.03), (3, b3[i], -0.004))]
+    ex = pd.DataFrame(rows)
+    t = seed_table(summarise_deltas(ex), examples=ex).iloc[0]
+    assert t["baseline_gap"] == pytest.approx(-0.006) and t["baseline_gap_se"] == pytest.approx(0.004)
+    assert t["tie_tolerance"] == pytest.approx(0.008) and t["pattern"] == "Ordering reverses"
+    # without the examples, the fixed 0.005: the same seed is no tie, and no rule matches its changes
+    assert seed_table(summarise_deltas(ex)).iloc[0]["pattern"] != "Ordering reverses"

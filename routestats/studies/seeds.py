@@ -131,13 +131,16 @@ def reference_rows(df: pd.DataFrame) -> pd.Series:
 
 
 def seed_table(deltas: pd.DataFrame, lower: int = -2, upper: int = -1, rules: PatternRules = PatternRules(),
-               condition=None) -> pd.DataFrame:
+               condition=None, examples: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per-seed SFM of two layers (default penultimate and last) for both models (paper Table 3).
 
     ``condition`` filters the pairs (default: standard SAAB, w_f 1 on all layers, unshuffled).
     One row per data set, depth and seed. Columns: dataset, depth, seed, lower_layer, upper_layer, baseline_lower, baseline_upper, variant_lower,
     variant_upper, delta_lower, delta_upper, displacement (delta_upper - delta_lower),
-    baseline_gap, variant_gap, pattern.
+    baseline_gap, variant_gap, baseline_gap_se, tie_tolerance, pattern. ``examples`` (an :func:`example_deltas`
+    frame) gives each seed's baseline gap its standard error over the seed's examples, ``baseline_gap_se``, and
+    the tie tolerance of the pattern rules, ``tie_tolerance`` (:meth:`PatternRules.tie`); without it the fixed
+    ``tie_tol``.
     """
     d = deltas[reference_rows(deltas)] if condition is None else deltas[condition(deltas)]
     if d.empty:
@@ -149,15 +152,29 @@ def seed_table(deltas: pd.DataFrame, lower: int = -2, upper: int = -1, rules: Pa
         a, b = g.set_index("layer").loc[lo], g.set_index("layer").loc[up]
         gap_b = b["baseline_sfm"] - a["baseline_sfm"]
         gap_v = b["variant_sfm"] - a["variant_sfm"]
+        se = _gap_se(examples, g, lo, up)
         rows.append({
             "dataset": dataset, "depth": depth, "seed": seed, "lower_layer": lo, "upper_layer": up,
             "baseline_lower": a["baseline_sfm"], "baseline_upper": b["baseline_sfm"],
             "variant_lower": a["variant_sfm"], "variant_upper": b["variant_sfm"],
             "delta_lower": a["delta"], "delta_upper": b["delta"], "displacement": b["delta"] - a["delta"],
-            "baseline_gap": gap_b, "variant_gap": gap_v,
-            "pattern": rules.label(a["delta"], b["delta"], gap_b, gap_v, f"L{up}"),
+            "baseline_gap": gap_b, "variant_gap": gap_v, "baseline_gap_se": se, "tie_tolerance": rules.tie(se),
+            "pattern": rules.label(a["delta"], b["delta"], gap_b, gap_v, f"L{up}", gap_se=se),
         })
     return pd.DataFrame(rows)
+
+
+def _gap_se(examples: pd.DataFrame | None, pairs: pd.DataFrame, lo: int, up: int) -> float:
+    """The standard error, over its examples, of one seed's baseline gap SFM_up − SFM_lo (the pair's examples
+    present in both layers; NaN without per-example rows or with fewer than two examples)."""
+    if examples is None:
+        return float("nan")
+    e = examples[examples["baseline_run"].isin(pairs["baseline_run"]) & examples["layer"].isin([lo, up])]
+    w = e.pivot_table(index="example_id", columns="layer", values="baseline", aggfunc="first").dropna()
+    if len(w) < 2 or lo not in w or up not in w:
+        return float("nan")
+    gap = w[up] - w[lo]
+    return float(gap.std(ddof=1) / np.sqrt(len(gap)))
 
 
 def _wide(d: pd.DataFrame, index: list[str]) -> pd.DataFrame:

@@ -46,7 +46,8 @@ def study_methods(s: AnalysisSettings) -> str:
             "labels follow fixed, documented rules over the two top layers (routestats.settings.PatternRules, first "
             f"match wins): upper-layer-dominant when Δ_up ≥ {s.rules.min_change:g} and Δ_up ≥ "
             f"{s.rules.dominance_ratio:g} × |Δ_lo|; ordering reverses when the baseline's gap g = SFM_up − SFM_lo is "
-            f"≥ −{s.rules.tie_tol:g} (a tie or above) and the variant's ≤ −{s.rules.gap_tol:g}; relatively strong "
+            f"≥ −tol (a tie or above; tol = {s.rules.tie_tol:g}, or {s.rules.tie_se:g} standard errors of the seed's "
+            f"gap over its examples where that is larger) and the variant's ≤ −{s.rules.gap_tol:g}; relatively strong "
             f"paired change when Δ_lo ≤ −{s.rules.strong_delta:g}; gap narrows when |g| shrinks by at least "
             f"{s.rules.gap_tol:g}; small change when both |Δ| are below {s.rules.strong_delta:g}; otherwise no rule "
             "matched.")

@@ -63,7 +63,8 @@ class StudyContext:
 
     @functools.cached_property
     def seeds(self) -> pd.DataFrame | None:
-        return _nonempty(seed_table(self.deltas, rules=self.settings.rules)) if self.ref.any() else None
+        return _nonempty(seed_table(self.deltas, rules=self.settings.rules, examples=self.ex)) if self.ref.any() \
+            else None
 
     @functools.cached_property
     def across_seeds(self) -> pd.DataFrame | None:
