@@ -169,12 +169,12 @@ def check_conditions(loaded: Loaded, conditions: Sequence[Condition], layers: Se
             raise RoutestatsError(f"--layers {li}: {name} has {which}")
 
 
-def stored_layers(loaded: Loaded, layers: Sequence[int] | None) -> tuple[list[int], list[int] | None]:
-    """(the model's layer numbers a run stores, their positions among the captured layers, or None for all):
-    ``--layers`` where given, else every layer with an attention matrix (a hybrid's attention layers)."""
+def capture_layers(loaded: Loaded, layers: Sequence[int] | None) -> tuple[list[int] | None, list[int] | None]:
+    """(the model's layer numbers a run stores, or None when it stores every layer; their positions among the
+    captured layers, or None for all of them): ``--layers`` where given, else a hybrid's attention layers."""
     have = list(loaded.layers)
     if layers is None:
-        return have, None
+        return (have if loaded.attention_layers else None), None
     keep = sorted(set(int(x) for x in layers))
     return keep, [have.index(x) for x in keep]
 
@@ -334,8 +334,7 @@ def _evaluation(loaded: Loaded, plan: Plan, cond: Condition, opts: CaptureOption
                         "the model's own eager_attention_forward",
                         "inputs": list(plan.encoded[0].inputs), "batch_size": opts.batch_size,
                         "padding": opts.padding, "device": opts.device,
-                        "layers_stored": stored_layers(loaded, opts.layers)[0]
-                        if opts.layers is not None or loaded.attention_layers else None,
+                        "layers_stored": capture_layers(loaded, opts.layers)[0],
                         **({"no_attention_matrix": loaded.no_attention_matrix} if loaded.attention_layers else {}),
                         "value_norms": "" if value_norms else (loaded.no_value_norms or "matrices not stored"),
                         "reductions_on_device": on_device, "attention": how},
@@ -359,10 +358,9 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, opts: Ca
     if chunk_mb:
         map_large_blocks()
     t0 = time.perf_counter()
-    labels, subset = stored_layers(loaded, opts.layers)
+    labels, subset = capture_layers(loaded, opts.layers)
     subset = None if shards else subset  # shard runs hold them already
-    with w.attention(0, dtype=opts.dtype, forms=list(opts.forms), value_norms=value_norms,
-                     layers=labels if opts.layers is not None or loaded.attention_layers else None) as sink:
+    with w.attention(0, dtype=opts.dtype, forms=list(opts.forms), value_norms=value_norms, layers=labels) as sink:
         source = shard_captures(shards) if shards else forward_batches(
             loaded, plan.encoded, cond, batch_size=opts.batch_size, padding=opts.padding, value_norms=value_norms,
             device=opts.device, reduce=opts.dtype if on_device else None, n_fields=len(plan.names),
