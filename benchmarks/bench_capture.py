@@ -138,8 +138,8 @@ if mode.startswith("bare"):
         out = loaded.model(**inputs, output_attentions=mode == "bare-eager")
 else:
     from runners.pretrained.capture import Condition, capture_runs
-    capture_runs(loaded, [rec], sys.argv[5], cap=n, attention=mode.split("-")[1], attention_mb=256,
-                 conditions=[Condition("baseline")])
+    capture_runs(loaded, [rec], sys.argv[5], cap=n, attention=mode.split("-")[1].rstrip("32"), attention_mb=256,
+                 conditions=[Condition("baseline")], kernel_dtype="float32" if mode.endswith("32") else "float64")
 t = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({{"seconds": t, "rss_mb": (peak - before) / 1024, "peak_mb": peak / 1024}}))
@@ -184,13 +184,13 @@ def long_setup(model: str, n: int):
     return loaded, rec, {k: torch.tensor([v]) for k, v in enc.inputs.items()}
 
 
-MODES = ("bare-sdpa", "bare-eager", "capture-fused", "capture-chunked", "capture-eager")
+MODES = ("bare-sdpa", "bare-eager", "capture-fused", "capture-fused32", "capture-chunked", "capture-eager")
 
 
 def long_context(lengths, model: str, threads: int, eager_max: int, modes=MODES) -> list[dict]:
     """Each mode at each length in its own process (its own peak RSS): the bare forward with SDPA (no weights:
     the floor of the work) and with eager attention returning the weights (the obvious alternative), and
-    capture with fused, chunked and eager attention."""
+    capture with fused (float64 and float32 kernels), chunked and eager attention."""
     import json
     import subprocess
     import sys
@@ -220,14 +220,15 @@ def long_table(rows) -> str:
     none = {"seconds": None, "rss_mb": None, "peak_mb": None}
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     ratio = lambda a, b: None if a["seconds"] is None or b["seconds"] is None else a["seconds"] / b["seconds"]  # noqa: E731
-    out = ["| tokens | bare SDPA s | bare eager s | capture fused s | fused x SDPA | capture chunked s | chunked x SDPA "
-           "| capture eager s | peak RSS rise MB: SDPA / eager / fused / chunked / capture eager | fused peak RSS MB |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| tokens | bare SDPA s | bare eager s | capture fused s | fused x SDPA | capture fused32 s | fused32 x SDPA "
+           "| capture chunked s | chunked x SDPA | capture eager s | peak RSS rise MB: SDPA / eager / fused / fused32 / "
+           "chunked / capture eager | fused peak RSS MB |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in sorted({r["n"] for r in rows}):
-        s, e, f, c, ce = (by.get((n, m), none) for m in MODES)
+        s, e, f, f32, c, ce = (by.get((n, m), none) for m in MODES)
         out.append(f"| {n:,} | {fmt(s['seconds'])} | {fmt(e['seconds'])} | {fmt(f['seconds'])} | {fmt(ratio(f, s))} | "
-                   f"{fmt(c['seconds'])} | {fmt(ratio(c, s))} | {fmt(ce['seconds'])} | "
-                   + " / ".join(fmt(r["rss_mb"], "{:,.0f}") for r in (s, e, f, c, ce))
+                   f"{fmt(f32['seconds'])} | {fmt(ratio(f32, s))} | {fmt(c['seconds'])} | {fmt(ratio(c, s))} | "
+                   f"{fmt(ce['seconds'])} | " + " / ".join(fmt(r["rss_mb"], "{:,.0f}") for r in (s, e, f, f32, c, ce))
                    + f" | {fmt(f['peak_mb'], '{:,.0f}')} |")
     return "\n".join(out)
 

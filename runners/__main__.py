@@ -275,6 +275,8 @@ CAPTURE_OPTIONS = {  # python -m runners capture: declared here so that the comm
         "when the eager weights would exceed --attention-mb)."),
     "attention_mb": typer.Option(256.0, "--attention-mb", help="Memory for one block of chunked attention "
         "(and auto's threshold), MB."),
+    "kernel_dtype": typer.Option("float64", help="The fused kernel's arithmetic: float64 (within 1e-6 of the "
+        "float64 reference) or float32 (the model's own precision, within 1e-4; about twice as fast on a CPU)."),
     "shards": typer.Option(1, help="Split the records into this many shards, each captured as a job, then "
         "merged into one run per condition; rerunning skips finished shards."),
     "launcher": typer.Option("sequential", help="Where shards run: sequential (this process), submitit-local, "
@@ -313,6 +315,7 @@ def capture(
     device: str = CAPTURE_OPTIONS["device"],
     attention: str = CAPTURE_OPTIONS["attention"],
     attention_mb: float = CAPTURE_OPTIONS["attention_mb"],
+    kernel_dtype: str = CAPTURE_OPTIONS["kernel_dtype"],
     shards: int = CAPTURE_OPTIONS["shards"],
     launcher: str = CAPTURE_OPTIONS["launcher"],
     slurm_partition: Optional[str] = CAPTURE_OPTIONS["slurm_partition"],
@@ -336,7 +339,7 @@ def capture(
         options = CaptureOptions.from_text(fields=fields, forms=forms, layers=layers, cap=cap, truncation=truncation,
                                            special_tokens=special_tokens, dtype=dtype, batch_size=batch_size,
                                            padding=padding, device=device, attention=attention,
-                                           attention_mb=attention_mb)
+                                           attention_mb=attention_mb, kernel_dtype=kernel_dtype)
         run_capture_command(model=model, records=records, out=out, options=options, format=format, limit=limit,
                             label=label, split=split, max_record_mb=max_record_mb, bias=bias, ablate=ablate,
                             compare=compare, reason=reason, force=force, shards=shards, launcher=launcher,

@@ -198,8 +198,8 @@ def test_the_long_context_benchmark_runs():
     from benchmarks.bench_capture import long_context, long_table
 
     rows = long_context([128], "tiny", 1, 128)
-    assert [r["mode"] for r in rows] == ["bare-sdpa", "bare-eager", "capture-fused", "capture-chunked",
-                                         "capture-eager"]
+    assert [r["mode"] for r in rows] == ["bare-sdpa", "bare-eager", "capture-fused", "capture-fused32",
+                                         "capture-chunked", "capture-eager"]
     assert all(r["seconds"] > 0 and r["peak_mb"] > 0 for r in rows)
     assert long_table(rows).splitlines()[2].startswith("| 128 |")
 
@@ -223,3 +223,68 @@ def test_fused_reductions_equal_eager_ones_or_fall_back(family, tmp_path):
         # cap 6 keeps auto's eager path (its weights fit the budget); cap 40 is fused
         assert paths == {"eager", "fused"} and ev["probe"]["ok"] and ev["kernel_dtype"] == "float64", ev
     assert worst <= 1e-6, (family, worst)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "mistral"])
+def test_a_float32_kernel_equals_eager_within_its_stated_bound(family, tmp_path):
+    """``--kernel-dtype float32``: the fused kernel at the model's own precision (about twice as fast on a CPU than
+    float64). Expected values as above: routestats' numpy reduce_queries over the model's own eager weights. The
+    bound is the one the probe holds a float32 kernel to (1e-4: float32 rounds a score s by eps32 |s|); on these
+    tiny models with small scores it is met by a wide margin (measured at most 1.2e-6, bert; the test allows 1e-5),
+    and the run records the kernel's dtype, the bound and the probe's measured gap."""
+    loaded = load_model(save_tiny(family, tmp_path / "model", TEXTS))
+    out = tmp_path / "f32"
+    capture_runs(loaded, RECORDS, out, conditions=[Condition("baseline"), Condition("bias", bias=W)], cap=40,
+                 attention="fused", attention_mb=3 * 64 * 40 / 2 ** 20, kernel_dtype="float32",
+                 device_reductions=False)
+    capture_runs(loaded, RECORDS, tmp_path / "eager", conditions=[Condition("baseline"), Condition("bias", bias=W)],
+                 cap=40, attention="eager", device_reductions=False)
+    for c in ("baseline", "bias"):
+        ev = json.loads((out / c / "run.json").read_text())["evaluation"]["capture"]["attention"]
+        assert ev["path"] == "fused" and ev["kernel_dtype"] == "float32" and ev["probe"]["reductions_bound"] == 1e-4
+        assert 0 < ev["probe"]["reductions_max_abs"] <= 1e-4  # float32 arithmetic: not bitwise the float64 one
+        a, b = reductions(tmp_path / "eager" / c), reductions(out / c)
+        worst = max(float(np.abs(a[ex][k] - b[ex][k]).max()) for ex in a for k in a[ex])
+        assert worst <= 1e-5, (family, c, worst)
+
+
+def test_a_float32_kernel_its_probe_rejects_falls_back_or_is_refused(tmp_path, monkeypatch, capsys):
+    # the probe's bound made unreachable: auto says why and takes the chunked path (recorded); --attention fused
+    # is refused in one line; a float32 kernel without a fused path, or another dtype, is refused before any work
+    import runners.pretrained.probe as probe
+    from runners.pretrained.options import CaptureOptions
+
+    monkeypatch.setitem(probe.KERNEL_ATOL, "float32", 1e-15)
+    loaded = load_model(save_tiny("llama", tmp_path / "model", TEXTS))
+    kw = dict(cap=40, attention_mb=0.01, kernel_dtype="float32")
+    capture_runs(loaded, RECORDS[:3], tmp_path / "auto", **kw)
+    ev = json.loads((tmp_path / "auto" / "baseline" / "run.json").read_text())["evaluation"]["capture"]["attention"]
+    assert ev["path"] == "chunked" and not ev["fused_probe"]["ok"] and ev["fused_probe"]["reductions_bound"] == 1e-15
+    assert "not fused (the fused path differs from the eager one" in capsys.readouterr().err
+    with pytest.raises(rs.RoutestatsError, match="--attention fused: the fused path differs .* float64 reference"):
+        capture_runs(loaded, RECORDS[:3], tmp_path / "forced", attention="fused", **kw)
+    with pytest.raises(rs.RoutestatsError, match="--kernel-dtype float32 sets the fused path's arithmetic; "
+                                                 "--attention chunked has no fused kernel"):
+        CaptureOptions(attention="chunked", kernel_dtype="float32")
+    with pytest.raises(rs.RoutestatsError, match="--kernel-dtype must be float64 or float32, got 'float16'"):
+        CaptureOptions(kernel_dtype="float16")
+
+
+def test_a_float32_kernel_keeps_entropies_within_zero_and_ln_n():
+    # near one-hot rows (scores in the hundreds, as SmolLM2's layer 18 has): float32's rounding of lse - sum p s
+    # is about eps32 x |s| ~ 1e-5, either side of the exact 0; the kernel's entropies stay in [0, ln n] (the
+    # reader refuses below -1e-6) and within 1e-4 of the float64 kernel's (its stated bound)
+    from runners.pretrained.fused import fused_rows, widen
+
+    g = torch.manual_seed(3)
+    q, k, v = (torch.randn(1, 4, 64, 16, generator=g) * 4 for _ in range(3))  # scores of sd 64
+    fields = torch.randint(0, 2, (1, 64), generator=g)
+    got = {}
+    for dt in (torch.float32, torch.float64):
+        _, red = fused_rows(q, *widen(k, v, fields, 2, dtype=dt), fields, fields, None, None, 1.0, 2, 16)
+        got[dt] = red
+    e32, e64 = got[torch.float32]["entropy"], got[torch.float64]["entropy"]
+    assert float(e64.min()) < 1e-6  # some rows are one-hot to float64 precision: their exact entropy is ~0
+    assert float(e32.min()) >= 0 and float(e32.max()) <= float(np.log(64))
+    assert float((e32 - e64).abs().max()) <= 1e-4
+    assert float(got[torch.float32]["entropy_rownorm"].min()) >= 0

@@ -183,7 +183,8 @@ PROBE_TOKENS = 96  # the chunk probe's record: the first this many tokens of the
 
 
 def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtype: str, batch_size: int,
-                     mode: str = "auto", budget_mb: float = 256.0, device="cpu") -> tuple[float, dict, str]:
+                     mode: str = "auto", budget_mb: float = 256.0, device="cpu",
+                     kernel_dtype: str = "float64") -> tuple[float, dict, str]:
     """How each layer's attention is computed: ``(chunk_mb, record, notice)``.
 
     ``eager`` keeps every layer's n x n weights of a batch until the forward ends (what the matrices
@@ -191,7 +192,8 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
     ``budget_mb`` (:func:`runners.pretrained.seam.chunked_attention`), proven on the first
     :data:`PROBE_TOKENS` tokens of the longest record against the eager path
     (:func:`runners.pretrained.probe.chunk_probe`); ``fused`` gives the same reductions from one fused attention
-    call per block of rows (:mod:`runners.pretrained.fused`: float32 storage only), proven the same way.
+    call per block of rows (:mod:`runners.pretrained.fused`: float32 storage only), in ``kernel_dtype`` arithmetic,
+    proven the same way (:data:`runners.pretrained.probe.KERNEL_ATOL`).
     ``auto``, when the eager weights of a batch would exceed ``budget_mb``, takes the fused path where its probe
     proves it, else the chunked one, else eager, with a ``notice`` saying why.
     """
@@ -219,10 +221,10 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
     base = {"budget_mb": budget_mb, "eager_weights_mb": round(eager_mb, 1)}
     tried = {}
     if mode in ("auto", "fused"):  # one fused call per layer: the model's own SDPA cost (runners.pretrained.fused)
-        fused = chunk_probe(loaded, short, cond, n_fields=len(plan.names), reduce=dtype, device=device, fused=True) \
-            if dtype == "float32" else None
+        fused = chunk_probe(loaded, short, cond, n_fields=len(plan.names), reduce=dtype, device=device, fused=True,
+                            kernel=kernel_dtype) if dtype == "float32" else None
         if fused is not None and fused.ok:
-            return budget_mb, {"path": "fused", **base, "kernel_dtype": "float64", "probe": fused.record()}, ""
+            return budget_mb, {"path": "fused", **base, "kernel_dtype": kernel_dtype, "probe": fused.record()}, ""
         why = fused.reason if fused is not None else f"--dtype {dtype}: the fused path stores float32 reductions"
         if mode == "fused":
             raise RoutestatsError(f"--attention fused: {why} {where}")
@@ -295,7 +297,8 @@ def _attention_here(loaded: Loaded, plan: Plan, cond: Condition, opts: CaptureOp
     """(chunk MB, attention record, reduce on the device) for a capture run here."""
     chunk_mb, how, notice = choose_attention(loaded, plan, cond, forms=opts.forms, dtype=opts.dtype,
                                              batch_size=opts.batch_size, mode=opts.attention,
-                                             budget_mb=opts.attention_mb, device=opts.device)
+                                             budget_mb=opts.attention_mb, device=opts.device,
+                                             kernel_dtype=opts.kernel_dtype)
     if notice:
         echo_notice(notice)
     # on an accelerator only per-query summaries leave the device; on the CPU numpy reduces faster
@@ -364,7 +367,7 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, opts: Ca
         source = shard_captures(shards) if shards else forward_batches(
             loaded, plan.encoded, cond, batch_size=opts.batch_size, padding=opts.padding, value_norms=value_norms,
             device=opts.device, reduce=opts.dtype if on_device else None, n_fields=len(plan.names),
-            chunk_mb=chunk_mb, fused=how.get("path") == "fused")
+            chunk_mb=chunk_mb, fused=how.get("path") == "fused", kernel=how.get("kernel_dtype", "float64"))
         for done, got in enumerate(source, 1):
             _store(sink, got, loaded, subset)  # in batch order: each example's rows stay contiguous
             if progress:

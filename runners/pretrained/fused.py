@@ -22,6 +22,8 @@ and learned attention sinks add a logit outside the keys: both are refused here 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from routestats.errors import RoutestatsError
@@ -29,6 +31,9 @@ from routestats.errors import RoutestatsError
 __all__ = ["fused_attention", "fused_rows", "widen", "FUSED_DTYPE"]
 
 FUSED_DTYPE = torch.float64  # float32 misses 1e-6 on SmolLM2 (entropy 1.1e-5 off at 96 tokens, centred keys too)
+# ``--kernel-dtype float32`` (runners.pretrained.options.KERNEL_DTYPES, carried as Pass.kernel) runs the kernel at the
+# model's own precision, about twice as fast on a CPU, proven within 1e-4 (what float32 scores allow: the model's own
+# float32 weights are 8e-6 of entropy off the float64 arithmetic on SmolLM2)
 
 
 def _kernel(q, k, v, mask, scale, causal: bool = False):
@@ -48,8 +53,8 @@ def _kernel(q, k, v, mask, scale, causal: bool = False):
 
 def widen(k, v, fields_k, n_fields: int, dtype=None):
     """(K zero-padded to V's new width, V widened by [K | one-hot(field of key) | e_0 | 1]) in ``dtype`` (default
-    :data:`FUSED_DTYPE`), once a layer: ``k`` (b, H, n, d), ``v`` (b, H, n, d_v) with grouped heads already shared,
-    ``fields_k`` (b, n). K is centred over its keys first (k - mean k): every score of a query moves by the same
+    :data:`FUSED_DTYPE`), once a layer: ``k`` (b, H_kv, n, d), ``v`` (b, H_kv, n, d_v) for each key/value head (the
+    caller repeats them for grouped query heads), ``fields_k`` (b, n). K is centred over its keys first (k - mean k): every score of a query moves by the same
     scaling q . mean k, which softmax ignores, while lse and sum p s shrink by it -- so their difference, the
     entropy, cancels far less in float32 (the keys of a language model share a large common direction)."""
     b, H, n, d = k.shape
@@ -58,8 +63,7 @@ def widen(k, v, fields_k, n_fields: int, dtype=None):
     first = torch.zeros(b, n, 1, dtype=dt, device=k.device)
     first[:, 0] = 1
     extra = torch.cat([keys, first, torch.ones_like(first)], dim=-1)[:, None].expand(b, H, n, n_fields + 2)
-    k64 = k.to(torch.float64)
-    kd = (k64 - k64.mean(dim=-2, keepdim=True)).to(dt)
+    kd = k.to(dt) - k.mean(dim=-2, keepdim=True, dtype=torch.float64).to(dt)
     wide = torch.cat([v.to(dt), kd, extra], dim=-1)
     return torch.nn.functional.pad(kd, (0, wide.shape[-1] - d)), wide
 
@@ -119,10 +123,14 @@ def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_
         fq = fields_q[:, None, :, None].clamp_min(0).expand(b, H, rows, 1)
         own = torch.gather(field_mass, -1, fq)[..., 0] * (fields_q[:, None, :] >= 0)
         mean_score = mean_score + float(bias_w) * own
-    entropy = lse.to(torch.float64) - mean_score
+    # an entropy lies in [0, ln n]; a float32 kernel's rounding can step past a bound (-6e-6 on a one-hot row of
+    # SmolLM2), and the nearest value inside is nearer the exact one
+    top = math.log(kp.shape[-2])
+    entropy = (lse.to(torch.float64) - mean_score).clamp(0.0, top)
     field_mass, first_mass, row_mass = (x.to(torch.float64) for x in (field_mass, first_mass, row_mass))
     safe = torch.where(row_mass > 0, row_mass, torch.ones_like(row_mass))
-    red = {"row_mass": row_mass, "entropy": entropy, "entropy_rownorm": entropy / safe + torch.log(safe),
+    rownorm = (entropy / safe + torch.log(safe)).clamp(0.0, top)
+    red = {"row_mass": row_mass, "entropy": entropy, "entropy_rownorm": rownorm,
            "field_mass": field_mass, "first_mass": first_mass}
     return out[..., :dv], red
 
@@ -139,14 +147,14 @@ def fused_attention(module, query, key, value, mask, p, **kwargs) -> torch.Tenso
                               "apply")
     b, H, n, d = query.shape
     n_k = key.shape[-2]
-    rep = H // key.shape[1]
-    k = key.repeat_interleave(rep, dim=1) if rep > 1 else key
-    v = value.repeat_interleave(rep, dim=1) if rep > 1 else value
     scaling = kwargs.get("scaling")
     scaling = d ** -0.5 if scaling is None else float(scaling)
-    dv = v.shape[-1]
+    dv = value.shape[-1]
     g = p.fields.to(query.device)
-    kp, wide = widen(k, v, g[:, :n_k], p.n_fields)
+    kp, wide = widen(key, value, g[:, :n_k], p.n_fields, dtype=getattr(torch, p.kernel))  # once a key/value head
+    rep = H // key.shape[1]
+    if rep > 1:  # grouped query heads: the kernel takes one key/value head a query head
+        kp, wide = kp.repeat_interleave(rep, dim=1), wide.repeat_interleave(rep, dim=1)
     if p.bias_w is None and n == n_k and plain_causal(mask):  # one call, the kernel's own causal skip, no mask
         o, red = fused_rows(query, kp, wide, g[:, :n], g[:, :n_k], None, None, scaling, p.n_fields, dv,
                             causal=True)

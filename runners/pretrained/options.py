@@ -23,9 +23,10 @@ from routestats.rundir import schema as S
 
 from runners.pretrained.fielding import POLICIES, SPECIAL_POLICIES
 
-__all__ = ["ATTENTION_PATHS", "PADDINGS", "CaptureOptions", "with_options", "parse_indices"]
+__all__ = ["ATTENTION_PATHS", "KERNEL_DTYPES", "PADDINGS", "CaptureOptions", "with_options", "parse_indices"]
 
 ATTENTION_PATHS = ("auto", "chunked", "eager", "fused")
+KERNEL_DTYPES = ("float64", "float32")  # the fused kernel's arithmetic (runners.pretrained.fused.KERNEL_DTYPES)
 PADDINGS = ("none", "longest")
 
 
@@ -51,7 +52,9 @@ class CaptureOptions:
     and ``truncation`` say how a record becomes the model's input; ``layers`` (None: all) and ``forms``
     (``reductions`` and/or ``matrices``) what is stored, in ``dtype``; ``batch_size``, ``padding`` and ``device``
     how forwards run; ``attention`` (auto, chunked, eager, fused) and ``attention_mb`` how each layer's attention
-    is computed (:func:`runners.pretrained.capture.choose_attention`); ``device_reductions`` (None: on any device
+    is computed (:func:`runners.pretrained.capture.choose_attention`), ``kernel_dtype`` the fused kernel's
+    arithmetic (float64: within 1e-6 of the float64 reference; float32: within 1e-4, about twice as fast on a CPU);
+    ``device_reductions`` (None: on any device
     but the CPU, with reductions alone) reduces on the device; ``study`` is the runs' study name.
     """
 
@@ -67,6 +70,7 @@ class CaptureOptions:
     device: str = "cpu"
     attention: str = "auto"
     attention_mb: float = 256.0
+    kernel_dtype: str = "float64"
     device_reductions: bool | None = None
     study: str = "capture"
 
@@ -85,6 +89,11 @@ class CaptureOptions:
             raise RoutestatsError(f"--attention must be one of {', '.join(ATTENTION_PATHS)}, got {self.attention!r}")
         if not 0 < self.attention_mb < 1 << 20:
             raise RoutestatsError(f"--attention-mb must be a positive number of MB, got {self.attention_mb}")
+        if self.kernel_dtype not in KERNEL_DTYPES:
+            raise RoutestatsError(f"--kernel-dtype must be float64 or float32, got {self.kernel_dtype!r}")
+        if self.kernel_dtype != "float64" and self.attention not in ("auto", "fused"):
+            raise RoutestatsError(f"--kernel-dtype {self.kernel_dtype} sets the fused path's arithmetic; "
+                                  f"--attention {self.attention} has no fused kernel")
         if self.attention in ("chunked", "fused") and S.FORM_MATRICES in self.forms:
             raise RoutestatsError(f"--attention {self.attention} keeps per-query reductions only; store "
                                   "--forms reductions")

@@ -56,6 +56,7 @@ class Pass:
     keep_values: bool = False
     block: int = 0
     fused: bool = False  # with block: each block of rows in one fused call (runners.pretrained.fused), no weights
+    kernel: str = "float64"  # fused: the kernel's arithmetic (runners.pretrained.options.KERNEL_DTYPES)
     exact: bool = False  # chunked in float64 throughout: the reference the fused path is proven against
     causal_check: bool = False  # chunked: refuse a weight above the diagonal (a decoder's)
     lengths: tuple[int, ...] = ()  # each record's length in the batch (the rest is padding)
@@ -381,7 +382,7 @@ class Captured:
 
 def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batch_size: int = 8,
                     padding: str = "none", value_norms: bool = False, device="cpu", reduce: str | None = None,
-                    n_fields: int = 0, chunk_mb: float = 0.0, fused: bool = False):
+                    n_fields: int = 0, chunk_mb: float = 0.0, fused: bool = False, kernel: str = "float64"):
     """Yield :class:`Captured` per record (in batch order) under ``cond``; padding is sliced off.
 
     ``loaded`` is a :class:`runners.pretrained.load.Loaded` (the loader imports this module, not the reverse).
@@ -389,7 +390,8 @@ def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batc
     each record on the device (:func:`reduce_rows` over ``n_fields`` named fields) and yields no
     matrices; the checks of :func:`_checked` run there too. ``chunk_mb`` > 0 (with ``reduce``) computes
     each layer's attention in blocks of query rows sized to that many MB (:func:`block_rows`,
-    :func:`chunked_attention`), never n x n.
+    :func:`chunked_attention`), never n x n; ``fused`` in one fused call per block of rows, in ``kernel``
+    arithmetic (:mod:`runners.pretrained.fused`).
     """
     model = loaded.model
     n_heads = loaded.n_heads
@@ -406,7 +408,8 @@ def forward_batches(loaded, encoded: Sequence[Encoded], cond: Condition, *, batc
                  block_rows(chunk_mb, len(batch), n_heads, n_max)) if chunk_mb else 0
         p = Pass(bias_w=cond.bias if cond.name != "baseline" else None, fields=batch_fields(batch, device), ablate=ablate,
                  keep_values=value_norms, block=block, causal_check=loaded.causal, store=store or torch.float32,
-                 n_fields=n_fields, lengths=tuple(len(e) for e in batch), fused=fused and bool(block))
+                 n_fields=n_fields, lengths=tuple(len(e) for e in batch), fused=fused and bool(block),
+                 kernel=kernel)
         if getattr(loaded, "observed", ""):  # the model's own eager forward and the weights it returns
             with torch.no_grad():
                 out = model(**batch_inputs(loaded, batch, device), output_attentions=True)
