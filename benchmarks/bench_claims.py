@@ -1,7 +1,7 @@
 """Planted-truth sweep of the pair report's sentences (issue [true-words]).
 
 ``python benchmarks/bench_claims.py [N_NULL] [N_PLANTED] [N_STUDIES]`` writes N_NULL exact nulls and N_PLANTED pairs drawn
-over the issue's ranges (n 5–1000, 2–30 layers, one-layer effects, ties, ceilings, censoring 0–80 %, causal,
+over the issue's ranges (n 5–1000, 2–32 layers, heavy-tailed differences, one-layer effects, ties, ceilings, censoring 0–80 %, causal,
 three fields, two steps, undefined examples) and N_STUDIES trees of 3, 5 or 8 seeds by ``tests/planted_truth.py``, writes each report folder, and judges every printed
 sentence with the independent checker there. It prints the share of true sentences, the numbers that differ
 from their cells, the rate of *any* positive headline claim on the nulls, and the false sentences by kind.
@@ -19,7 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.planted_truth import StudyScenario, draw, run_scenario, run_study, summary  # noqa: E402
+from tests.planted_studies import StudyScenario, run_study  # noqa: E402
+from tests.planted_truth import draw, run_scenario, summary  # noqa: E402
 
 
 def main(n_null: int = 100, n_planted: int = 60, n_studies: int = 12) -> dict:

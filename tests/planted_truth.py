@@ -45,6 +45,8 @@ class Scenario:
     n_fields: int = 2
     steps: tuple[int, ...] = (100,)
     unnamed: int = 0  # the last examples wholly unnamed: no valid query, SFM undefined
+    noise_df: float | None = None  # heavy-tailed per-example differences (synthetic_pair's noise_df)
+    learned: tuple[float, ...] | None = None  # with it, the variant's bias-off evaluation (synthetic_pair's learned)
 
     @property
     def layers(self) -> int:
@@ -56,16 +58,18 @@ class Scenario:
         synthetic_pair(root, seed=self.seed, n_examples=self.n, n_layers=self.layers, n_heads=2,
                        same_field_bias=[self.bias] * self.layers, effect=list(self.effect), steps=self.steps,
                        cap=self.cap, length_range=self.length_range, causal=self.causal, n_fields=self.n_fields,
-                       exact_null=True, unnamed_examples=self.unnamed)
+                       exact_null=True, unnamed_examples=self.unnamed, noise_df=self.noise_df,
+                       learned=None if self.learned is None else list(self.learned))
         return Path(root)
 
 
 def draw(rng: np.random.Generator, null: bool = False, max_n: int = 300) -> Scenario:
-    """A scenario drawn over the issue's ranges: n 5..max_n, 2..30 layers, nulls, one-layer effects, ties
+    """A scenario drawn over the issue's ranges: n 5..max_n, 2..32 layers, nulls, one-layer effects, ties
     (every layer the same effect), ceilings (a large bias), censoring 0–80 %, causal runs, three fields,
-    two steps, undefined examples (no named position)."""
+    two steps, undefined examples (no named position), heavy-tailed differences (t scale mixture, 1 df), a bias-off
+    evaluation splitting each effect into a learned part (none, half or all of it) and a direct part."""
     n = int(rng.choice([k for k in (5, 6, 8, 12, 24, 48, 96, 300, 1000) if k <= max_n]))
-    layers = int(rng.choice([2, 3, 4, 6, 12, 30] if n <= 96 else [2, 3, 4]))
+    layers = int(rng.choice([2, 3, 4, 6, 12, 32] if n <= 96 else [2, 3, 4]))
     sizes = [0.02, 0.1, 0.3, 1.0]
     pattern = "null" if null else str(rng.choice(["one", "tie", "mixed", "mixed"]))
     if pattern == "null":
@@ -81,7 +85,10 @@ def draw(rng: np.random.Generator, null: bool = False, max_n: int = 300) -> Scen
     return Scenario(seed=int(rng.integers(1 << 30)), n=n, effect=tuple(effect),
                     bias=float(rng.choice([0.5, 0.5, 4.0])), cap=cap, causal=bool(rng.random() < 0.25),
                     n_fields=int(rng.choice([2, 2, 3])), steps=(10, 100) if rng.random() < 0.25 else (100,),
-                    unnamed=n // 8 if n >= 8 and rng.random() < 0.2 else 0)
+                    unnamed=n // 8 if n >= 8 and rng.random() < 0.2 else 0,
+                    noise_df=1.0 if rng.random() < 0.2 else None,
+                    learned=tuple(float(rng.choice([0.0, 0.5, 1.0])) * e for e in effect) if rng.random() < 0.15
+                    else None)
 
 
 @dataclass
@@ -93,6 +100,7 @@ class Verdict:
     numbers: int = 0
     wrong_numbers: int = 0
     judged_by_truth: bool = False
+    exempt: str = ""  # why this sentence is not judged against the truth (EXEMPT), where it is not
 
     @property
     def true(self) -> bool:
@@ -273,12 +281,75 @@ def direction(v: Verdict, sentence: str, asserts: str, rows: pd.DataFrame, sc,
     v.judged_by_truth = True
 
 
+# Every claim kind is judged against the planted truth (or the design the scenario planted, or an independent
+# computation of what it asserts), or exempt here with the reason; a printed kind in neither is a false sentence
+# ("neither judged nor exempt"): a new kind of sentence must be judged before it ships.
+EXEMPT = {
+    "layer_effect": "one layer's row restated (each number checked against its cell, a floor against its closed "
+                    "form); it claims no direction (the answer that does is judged)",
+    "seed_layer": "one layer's row across seeds restated (each number checked against its cell); the answer that "
+                  "claims a direction is judged",
+    "profile_distance": "an estimated distance and its interval; it asserts no ordering and no difference",
+    "no_evidence_shape": "a non-rejection ('the data do not show'), true whatever the population; its floor and p "
+                         "are checked against their cells",
+    "highest_tie": "a non-rejection; judged false only where its row singles one layer out",
+    "highest_layer": "with one other layer and no runner-up column there is no ordering to judge",
+    "largest_contrast": "where its interval includes 0 it orders nothing (where it excludes 0, the order is judged)",
+    "length_adjusted": "the fitted slope at the sample's median length, its sign checked against its row; the "
+                       "scenarios plant no length dependence to judge it by, except in null layers (judged there)",
+    "layers_listed": "navigation: says where the per-layer rows are",
+    "same_sign": "a statement about the seeds' sample means (one sign, and how many layers reach α, both recomputed "
+                 "from the rows); it claims no population direction (the answer beside it does, and is judged)",
+}
+
+
+def settle(v: Verdict) -> Verdict:
+    """A sentence not judged against the truth is exempt by its kind, with the reason, or is a problem."""
+    if not v.judged_by_truth:
+        v.exempt = EXEMPT.get(v.kind, "")
+        if not v.exempt:
+            v.problems.append(f"claim kind {v.kind!r} is neither judged against the truth nor exempt with a reason")
+    return v
+
+
+def judge_design(v: Verdict, s: str, used: int, bias_off: bool = False, tables: dict | None = None) -> None:
+    """Kinds judged by the design the scenario planted: one initialisation (no seeds), a bias-off evaluation or
+    none (``bias_off``), every stored step drawn from one process, ``used`` examples analysed."""
+    v.judged_by_truth = True
+    if v.kind == "direct_learned":  # the split exists only with the evaluation; total = direct + learned per layer
+        d = (tables or {}).get("decomposition")
+        if not bias_off or d is None:
+            v.problems.append("a direct/learned split, but the design has no bias-off evaluation")
+        else:
+            w = d.groupby(["layer", "component"])["mean_diff"].mean().unstack("component")
+            if float((w["total"] - w["direct"] - w["learned"]).abs().max()) > 1e-9:
+                v.problems.append("total ≠ direct + learned in the decomposition table")
+    if v.kind == "needs_bias_off" and bias_off:
+        v.problems.append("says a bias-off evaluation would split it, beside one that does")
+    one_model = re.search(r"within one (model|initialisation)", s) and not re.search(r"across \d+ seeds", s)
+    if v.kind == "scope" and not one_model:
+        v.problems.append("the scope is one model (one initialisation, examples as the unit)")
+    elif v.kind == "needs_bias_off" and "not shown by this design" not in s:
+        v.problems.append("the design has no bias-off evaluation: the split is not shown")
+    elif v.kind == "early_share":
+        m = re.search(r"reaches p_Holm < [\d.]+ in (no layer|layers? [\d–, and]+)", s)
+        if not m or m.group(1) != "no layer":
+            v.problems.append("a change between steps (or none stated), but every step draws from the same process")
+    elif v.kind == "small_sample_intervals":
+        m = re.match(r"With (\d+) examples", s)
+        if not m or int(m.group(1)) != used:
+            v.problems.append(f"the intervals rest on {used} examples")
+
+
 def judge_row(row: pd.Series, tables: dict, sc: Scenario, examples: pd.DataFrame) -> Verdict:
     s, kind = str(row["sentence"]), str(row["kind"])
     v = Verdict(kind, str(row["where"]), s)
     rows = cited(tables, row)
     judged = missed_change_numbers(v, s, rows) if kind == "missed_change" else ()
+    v.judged_by_truth = kind == "missed_change"  # judged by the t-test's own power at the row's SD (statsmodels)
     check_numbers(v, s, rows, tables, judged)
+    if kind in ("scope", "needs_bias_off", "early_share", "small_sample_intervals", "direct_learned"):
+        judge_design(v, s, sc.n - sc.unnamed, sc.learned is not None, tables)
     asserts = row["asserts"] if isinstance(row["asserts"], str) else ""
     if kind in ("rose", "fell", "mixed", "no_evidence") and rows is not None:
         short = row["short"] if isinstance(row.get("short"), str) else ""
@@ -350,7 +421,7 @@ def judge_row(row: pd.Series, tables: dict, sc: Scenario, examples: pd.DataFrame
         m = re.search(r"smallest attainable p_Holm is (\d+\.\d+)", s)
         if not m or not any(value(m.group(1)) >= f for f in floors(tables)):
             v.problems.append("the floor is printed below its exact value")
-    return v
+    return settle(v)
 
 
 def judge(out: Path, sc: Scenario, run_dir: Path) -> list[Verdict]:
@@ -364,7 +435,8 @@ def judge(out: Path, sc: Scenario, run_dir: Path) -> list[Verdict]:
 
 def silence(printed: pd.DataFrame, sc: Scenario, examples: pd.DataFrame) -> Verdict:
     """What the report must say, whatever its builder decided (silence fails): one answer in the headline (which
-    layers rose, fell or include 0), its scope, and the censoring where examples reach the cap."""
+    layers rose, fell or include 0), its scope, the censoring where examples reach the cap, and the direct/learned
+    split where a bias-off evaluation lies beside the pair."""
     v = Verdict("silence", "report", "(what the report must say)")
     v.judged_by_truth = True
     head = printed[printed["where"] == "headline"]
@@ -376,6 +448,8 @@ def silence(printed: pd.DataFrame, sc: Scenario, examples: pd.DataFrame) -> Verd
     cut = int((examples["prepared_length"] >= examples["cap"]).sum())
     if cut and "censoring" not in set(printed["kind"]):
         v.problems.append(f"{cut} of {sc.n} examples reach the cap, and no sentence says so")
+    if sc.learned is not None and "direct_learned" not in set(head["kind"]):
+        v.problems.append("a bias-off evaluation lies beside the pair, and the headline does not split the change")
     return v
 
 
@@ -393,6 +467,8 @@ def summary(verdicts: list[Verdict]) -> dict:
     return {"sentences": n, "true": sum(v.true for v in verdicts),
             "true_rate": sum(v.true for v in verdicts) / max(n, 1),
             "judged_by_truth": sum(v.judged_by_truth for v in verdicts),
+            "exempt": sum(bool(v.exempt) for v in verdicts),
+            "neither": sum(not v.judged_by_truth and not v.exempt for v in verdicts),
             "numbers": sum(v.numbers for v in verdicts), "wrong_numbers": sum(v.wrong_numbers for v in verdicts)}
 
 
@@ -407,98 +483,3 @@ def run_scenario(sc: Scenario, root: Path, **settings) -> tuple[list[Verdict], s
     rep = rs.analyse(runs, **kw)
     reports.write(rep, root / "out", ("markdown",))
     return judge(root / "out", sc, runs), any_positive(root / "out")
-
-
-# ---------------------------------------------------------------------------------------------- studies
-@dataclass(frozen=True)
-class StudyScenario:
-    """``seeds`` planted pairs (``root/seed<s>/{baseline,saab}``), each its own draw of examples, all with the
-    same per-layer ``effect``: across seeds the population mean Δ of layer ``l`` has the sign of
-    ``effect[l]``; the seeds share example ids but not contents (never crossed)."""
-
-    seeds: tuple[int, ...]
-    n: int
-    effect: tuple[float, ...]
-    bias: float = 0.5
-
-    @property
-    def layers(self) -> int:
-        return len(self.effect)
-
-    def write(self, root: Path) -> Path:
-        from routestats.rundir.synthetic import synthetic_pair
-
-        for seed in self.seeds:
-            synthetic_pair(Path(root) / f"seed{seed}", seed=seed, n_examples=self.n, n_layers=self.layers, n_heads=2,
-                           same_field_bias=[self.bias] * self.layers, effect=list(self.effect), exact_null=True)
-        return Path(root)
-
-
-def pattern_label(d_lo, d_up, g_b, g_v, up: str, gap_se: float = float("nan")) -> str:
-    """docs/methods.md's pattern rules, written out again here (first match wins); a baseline gap within
-    max(0.005, 2 standard errors) of 0 is a tie."""
-    if d_up >= 0.01 and d_up >= 2 * abs(d_lo):
-        return f"{up}-dominant change"
-    if g_b >= -max(0.005, 2 * gap_se if gap_se == gap_se else 0.0) and g_v <= -0.01:
-        return "Ordering reverses"
-    if d_lo <= -0.05:
-        return "Relatively strong paired change"
-    if abs(g_v) <= abs(g_b) - 0.01:
-        return "Gap narrows"
-    return "Small change" if max(abs(d_lo), abs(d_up)) < 0.05 else "No rule matched"
-
-
-def judge_study_row(row: pd.Series, tables: dict, sc: StudyScenario) -> Verdict:
-    s, kind = str(row["sentence"]), str(row["kind"])
-    v = Verdict(kind, str(row["where"]), s)
-    rows = cited(tables, row)
-    check_numbers(v, s, rows, {}, missed_change_numbers(v, s, rows) if kind == "missed_change" else ())
-    k = len(sc.seeds)
-    asserts = row["asserts"] if isinstance(row["asserts"], str) else ""
-    if kind in ("rose", "fell", "mixed", "no_evidence") and rows is not None:
-        direction(v, s, asserts, rows, sc, ("p_t_holm", "ci_low_t", "ci_high_t"),
-                  short=row["short"] if isinstance(row.get("short"), str) else "")
-        if f"Across {k} seeds" not in s:
-            v.problems.append(f"the lead does not say {k} seeds")
-    elif kind == "signflip_floor":
-        v.judged_by_truth = True
-        m = re.search(r"smallest attainable p = (\d+\.\d+)", s)
-        if not m or value(m.group(1)) < 2 / 2 ** k or 2 / 2 ** k <= ALPHA:
-            v.problems.append(f"the exact floor is 2/2^{k} = {2 / 2 ** k:g}")
-    elif kind == "patterns":
-        v.judged_by_truth = True
-        t = tables["seeds"]
-        want = pd.Series([pattern_label(r.delta_lower, r.delta_upper, r.baseline_gap, r.variant_gap,
-                                        f"L{int(r.upper_layer)}", r.baseline_gap_se) for r in t.itertuples()]
-                         ).value_counts()
-        said = {m.group(1): int(m.group(2)) for m in re.finditer(r"“([^”]+)” in (\d+) of", s)}
-        if said != want.to_dict():
-            v.problems.append(f"pattern counts {said}; the rules on the seed table give {want.to_dict()}")
-    elif kind == "shared_examples":
-        v.judged_by_truth = True
-        v.problems.append("seeds and examples said crossed, but each seed drew its own examples")
-    elif kind == "examples_nested":
-        v.judged_by_truth = True
-        if f"share their {sc.n} example ids" not in s:
-            v.problems.append(f"the seeds share {sc.n} example ids")
-    elif kind == "counts":
-        v.judged_by_truth = True
-        if s != f"{2 * k} runs, seeds {', '.join(map(str, sorted(sc.seeds)))}.":
-            v.problems.append("run and seed counts")
-    return v
-
-
-def run_study(sc: StudyScenario, root: Path, **settings) -> list[Verdict]:
-    """Write the study tree, analyse it, write its report folder, judge the study's own sentences."""
-    import reports
-    import routestats as rs
-
-    runs = sc.write(root / "runs")
-    kw = dict(resamples=499, permutations=999, length_resamples=199, flow="off", seed=1)
-    kw.update(settings)
-    rep = rs.analyse(runs, **kw)
-    reports.write(rep, root / "out", ("markdown",))
-    claims = pd.read_csv(root / "out" / "claims.csv")
-    first = claims["part"].iloc[0]
-    tables = load_tables(root / "out")
-    return [judge_study_row(r, tables, sc) for _, r in claims[claims["printed"] & (claims["part"] == first)].iterrows()]

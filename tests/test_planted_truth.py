@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.planted_truth import Scenario, StudyScenario, draw, run_scenario, run_study, summary
+from tests.planted_studies import StudyScenario, run_study
+from tests.planted_truth import Scenario, draw, run_scenario, summary
 
 # a seeded draw over the issue's ranges, plus the corners a random draw may miss
 DRAWN = [draw(np.random.default_rng(7)) for _ in range(6)]
@@ -22,6 +23,8 @@ CORNERS = [
     Scenario(seed=13, n=40, effect=(0.3,) * 4, bias=4.0, cap=14),              # a tie at the ceiling, censored
     Scenario(seed=14, n=24, effect=(0.0, 0.3, -0.3), steps=(10, 100), causal=True, n_fields=3),
     Scenario(seed=15, n=20, effect=(0.0, 0.3, 0.0), unnamed=3),                 # examples with no named position
+    Scenario(seed=16, n=40, effect=(0.0, -0.3), noise_df=1.0),                  # heavy-tailed differences
+    Scenario(seed=17, n=24, effect=(0.3, 0.3, 0.0), learned=(0.3, 0.0, 0.0), steps=(10, 100)),  # a bias-off split
 ]
 
 
@@ -36,6 +39,8 @@ def test_planted_truth_sentences_are_true_and_quote_their_cells(tmp_path):
     assert s["wrong_numbers"] == 0, wrong
     assert s["true_rate"] >= 0.98, wrong
     assert s["judged_by_truth"] >= 20  # the checker judged the directional claims, not only the numbers
+    # issue [true-words-2]: every sentence is judged against the truth or exempt by its kind with a reason
+    assert s["neither"] == 0 and s["judged_by_truth"] + s["exempt"] == s["sentences"], s
 
 
 @pytest.mark.parametrize("seed", [101, 102, 103])
@@ -117,3 +122,69 @@ def test_the_missed_change_judge_catches_a_size_the_test_would_see():
     bad = Verdict("missed_change", "headline", "")  # mutation: a size the t-test sees 99% of the time
     missed_change_numbers(bad, said.replace("0.0149", "0.0230"), rows)
     assert not bad.true
+
+
+def test_every_kind_is_judged_or_exempt_and_the_design_kinds_can_fail():
+    # issue [true-words-2]: a kind the checker has no judgement for and no exemption is a false sentence (a new
+    # sentence kind must be judged before it ships); the kinds judged by the scenario's design fail on a lie
+    from tests.planted_truth import EXEMPT, Verdict, judge_design, settle
+
+    assert "neither judged" in settle(Verdict("brand_new_kind", "headline", "Layer 0 is special.")).problems[0]
+    assert settle(Verdict("layer_effect", "findings", "Layer 0: ...")).exempt == EXEMPT["layer_effect"]
+    lies = {  # kind: (a true sentence, the same sentence made false)
+        "scope": ("These p-values measure precision within one model (examples as the unit), not the effect of "
+                  "the architecture across initialisations; that needs several seeds.",
+                  "These p-values measure the effect of the architecture across 3 seeds."),
+        "early_share": ("... the change from then to the end reaches p_Holm < 0.0125 in no layer.",
+                        "... the change from then to the end reaches p_Holm < 0.0125 in layers 1 and 2."),
+        "needs_bias_off": ("Whether an early difference is what the bias does ... is not shown by this design: ...",
+                           "The early difference is what the bias does to near-initial weights."),
+        "small_sample_intervals": ("With 5 examples the per-layer 95% intervals are narrower than their label",
+                                   "With 6 examples the per-layer 95% intervals are narrower than their label"),
+    }
+    # the bias-off design: a split only beside its evaluation, and no "would split it" beside one
+    lone = Verdict("direct_learned", "headline", "With the bias switched off ...")
+    judge_design(lone, lone.sentence, 5, bias_off=False)
+    beside = Verdict("needs_bias_off", "headline", lies["needs_bias_off"][0])
+    judge_design(beside, beside.sentence, 5, bias_off=True)
+    assert not lone.true and not beside.true
+    for kind, (true, false) in lies.items():
+        ok, lie = Verdict(kind, "headline", true), Verdict(kind, "headline", false)
+        judge_design(ok, true, 5)
+        judge_design(lie, false, 5)
+        assert ok.true and ok.judged_by_truth, (kind, ok.problems)
+        assert not lie.true, kind
+
+
+def test_heavy_tailed_scenarios_have_heavy_tails_and_keep_their_truth(tmp_path):
+    # synthetic_pair(noise_df=1): each run's extra noise of an example scaled by sqrt(1 / chi2(1)) (Student t's
+    # scale mixture). The per-example differences of an exact null get heavier tails than the normal case's
+    # (scipy's excess kurtosis, an independent estimate) and stay centred on 0 (exchangeable runs)
+    from scipy import stats
+
+    import routestats as rs
+
+    def deltas(df):
+        runs = Scenario(seed=31, n=300, effect=(0.0,), noise_df=df).write(tmp_path / str(df))
+        pair = rs.pair(rs.load_run(runs / "baseline"), rs.load_run(runs / "saab"))
+        return rs.paired_differences(pair)["diff"].to_numpy()
+
+    normal, heavy = deltas(None), deltas(1.0)
+    # measured: excess kurtosis 5.0 (normal; the lengths already mix scales) and 33 (1 df)
+    assert stats.kurtosis(heavy) > stats.kurtosis(normal) + 10, (stats.kurtosis(normal), stats.kurtosis(heavy))
+    assert stats.wilcoxon(heavy).pvalue > 0.01  # centred on 0 (the null is exact)
+
+
+def test_a_withheld_split_beside_a_bias_off_evaluation_fails(tmp_path):
+    # silence fails: the report of a pair with its bias-off evaluation, its direct/learned sentence withheld
+    from tests.planted_truth import judge
+
+    sc = CORNERS[-1]
+    assert sc.learned is not None
+    verdicts, _ = run_scenario(sc, tmp_path)
+    assert any(v.kind == "direct_learned" and v.true and v.judged_by_truth for v in verdicts)
+    claims = pd.read_csv(tmp_path / "out" / "claims.csv")
+    claims.loc[claims["kind"] == "direct_learned", "printed"] = False
+    claims.to_csv(tmp_path / "out" / "claims.csv", index=False)
+    quiet = judge(tmp_path / "out", sc, tmp_path / "runs")
+    assert any("does not split the change" in p for v in quiet for p in v.problems)

@@ -52,6 +52,7 @@ def synthetic_pair(
     effect: Sequence[float] = (0.0, 0.3, -0.2, 1.0), steps: Sequence[int] = (100,), dtype: str = "float32",
     forms: Sequence[str] = ("matrices",), cap: int = 256, causal: bool = False, n_fields: int = 2,
     exact_null: bool = False, unnamed_examples: int = 0, examples_seed: int | None = None,
+    noise_df: float | None = None, learned: Sequence[float] | None = None,
 ) -> tuple[Path, Path]:
     """Write a SYNTHETIC paired run (``baseline`` and ``saab``) under ``out_dir``.
 
@@ -69,6 +70,15 @@ def synthetic_pair(
 
     ``examples_seed`` draws the examples from a seed of their own: pairs of one ``examples_seed`` and other ``seed`` s
     evaluate the same examples with independent noise (seeds crossed with examples; r = 0 under an exact null).
+    ``noise_df`` makes the per-example differences heavy-tailed: each run's extra noise of an example is scaled by
+    sqrt(df / chi2(df)), drawn for each example and run (Student t's scale mixture: df 1 gives Cauchy-like tails),
+    independently and identically for both runs under ``exact_null``, so the runs stay exchangeable and every
+    planted sign is kept (SFM rises with the effect under any noise).
+    ``learned`` (one value per layer) also writes ``saab-bias-off``, the variant's bias-off evaluation at the final
+    step (factor ``eval_bias: off``, ``source_run`` the variant): its same-field logits carry ``learned[l]`` where the
+    variant's carry ``effect[l]``, so the learned part (bias off - baseline) has the sign of ``learned[l]`` and the
+    direct part (variant - bias off) the sign of ``effect[l] - learned[l]``; its own extra noise is drawn as the
+    others' are (after them, so the pair's draws are unchanged).
     ``unnamed_examples`` makes the last that many examples wholly unnamed (field id 2, outside the run's
     named fields), so no query has a named position: their SFM is undefined (never silently 0).
 
@@ -84,7 +94,7 @@ def synthetic_pair(
                                n_examples, length_range, cap, n_fields)
     for r in rows[len(rows) - unnamed_examples:] if unnamed_examples else []:
         r["field_ids"] = [2] * len(r["field_ids"])
-    noise, extra, extra_baseline = _logit_draws(rng, rows, len(steps), n_layers, n_heads, exact_null)
+    noise, extra, extra_baseline = _logit_draws(rng, rows, len(steps), n_layers, n_heads, exact_null, noise_df)
     init_id = hashlib.sha256(f"synthetic-init-{seed}".encode()).hexdigest()
     order_id = hashlib.sha256(f"synthetic-order-{seed}".encode()).hexdigest()
     paths = []
@@ -105,16 +115,49 @@ def synthetic_pair(
         paths.append(w.finalize(notes="SYNTHETIC: attention drawn from random logits by "
                                       "routestats.rundir.synthetic.synthetic_pair",
                                 model={"n_layers": n_layers, "n_heads": n_heads}))
+    if learned is not None:
+        if len(learned) != n_layers:
+            raise ValueError("learned needs one value per layer")
+        _write_bias_off(Path(out_dir), rng, rows, noise, (init_id, order_id, seed), steps, learned, same_field_bias,
+                        (n_fields, causal, dtype, forms, n_layers, n_heads), noise_df)
     return paths[0], paths[1]
 
 
-def _logit_draws(rng, rows, n_steps: int, n_layers: int, n_heads: int, exact_null: bool):
-    """Per example: the standard-normal logits, the variant's extra noise and (``exact_null``) the baseline's."""
+def _write_bias_off(out_dir: Path, rng, rows, noise, ids, steps, learned, same_field_bias, shape, noise_df) -> Path:
+    """The variant's bias-off evaluation at the final step (:func:`synthetic_pair`'s ``learned``)."""
+    init_id, order_id, seed = ids
+    n_fields, causal, dtype, forms, n_layers, n_heads = shape
+    last = len(steps) - 1
+    w = RunWriter(out_dir / "saab-bias-off", run_id=f"synthetic-saab-seed{seed}-bias-off", study="synthetic",
+                  factors={"variant": "saab_bias_off", "eval_bias": "off"}, seed=seed, init_id=init_id,
+                  data_order_id=order_id, fields=DBPEDIA_FIELDS if n_fields == 2 else THREE_FIELDS, overwrite=True,
+                  causal=causal)
+    w.write_examples(pd.DataFrame(rows))
+    with w.attention(max(steps), dtype=dtype, forms=forms) as sink:
+        for ex in rows:
+            e = ex["example_id"]
+            added = 0.1 * rng.standard_normal(noise[e][last].shape)
+            if noise_df:
+                added = added * np.sqrt(noise_df / rng.chisquare(noise_df))
+            sink.add(e, _planted_attention(ex["field_ids"], noise[e][last], same_field_bias, learned, added, causal))
+    _write_training_tables(w, rng, max(steps), n_layers)
+    return w.finalize(source_run=f"synthetic-saab-seed{seed}", notes="SYNTHETIC bias-off evaluation",
+                      model={"n_layers": n_layers, "n_heads": n_heads},
+                      evaluation={"kind": "bias-off", "source_run": f"synthetic-saab-seed{seed}", "step": max(steps)})
+
+
+def _logit_draws(rng, rows, n_steps: int, n_layers: int, n_heads: int, exact_null: bool, noise_df=None):
+    """Per example: the standard-normal logits, the variant's extra noise and (``exact_null``) the baseline's;
+    ``noise_df``: each example's extra noise of each run scaled by sqrt(df / chi2(df))."""
     noise = {ex["example_id"]: rng.standard_normal((n_steps, n_layers, n_heads, len(ex["field_ids"]),
                                                     len(ex["field_ids"]))) for ex in rows}
     extra = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows}
     extra_baseline = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows} \
         if exact_null else None
+    if noise_df:  # drawn after the others, so that the normal case keeps its stream
+        for draws in (extra, extra_baseline or {}):
+            for e in draws:
+                draws[e] = draws[e] * np.sqrt(noise_df / rng.chisquare(noise_df))
     return noise, extra, extra_baseline
 
 
