@@ -280,3 +280,18 @@ def test_a_stored_subset_of_layers_keeps_the_models_layer_numbers(bert, tmp_path
     # one stored layer: no highest layer is claimed, the table's runner-up cells are empty
     assert any("One layer in the baseline: layer 1" in c.sentence for c in part.claims if c.holds)
     assert part.frame("highest_layer")["runner_up"].isna().all()
+
+
+def test_the_kernel_dtype_option_reaches_the_run_and_a_bad_one_is_refused(bert, tmp_path, capsys):
+    # issue [fused-capture]: --kernel-dtype float32 from the command line to the run's record; a dtype the fused
+    # path does not have, or a float32 kernel without a fused path, is refused in one line before anything is written
+    base = ["--model", bert, "--records", RECORDS, "--limit", "3", "--cap", "24", "--attention", "fused"]
+    code, _, err = run_cli([*base, "--out", tmp_path / "f32", "--kernel-dtype", "float32"], capsys)
+    assert code == 0, err
+    att = json.loads((tmp_path / "f32" / "baseline" / "run.json").read_text())["evaluation"]["capture"]["attention"]
+    assert att["path"] == "fused" and att["kernel_dtype"] == "float32" and att["probe"]["reductions_bound"] == 1e-4
+    for extra, why in ((["--kernel-dtype", "float16"], "--kernel-dtype must be float64 or float32, got 'float16'"),
+                       (["--kernel-dtype", "float32", "--attention", "eager"],
+                        "--attention eager has no fused kernel")):
+        code, _, err = run_cli([*base, "--out", tmp_path / "bad", *extra], capsys)
+        assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "bad").exists(), err
