@@ -138,7 +138,7 @@ if mode.startswith("bare"):
         out = loaded.model(**inputs, output_attentions=mode == "bare-eager")
 else:
     from runners.pretrained.capture import Condition, capture_runs
-    capture_runs(loaded, [rec], sys.argv[5], cap=n, attention=mode.split("-")[1].rstrip("32"), attention_mb=256,
+    capture_runs(loaded, [rec], sys.argv[5], cap=n, attention=mode.split("-")[1].removesuffix("32"), attention_mb=256,
                  conditions=[Condition("baseline")], kernel_dtype="float32" if mode.endswith("32") else "float64")
 t = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

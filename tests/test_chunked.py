@@ -288,3 +288,13 @@ def test_a_float32_kernel_keeps_entropies_within_zero_and_ln_n():
     assert float(e32.min()) >= 0 and float(e32.max()) <= float(np.log(64))
     assert float((e32 - e64).abs().max()) <= 1e-4
     assert float(got[torch.float32]["entropy_rownorm"].min()) >= 0
+
+
+def test_only_a_rounding_sized_step_past_the_entropy_bounds_is_pulled_back():
+    # the clamp must never hide a wrong entropy: -6e-6 (float32 rounding on a one-hot row) becomes 0 and
+    # ln n + 5e-5 becomes ln n, but -0.5 and ln n + 0.3 stay, for the run writer to refuse (hand-picked values)
+    from runners.pretrained.fused import rounded_into
+
+    top = float(np.log(64))
+    got = rounded_into(torch.tensor([-6e-6, -0.5, 0.7, top + 5e-5, top + 0.3], dtype=torch.float64), top)
+    assert got.tolist() == [0.0, -0.5, 0.7, top, top + 0.3]

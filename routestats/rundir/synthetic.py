@@ -89,49 +89,58 @@ def synthetic_pair(
     """
     if len(same_field_bias) != n_layers or len(effect) != n_layers:
         raise ValueError("same_field_bias and effect need one value per layer")
+    if learned is not None and len(learned) != n_layers:  # refused before anything is written
+        raise ValueError("learned needs one value per layer")
     rng = np.random.default_rng(seed)
     rows = _synthetic_examples(rng if examples_seed is None else np.random.default_rng([examples_seed, 1 << 20]),
                                n_examples, length_range, cap, n_fields)
     for r in rows[len(rows) - unnamed_examples:] if unnamed_examples else []:
         r["field_ids"] = [2] * len(r["field_ids"])
     noise, extra, extra_baseline = _logit_draws(rng, rows, len(steps), n_layers, n_heads, exact_null, noise_df)
-    init_id = hashlib.sha256(f"synthetic-init-{seed}".encode()).hexdigest()
-    order_id = hashlib.sha256(f"synthetic-order-{seed}".encode()).hexdigest()
-    paths = []
-    for variant in ("baseline", "saab"):
-        w = RunWriter(Path(out_dir) / variant, run_id=f"synthetic-{variant}-seed{seed}", study="synthetic",
-                      factors={"variant": variant}, seed=seed, init_id=init_id, data_order_id=order_id,
-                      fields=DBPEDIA_FIELDS if n_fields == 2 else THREE_FIELDS, overwrite=True, causal=causal)
-        w.write_examples(pd.DataFrame(rows))
-        for si, step in enumerate(steps):
-            with w.attention(step, dtype=dtype, forms=forms) as sink:
-                for ex in rows:
-                    e = ex["example_id"]
-                    added = extra[e][si] if variant == "saab" else (None if extra_baseline is None else
-                                                                    extra_baseline[e][si])
-                    sink.add(e, _planted_attention(ex["field_ids"], noise[e][si], same_field_bias,
-                                                   effect if variant == "saab" else None, added, causal))
-        _write_training_tables(w, rng, max(steps), n_layers)
-        paths.append(w.finalize(notes="SYNTHETIC: attention drawn from random logits by "
-                                      "routestats.rundir.synthetic.synthetic_pair",
-                                model={"n_layers": n_layers, "n_heads": n_heads}))
+    ids = (hashlib.sha256(f"synthetic-init-{seed}".encode()).hexdigest(),
+           hashlib.sha256(f"synthetic-order-{seed}".encode()).hexdigest(), seed)
+    shape = (n_fields, causal, dtype, forms, n_layers, n_heads)
+    paths = [_write_pair_run(Path(out_dir), variant, rng, rows, (noise, extra if variant == "saab" else extra_baseline),
+                             ids, shape, steps, same_field_bias, effect if variant == "saab" else None)
+             for variant in ("baseline", "saab")]
     if learned is not None:
-        if len(learned) != n_layers:
-            raise ValueError("learned needs one value per layer")
-        _write_bias_off(Path(out_dir), rng, rows, noise, (init_id, order_id, seed), steps, learned, same_field_bias,
-                        (n_fields, causal, dtype, forms, n_layers, n_heads), noise_df)
+        _write_bias_off(Path(out_dir), rng, rows, noise, ids, steps, learned, same_field_bias, shape, noise_df)
     return paths[0], paths[1]
+
+
+def _write_pair_run(out_dir: Path, variant: str, rng, rows, draws, ids, shape, steps, same_field_bias,
+                    effect) -> Path:
+    """One run of the pair: ``draws`` (the shared logits, this run's extra noise or None), ``effect`` (the
+    variant's) or None."""
+    noise, added = draws
+    _, causal, dtype, forms, n_layers, n_heads = shape
+    w = _writer(out_dir / variant, f"synthetic-{variant}-seed{ids[2]}", {"variant": variant}, ids, shape)
+    w.write_examples(pd.DataFrame(rows))
+    for si, step in enumerate(steps):
+        with w.attention(step, dtype=dtype, forms=forms) as sink:
+            for ex in rows:
+                e = ex["example_id"]
+                sink.add(e, _planted_attention(ex["field_ids"], noise[e][si], same_field_bias, effect,
+                                               None if added is None else added[e][si], causal))
+    _write_training_tables(w, rng, max(steps), n_layers)
+    return w.finalize(notes="SYNTHETIC: attention drawn from random logits by "
+                            "routestats.rundir.synthetic.synthetic_pair", model={"n_layers": n_layers, "n_heads": n_heads})
+
+
+def _writer(path: Path, run_id: str, factors: dict, ids, shape) -> RunWriter:
+    """A synthetic run's writer: ``ids`` (init id, data-order id, seed), ``shape`` (fields, causal, ...)."""
+    return RunWriter(path, run_id=run_id, study="synthetic", factors=factors, seed=ids[2], init_id=ids[0],
+                     data_order_id=ids[1], fields=DBPEDIA_FIELDS if shape[0] == 2 else THREE_FIELDS, overwrite=True,
+                     causal=shape[1])
 
 
 def _write_bias_off(out_dir: Path, rng, rows, noise, ids, steps, learned, same_field_bias, shape, noise_df) -> Path:
     """The variant's bias-off evaluation at the final step (:func:`synthetic_pair`'s ``learned``)."""
-    init_id, order_id, seed = ids
-    n_fields, causal, dtype, forms, n_layers, n_heads = shape
+    seed = ids[2]
+    _, causal, dtype, forms, n_layers, n_heads = shape
     last = len(steps) - 1
-    w = RunWriter(out_dir / "saab-bias-off", run_id=f"synthetic-saab-seed{seed}-bias-off", study="synthetic",
-                  factors={"variant": "saab_bias_off", "eval_bias": "off"}, seed=seed, init_id=init_id,
-                  data_order_id=order_id, fields=DBPEDIA_FIELDS if n_fields == 2 else THREE_FIELDS, overwrite=True,
-                  causal=causal)
+    w = _writer(out_dir / "saab-bias-off", f"synthetic-saab-seed{seed}-bias-off",
+                {"variant": "saab_bias_off", "eval_bias": "off"}, ids, shape)
     w.write_examples(pd.DataFrame(rows))
     with w.attention(max(steps), dtype=dtype, forms=forms) as sink:
         for ex in rows:

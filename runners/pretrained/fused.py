@@ -28,12 +28,12 @@ import torch
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["fused_attention", "fused_rows", "widen", "FUSED_DTYPE"]
+__all__ = ["fused_attention", "fused_rows", "widen", "rounded_into", "FUSED_DTYPE", "ROUNDING"]
 
 FUSED_DTYPE = torch.float64  # float32 misses 1e-6 on SmolLM2 (entropy 1.1e-5 off at 96 tokens, centred keys too)
-# ``--kernel-dtype float32`` (runners.pretrained.options.KERNEL_DTYPES, carried as Pass.kernel) runs the kernel at the
-# model's own precision, about twice as fast on a CPU, proven within 1e-4 (what float32 scores allow: the model's own
-# float32 weights are 8e-6 of entropy off the float64 arithmetic on SmolLM2)
+# ``--kernel-dtype float32`` (runners.pretrained.options.KERNEL_DTYPES, carried as Pass.kernel) runs the kernel at
+# the model's own precision, about twice as fast on a CPU, proven within 1e-4 (what float32 scores allow: the
+# model's own float32 weights are 8e-6 of entropy off the float64 arithmetic on SmolLM2)
 
 
 def _kernel(q, k, v, mask, scale, causal: bool = False):
@@ -54,9 +54,10 @@ def _kernel(q, k, v, mask, scale, causal: bool = False):
 def widen(k, v, fields_k, n_fields: int, dtype=None):
     """(K zero-padded to V's new width, V widened by [K | one-hot(field of key) | e_0 | 1]) in ``dtype`` (default
     :data:`FUSED_DTYPE`), once a layer: ``k`` (b, H_kv, n, d), ``v`` (b, H_kv, n, d_v) for each key/value head (the
-    caller repeats them for grouped query heads), ``fields_k`` (b, n). K is centred over its keys first (k - mean k): every score of a query moves by the same
-    scaling q . mean k, which softmax ignores, while lse and sum p s shrink by it -- so their difference, the
-    entropy, cancels far less in float32 (the keys of a language model share a large common direction)."""
+    caller repeats them for grouped query heads), ``fields_k`` (b, n). K is centred over its keys first
+    (k - mean k): every score of a query moves by the same scaling q . mean k, which softmax ignores, while lse and
+    sum p s shrink by it -- so their difference, the entropy, cancels far less in float32 (the keys of a language
+    model share a large common direction)."""
     b, H, n, d = k.shape
     dt = dtype or FUSED_DTYPE
     keys = (fields_k[..., None] == torch.arange(n_fields, device=k.device)).to(dt)  # (b, n, F)
@@ -123,16 +124,25 @@ def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_
         fq = fields_q[:, None, :, None].clamp_min(0).expand(b, H, rows, 1)
         own = torch.gather(field_mass, -1, fq)[..., 0] * (fields_q[:, None, :] >= 0)
         mean_score = mean_score + float(bias_w) * own
-    # an entropy lies in [0, ln n]; a float32 kernel's rounding can step past a bound (-6e-6 on a one-hot row of
-    # SmolLM2), and the nearest value inside is nearer the exact one
     top = math.log(kp.shape[-2])
-    entropy = (lse.to(torch.float64) - mean_score).clamp(0.0, top)
+    entropy = rounded_into(lse.to(torch.float64) - mean_score, top)
     field_mass, first_mass, row_mass = (x.to(torch.float64) for x in (field_mass, first_mass, row_mass))
     safe = torch.where(row_mass > 0, row_mass, torch.ones_like(row_mass))
-    rownorm = (entropy / safe + torch.log(safe)).clamp(0.0, top)
+    rownorm = rounded_into(entropy / safe + torch.log(safe), top)
     red = {"row_mass": row_mass, "entropy": entropy, "entropy_rownorm": rownorm,
            "field_mass": field_mass, "first_mass": first_mass}
     return out[..., :dv], red
+
+
+ROUNDING = 1e-4  # the largest step past [0, ln n] pulled back: the float32 kernel's bound (probe.KERNEL_ATOL)
+
+
+def rounded_into(h, top: float):
+    """Entropies into [0, ln n] where rounding stepped past a bound by at most :data:`ROUNDING` (a float32 kernel put
+    -6e-6 on a one-hot row of SmolLM2; the nearest value inside is nearer the exact one); a larger step is left as
+    it is, for the run writer to refuse, never hidden."""
+    h = torch.where((h < 0) & (h >= -ROUNDING), torch.zeros_like(h), h)
+    return torch.where((h > top) & (h <= top + ROUNDING), torch.full_like(h, top), h)
 
 
 def fused_attention(module, query, key, value, mask, p, **kwargs) -> torch.Tensor:

@@ -26,7 +26,7 @@ from runners.pretrained.fielding import POLICIES, SPECIAL_POLICIES
 __all__ = ["ATTENTION_PATHS", "KERNEL_DTYPES", "PADDINGS", "CaptureOptions", "with_options", "parse_indices"]
 
 ATTENTION_PATHS = ("auto", "chunked", "eager", "fused")
-KERNEL_DTYPES = ("float64", "float32")  # the fused kernel's arithmetic (runners.pretrained.fused.KERNEL_DTYPES)
+KERNEL_DTYPES = ("float64", "float32")  # the fused kernel's arithmetic (carried as runners.pretrained.seam.Pass.kernel)
 PADDINGS = ("none", "longest")
 
 
@@ -53,7 +53,8 @@ class CaptureOptions:
     (``reductions`` and/or ``matrices``) what is stored, in ``dtype``; ``batch_size``, ``padding`` and ``device``
     how forwards run; ``attention`` (auto, chunked, eager, fused) and ``attention_mb`` how each layer's attention
     is computed (:func:`runners.pretrained.capture.choose_attention`), ``kernel_dtype`` the fused kernel's
-    arithmetic (float64: within 1e-6 of the float64 reference; float32: within 1e-4, about twice as fast on a CPU);
+    arithmetic (float64: within 1e-6 of the float64 reference; float32: within 1e-4, its kernel about twice as fast on
+    a CPU);
     ``device_reductions`` (None: on any device
     but the CPU, with reductions alone) reduces on the device; ``study`` is the runs' study name.
     """
