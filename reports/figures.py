@@ -83,15 +83,25 @@ def save(fig, folder: Path, name: str, vector: tuple = ()) -> bytes:
 
 
 def heat(ax, m: pd.DataFrame, *, vmin, vmax, cmap, annot: bool = True, cbar: bool = False, fmt: str = "{:.2f}",
-         ticklabels=None, labels=None):
-    """A labelled heatmap with imshow (seaborn's heatmap redraws the whole figure per call)."""
+         ticklabels=None, labels=None, label_x: bool = True, label_y: bool = True):
+    """A labelled heatmap with imshow (seaborn's heatmap redraws the whole figure per call).
+
+    ``label_x`` / ``label_y`` False: that axis has no ticks at all (an inner panel of small multiples whose
+    outer panels name the rows and columns). Its ticks are never made: every tick is two lines and a label,
+    and making them to remove them cost the word map a third of its CPU."""
     data = np.asarray(m, dtype=float)
     im = ax.imshow(data, vmin=vmin, vmax=vmax, cmap=cmap, aspect="equal", interpolation="nearest")
     ax.grid(False)
     rows = [str(x) for x in m.index] if ticklabels is None else ticklabels
     cols = [str(x) for x in m.columns] if ticklabels is None else ticklabels
-    ax.set_xticks(range(data.shape[1]), cols, rotation=90 if ticklabels is not None else 0)
-    ax.set_yticks(range(data.shape[0]), rows)
+    if label_x:
+        ax.set_xticks(range(data.shape[1]), cols, rotation=90 if ticklabels is not None else 0)
+    else:
+        ax.set_xticks([])
+    if label_y:
+        ax.set_yticks(range(data.shape[0]), rows)
+    else:
+        ax.set_yticks([])
     _hatch_missing(ax, data)  # not measured: hatched, never a colour that reads as a value
     if annot:
         cm = plt.get_cmap(cmap)
@@ -214,12 +224,8 @@ def field_heatmaps(f2f: pd.DataFrame, labels: dict):
             m.index = [plain(x) for x in m.index]
             m.columns = [plain(x) for x in m.columns]
             kw = dict(vmin=-diff_max, vmax=diff_max, cmap="RdBu_r") if role == "difference" else dict(vmin=0, vmax=1, cmap="viridis")
-            heat(axes[i, j], m, **kw)
             # the panels share their fields: named on the outer panels only (2 x 64 pair: 0.99 -> 0.85 s CPU)
-            if i < len(layers) - 1:
-                axes[i, j].set_xticks([])
-            if j > 0:
-                axes[i, j].set_yticks([])
+            heat(axes[i, j], m, label_x=i == len(layers) - 1, label_y=j == 0, **kw)
             axes[i, j].set(title=f"L{layer} {SHORT[role]}", xlabel="destination" if i == len(layers) - 1 else "",
                            ylabel="source" if j == 0 else "")
     fig.tight_layout()
@@ -401,15 +407,11 @@ def word_map(wm, labels: dict):
             ax = panels[i, j] = fig.add_subplot(grid[i, j])
             kw = dict(vmin=-dmax, vmax=dmax, cmap="RdBu_r") if role == "difference" else dict(vmin=0, vmax=vmax, cmap="viridis")
             scales[role == "difference"] = heat(ax, pd.DataFrame(wm.matrices[(role, layer)]), annot=False,
-                                                ticklabels=ticks, **kw)
+                                                ticklabels=ticks, label_x=i == rows - 1, label_y=j == 0, **kw)
             for bnd in bounds:
                 ax.axhline(bnd - 0.5, color="white" if role != "difference" else "black", lw=1)
                 ax.axvline(bnd - 0.5, color="white" if role != "difference" else "black", lw=1)
             ax.tick_params(labelsize=7 if n <= 30 else 6)
-            if i < rows - 1:
-                ax.set_xticks([])
-            if j > 0:
-                ax.set_yticks([])
             for lab, c in zip(ax.get_xticklabels(), shade):
                 lab.set_color(c)
             for lab, c in zip(ax.get_yticklabels(), shade):

@@ -32,6 +32,9 @@ RC = {
     "axes.linewidth": 1.25,
     "axes.prop_cycle": cycler("color", [to_rgb(c) for c in _HEX["deep"]]),
     "axes.titlesize": 12.0,
+    # where the automatic placement would put it (no figure draws ticks above an axes), without asking every
+    # sibling axes for its tick labels' extents on each draw: the word map's titles cost 0.4 s CPU that way
+    "axes.titley": 1.0,
     "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans", "sans-serif"],
     "font.size": 12.0,
     "grid.color": ".8",

@@ -282,7 +282,7 @@ def detectable_change(sd, n: int, alpha: float, power: float = 0.8) -> np.ndarra
     >>> round(float(detectable_change([0.03], 32, 0.05)[0]), 4)   # (1.960 + 0.8416) x 0.03 / sqrt(32)
     0.0149
     """
-    from scipy import stats
+    from scipy import special  # ndtri is scipy.stats.norm.ppf (bitwise), without importing scipy.stats (1.1 s CPU)
 
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    z = special.ndtri(1 - alpha / 2) + special.ndtri(power)
     return z * np.asarray(sd, dtype=np.float64) / math.sqrt(int(n))
