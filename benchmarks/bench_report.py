@@ -16,7 +16,9 @@ a fresh process, in CPU seconds (user + sys of the process and its children):
   in-process report inside :func:`routestats.stats.work.recording`, the statistics' public record of
   their work), each example set's draws are made once (raw generator
   words, unpacked bits, resample counts, converted once to float64) and every table pays only its
-  matrix product; Spearman pays only its draws and counts (no ranks). A lower bound on any
+  matrix product; Spearman pays only its draws and counts (no ranks); the length association's permutation p
+  (docs/methods.md: P random pairings of each length column) pays its P shuffles and one product (counted since
+  the [report-floor] issue; earlier floors left it out, so their ratios were larger by its share). A lower bound on any
   implementation of the canonical procedures;
 * ``python -c pass`` (the interpreter start every command pays).
 
@@ -69,10 +71,10 @@ def peak_rss_mb(cmd: list[str], env: dict | None = None) -> float:
 # the same sections at every size: rollout / norm-weighted SFM read the full matrices, which the default
 # report does only when they are small (flow auto), so the small and the large pair would differ
 SAME = ["--flow", "off"]
-# every floor runs with the memory settings the CLI makes for itself (routestats.cli.tune_process_memory),
-# so that no floor is slower for want of them
+# every floor runs with the process settings the CLI makes for itself (routestats.cli.tune_process_memory and
+# one_blas_thread), so that no floor is slower, or spins more, for want of them
 FLOOR_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc", "MALLOC_MMAP_THRESHOLD_": str(256 << 20),
-             "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+             "MALLOC_TRIM_THRESHOLD_": str(256 << 20), "OPENBLAS_NUM_THREADS": "1"}
 
 HASH = """
 import hashlib, os, sys
@@ -132,6 +134,13 @@ for n, B in {tuple(x) for x in calls["boot_draws"]} | set(tables):
 for b, n in calls["spearman"]:
     idx = rng.integers(0, n, size=(b, n)) + (np.arange(b) * n)[:, None]
     np.bincount(idx.ravel(), minlength=b * n)
+for P, n, k in calls.get("pairings", []):  # the length association's permutation p: P shuffles of n ranks, one product
+    y = rng.random((n, k))
+    for s in range(0, P, 1024):
+        rows = np.tile(rng.random(n), (min(1024, P - s), 1))
+        for row in rows:
+            rng.shuffle(row)
+        rows @ y
 for rows, n, L in calls["profile"]:
     bits = (rng.bit_generator.random_raw(-(-rows * n // 2)).astype("<u8").view("<u4")[: rows * n] >> 31)
     (bits.reshape(rows, n).astype(np.float64) @ rng.random((n, L)))

@@ -29,6 +29,9 @@ def test_the_statistics_record_their_work_through_the_public_hook():
     # the length analyses' Spearman resamples, drawn in chunks: 100 per column in all
     assert work["spearman"] and sum(B for B, _ in work["spearman"]) % 100 == 0
     assert work["profile"]  # the profile-shape test
+    # the length association's permutation p: the report's 300 permutations of the examples of the length analyses
+    # (the demo run's 15 length-sample examples), one column a layer
+    assert [300, 15, 4] in work["pairings"]
     with recording() as outside:
         pass
     assert not any(outside.values())  # nothing is noted without a computation

@@ -1,6 +1,8 @@
 """The routestats CLI (typer CliRunner) and the committed demo run."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -249,3 +251,21 @@ def test_a_mistyped_table_name_gets_a_suggestion_in_one_line(tree, name, says):
     r = runner.invoke(app, ["table", name, str(tree), "--resamples", "100", "--permutations", "100"])
     assert r.exit_code == 2
     assert r.output.startswith(says) and len(r.output.strip().splitlines()) == 1, r.output
+
+
+@pytest.mark.parametrize("given, expect", [(None, ("True", "1", 1)), ("2", ("False", "2", 2))])
+def test_the_command_line_runs_blas_on_one_thread_unless_the_user_chose(given, expect):
+    """[report-floor]: a second BLAS thread spins while the statistics multiply tall matrices by a few columns (2 x
+    2,336 report: about 2 s more CPU, the same wall time); the command line asks for one, before numpy loads, and
+    keeps a count the user set. The thread count is OpenBLAS's own, as threadpoolctl reads it from the library."""
+    import os
+
+    pytest.importorskip("threadpoolctl")
+    code = ("import os; from routestats.cli import one_blas_thread; print(one_blas_thread()); "
+            "print(os.environ.get('OPENBLAS_NUM_THREADS')); import numpy, threadpoolctl; "
+            "print([i['num_threads'] for i in threadpoolctl.threadpool_info() if i['user_api'] == 'blas'][0])")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    if given:
+        env["OPENBLAS_NUM_THREADS"] = given
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
+    assert (out[0], out[1], int(out[2])) == expect

@@ -408,3 +408,23 @@ def test_no_report_page_scrolls_sideways_at_1280_px_whatever_its_tables(tmp_path
     render(Report("wide", "one table", (Section("s", "S", tables=(t,)),)), tmp_path / "out", formats=("html",))
     scroll, view = page_widths(need("chromium"), tmp_path / "out" / "report.html")
     assert scroll <= view, (scroll, view)  # the table scrolls inside its own box
+
+
+@pytest.mark.parametrize("points", [6, 7])
+def test_the_findings_list_every_point_up_to_the_limit_and_point_to_the_table_past_it(tmp_path, points):
+    """Issue [honest-gates]: with exactly MAX_POINTS_LISTED (6) operating points the findings listed 5 and withheld
+    the pointer to the summary table (an `if` counted the two claims before the points), so the sixth point vanished.
+    6 points: all 6 listed, no pointer; 7: the first 6 and the pointer, the seventh built and withheld."""
+    from routestats.compose.regime.build import MAX_POINTS_LISTED
+
+    assert MAX_POINTS_LISTED == 6
+    run = write_points(tmp_path / "run", layers=tuple(range(points)), n_layers=points, lattice=20)
+    rep = rs.analyse(run, resamples=100)
+    printed = [c for c in rep.claims if c.kind == "point" and c.holds]
+    withheld = [c for c in rep.claims if c.kind == "point" and not c.holds]
+    pointer = [c for c in rep.claims if c.kind == "more_points"]
+    assert len(printed) == 6 and len(withheld) == points - 6
+    assert len(pointer) == 1 and pointer[0].holds == (points > 6)
+    listed = [f for f in rep.findings if f.startswith("L")]
+    assert len(listed) == 6, rep.findings  # the page's findings, as printed
+    assert any("all points in the summary table" in f for f in rep.findings) == (points > 6)

@@ -78,13 +78,15 @@ def spearman_permutation_p(x, y, permutations: int, seed: int) -> np.ndarray:
     ry = ry - ry.mean(axis=0)
     observed = np.abs(rx @ ry)  # rank vectors keep their norms under a permutation: |rho| is monotone in this
     tol = 1e-9 * np.maximum(observed, 1e-300)
+    note("pairings", permutations, n, k)
     rng = np.random.default_rng(seed + 29)
     count = np.zeros(k, dtype=np.int64)
     chunk = max(1, min(1024, (1 << 21) // max(n, 1)))
     for s in range(0, permutations, chunk):
         c = min(chunk, permutations - s)
         # each row of x's ranks shuffled in place: the same draws and orders as
-        # rng.permuted(broadcast_to(arange(n), (c, n)), axis=1) gathered from rx (tested), 2.6x less CPU
+        # rng.permuted(broadcast_to(arange(n), (c, n)), axis=1) gathered from rx (tested), at n = 2,336 and
+        # 20,000 pairings 0.64-0.68 s CPU against 0.87-1.05 s
         # (permuted copies through a buffered iterator; the index gather is a second pass)
         shuffled = np.tile(rx, (c, 1))
         for row in shuffled:

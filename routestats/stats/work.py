@@ -26,6 +26,7 @@ KINDS = {
     "boot_tables": "bootstrap means of a table from counts: examples n, columns k, resamples B",
     "spearman": "Spearman resamples of one column: resamples B, examples n",
     "profile": "profile sign-flip products: sign rows, examples n, layers L",
+    "pairings": "permutation test of Spearman's rho: random pairings P of n examples, columns k",
 }
 _ACTIVE: list[dict] = []
 
