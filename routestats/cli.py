@@ -429,10 +429,12 @@ def plan(
         _fail("give the change to detect: --delta D, or --delta-per-layer D0,D1,...")
     try:
         change = delta if delta is not None else tuple(float(v) for v in delta_per_layer.split(","))
+    except ValueError:
+        _fail(f"--delta-per-layer takes a comma list of numbers, one per layer, got {delta_per_layer!r}")
+    try:
         how = spread if spread in ("upper", "pilot") else float(spread)
     except ValueError:
-        _fail(f"--delta-per-layer takes numbers and --spread upper, pilot or a number, got {delta_per_layer!r}, "
-              f"{spread!r}")
+        _fail(f"--spread takes upper, pilot or a multiple of the pilot's spread, got {spread!r}")
     from routestats.compose.plan import PlanQuestion, build_plan_report
 
     q = PlanQuestion(delta=change, power=power, spread=how, sims=sims, max_examples=max_examples, max_seeds=max_seeds)

@@ -204,8 +204,9 @@ class AnalysisSettings:
             raise RoutestatsError("probes must be positive")
         if self.token_map_max_words < 4:
             raise RoutestatsError(f"token_map_max_words must be at least 4, got {self.token_map_max_words}")
-        if not 0 < self.alpha < 1 or not 0 < self.length_rho < 1:
-            raise RoutestatsError(f"alpha and length_rho must lie in (0, 1), got {self.alpha}, {self.length_rho}")
+        for name, v in (("--alpha", self.alpha), ("length_rho", self.length_rho)):  # the one a user gave, named
+            if not 0 < v < 1:
+                raise RoutestatsError(f"{name} must lie strictly between 0 and 1, got {v}")
         if self.capped_examples not in ("exclude", "include"):
             raise RoutestatsError(f"capped_examples must be exclude or include, got {self.capped_examples!r}")
         if self.pairs not in ("auto", "reference", "all", "none"):

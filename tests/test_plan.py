@@ -203,3 +203,65 @@ def test_planned_seeds_reach_the_power_on_fresh_studies_of_a_planted_hierarchy()
     ci = t.confidence_interval(0.95)
     hit = _holm_rejects(t.pvalue, 0.05) & (ci.low > 0)
     assert est[k] >= 0.8 > est[k - 1] and abs(hit.mean(axis=0).min() - est[k]) <= 0.03, (k, est[k], hit.mean(axis=0))
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--delta", "2"], "at most 1 in size"),  # SFM cannot move by more than 1 (was accepted)
+    (["--delta", "1e308"], "at most 1 in size"),  # was "needs a larger study"
+    (["--delta", "0.02", "--spread", "inf"], "--spread takes upper, pilot or a multiple"),  # was an internal error
+    (["--delta", "0.02", "--spread", "Upper"], "--spread takes upper, pilot or a multiple"),  # named --delta-per-layer
+    (["--delta-per-layer", "0.01,x"], "--delta-per-layer takes a comma list"),
+    (["--delta", "0.02", "--alpha", "0"], "--alpha must lie strictly between 0 and 1"),  # named length_rho
+    (["--delta", "0.02", "--sims", "10000000"], "--sims takes a whole number from 20 to 100,000"),  # 3 GB in 12 s
+    (["--delta", "0.02", "--max-examples", "100000000"], "--max-examples takes a whole number from 4 to 1,000,000"),
+])
+def test_cli_plan_refuses_what_it_cannot_mean_in_one_line_and_writes_nothing(tmp_path, args, says):
+    """Issue [same-inputs]: each option a plan cannot mean is refused naming the option the user gave, exit 2, one
+    line, no folder written."""
+    r = CliRunner().invoke(app, ["plan", "data/demo_run", *args, "-o", str(tmp_path / "p")])
+    assert r.exit_code == 2 and says in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_tiny_change_is_planned_not_an_internal_error(tmp_path):
+    """--delta 1e-300 overflowed the normal-approximation start (OverflowError): now the search starts at
+    --max-examples and the plan says, truthfully, that no size up to it reaches the power."""
+    r = CliRunner().invoke(app, ["plan", "data/demo_run", "--delta", "1e-300", "--sims", "40", "--max-examples", "50",
+                                 "--permutations", "999", "--resamples", "200", "-o", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    assert "stays below 80% power for a change of +1e-300 in every layer" in " ".join(r.output.split())
+
+
+def test_a_negative_change_keeps_its_sign_in_every_sentence(tmp_path):
+    """--delta -0.02 printed "a true change of +0.02" (terminal and claims.csv)."""
+    r = CliRunner().invoke(app, ["plan", "data/demo_run", "--delta", "-0.02", "--sims", "100", "--max-examples",
+                                 "300", "--permutations", "4999", "--resamples", "1000", "-o", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "-0.02 in every layer" in text and "+0.02" not in text
+    claims = pd.read_csv(tmp_path / "p" / "claims.csv")
+    assert claims["sentence"].str.contains("-0.02 in every layer").any()
+    assert not claims["sentence"].str.contains(r"\+0.02").any()
+
+
+def test_a_pilot_without_spread_or_examples_is_refused_before_any_simulation():
+    """A pilot whose runs attend identically (every difference 0: "9 examples give 80% power") or that has fewer than
+    2 examples, or no layer at all, is refused in one line naming why."""
+    from routestats.compose.plan.build import check_pilot_pair
+    from routestats.compose.plan.pilot import Pilot
+
+    def pilot(D):
+        return Pilot("pair", "p", 0.0125, 4, len(D), tuple(D.columns), D=D)
+
+    rng = np.random.default_rng(0)
+    varied = pd.DataFrame(rng.normal(size=(10, 3)), columns=[0, 1, 2])
+    check_pilot_pair(pilot(varied), np.array([0.01, 0.01, 0.01]), "x")  # a pilot that varies passes
+    flat = varied.copy()
+    flat[1] = 0.0
+    with pytest.raises(RoutestatsError, match="do not vary in layer 1 "):
+        check_pilot_pair(pilot(flat), np.array([0.01, 0.01, 0.01]), "x")
+    check_pilot_pair(pilot(flat), np.array([0.01, 0.0, 0.01]), "x")  # not asked to move there: planned without it
+    with pytest.raises(RoutestatsError, match="1 example with a paired SFM difference"):
+        check_pilot_pair(pilot(varied.iloc[:1]), np.array([0.01] * 3), "x")
+    with pytest.raises(RoutestatsError, match="no layer with a paired SFM difference"):
+        check_pilot_pair(pilot(varied.iloc[:, :0]), np.array([]), "x")

@@ -193,8 +193,10 @@ def normal_guess(pilot, delta, alpha: float, power: float, spread: float) -> int
     sd = x.std(axis=0, ddof=1) * spread
     z = stats.norm.ppf(1 - alpha / (2 * x.shape[1])) + stats.norm.ppf(power)
     moved = d != 0
-    need = (z * sd[moved] / np.abs(d[moved])) ** 2
-    return int(max(2, math.ceil(float(need.max())))) if moved.any() else 2
+    with np.errstate(over="ignore", divide="ignore"):
+        need = (z * sd[moved] / np.abs(d[moved])) ** 2
+    # a tiny change (1e-300) makes the guess overflow to inf: any guess past 2^62 starts the search at its top
+    return int(max(2, math.ceil(min(float(need.max()), 2.0 ** 62)))) if moved.any() else 2
 
 
 def search_n(power_at: Callable[[int], PowerAtN], target: float, start: int, lowest: int, most: int,

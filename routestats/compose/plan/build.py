@@ -38,6 +38,12 @@ from routestats.stats.inference import signflip_floor
 __all__ = ["PlanQuestion", "plan", "build_plan_report", "PLAN_SECTIONS"]
 
 
+MAX_DELTA = 1.0  # SFM and every mass are shares of a row's attention: a change of more than 1 cannot happen
+MAX_SPREAD = 100.0  # a multiple of the pilot's spread beyond this plans for another pilot, not this one
+MAX_SIMS = 100_000  # Monte Carlo SE at most 0.0016: more simulations buy time, not precision
+MAX_EXAMPLES = 1_000_000  # one simulated sample of this many examples x 32 layers is 256 MB of float64
+
+
 @dataclass(frozen=True)
 class PlanQuestion:
     """What a plan is asked: the true change ``delta`` (one value for every layer, or one per layer), the
@@ -63,15 +69,23 @@ class PlanQuestion:
     def __post_init__(self):
         d = np.atleast_1d(np.asarray(self.delta, dtype=np.float64))
         if not np.isfinite(d).all() or not (d != 0).any():
-            raise RoutestatsError(f"delta must be finite and nonzero for some layer, got {self.delta!r}")
+            raise RoutestatsError(f"the change to detect (--delta, --delta-per-layer) must be finite and nonzero for "
+                                  f"some layer, got {self.delta!r}")
+        if (np.abs(d) > MAX_DELTA).any():
+            raise RoutestatsError(f"the change to detect (--delta, --delta-per-layer) must be at most {MAX_DELTA:g} in "
+                                  f"size: SFM is a share of attention, so it cannot move by more than {MAX_DELTA:g}; "
+                                  f"got {self.delta!r}")
         if not 0 < self.power < 1:
-            raise RoutestatsError(f"power must lie strictly between 0 and 1, got {self.power!r}")
-        if not (self.spread in ("upper", "pilot") or (isinstance(self.spread, (int, float)) and self.spread > 0)):
-            raise RoutestatsError(f"spread must be upper, pilot or a positive multiple, got {self.spread!r}")
-        for name, least in (("sims", 20), ("max_examples", 4), ("max_seeds", 3)):
+            raise RoutestatsError(f"--power must lie strictly between 0 and 1, got {self.power!r}")
+        if not (self.spread in ("upper", "pilot") or (isinstance(self.spread, (int, float)) and not
+                                                      isinstance(self.spread, bool) and 0 < self.spread <= MAX_SPREAD)):
+            raise RoutestatsError(f"--spread takes upper, pilot or a multiple of the pilot's spread above 0 and at most "
+                                  f"{MAX_SPREAD:g}, got {self.spread!r}")
+        for name, least, most in (("sims", 20, MAX_SIMS), ("max_examples", 4, MAX_EXAMPLES), ("max_seeds", 3, 1000)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
-                raise RoutestatsError(f"{name} must be a whole number of at least {least}, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not least <= v <= most:
+                raise RoutestatsError(f"--{name.replace('_', '-')} takes a whole number from {least} to {most:,}, "
+                                      f"got {v!r}")
 
     def deltas(self, n_layers: int) -> np.ndarray:
         d = np.atleast_1d(np.asarray(self.delta, dtype=np.float64))
@@ -132,6 +146,7 @@ class PlanContext:
         own = by_n.get(p.n_examples)
         row = {"pilot_examples": p.n_examples, "n_layers": k, "alpha": p.alpha, "families": p.families,
                "target": q.power, "delta_min": float(np.abs(delta[delta != 0]).min()),
+               "delta_asked": float(delta[0]) if np.all(delta == delta[0]) else np.nan,
                "delta_max": float(np.abs(delta).max()), "uniform": bool(np.all(delta == delta[0])),
                "spread_factor": factor, "sims": q.sims, "max_examples": q.max_examples,
                "n_reachable": reach, "floor_reachable": k * signflip_floor(reach, s.permutations)[0],
@@ -186,6 +201,7 @@ class PlanContext:
         plan["max_seeds"] = q.max_seeds
         plan["alpha"] = p.alpha
         plan["delta_min"] = float(np.abs(delta[delta != 0]).min())
+        plan["delta_asked"] = float(delta[0]) if np.all(delta == delta[0]) else np.nan
         plan["uniform"] = bool(np.all(delta == delta[0]))
         plan["sims"] = q.sims
         return plan, curve
@@ -246,8 +262,34 @@ def _context(path, question: PlanQuestion, settings, progress) -> PlanContext:
     s = AnalysisSettings.of(settings)
     say = progress or (lambda label: None)
     pilot = read_pilot(path, s, say)
-    question.deltas(len(pilot.layers))  # a change per layer of another model: refused before any simulation
+    delta = question.deltas(len(pilot.layers))  # a change per layer of another model: refused before any simulation
+    if pilot.kind == "pair":
+        check_pilot_pair(pilot, delta, path)
+    if question.max_examples * max(1, len(pilot.layers)) > P.MAX_SIM_VALUES * 4:
+        raise RoutestatsError(f"--max-examples {question.max_examples:,} over {len(pilot.layers)} layers would hold "
+                              f"{question.max_examples * len(pilot.layers) * 8 / 2**20:,.0f} MB per simulated sample; "
+                              f"at most {P.MAX_SIM_VALUES * 4 // max(1, len(pilot.layers)):,} examples for this pilot")
     return PlanContext(pilot, question, s, say)
+
+
+def check_pilot_pair(pilot: Pilot, delta: np.ndarray, path) -> None:
+    """Refuse, in one line, a pilot pair a plan cannot mean anything for: no layer with a paired SFM difference (no
+    query in a named field), fewer than 2 examples (no spread to plan from), or a layer asked to move whose
+    differences are all equal (zero spread: every sample would be the same, and any n would "detect" it)."""
+    D = pilot.D
+    if D is None or D.shape[1] == 0:
+        raise RoutestatsError(f"{path}: the pilot has no layer with a paired SFM difference (no query in a named "
+                              "field): nothing to plan from")
+    if D.shape[0] < 2:
+        raise RoutestatsError(f"{path}: the pilot has {D.shape[0]} example with a paired SFM difference; a plan needs at "
+                              "least 2 to estimate their spread")
+    flat = [str(c) for c, sd, d in zip(D.columns, D.to_numpy(dtype=np.float64).std(axis=0, ddof=1), delta)
+            if d != 0 and not sd > 0]
+    if flat:
+        raise RoutestatsError(f"{path}: the pilot's differences do not vary in layer{'s' if len(flat) > 1 else ''} "
+                              f"{', '.join(flat)} (zero spread: the two runs' attention is the same there), so no "
+                              "sample size can be planned from it; give those layers a change of 0 with "
+                              "--delta-per-layer, or plan from a pilot whose runs differ")
 
 
 def build_plan_report(path, question: PlanQuestion, settings: AnalysisSettings | None = None,

@@ -19,7 +19,8 @@ CLAIM_ORDER = ("plan_floor", "plan_examples", "plan_not_reached", "plan_seeds", 
 
 
 def _change(r) -> str:
-    return f"{r['delta_min']:+g} in every layer" if r["uniform"] else \
+    """The change asked, with its sign (a fall of 0.01 is "-0.01", never "+0.01")."""
+    return f"{r['delta_asked']:+g} in every layer" if r["uniform"] else \
         f"the per-layer changes asked (smallest |Δ| {r['delta_min']:g})"
 
 
