@@ -20,6 +20,7 @@ from routestats.compose.plan import PlanQuestion, build_plan_report
 from routestats.errors import RoutestatsError
 from routestats.report import Report
 from routestats.stats.inference import paired_inference
+from routestats.settings import Resampling
 from routestats.stats.power import headline_power, search_n, seed_power, smallest_reachable_n, upper_spread
 
 FAST = dict(permutations=4999, resamples=2000)
@@ -46,9 +47,12 @@ def test_seed_power_is_the_t_tests_power(k, dz):
 
 
 def test_floor_and_upper_spread_closed_forms():
-    # Holm over 4 layers at 0.0125: 4 x 2/2^9 = 0.0156 is not below it, 4 x 2/2^10 = 0.0078 is
-    assert smallest_reachable_n(4, 0.0125, 20_000) == 10
-    assert smallest_reachable_n(4, 0.05, 20) is None  # 4/(20 + 1) > 0.05 at any n
+    from routestats.settings import Resampling
+
+    # Holm over 4 layers at 0.0125, the report's draws: 4 x p_min(9) is not below it, 4 x p_min(10) is (the draws'
+    # p_min is within chance of 2/2^n + 1/(P + 1): 0.0156 + 0.0002 and 0.0078 + 0.0002)
+    assert smallest_reachable_n(4, 0.0125, Resampling(permutations=20_000)) == 10
+    assert smallest_reachable_n(4, 0.05, Resampling(permutations=20)) is None  # 4/(20 + 1) > 0.05 at any n
     # scipy's chi2.ppf(0.2, 9) = 5.380: sqrt(9 / 5.380)
     assert upper_spread(10) == pytest.approx(np.sqrt(9 / 5.380), rel=1e-3)
 
@@ -95,7 +99,7 @@ def test_planned_n_reaches_the_power_on_fresh_samples_of_the_planted_population(
     delta = np.array([0.01, 0.01, 0.01])
     alpha = 0.05 / 3
     at = lambda n: headline_power(truth, delta, n, alpha=alpha, sims=2000, seed=7, **FAST)  # noqa: E731
-    n, _ = search_n(at, 0.8, 60, smallest_reachable_n(3, alpha, 4999), 2000)
+    n, _ = search_n(at, 0.8, 60, smallest_reachable_n(3, alpha, Resampling(**FAST)), 2000)
     # 1,000 new samples of n from the planted population, analysed with the report's procedure; Holm from
     # statsmodels and the headline's rule (p_Holm < alpha, interval on the side of the change) written out here
     rng = np.random.default_rng(2024)
@@ -113,8 +117,11 @@ def test_plan_report_of_the_demo_pair_leads_with_the_planned_n():
     row = rep.frame("plan").iloc[0]
     assert row["power_planned"] >= 0.8 and (row["power_below"] < 0.8 or row["n_planned"] == row["n_reachable"])
     # the demo pair tests four headline families (layers, profile shape, length, the early change): alpha 0.0125
-    # each; 4 layers x 2/2^n < 0.0125 first at n = 10 (0.0078; n = 9 gives 0.0156)
-    assert rep.headline[0].startswith("No layer's change can reach p_Holm < 0.0125 with fewer than 10 examples")
+    # each; with these settings' draws (2,000 resamples, 4,999 patterns, seed 1001) data all of one sign give raw p
+    # 0.0022 at 9 examples (10 of the 4,999 patterns keep or flip every sign, where 2/2^9 expects 19.5: (10 + 1) /
+    # 5,000) and 0.0074 at 8: 4 layers x p first below 0.0125 at n = 9 (test_the_floor_is_the_reports_own_smallest_p_at_any_permutations
+    # judges this rule by the report's own test)
+    assert rep.headline[0].startswith("No layer's change can reach p_Holm < 0.0125 with fewer than 9 examples")
     assert rep.answer.startswith(f"{int(row['n_planned'])} examples give 80% power")
     curve = rep.frame("power_curve")
     assert {"0", "1", "2", "3", "every layer", "any layer"} <= set(curve["layer"])
@@ -265,3 +272,29 @@ def test_a_pilot_without_spread_or_examples_is_refused_before_any_simulation():
         check_pilot_pair(pilot(varied.iloc[:1]), np.array([0.01] * 3), "x")
     with pytest.raises(RoutestatsError, match="no layer with a paired SFM difference"):
         check_pilot_pair(pilot(varied.iloc[:, :0]), np.array([]), "x")
+
+
+@pytest.mark.parametrize("permutations", [4999, 20000])
+@pytest.mark.parametrize("layers, alpha", [(4, 0.05 / 3), (8, 0.05 / 3), (4, 0.0125)])
+def test_the_floor_is_the_reports_own_smallest_p_at_any_permutations(permutations, layers, alpha):
+    """Issue [plan-2]: "no layer's change can reach p_Holm < alpha with fewer than k examples" was false at 4,999
+    permutations for 4 and 8 layers (it said 9 examples reach 0.016; 9 examples give at best 0.0176). The floor is
+    now read from the draws as made; here it is judged by the report's own test: data all of one sign (the most
+    extreme any data can be) analysed with paired_inference at the report's settings reach p_Holm < alpha at the
+    reachable n and not one example fewer."""
+    from routestats.settings import Resampling
+    from routestats.stats.inference import holm, signflip_floor_drawn
+
+    r = Resampling(permutations=permutations)
+    reach = smallest_reachable_n(layers, alpha, r)
+
+    def best_p_holm(n):  # every layer's differences all positive: its raw p is the test's smallest
+        d = np.arange(1.0, n + 1)[:, None] * np.ones(layers)
+        res = paired_inference(d, resampling=r)
+        assert res.p_raw[0] == signflip_floor_drawn(n, r.resamples, r.permutations, r.seed)
+        return float(multipletests(res.p_raw, method="holm")[1].min())
+
+    assert best_p_holm(reach) < alpha <= best_p_holm(reach - 1)
+    # the draws' plus-one rule: about 2/2^n + 1/(P + 1), not the larger of the two
+    assert abs(signflip_floor_drawn(12, r.resamples, permutations, r.seed) - (2 / 2**12 + 1 / (permutations + 1))) \
+        < 4 * np.sqrt(2 / 2**12 / permutations) + 1e-12

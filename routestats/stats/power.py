@@ -23,7 +23,7 @@ Examples
 >>> r = headline_power(pilot, [1.0], 12, alpha=0.05, sims=200, permutations=999, resamples=500)
 >>> 0.8 < float(r.power[0]) <= 1.0   # d_z = 1 at n = 12: a one-sample t-test has about 0.92
 True
->>> smallest_reachable_n(4, 0.0125, 20_000)   # Holm over 4 layers: 4 x 2/2^n < 0.0125 first at n = 10
+>>> smallest_reachable_n(4, 0.0125)   # Holm over 4 layers, the report's draws: 4 x p_min(n) < 0.0125 first at n = 10
 10
 """
 
@@ -38,7 +38,7 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
-from routestats.stats.inference import holm, paired_inference, signflip_floor
+from routestats.stats.inference import holm, paired_inference, signflip_floor_drawn
 
 __all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "smallest_reachable_n", "UPPER_SPREAD_LEVEL",
            "seed_power", "search_n", "power_target", "normal_guess", "detectable_change",
@@ -95,14 +95,21 @@ def upper_spread(n_pilot: int, level: float = UPPER_SPREAD_LEVEL) -> float:
     return float(math.sqrt((n_pilot - 1) / stats.chi2.ppf(1.0 - level, n_pilot - 1)))
 
 
-def smallest_reachable_n(n_layers: int, alpha: float, permutations: int) -> int | None:
-    """The fewest examples at which some layer can reach p_Holm < ``alpha``: the smallest raw sign-flip p
-    (:func:`~routestats.stats.inference.signflip_floor`) times the Holm factor of the first step, the number
-    of layers, falls below ``alpha``; None when the draws' own floor 1/(P + 1) never lets it."""
-    if n_layers * signflip_floor(10_000, permutations)[0] >= alpha:
+def smallest_reachable_n(n_layers: int, alpha: float, resampling: Resampling | None = None) -> int | None:
+    """The fewest examples at which some layer can reach p_Holm < ``alpha``: the smallest raw p the report's
+    sign-flip test gives with its draws as made (:func:`~routestats.stats.inference.signflip_floor_drawn`: the plus-one
+    rule over the drawn patterns that keep or flip every sign) times the Holm factor of the first step, the number of
+    layers, falls below ``alpha``; None when the draws' own floor 1/(P + 1) never lets it. Every smaller n gives no
+    p_Holm below ``alpha`` with these draws.
+
+    >>> smallest_reachable_n(4, 0.0167, Resampling(resamples=10_000, permutations=4_999, seed=1001))
+    10
+    """
+    r = Resampling.of(resampling)
+    if n_layers / (r.permutations + 1) >= alpha:
         return None
     n = 1
-    while n_layers * signflip_floor(n, permutations)[0] >= alpha:
+    while n_layers * signflip_floor_drawn(n, r.resamples, r.permutations, r.seed) >= alpha:
         n += 1
     return n
 

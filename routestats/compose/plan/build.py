@@ -33,7 +33,7 @@ from routestats.errors import RoutestatsError
 from routestats.report import Column, Figure, Report, Section, Table, section
 from routestats.settings import AnalysisSettings
 from routestats.stats import power as P
-from routestats.stats.inference import signflip_floor
+from routestats.stats.inference import signflip_floor_drawn
 
 __all__ = ["PlanQuestion", "plan", "build_plan_report", "PLAN_SECTIONS"]
 
@@ -124,7 +124,7 @@ class PlanContext:
         delta = q.deltas(D.shape[1])
         factor = q.spread_factor(len(D))
         k = D.shape[1]
-        reach = P.smallest_reachable_n(k, p.alpha, s.permutations)
+        reach = P.smallest_reachable_n(k, p.alpha, s.resampling)
         if reach is None:
             raise RoutestatsError(f"with {s.permutations:,} sign-flip draws no layer can reach p_Holm < {p.alpha:.3g} "
                                   f"over {k} layers at any n; raise --permutations")
@@ -149,8 +149,10 @@ class PlanContext:
                "delta_asked": float(delta[0]) if np.all(delta == delta[0]) else np.nan,
                "delta_max": float(np.abs(delta).max()), "uniform": bool(np.all(delta == delta[0])),
                "spread_factor": factor, "sims": q.sims, "max_examples": q.max_examples,
-               "n_reachable": reach, "floor_reachable": k * signflip_floor(reach, s.permutations)[0],
-               "floor_below": k * signflip_floor(reach - 1, s.permutations)[0] if reach > 1 else np.nan,
+               "n_reachable": reach,
+               "floor_reachable": k * signflip_floor_drawn(reach, s.resamples, s.permutations, s.seed),
+               "floor_below": k * signflip_floor_drawn(reach - 1, s.resamples, s.permutations, s.seed)
+               if reach > 1 else np.nan,
                "n_planned": n if n is not None else np.nan, "n_tried": top.n,
                "power_planned": P.power_target(top), "power_all": top.power_all,
                "n_below": n - 1 if below is not None else np.nan,

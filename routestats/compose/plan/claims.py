@@ -31,9 +31,10 @@ def example_claims(plan: pd.DataFrame, pilot: Pilot, spread: str, fig: Figure) -
     a, target = float(r["alpha"]), repr(float(r["target"]))
     reach, k = int(r["n_reachable"]), int(r["n_layers"])
     below = f"{floor_text(r['floor_below'], r['floor_below'])} with {reach - 1}" if reach > 1 else "1 or more"
-    out.append(Claim("plan_floor", f"No layer's change can reach p_Holm < {a:.3g} with fewer than {reach} examples: the "
-                     f"smallest attainable p_Holm over {k} layers is {k} × 2/2^n ({below}, "
-                     f"{floor_text(r['floor_reachable'], r['floor_reachable'])} with {reach}).", "headline", "plan",
+    out.append(Claim("plan_floor", f"No layer's change can reach p_Holm < {a:.3g} with fewer than {reach} examples: with "
+                     f"the report's draws the smallest p_Holm over {k} layers is {below}, "
+                     f"{floor_text(r['floor_reachable'], r['floor_reachable'])} with {reach} ({k} × (c + 1)/(P + 1), c the "
+                     "drawn sign patterns as extreme as data all of one sign).", "headline", "plan",
                      (int(r["pilot_examples"]),), key="pilot_examples",
                      requires=(Check("the floor reaches alpha at n_reachable", f"floor_reachable < {a!r}"),
                                Check("and not one example fewer", f"not (floor_below < {a!r})")),
