@@ -30,6 +30,20 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain click help: rich's help renderer alone costs ~0.1 s CPU per --help
 )
 
+def _version(value: bool) -> None:
+    if value:
+        from routestats import __version__
+
+        typer.echo(f"routestats {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Statistics of attention routing in paired Transformer runs."""
+
+
 # Options shared by the analysis commands (one definition each; defaults from AnalysisSettings).
 RESAMPLES = typer.Option(None, help=f"Bootstrap resamples [default: {D.resamples}].")
 PERMUTATIONS = typer.Option(None, help=f"Sign-flip draws [default: {D.permutations}].")
@@ -137,8 +151,11 @@ def command(fn):
         except OSError as exc:  # permissions, a full disk, a vanished file: the user's to mend, in one line
             where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
             _fail(f"{where}{exc.strerror or exc}")
-        except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
+        except KeyboardInterrupt:  # every output of routestats is written whole or not at all
+            import shlex
+
+            typer.echo("interrupted: nothing was written (a report, table, figure or plan appears whole or not at "
+                       f"all); to go on, run again: routestats {shlex.join(sys.argv[1:])}", err=True)
             raise typer.Exit(code=130)
         except (typer.Exit, SystemExit):
             raise

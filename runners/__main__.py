@@ -9,6 +9,7 @@ Examples::
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Optional
 
@@ -25,7 +26,37 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Train paired Transformer runs and write them as routestats run directories.")
 
 
-@app.command()
+def _version(value: bool) -> None:
+    if value:
+        from routestats import __version__
+
+        typer.echo(f"runners {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Train paired Transformer runs and write them as routestats run directories."""
+
+
+def command(fn):
+    """Register ``fn`` as a command whose Ctrl-C ends in one line saying what is kept and how to go on (typer turns a
+    KeyboardInterrupt that leaves the command into a silent exit 130, so it is caught inside)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            from runners.commands import interrupted
+
+            interrupted(fn.__name__.replace("_", "-"))
+
+    return app.command()(wrapper)
+
+
+@command
 def saab(
     out: Path = typer.Option(..., help="Output run tree: one run per condition under OUT/<condition>."),
     preset: str = typer.Option("tiny", help="Model/training preset: tiny (CPU), paper (GPU), smoke (tests)."),
@@ -51,7 +82,7 @@ def saab(
     commands.saab(out=out, preset=preset, seed=seed, conditions=conditions, data=data, depth=depth, max_steps=max_steps, device=device, attention=attention, threads=threads, keep_checkpoints=keep_checkpoints, study=study, examples=examples, length_sample=length_sample, sample_seed=sample_seed, checkpoint_steps=checkpoint_steps, echo=typer.echo)
 
 
-@app.command()
+@command
 def sweep(
     out: Path = typer.Option(..., help="Run tree: OUT/seed<S>/<condition>, plus OUT/plan.json."),
     seeds: str = typer.Option(..., help="Comma list of seeds."),
@@ -77,7 +108,7 @@ def sweep(
     raise typer.Exit(commands.sweep(out=out, seeds=seeds, conditions=conditions, preset=preset, data=data, depth=depth, max_steps=max_steps, device=device, threads=threads, keep_checkpoints=keep_checkpoints, study=study, launcher=launcher, slurm_partition=slurm_partition, timeout_min=timeout_min, gpus_per_node=gpus_per_node, echo=typer.echo))
 
 
-@app.command()
+@command
 def evaluate(
     pair: Path = typer.Argument(..., help="Folder holding a baseline and its variant run(s) (with checkpoints); with "
                                           "--bias off: one SAAB run."),
@@ -136,7 +167,7 @@ def init_probe(
     typer.echo(f"wrote {', '.join(sorted(frames))} to {out}")
 
 
-@app.command()
+@command
 def lengths(
     out: Path = typer.Option(..., help="Folder for lengths.parquet (e.g. runs/study/lengths/dbpedia)."),
     data: str = typer.Option("bundled-dbpedia", help="Data set: bundled-dbpedia, bundled-pubmed, or dbpedia:DIR / pubmed:DIR with local files."),
@@ -153,7 +184,7 @@ def lengths(
     typer.echo(f"wrote {len(df)} lengths to {out / 'lengths.parquet'}")
 
 
-@app.command()
+@command
 def domains(out: Path = typer.Option(Path("data/domains"), help="Folder for <domain>.jsonl and domains_manifest.json."),
             max_chars: int = typer.Option(150_000, help="Characters per domain at most.")) -> None:
     """Build the offline real-text domains for zero-shot perplexity (see runners/training/domains.py)."""
@@ -164,7 +195,7 @@ def domains(out: Path = typer.Option(Path("data/domains"), help="Folder for <dom
         typer.echo(f"{name}: {d['documents']} documents, {d['characters']} characters")
 
 
-@app.command()
+@command
 def mofa(
     out: Path = typer.Option(..., help="Run tree: OUT/seed<S>/ratio-<sfx>-<sig>."),
     seeds: str = typer.Option("1,2", help="Comma list of seeds."),
@@ -187,7 +218,7 @@ def mofa(
     commands.mofa(out=out, seeds=seeds, sigmoid_heads=sigmoid_heads, domains_dir=domains_dir, preset=preset, steps=steps, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head, d_model=d_model, concat_scope=concat_scope, separator=separator, sigmoid_bias=sigmoid_bias, device=device, threads=threads, echo=typer.echo)
 
 
-@app.command()
+@command
 def regime(
     run: list[Path] = typer.Argument(..., help="A run directory with its final checkpoint (MoFA GPT or SAAB encoder), "
                                                "or pretrained checkpoints: transformers folders, folders holding a "
@@ -290,7 +321,7 @@ CAPTURE_OPTIONS = {  # python -m runners capture: declared here so that the comm
 }
 
 
-@app.command()
+@command
 def capture(
     model: Path = CAPTURE_OPTIONS["model"],
     records: Path = CAPTURE_OPTIONS["records"],
@@ -349,7 +380,7 @@ def capture(
                                           gpus_per_node=gpus_per_node))
 
 
-@app.command()
+@command
 def demo(out: Path = typer.Option(Path("data/demo_run"), help="Where to write the demo run tree."),
          threads: int = typer.Option(2, help="torch CPU threads.")) -> None:
     """Regenerate the recorded demo run: tiny preset, baseline + SAAB, seed 1001, bundled DBpedia-format data.
@@ -376,7 +407,7 @@ def demo_study(out: Path = typer.Option(Path("data/demo_study"), help="Where to 
     commands.demo_study(out=out, seeds=seeds, threads=threads, echo=typer.echo)
 
 
-@app.command()
+@command
 def overhead(
     out: Path = typer.Option(..., help="Folder for overhead_raw.parquet, overhead_summary.parquet, overhead.json."),
     preset: str = typer.Option("paper", help="Model dimensions from this preset."),
@@ -404,7 +435,7 @@ def overhead(
     typer.echo(s[["variant", "mode", "length", "mean_latency_ms", "latency_change_pct"]].to_string(index=False))
 
 
-@app.command()
+@command
 def bundled(out: Path = typer.Option(Path("data"), help="Output folder."),
             check: bool = typer.Option(False, help="Rebuild in a temporary folder and compare bytes.")) -> None:
     """Build the bundled docstring corpora (see runners/bundled.py)."""

@@ -271,6 +271,26 @@ def _fail(message: str, code: int = 2):
     raise SystemExit(code)
 
 
+# what an interrupted command leaves that its rerun keeps (runners/__main__.py's commands by name)
+KEPT_ON_INTERRUPT = {
+    "saab": "each run resumes from its last checkpoint and complete runs are skipped",
+    "sweep": "each run resumes from its last checkpoint and complete runs are skipped",
+    "capture": "finished capture shards are kept",
+    "mofa": "complete runs of the same settings are kept and each run resumes from its last checkpoint",
+    "regime": "operating points already written are kept",
+}
+
+
+def interrupted(command: str | None) -> None:
+    """Ctrl-C of a runners command: one line saying what is kept and the command that goes on, exit 130."""
+    import shlex
+
+    kept = KEPT_ON_INTERRUPT.get(command or "", "nothing of this command is half-written (every file is written "
+                                                "whole or not at all)")
+    again = "python -m runners " + shlex.join(sys.argv[1:]) if len(sys.argv) > 1 else "the same command"
+    _fail(f"interrupted: {kept}; to go on, run again: {again}", 130)
+
+
 @contextlib.contextmanager
 def one_line_errors():
     """What the runners CLI does with an exception: a user error (:class:`RoutestatsError`), a missing
@@ -288,8 +308,7 @@ def one_line_errors():
     except OSError as exc:  # permissions, a full disk, a vanished file
         _fail(f"error: {(exc.filename + ': ') if getattr(exc, 'filename', None) else ''}{exc.strerror or exc}")
     except KeyboardInterrupt:
-        _fail("interrupted: rerun the same command to go on (training, sweeps and MoFA resume from their last "
-              "checkpoint, complete runs are skipped, finished capture shards are kept)", 130)
+        interrupted(sys.argv[1] if len(sys.argv) > 1 else None)
     except Exception as exc:  # a bug: still one line
         if os.environ.get("ROUTESTATS_DEBUG"):
             raise

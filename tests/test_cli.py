@@ -269,3 +269,13 @@ def test_the_command_line_runs_blas_on_one_thread_unless_the_user_chose(given, e
         env["OPENBLAS_NUM_THREADS"] = given
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
     assert (out[0], out[1], int(out[2])) == expect
+
+
+@pytest.mark.parametrize("program", [["routestats"], ["runners"]])
+def test_both_command_lines_say_their_version(program):
+    """`routestats --version` was "No such option"; both command lines print their name and the package's version."""
+    import routestats
+
+    cmd = [sys.executable, "-m", "routestats.cli"] if program == ["routestats"] else [sys.executable, "-m", "runners"]
+    res = subprocess.run([*cmd, "--version"], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip() == f"{program[0]} {routestats.__version__}", res.stderr

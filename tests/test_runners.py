@@ -676,3 +676,30 @@ def test_bias_off_and_demo_never_replace_a_folder_with_other_files(smoke_study, 
     with pytest.raises(RoutestatsError, match="holds files no run there wrote"):
         demo(out=mine, threads=1, echo=print)  # was: shutil.rmtree(out) before training
     assert (mine / "thesis.tex").read_text() == "mine"
+
+
+def test_ctrl_c_of_training_says_what_is_kept_and_how_to_go_on(tmp_path):
+    """Issue [same-inputs]: Ctrl-C of `python -m runners saab` exited 130 with no word (typer turns a KeyboardInterrupt
+    leaving a command into a silent exit). Interrupted mid-training, it now ends in one line: what is kept, and the
+    command to run again; the checkpoints written so far are there."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "pair"
+    cmd = [sys.executable, "-m", "runners", "saab", "--preset", "tiny", "--seed", "3", "--out", str(out), "--threads", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    seen = ""
+    deadline = time.monotonic() + 240
+    while "run 1 of 2" not in seen and time.monotonic() < deadline:  # training has begun
+        seen += proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=120)
+    lines = (seen + rest).strip().splitlines()
+    assert proc.returncode == 130
+    assert lines[-1].startswith("interrupted: each run resumes from its last checkpoint and complete runs are skipped; "
+                                "to go on, run again: python -m runners saab --preset tiny --seed 3 --out "), lines[-3:]
+    assert list((out / "baseline" / "checkpoints").glob("step_*.pt"))
