@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import textwrap
 
+from routestats.usage import printable
+
 __all__ = ["cell_text", "fit_columns", "long_format", "print_tables", "runs_text"]
 
 
 def cell_text(v) -> str:
-    """One value as the terminal tables show it (floats to 4 significant digits, exponent kept)."""
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    """One value as the terminal tables show it (floats to 4 significant digits, exponent kept; control characters of
+    text read from a run directory escaped, :func:`routestats.usage.printable`)."""
+    return f"{v:.4g}" if isinstance(v, float) else printable(v)
 
 
 def fit_columns(headers: list[str], rows: list[list[str]], numeric: list[bool], width: int) -> list[int] | None:
@@ -84,7 +87,8 @@ def print_tables(frames: list) -> None:
 
     con = Console()
     for title, df in frames:
-        headers = [str(c) for c in df.columns]
+        title = printable(title) if title else title
+        headers = [printable(c) for c in df.columns]
         rows = [[cell_text(v) for v in row] for row in df.itertuples(index=False)]
         numeric = [df[c].dtype.kind in "fiu" or (len(df) > 0 and not any(ch.isalpha() for r in rows for ch in r[i]))
                    for i, c in enumerate(df.columns)]  # numbers, or numbers formatted as text ("[0.1, 0.2]", "< 0.001")
@@ -121,10 +125,11 @@ def runs_text(title: str, runs, note: str = "", width: int = 78) -> str:
     def given(v) -> bool:  # a factor another run of the tree has (NaN here) or a None value: left out
         return v is not None and not (isinstance(v, float) and v != v)
 
-    out = [title]
+    out = [printable(title)]
     fixed = ("run_id", "study", "seed", "examples", "steps", "final forms", "init", "pretrained")
     for r in runs.to_dict(orient="records"):
-        factors = " ".join(f"{k}={v}" for k, v in r.items() if k not in fixed and given(v))
+        r = {k: printable(v) if isinstance(v, str) else v for k, v in r.items()}  # ids, studies, factors: untrusted
+        factors = " ".join(f"{printable(k)}={v}" for k, v in r.items() if k not in fixed and given(v))
         seed = (f"seed {r['seed']}" if given(r["seed"]) else
                 "pretrained (no seed)" if r["pretrained"] else "no seed")
         steps = f"steps {r['steps']} (final: {r['final forms']})" if r["steps"] else "no attention stored"
@@ -132,6 +137,6 @@ def runs_text(title: str, runs, note: str = "", width: int = 78) -> str:
         out += ["", r["run_id"]] + [textwrap.fill(line, width=width, initial_indent="  ", subsequent_indent="    ",
                                                   break_on_hyphens=False) for line in (detail, factors) if line]
     if note:
-        out += ["", textwrap.fill(note, width=width, break_on_hyphens=False)]
+        out += ["", textwrap.fill(printable(note), width=width, break_on_hyphens=False)]
     return "\n".join(out)
 

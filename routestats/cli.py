@@ -124,7 +124,9 @@ def one_blas_thread() -> bool:
 
 
 def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
+    from routestats.usage import printable  # a run id or path in the message may hold terminal escapes
+
+    typer.echo(f"error: {printable(msg)}", err=True)
     raise typer.Exit(code=2)
 
 
@@ -192,15 +194,17 @@ def print_tables(frames: list) -> None:
 @contextmanager
 def _progress():
     """``say(label)``: a spinner on a terminal, plain time-stamped lines on stderr otherwise."""
+    from routestats.usage import printable  # labels name run ids
+
     if sys.stderr.isatty():
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True) as bar:
             task = bar.add_task("loading", total=None)
-            yield lambda label: bar.update(task, description=label)
+            yield lambda label: bar.update(task, description=printable(label))
         return
     t0 = time.monotonic()
-    yield lambda label: typer.echo(f"[{time.monotonic() - t0:6.1f} s] {label}", err=True)
+    yield lambda label: typer.echo(f"[{time.monotonic() - t0:6.1f} s] {printable(label)}", err=True)
 
 
 @command
@@ -459,8 +463,10 @@ def plan(
     check_output(out, force, [pilot])
     with _progress() as say:
         rep = build_plan_report(pilot, q, s, progress=say)
+    from routestats.usage import printable
+
     for line in rep.headline + rep.findings:
-        typer.echo(textwrap.fill(line, width=100))
+        typer.echo(textwrap.fill(printable(line), width=100))
     import reports
 
     for name, p in reports.write(rep, out, formats, force=force, inputs=[pilot]).items():
@@ -509,9 +515,11 @@ def regime(
         import shutil
 
         head, tables, tail = terminal_summary(rep, every, min(100, shutil.get_terminal_size((100, 24)).columns))
-        typer.echo("\n".join(head))
+        from routestats.usage import printable
+
+        typer.echo("\n".join(printable(line) for line in head))
         print_tables(tables)
-        typer.echo("\n".join(tail))
+        typer.echo("\n".join(printable(line) for line in tail))
     import reports
 
     for name, p in (reports.write(rep, out, formats, force=force, inputs=[source]) if out is not None else {}).items():

@@ -11,7 +11,27 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["run_app", "usage_line"]
+__all__ = ["printable", "run_app", "usage_line"]
+
+
+def printable(text) -> str:
+    """``text`` safe to print on a terminal: every control character (a run id or path read from an untrusted run
+    directory can hold ESC sequences that retitle the terminal or clear the screen) written as its escape.
+    Newlines are kept only where ``text`` is several lines the program itself joined; cells and ids have none.
+
+    >>> print(printable("run\\x1b]0;owned\\x07-1"))
+    run\\x1b]0;owned\\x07-1
+    >>> printable("seed 1 · Δ")
+    'seed 1 · Δ'
+    """
+    import unicodedata
+
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(ch if ch.isprintable() or ch == " " else
+                   (repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn")
+                    else ch) for ch in s)
 
 
 def usage_line(exc) -> str:

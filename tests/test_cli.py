@@ -279,3 +279,22 @@ def test_both_command_lines_say_their_version(program):
     cmd = [sys.executable, "-m", "routestats.cli"] if program == ["routestats"] else [sys.executable, "-m", "runners"]
     res = subprocess.run([*cmd, "--version"], capture_output=True, text=True)
     assert res.returncode == 0 and res.stdout.strip() == f"{program[0]} {routestats.__version__}", res.stderr
+
+
+def test_terminal_escapes_in_a_planted_run_id_are_printed_as_text(tmp_path):
+    """Issue [same-inputs]: a run id with terminal escapes (set the title, clear the screen) reached the terminal
+    through `info` and `summary`. Every command line output escapes control characters: no ESC or BEL byte is
+    printed, and the id is still shown, as its escapes."""
+    base, var = synthetic_pair(tmp_path / "pair", seed=1, n_examples=6)
+    evil = "evil\x1b]0;owned\x07\x1b[2J"
+    m = json.loads((base / "run.json").read_text())
+    m["run_id"] = evil
+    (base / "run.json").write_text(json.dumps(m))
+    for cmd in (["info", str(tmp_path / "pair")],
+                ["summary", str(tmp_path / "pair"), "--resamples", "50", "--permutations", "50"]):
+        res = subprocess.run([sys.executable, "-m", "routestats.cli", *cmd], capture_output=True, text=True,
+                             env={**__import__("os").environ, "COLUMNS": "200"})
+        out = res.stdout + res.stderr
+        assert "\x1b" not in out and "\x07" not in out, (cmd, out[:400])
+        if res.returncode == 0:
+            assert "evil\\x1b]0;owned\\x07\\x1b[2J" in out, (cmd, out[:400])
