@@ -14,6 +14,7 @@ Light on imports (no matplotlib), so that a report served from :mod:`reports.cac
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -113,8 +114,12 @@ def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
             raise RoutestatsError(f"{out}: holds files routestats did not write ({describe_paths(foreign)}); --force "
                                   "replaces only a report folder as routestats wrote it: move them or choose another "
                                   "folder")
-    for p in _stale(out):  # a dead writer's folder is cleaned by its marker: one naming a path outside refuses now
-        written_files(p)
+    for p in _stale(out):  # a dead writer's folder is removed only if it holds nothing else: refused before any work
+        foreign = stale_foreign(p)
+        if foreign:
+            raise RoutestatsError(f"{p}: a report writer that died left this folder, and it holds what that writer did "
+                                  f"not write ({describe_paths(foreign)}); move them out (or remove the folder "
+                                  "yourself), then run again")
     for src in inputs:
         src = Path(src).absolute()
         if src.exists() and (out == src or out.is_relative_to(src) or src.is_relative_to(out)) and not force:
@@ -155,18 +160,47 @@ def _stale(out: Path) -> list[Path]:
     return found
 
 
-def _clean_stale(out: Path) -> None:
-    """Temporary folders of report writers that died: one still being filled (no marker: everything in it
-    was written by that writer) is removed; one holding a replaced report (a marker) loses only what its
-    marker proves, and anything else is kept beside ``out``."""
-    for p in _stale(out):
-        if not os.path.lexists(p / MARKER):
-            shutil.rmtree(p, ignore_errors=True)
-            continue
-        from routestats.rundir.replace import remove_written
+# what a report writer puts in its folder before the marker: a folder without one holding anything else was not
+# (only) a report writer's
+_WRITER_SHAPE = re.compile(r"(report\.html|report\.md|claims\.csv|tables/[^/]+\.(csv|tex)|figures/[^/]+\.(png|pdf|svg))")
 
-        if remove_written(p, proven_files(p)):
-            p.rename(out.parent / f"{out.name}.kept-{p.name.rsplit('-', 1)[-1]}")
+
+def stale_foreign(folder: Path) -> list[str]:
+    """What a dead report writer's temporary ``folder`` holds that the writer did not write: with a marker, every
+    file the marker does not prove (:func:`foreign_files`; all of them when it proves nothing); without one (the
+    writer died while filling it), every file or link not of a report's own shape, and every link."""
+    folder = Path(folder)
+    if os.path.lexists(folder / MARKER):
+        foreign = foreign_files(folder)
+        return [f for f in files_under(folder) if f != MARKER] if foreign is None else foreign
+    return [f for f in files_under(folder) if (folder / f).is_symlink() or not _WRITER_SHAPE.fullmatch(f)]
+
+
+def _clean_stale(out: Path) -> None:
+    """Temporary folders of report writers that died are removed, each only when everything in it is what that
+    writer wrote (:func:`stale_foreign`, checked for every folder before any is touched; :func:`check_output`
+    refuses the others first, naming what they hold)."""
+    stale = _stale(out)
+    for p in stale:
+        foreign = stale_foreign(p)
+        if foreign:
+            raise RoutestatsError(f"{p}: a report writer that died left this folder, and it holds what that writer did "
+                                  f"not write ({describe_paths(foreign)}); move them out (or remove the folder "
+                                  "yourself), then run again")
+    from routestats.rundir.replace import prune_empty, remove_written
+
+    for p in stale:  # file by file, never a whole tree: what arrives meanwhile stays
+        if os.path.lexists(p / MARKER):
+            remove_written(p, proven_files(p))  # only files whose content still has the marker's hash
+            mine = [MARKER]
+        else:
+            mine = [f for f in files_under(p) if not (p / f).is_symlink() and _WRITER_SHAPE.fullmatch(f)]
+        for f in mine:
+            try:
+                (p / f).unlink()
+            except OSError:
+                pass
+        prune_empty(p)  # and the folder itself, when nothing arrived meanwhile
 
 
 def put_file(path: Path, data: str | bytes) -> None:

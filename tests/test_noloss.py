@@ -355,3 +355,34 @@ def test_a_killed_captures_partial_folder_neither_blocks_readers_nor_stays(tmp_p
     beside.mkdir()
     sweep_partials(tmp_path / "runs")
     assert not stale.exists() and beside.is_dir()
+
+
+@pytest.mark.parametrize("with_marker", [False, True])
+def test_a_dead_writers_folder_holding_a_users_file_is_refused_and_kept_whole(tmp_path, with_marker):
+    """Issue [same-inputs]: a dead report writer's partial folder holding a user's NOTES.txt: the first report failed
+    with "Directory not empty" after removing the marker, the second deleted the folder with the notes, exit 0.
+    Now nothing is removed unless every entry is one the dead writer wrote: refused before any change, naming the
+    file, twice over; once the notes are moved out, the folder goes and the report is written."""
+    import json
+
+    from routestats.rundir.atomic import sha256_file
+
+    out = tmp_path / "out"
+    stale = tmp_path / ".out.partial-999999999-abc"  # no such process
+    (stale / "figures").mkdir(parents=True)
+    (stale / "figures" / "answer.png").write_bytes(b"png")
+    (stale / "report.html").write_text("<p>old</p>")
+    if with_marker:  # a report the dead writer had finished (swapped aside)
+        files = {f: sha256_file(stale / f) for f in ("figures/answer.png", "report.html")}
+        (stale / ".routestats-report").write_text(json.dumps({"written_by": "routestats", "format": 2, "files": files}))
+    (stale / "NOTES.txt").write_text("my notes")
+    runner = CliRunner()
+    for _ in range(2):
+        r = runner.invoke(app, ["report", "data/demo_run", "-o", str(out), "--resamples", "100", "--permutations", "100"])
+        assert r.exit_code == 2 and "NOTES.txt" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+        assert (stale / "NOTES.txt").read_text() == "my notes" and (stale / "report.html").is_file()
+        assert (stale / ".routestats-report").is_file() == with_marker and not out.exists()
+    (stale / "NOTES.txt").rename(tmp_path / "NOTES.txt")
+    r = runner.invoke(app, ["report", "data/demo_run", "-o", str(out), "--resamples", "100", "--permutations", "100"])
+    assert r.exit_code == 0, r.output
+    assert not stale.exists() and (out / "report.html").is_file()
