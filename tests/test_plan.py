@@ -152,7 +152,7 @@ def test_every_plan_check_is_false_on_some_input():
     assert _mutated(rep, "plan", power_below=0.95)["plan_examples"] is False   # one fewer was enough
     assert _mutated(rep, "plan", floor_reachable=0.5)["plan_floor"] is False
     assert _mutated(rep, "plan", floor_below=0.001)["plan_floor"] is False
-    assert _mutated(rep, "plan", power_pilot=0.95)["pilot_power"] is False     # the wording's side of 0.8
+    assert _mutated(rep, "plan", power_pilot=np.nan)["pilot_power"] is False   # not simulated at the pilot's size
 
 
 def test_study_pilot_plans_seeds():
@@ -298,3 +298,18 @@ def test_the_floor_is_the_reports_own_smallest_p_at_any_permutations(permutation
     # the draws' plus-one rule: about 2/2^n + 1/(P + 1), not the larger of the two
     assert abs(signflip_floor_drawn(12, r.resamples, permutations, r.seed) - (2 / 2**12 + 1 / (permutations + 1))) \
         < 4 * np.sqrt(2 / 2**12 / permutations) + 1e-12
+
+
+def test_the_simulated_population_has_the_pilots_spread_as_the_report_states_it(monkeypatch):
+    """Issue [plan-2]: resampling the pilot's centred rows drew from a population whose SD is the ddof-0 SD, sqrt((m -
+    1)/m) of the SD the report prints (ddof 1): too few examples planned (5 % at m = 20). A pilot of -1 and +1 has
+    ddof-1 SD sqrt(2) (closed form); every simulated value must be 0.5 +- sqrt(2), the pilot's rows at that spread
+    shifted by the change, so the population's SD (ddof 0, two equally likely values) is sqrt(2)."""
+    import routestats.stats.power as power
+
+    seen = []
+    real = power.paired_inference
+    monkeypatch.setattr(power, "paired_inference", lambda cols, **kw: seen.append(np.array(cols)) or real(cols, **kw))
+    headline_power(np.array([[-1.0], [1.0]]), [0.5], 6, alpha=0.05, sims=50, permutations=99, resamples=99)
+    values = np.unique(np.concatenate([c.ravel() for c in seen]))
+    np.testing.assert_allclose(values, [0.5 - np.sqrt(2), 0.5 + np.sqrt(2)], rtol=0, atol=1e-12)

@@ -6,8 +6,9 @@ layers, is below the family's alpha and its percentile bootstrap interval lies o
 for a planned number of examples ``n`` and a true change ``delta`` per layer:
 
 1. the pilot's per-example differences (examples x layers) are centred on their layer means (the null it
-   carries), scaled by ``spread`` (1: the pilot's spread; :func:`upper_spread`: its upper confidence bound)
-   and shifted by ``delta``;
+   carries), scaled by ``spread`` times sqrt(m / (m - 1)) (so that the population resampled has the pilot's SD as
+   the report states it, ddof 1; ``spread`` 1: that SD; :func:`upper_spread`: its upper confidence bound) and
+   shifted by ``delta``;
 2. ``sims`` samples of ``n`` whole examples (rows: the layers' dependence is kept) are drawn with replacement;
 3. each is analysed with :func:`routestats.stats.inference.paired_inference` -- the report's procedure and
    settings, one shared draw of signs and resamples for all samples of one size -- and Holm over its layers;
@@ -164,7 +165,10 @@ def headline_power(pilot, delta, n: int, *, alpha: float, sims: int = 1000, spre
     if int(n) < 2 or int(sims) < 1 or not spread > 0:
         raise RoutestatsError(f"n >= 2, sims >= 1 and spread > 0 are needed, got {n}, {sims}, {spread}")
     n, sims, k = int(n), int(sims), x.shape[1]
-    base = (x - x.mean(axis=0)) * float(spread) + d
+    m = x.shape[0]
+    # resampling m centred rows draws from a population whose SD is the pilot's ddof-0 SD, sqrt((m - 1)/m) of the SD
+    # the report prints (ddof 1): 5 % too few examples planned at m = 20 before any noise. Rescaled to ddof 1.
+    base = (x - x.mean(axis=0)) * (float(spread) * math.sqrt(m / (m - 1))) + d
     rng = np.random.default_rng([int(r.seed if seed is None else seed), n])
     hits = np.zeros((sims, k), dtype=bool)
     chunk = max(1, MAX_SIM_VALUES // (n * k))

@@ -160,6 +160,8 @@ class PlanContext:
                "power_pilot": P.power_target(own) if own is not None else np.nan}
         plan = pd.DataFrame([row])
         plan["se_planned"] = np.sqrt(plan["power_planned"] * (1 - plan["power_planned"]) / q.sims)
+        plan["n_mc_error"] = _examples_per_se(by_n, n, float(plan["se_planned"].iloc[0]))
+        plan["se_pilot"] = np.sqrt(plan["power_pilot"] * (1 - plan["power_pilot"]) / q.sims)
         return plan, curve
 
     @functools.cached_property
@@ -207,6 +209,18 @@ class PlanContext:
         plan["uniform"] = bool(np.all(delta == delta[0]))
         plan["sims"] = q.sims
         return plan, curve
+
+
+def _examples_per_se(by_n: dict, n: int | None, se: float) -> float:
+    """How many examples one Monte Carlo standard error of the planned n's power is worth: the SE over the power
+    curve's slope between the largest size simulated at or below 0.8 n and n (NaN without such a size or slope).
+    "n - 1 gives less" is a difference within the noise when this is above 1."""
+    lower = [m for m in by_n if n is not None and m <= 0.8 * n]
+    if not lower:
+        return float("nan")
+    m = max(lower)
+    slope = (P.power_target(by_n[n]) - P.power_target(by_n[m])) / (n - m)
+    return se / slope if slope > 0 else float("nan")
 
 
 @section("examples", "Examples needed")
