@@ -276,3 +276,27 @@ def test_a_baseline_gap_within_two_standard_errors_is_a_tie():
     assert t["tie_tolerance"] == pytest.approx(0.008) and t["pattern"] == "Ordering reverses"
     # without the examples, the fixed 0.005: the same seed is no tie, and no rule matches its changes
     assert seed_table(summarise_deltas(ex)).iloc[0]["pattern"] != "Ordering reverses"
+
+
+def test_across_seed_tests_beyond_exact_enumeration(tree):
+    """Issue [plan-2]: a study of more than 16 seeds got no across-seed test at all ("exact enumeration is limited to
+    16") although the plan may recommend 17-28 seeds. Beyond 16 the sign-flip p is drawn (20,000 random patterns,
+    plus-one rule): it agrees with brute-force enumeration of all 2^18 = 262,144 patterns within Monte Carlo error
+    (4 SE), and the t-test is scipy's."""
+    rng = np.random.default_rng(3)
+    seeds, layers = 18, 3
+    mean = np.array([0.004, 0.0, -0.002])
+    x = mean + 0.01 * rng.standard_normal((seeds, layers))
+    deltas = pd.DataFrame([{"dataset": "d", "depth": 4, "seed": s, "layer": layer, "delta": x[s, layer]}
+                           for s in range(seeds) for layer in range(layers)])
+    out = across_seed_tests(deltas, condition=lambda d: np.ones(len(d), dtype=bool))
+    assert (out["signflip_draws"] == 20_000).all() and (out["n_seeds"] == 18).all()
+    signs = 1 - 2 * ((np.arange(2**seeds)[:, None] >> np.arange(seeds)) & 1)  # every pattern, as +1 / -1
+    for layer in range(layers):
+        stat = np.abs(signs @ x[:, layer])
+        exact = float(np.mean(stat >= abs(x[:, layer].sum()) - 1e-12))
+        got = float(out.loc[out["layer"] == layer, "p_signflip_exact"].iloc[0])
+        assert abs(got - exact) <= 4 * np.sqrt(exact * (1 - exact) / 20_000) + 1 / 20_001, (layer, got, exact)
+        t = stats.ttest_1samp(x[:, layer], 0.0)
+        assert float(out.loc[out["layer"] == layer, "p_t"].iloc[0]) == pytest.approx(t.pvalue, rel=1e-12)
+    assert out["min_attainable_p"].iloc[0] == pytest.approx(1 / 20_001)

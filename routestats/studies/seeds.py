@@ -32,7 +32,7 @@ from routestats.errors import RoutestatsError
 from routestats.settings import PatternRules, Resampling
 from routestats.rundir.collection import RunCollection
 from routestats.metrics.routing import profile_distance
-from routestats.stats.inference import cohen_dz, holm, percentile_ci, signflip_count
+from routestats.stats.inference import cohen_dz, holm, percentile_ci, signflip_count, signflip_floor
 from routestats.stats.ttest import paired_t
 
 __all__ = [
@@ -275,14 +275,18 @@ def dataset_table(deltas: pd.DataFrame) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------ across seeds
-def across_seed_tests(deltas: pd.DataFrame, condition=None, exact_max_seeds: int = 16) -> pd.DataFrame:
+def across_seed_tests(deltas: pd.DataFrame, condition=None, exact_max_seeds: int = 16,
+                      resampling: Resampling | None = None) -> pd.DataFrame:
     """Seed-level inference on per-seed deltas, per data set, depth and layer; Holm across layers.
 
     Unit = seed (initialisation): each seed contributes its mean per-example delta. Reports
-    the paired t-test (``scipy.stats.ttest_1samp`` on the deltas) and the exact two-sided
-    sign-flip p over all 2^n sign patterns (n <= ``exact_max_seeds``), with the smallest
-    attainable sign-flip p (2 / 2^n): with few seeds no result can reach 0.05.
+    the paired t-test (``scipy.stats.ttest_1samp`` on the deltas) and the two-sided sign-flip p: exact over all
+    2^n sign patterns up to ``exact_max_seeds`` seeds, beyond that over the ``resampling``'s permutations of random
+    patterns by the plus-one rule (``signflip_draws``: 0 exact, else the draws; a study of 17 or more seeds got no
+    across-seed test at all before), with the smallest attainable sign-flip p (2 / 2^n; 1/(P + 1) beyond exact
+    enumeration): with few seeds no result can reach 0.05.
     """
+    r = Resampling.of(resampling)
     d = deltas[reference_rows(deltas)] if condition is None else deltas[condition(deltas)]
     frames = []
     for (dataset, depth), grp in d.groupby(["dataset", "depth"], dropna=False):
@@ -293,17 +297,21 @@ def across_seed_tests(deltas: pd.DataFrame, condition=None, exact_max_seeds: int
         n, k = x.shape
         if n < 2:
             continue
-        if n > exact_max_seeds:
-            raise RoutestatsError(f"{n} seeds: exact enumeration is limited to {exact_max_seeds}")
-        bits = ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1).astype(np.uint8)
-        p_sf = signflip_count(x, bits) / 2**n
+        if n <= exact_max_seeds:
+            bits = ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1).astype(np.uint8)
+            p_sf, draws, floor = signflip_count(x, bits) / 2**n, 0, 2 / 2**n
+        else:  # random patterns, the plus-one rule (the report's sign-flip test, seed as the unit)
+            bits = np.random.default_rng(r.seed).integers(0, 2, size=(r.permutations, n), dtype=np.uint8)
+            p_sf = (signflip_count(x, bits) + 1) / (r.permutations + 1)
+            draws, floor = r.permutations, signflip_floor(n, r.permutations)[0]
         t = paired_t(x, labels=list(w.columns))
         frames.append(pd.DataFrame({
             "dataset": dataset, "depth": depth,
             "layer": list(w.columns), "n_seeds": n, "mean_delta": x.mean(axis=0), "sd_delta": x.std(axis=0, ddof=1),
             "dz": cohen_dz(x), "t": t.statistic, "df": t.df, "p_t": t.p_raw, "p_t_holm": t.p_adj,
             "ci_low_t": t.ci_low, "ci_high_t": t.ci_high,
-            "p_signflip_exact": p_sf, "p_signflip_holm": holm(p_sf), "min_attainable_p": 2 / 2**n,
+            "p_signflip_exact": p_sf, "p_signflip_holm": holm(p_sf), "min_attainable_p": floor,
+            "signflip_draws": draws,
         }))
     if not frames:
         raise RoutestatsError("across-seed inference needs at least 2 seeds in some data set and depth")

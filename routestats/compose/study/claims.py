@@ -54,7 +54,9 @@ def across_seed_claims(across: pd.DataFrame, alpha: float, conf: str) -> list[Cl
         out.append(Claim("seed_layer", f"{where}Layer {int(r['layer'])}: mean Δ over {int(r['n_seeds'])} seeds "
                          f"{signed(r['mean_delta'])} (SD {fmt_num(r['sd_delta'], scale_decimals(r['sd_delta']))}), "
                          f"per-layer {conf} t interval {ci_text(r['ci_low_t'], r['ci_high_t'])}, paired t p_Holm "
-                         f"{p_after(r['p_t_holm'])}, exact sign-flip p_Holm {p_after(r['p_signflip_holm'])} (smallest "
+                         f"{p_after(r['p_t_holm'])}, "
+                         + ("exact" if r.get("signflip_draws", 0) == 0 else f"{int(r['signflip_draws']):,}-draw")
+                         + f" sign-flip p_Holm {p_after(r['p_signflip_holm'])} (smallest "
                          f"attainable {floor_text(r['min_attainable_p'], r['min_attainable_p'])}).", "finding",
                          "across_seeds", (int(r["layer"]),),
                          requires=(Check("the row's numbers are defined", "mean_delta == mean_delta and "

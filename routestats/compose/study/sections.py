@@ -68,7 +68,8 @@ class StudyContext:
 
     @functools.cached_property
     def across_seeds(self) -> pd.DataFrame | None:
-        return _nonempty(across_seed_tests(self.deltas)) if self.n_ref_seeds >= 2 else None
+        return _nonempty(across_seed_tests(self.deltas, resampling=self.settings.resampling)) \
+            if self.n_ref_seeds >= 2 else None
 
     @functools.cached_property
     def hierarchical(self) -> pd.DataFrame | None:
@@ -161,8 +162,9 @@ def across_seeds_section(ctx: StudyContext) -> Section | None:
     ctx.say("across-seed inference")
     return _one(Table(
         "across_seeds", ctx.across_seeds, "Across-seed inference (unit = seed): per-seed mean Δ, paired t-test and exact "
-        "sign-flip test over all 2^n sign patterns, Holm over layers; the t interval is per layer (not adjusted for "
-        "multiplicity). The smallest attainable sign-flip p is 2/2^n.",
+        "sign-flip test over all 2^n sign patterns (beyond 16 seeds: random patterns, the plus-one rule), Holm over "
+        "layers; the t interval is per layer (not adjusted for multiplicity). The smallest attainable sign-flip p is "
+        "2/2^n.",
         (*ctx.group_columns, Column("Layer", "layer", "int"), Column("Seeds", "n_seeds", "int"),
          Column("Mean Δ", "mean_delta"), Column("SD", "sd_delta"), Column("d_z", "dz", "num", 2),
          Column("t", "t", "num", 2), Column(f"{ctx.conf} CI (t)", ("ci_low_t", "ci_high_t"), "ci"),
