@@ -105,7 +105,9 @@ def test_shape_early_share_and_length_sentences():
     eff = effects([0.1, 0.02], [0.001, 0.01], [0.05, 0.01], [0.15, 0.03])
     shape = pd.DataFrame({"test": ["sign-flip (centred profile)", "Hotelling T2"], "p": [0.0004, 0.001]})
     contrasts = pd.DataFrame({"contrast": ["L1 − L0"], "mean_diff": [-0.08], "ci_low": [-0.09], "ci_high": [-0.07]})
-    init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "share_at_init": [0.9, 1.2], "mean_diff": [0.01, -0.02],
+    init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "share_at_init": [0.9, 1.2],
+                         # layer 1's share interval lies above 100%: called beyond; layer 0's reaches into 0-100%
+                         "share_ci_low": [0.7, 1.05], "share_ci_high": [1.1, 1.4], "mean_diff": [0.01, -0.02],
                          "ci_low": [-0.01, -0.03], "ci_high": [0.03, -0.01], "p_holm": [0.2, 0.001],
                          "delta_init": [0.09, 0.12], "delta_final": [0.1, 0.1],
                          # Δ distinguishable from 0 at both steps in both layers: their shares are stated
@@ -124,9 +126,10 @@ def test_shape_early_share_and_length_sentences():
     # the contrast is a claim of its own, citing the contrasts table
     assert h[2] == "The largest layer contrast is L1 − L0 = −0.080 (per-contrast 95% interval [−0.090, −0.070])."
     # the early share as numbers (90%, 120%), the later change by its own decision rule, no mechanism named
-    assert h[3] == ("At step 1, the earliest stored step, the difference ranged from 90% to 120% of its final size "
-                    "in every layer (outside 0–100% in layer 1: there the early difference is larger than, or opposite to, the final "
-                    "one); from then to the end it shrank in layer 1 in size (p_Holm < 0.05).")
+    assert h[3] == ("At step 1, the earliest stored step, the difference was 90% to 120% of its final size in every "
+                    "layer (per-layer intervals from 70% to 140%); beyond 0–100% in layer 1, whose interval excludes "
+                    "that range: there the early difference is larger than, or opposite to, the final one; from then "
+                    "to the end it shrank in layer 1 in size (p_Holm < 0.05).")
     assert h[-2] == ("In 1 of 2 layers the per-example Δ is associated with evaluated length (Spearman ρ −0.70 in "
                      "layer 0; p_Holm < 0.05 over 2 layers, per-layer interval excluding 0, on 20 examples below the "
                      "cap; 12 at the cap are left out), so the mean Δ depends on this sample's lengths; an "
@@ -309,7 +312,8 @@ def test_direct_and_learned_parts_only_with_a_bias_off_run():
 def test_a_fall_that_deepened_grew_in_size_and_a_sign_change_is_a_reversal():
     # was: a fall from -0.066 to -0.227 was said to have "shrank" (read off the signed change, not the size)
     init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "delta_init": [-0.066, 0.05], "delta_final": [-0.227, -0.1],
-                         "share_at_init": [0.29, -0.5], "mean_diff": [-0.161, -0.15], "ci_low": [-0.2, -0.2],
+                         "share_at_init": [0.29, -0.5], "share_ci_low": [0.1, -0.9], "share_ci_high": [0.45, -0.2],
+                         "mean_diff": [-0.161, -0.15], "ci_low": [-0.2, -0.2],
                          "ci_high": [-0.12, -0.1], "p_holm": [0.001, 0.002],
                          # both ends distinguishable from 0 in both layers (layer 1: +0.05, then -0.1)
                          "p_holm_init": 0.001, "ci_low_init": [-0.09, 0.02], "ci_high_init": [-0.04, 0.08],
@@ -324,7 +328,8 @@ def test_an_early_share_needs_a_difference_at_both_steps_and_a_reversal_a_sign_a
     0 to +0.082 was said to have reversed. Layer 0: Δ 0 at the first step (interval [-0.01, 0.01]) and +0.082 at
     the end; layer 1: Δ indistinguishable from 0 at both steps. Neither gets a share; layer 0 grew."""
     init = pd.DataFrame({"layer": [0, 1], "step_init": 10, "delta_init": [-1e-6, 1e-5], "delta_final": [0.082, -1e-8],
-                         "share_at_init": [np.nan, np.nan], "mean_diff": [0.082, 0.0], "ci_low": [0.06, -0.01],
+                         "share_at_init": [np.nan, np.nan], "share_ci_low": np.nan, "share_ci_high": np.nan,
+                         "mean_diff": [0.082, 0.0], "ci_low": [0.06, -0.01],
                          "ci_high": [0.1, 0.01], "p_holm": [0.001, 0.9], "p_holm_init": [0.9, 0.8],
                          "ci_low_init": [-0.01, -0.01], "ci_high_init": [0.01, 0.01], "p_holm_final": [0.001, 0.9],
                          "ci_low_final": [0.06, -0.01], "ci_high_final": [0.1, 0.01]})
@@ -337,3 +342,22 @@ def test_an_early_share_needs_a_difference_at_both_steps_and_a_reversal_a_sign_a
     forged = early.evidence.assign(share_at_init=[-65396.0, np.nan])
     assert not replace(early, evidence=forged).holds
     assert not replace(early, evidence=early.evidence.assign(asserted=["reversed", "none"])).holds
+
+
+def test_a_share_outside_0_to_100_is_called_so_only_where_its_interval_excludes_that_range():
+    """Issue [true-words-3] 1: "ranged from 100% to 100% ... (outside 0–100% in layer 0 ...)" where the planted share is
+    100 % and the table's 100.3 % is noise; "outside" said of a layer planted the same at both steps. A share is
+    stated with its interval, and beyond 0–100 % only where the interval excludes it; the checks read the rows."""
+    base = dict(step_init=5, mean_diff=0.0, ci_low=-0.01, ci_high=0.01, p_holm=0.9, delta_init=0.1, delta_final=0.1,
+                p_holm_init=0.001, ci_low_init=0.05, ci_high_init=0.15, p_holm_final=0.001, ci_low_final=0.05,
+                ci_high_final=0.15)
+    init = pd.DataFrame([{**base, "layer": 0, "share_at_init": 1.003, "share_ci_low": 0.97, "share_ci_high": 1.04},
+                         {**base, "layer": 1, "share_at_init": -1.5, "share_ci_low": -2.1, "share_ci_high": -0.9}])
+    early = P.early_claims(init, 0.0125, 0)[0]
+    assert early.holds
+    assert "beyond 0–100% in layer 1, whose interval excludes that range" in early.sentence
+    assert "layer 0," not in early.sentence.split("beyond")[1]  # 100.3 % within its noise is not called beyond
+    # the gate reads the rows: a layer called beyond whose interval reaches into 0-100 %, or one left unnamed
+    assert not replace(early, evidence=early.evidence.assign(share_ci_low=[0.97, -2.1], share_ci_high=[1.04, 0.2])).holds
+    assert not replace(early, evidence=early.evidence.assign(share_ci_low=[1.01, -2.1])).holds
+    assert not replace(early, evidence=early.evidence.assign(share_ci_low=np.nan)).holds  # a share without interval

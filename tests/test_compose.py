@@ -95,6 +95,7 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     withheld(design(sink, first_named=10))
     # the early share: layer 1 shrank (p 0.001, CI [-0.03, -0.01]); its p raised to 0.4 it did not
     init = pd.DataFrame({"layer": [0, 1], "step_init": [1, 1], "share_at_init": [0.9, 1.2], "mean_diff": [0.01, -0.02],
+                         "share_ci_low": [0.7, 1.05], "share_ci_high": [1.1, 1.4],
                          "ci_low": [-0.01, -0.03], "ci_high": [0.03, -0.01], "p_holm": [0.2, 0.001],
                          "delta_init": [0.09, 0.12], "delta_final": [0.1, 0.1], "p_holm_init": 0.001,
                          "ci_low_init": [0.05, 0.08], "ci_high_init": [0.13, 0.16], "p_holm_final": 0.001,
@@ -102,7 +103,8 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     early, needs = P.early_claims(init, 0.05, 0)
     assert early.holds
     withheld(rows(early, p_holm={1: 0.4}))
-    withheld(rows(early, share_at_init=0.5))  # no share outside 0-100% any more
+    withheld(rows(early, share_ci_low={1: 0.95}))  # layer 1's interval reaches into 0-100%: not beyond any more
+    withheld(rows(early, share_ci_high={0: -0.1}))  # layer 0's interval now excludes 0-100%, and it is not named
     withheld(rows(early, p_holm_init={0: 0.3}))  # a share stated where the first step's Δ is not told from 0
     withheld(rows(early, ci_low_final={1: -0.01}))  # ... or the final one's
     withheld(design(needs, bias_off_runs=1))

@@ -29,28 +29,35 @@ SINK = 0.3  # a layer whose first key holds this share of the attention has an a
 MAX_LAYER_FINDINGS = 12  # beyond, the findings quote the largest and smallest change and point at the table
 
 
-def _early_share(init: pd.DataFrame, alpha: float) -> tuple[str, Check]:
-    """The sentence's first part: the stated shares (``share_at_init`` where it is not empty), and its check."""
+def _early_share(init: pd.DataFrame, alpha: float) -> tuple[str, tuple[Check, ...], pd.Series]:
+    """The sentence's first part: the stated shares (``share_at_init`` where it is not empty) with their intervals,
+    the layers whose interval lies beyond 0-100 % named as such; its checks, and which rows it calls beyond
+    (the ``beyond`` column of the claim's evidence). A share outside 0-100 % whose interval reaches into that range
+    is noise around it ("100.3 %" of a share planted at 100 %) and is not called beyond."""
     s0 = int(init["step_init"].iloc[0])
     stated = init[init["share_at_init"].notna()]
     share = stated["share_at_init"]
     pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
+    beyond = (init["share_ci_high"] < 0) | (init["share_ci_low"] > 1)
+    checks = (Check("a share is stated only with its interval", "share_ci_low == share_ci_low and "
+                    "share_ci_high == share_ci_high", "share_at_init == share_at_init"),
+              Check("beyond 0–100% only where the interval excludes that range", "share_ci_high < 0 or share_ci_low > 1",
+                    "beyond"),
+              Check("every layer whose interval excludes 0–100% is named", "not (share_ci_high < 0 or share_ci_low > 1)",
+                    "share_at_init == share_at_init and not beyond"))
     if not len(stated):
         return (f"At step {s0}, the earliest stored step, Δ is distinguishable from 0 at both that step and the end "
                 f"(p_Holm < {alpha:.3g}) in no layer, so no share of the final difference is stated",
-                Check("no share stated", "share_at_init != share_at_init"))
+                (Check("no share stated", "share_at_init != share_at_init"),), beyond)
     where = "in every layer" if len(stated) == len(init) else f"in {layers_phrase(stated['layer'])}"
-    if ((share >= 0) & (share <= 1)).all():
-        return (f"At step {s0}, the earliest stored step, the difference was already {pct(share.min())}–"
-                f"{pct(share.max())} of its final size {where}",
-                Check("every stated share within 0–100%", "share_at_init >= 0 and share_at_init <= 1",
-                      "share_at_init == share_at_init"))
-    out = stated[(share < 0) | (share > 1)]
-    return (f"At step {s0}, the earliest stored step, the difference ranged from {pct(share.min())} to "
-            f"{pct(share.max())} of its final size {where} (outside 0–100% in {layers_phrase(out['layer'])}: there the early "
-            "difference is larger than, or opposite to, the final one)",
-            Check("some share outside 0–100%", "share_at_init < 0 or share_at_init > 1", "share_at_init == share_at_init",
-                  every="any"))
+    span = f"{pct(share.min())}" if share.min() == share.max() else f"{pct(share.min())} to {pct(share.max())}"
+    text = (f"At step {s0}, the earliest stored step, the difference was {span} of its final size {where} (per-layer "
+            f"intervals from {pct(stated['share_ci_low'].min())} to {pct(stated['share_ci_high'].max())})")
+    out = init[beyond]
+    if len(out):
+        text += (f"; beyond 0–100% in {layers_phrase(out['layer'])}, whose interval excludes that range: there the "
+                 "early difference is larger than, or opposite to, the final one")
+    return text, checks, beyond
 
 
 def shape_claims(shape: pd.DataFrame, contrasts: pd.DataFrame | None, alpha: float, conf: str) -> list[Claim]:
@@ -178,7 +185,7 @@ def early_claims(init: pd.DataFrame, alpha: float, bias_off_runs: int) -> list[C
     a = repr(float(alpha))
     decided = f"p_holm < {a} and (ci_low > 0 or ci_high < 0)"
     at_init = f"p_holm_init < {a} and (ci_low_init > 0 or ci_high_init < 0)"
-    text, within = _early_share(init, alpha)
+    text, within, beyond = _early_share(init, alpha)
     # grew / shrank in size: the change from the earliest step to the end; reversed only where Δ was
     # distinguishable from 0 at the earliest step with the other sign
     sig = init[(init["p_holm"] < alpha) & ((init["ci_low"] > 0) | (init["ci_high"] < 0))]
@@ -194,10 +201,10 @@ def early_claims(init: pd.DataFrame, alpha: float, bias_off_runs: int) -> list[C
     text += ("; from then to the end it " + ", ".join(bits[:-1]) + (" and " if len(bits) > 1 else "") + bits[-1]
              + f" in size (p_Holm < {alpha:.3g})") if bits else \
         "; the change from then to the end reaches p_Holm < " + f"{alpha:.3g} in no layer"
-    evidence = init.assign(asserted=[said.get(int(x), "none") for x in init["layer"]])
+    evidence = init.assign(asserted=[said.get(int(x), "none") for x in init["layer"]], beyond=beyond.to_numpy())
     same_or_noise = f"(delta_init * delta_final >= 0 or not ({at_init}))"
     out = [Claim("early_share", text + ".", "headline", "init_vs_final", rows_of(init),
-                 requires=(within,
+                 requires=(*within,
                            Check("a share only where Δ is distinguishable from 0 at both steps",
                                  f"{at_init} and p_holm_final < {a} and (ci_low_final > 0 or ci_high_final < 0)",
                                  "share_at_init == share_at_init"),

@@ -72,7 +72,32 @@ def init_vs_final(ctx) -> pd.DataFrame | None:
     res.insert(3, "delta_init", D0.mean().to_numpy())
     res.insert(4, "delta_final", D.mean().to_numpy())
     res.insert(5, "share_at_init", res["delta_init"] / res["delta_final"])
+    lo, hi = share_interval(D0.to_numpy(), D.to_numpy(), s.resampling)
+    res.insert(6, "share_ci_low", lo)
+    res.insert(7, "share_ci_high", hi)
     return res
+
+
+def share_interval(early: np.ndarray, final: np.ndarray, r) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, the percentile bootstrap interval of mean(early) / mean(final) over the examples (rows): the
+    shared mode's resample counts of these examples and seed (the draws the paired tables already made: no new
+    random work), each resample's ratio of weighted means; resamples whose final mean is 0 are left out. A share
+    is stated only with this interval, and "outside 0-100 %" only where it excludes that range."""
+    from routestats.stats.inference import bootstrap_count_chunks, percentile_ci
+
+    n = len(final)
+    ratios = []
+    for cnt in bootstrap_count_chunks(n, r.resamples, r.seed):
+        c = cnt.astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios.append((c @ early) / (c @ final))
+    q = np.concatenate(ratios) if ratios else np.empty((0, early.shape[1]))
+    lo, hi = np.full(q.shape[1], np.nan), np.full(q.shape[1], np.nan)
+    for j in range(q.shape[1]):
+        v = q[np.isfinite(q[:, j]), j]
+        if v.size:
+            lo[j], hi[j] = percentile_ci(v, r.confidence)
+    return lo, hi
 
 
 def running_mean(ex: pd.DataFrame) -> pd.DataFrame:

@@ -335,15 +335,18 @@ def init_vs_final_section(ctx: PairContext) -> Section | None:
     decided = lambda end: (ctx.early[f"p_holm_{end}"] < a) & ((ctx.early[f"ci_low_{end}"] > 0)  # noqa: E731
                                                               | (ctx.early[f"ci_high_{end}"] < 0))
     # a share of the final Δ only where Δ is distinguishable from 0 at both ends: elsewhere it is a ratio of noise
-    f = ctx.early.assign(share_at_init=ctx.early["share_at_init"].where(decided("init") & decided("final")))
+    both = decided("init") & decided("final")
+    f = ctx.early.assign(**{c: ctx.early[c].where(both) for c in ("share_at_init", "share_ci_low", "share_ci_high")})
     conf = pct(ctx.settings.confidence)
     t = ctx.table("init_vs_final", f, f"What was there at the start: Δ SFM at step {int(f['step_init'].iloc[0])} (the "
                   f"earliest stored step) and at step {int(f['step_final'].iloc[0])}, on the same examples; the change "
                   f"Δ_final − Δ_init per example with its per-layer {conf} bootstrap CI and sign-flip p (Holm over layers); "
                   f"the share at init is Δ init / Δ final where Δ is distinguishable from 0 at both steps (p_Holm < "
-                  f"{a:.3g}, the α share of this headline family, and its interval excluding 0), else empty.",
+                  f"{a:.3g}, the α share of this headline family, and its interval excluding 0), else empty, with "
+                  f"its {conf} percentile bootstrap interval (the paired tables' resamples of these examples).",
                   (Column("Layer", "layer", "int"), Column("Δ init", "delta_init"), Column("Δ final", "delta_final"),
-                   Column("Share at init", "share_at_init", "num", 2), Column("Change", "mean_diff"),
+                   Column("Share at init", "share_at_init", "num", 2),
+                   Column(f"{conf} CI (share)", ("share_ci_low", "share_ci_high"), "ci"), Column("Change", "mean_diff"),
                    Column(f"{conf} CI", ("ci_low", "ci_high"), "ci"), Column("p (Holm)", "p_holm", "p")))
     return Section(tables=(t,),
                    claims=tuple(early_claims(f, a, ctx.bias_off_runs)))
