@@ -94,6 +94,12 @@ def test_a_mofa_rerun_keeps_a_run_of_its_settings_and_refuses_one_of_others(tmp_
     with pytest.raises(RoutestatsError, match=r"a complete run made with other settings \(steps 3 here vs 2 there\)"):
         train_mofa_run(tmp_path / "r", **kw, tc=MoFATrain(steps=3, batch_size=2))
     assert (run / "run.json").read_bytes() == before
+    # issue [same-inputs]: a domain whose content changed under the same name was "complete with these settings;
+    # kept"; the run records its domains' SHA-256 and the rerun is refused, naming them
+    edited = {"prose": ["An entirely different text about other things. " * 20]}
+    with pytest.raises(RoutestatsError, match=r"a complete run made with other settings \(domains "):
+        train_mofa_run(tmp_path / "r", **{**kw, "domains": edited}, tc=MoFATrain(steps=2, batch_size=2))
+    assert (run / "run.json").read_bytes() == before
 
 
 def test_usage_errors_of_both_command_lines_are_one_line_and_exit_2(capsys):

@@ -202,3 +202,28 @@ def test_regime_cli_on_a_transformers_folder(tmp_path, capsys):
     for bad, needle in ((["--layers", "0", "--depths", "3"], "not both"), (["--layers", "2"], "layer 2 is out of range")):
         code, text = run_cli(["regime", tmp_path / "gpt2", *bad, "--prompts", prompts, "--out", tmp_path / "x"], capsys)
         assert code == 2 and needle in the_error(text)
+
+
+def test_a_prompts_file_edited_under_the_same_path_makes_other_points(tmp_path, capsys):
+    """Issue [same-inputs]: `runners regime` kept example 0's operating point from a prompts file edited under the same
+    path (the index held the path, not the content). The index now holds the prompts' SHA-256: the rerun with the
+    edited file is refused naming it (--force replaces the points), the same file under another path is kept."""
+    from tests.tiny_models import save_tiny
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the city council met on tuesday\n\nthe final vote was postponed\n")
+    folder = save_tiny("gpt2", tmp_path / "gpt2", prompts.read_text().split())
+    out = tmp_path / "ops"
+    args = ["regime", folder, "--layers", "0", "--examples", "0", "--out", out, "--lattice", "20", "--threads", "1"]
+    assert run_cli([*args, "--prompts", prompts], capsys)[0] == 0
+    before = json.loads((out / "operators" / "index.json").read_text())["points"]
+    moved = tmp_path / "elsewhere.txt"
+    moved.write_text(prompts.read_text())
+    code, text = run_cli([*args, "--prompts", moved], capsys)  # the same content under another path: kept
+    assert code == 0 and json.loads((out / "operators" / "index.json").read_text())["points"] == before, text
+    prompts.write_text("an entirely different first prompt here\n\nthe final vote was postponed\n")
+    code, text = run_cli([*args, "--prompts", prompts], capsys)
+    assert code == 2 and "other content of domain_file" in the_error(text), text
+    assert run_cli([*args, "--prompts", prompts, "--force"], capsys)[0] == 0
+    after = json.loads((out / "operators" / "index.json").read_text())["points"]
+    assert after[0]["sha256"] != before[0]["sha256"]  # the point was built again, from the new prompt

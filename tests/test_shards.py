@@ -167,3 +167,35 @@ def test_a_fifo_or_link_as_the_shards_identity_is_refused_not_waited_on(llama, t
     (work / "shards.json").symlink_to("/dev/zero")
     with pytest.raises(rs.RoutestatsError, match="holds the shards of another capture"):
         capture_in_shards(llama, RECORDS, tmp_path / "out", shards=2, conditions=CONDS[:1], cap=24)
+
+
+def test_a_shard_is_kept_only_if_the_same_model_made_it(llama, tmp_path):
+    """Issue [same-inputs]: a shard proved its records and options, not the model. (1) Weights replaced in the
+    --model folder between a killed sharded capture and its rerun: the old weights' shard was merged; now the rerun
+    is refused, naming the model's content. (2) A shard another model of the same architecture made (same records,
+    options and tokenizer), planted in this capture's work folder: was merged silently; now recaptured, so the
+    merged runs equal one capture by this model alone."""
+    import shutil
+
+    kw = dict(conditions=CONDS[:1], cap=24)
+    other = save_tiny("llama", tmp_path / "other", TEXTS, seed=1)  # same architecture and tokenizer, other weights
+    model = tmp_path / "model"
+    shutil.copytree(llama, model)
+    with pytest.raises(rs.RoutestatsError, match="killed"):
+        capture_in_shards(model, RECORDS, tmp_path / "out", shards=2, launcher=FailingOnce("shard-1"), **kw)
+    shutil.copy(other / "model.safetensors", model / "model.safetensors")  # new weights, same path
+    with pytest.raises(rs.RoutestatsError, match=r"another capture \(the model's content \(weights, config or "
+                                                 r"tokenizer files\) differ\)"):
+        capture_in_shards(model, RECORDS, tmp_path / "out", shards=2, **kw)
+    # (2): the other model's finished shard-0 swapped into a fresh capture of `llama`
+    with pytest.raises(rs.RoutestatsError, match="killed"):
+        capture_in_shards(other, RECORDS, tmp_path / "b", shards=2, launcher=FailingOnce("shard-1"), **kw)
+    with pytest.raises(rs.RoutestatsError, match="killed"):
+        capture_in_shards(llama, RECORDS, tmp_path / "a", shards=2, launcher=FailingOnce("shard-1"), **kw)
+    shutil.rmtree(tmp_path / ".a.capture-shards" / "shard-0")
+    shutil.copytree(tmp_path / ".b.capture-shards" / "shard-0", tmp_path / ".a.capture-shards" / "shard-0")
+    said = []
+    capture_in_shards(llama, RECORDS, tmp_path / "a", shards=2, echo=said.append, **kw)
+    assert said == ["shards: 2 captured, 0 already complete; merging"]  # the planted shard was not kept
+    capture_runs(load_model(llama), RECORDS, tmp_path / "whole", **kw)
+    assert_same_tables(tables(tmp_path / "whole"), tables(tmp_path / "a"))

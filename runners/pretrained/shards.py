@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from routestats.errors import RoutestatsError
+from routestats.rundir.identity import content_sha256
 
 from runners.launch import Job, SequentialLauncher
 from runners.pretrained.capture import capture_runs, check_destination, plan_for
@@ -60,11 +61,12 @@ SHARD = "shard.json"  # in each shard folder: its slice (first record, count, th
 
 
 def capture_shard(model: str, records: list, out: str, conditions: Sequence[Condition], options: CaptureOptions,
-                  threads: int = 1, first: int = 0) -> str:
+                  threads: int = 1, first: int = 0, model_sha: str | None = None) -> str:
     """One shard's job: ``records`` (the slice from record ``first``) captured into ``out/<condition>``
-    ("captured"), or "skipped" when its runs are complete and its ``shard.json`` proves the same slice, conditions
-    and options. A shard folder that proves anything else (another slice, other options, swapped in) is
-    recaptured, never kept."""
+    ("captured"), or "skipped" when its runs are complete and its ``shard.json`` proves the same model (the content
+    of its folder: weights, config, tokenizer files; ``model_sha``, else computed here), slice, conditions and
+    options. A shard folder that proves anything else (another model of the same architecture, weights replaced
+    under the same path, another slice, other options, swapped in) is recaptured, never kept."""
     import torch
 
     from routestats.rundir.atomic import write_json_atomic
@@ -73,7 +75,8 @@ def capture_shard(model: str, records: list, out: str, conditions: Sequence[Cond
     from runners.pretrained.load import load_model
 
     names = [c.name for c in conditions]
-    folder, want = Path(out), slice_identity(records, conditions, options, first)
+    model_sha = model_sha or content_sha256(model)
+    folder, want = Path(out), slice_identity(records, conditions, options, first, model_sha)
     try:
         same = read_json(folder / SHARD, 1 << 20) == want
     except (OSError, RoutestatsError):
@@ -100,16 +103,19 @@ def _records_sha(records) -> str:
     return hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
 
 
-def slice_identity(records, conditions: Sequence[Condition], options: CaptureOptions, first: int) -> dict:
-    """What a shard folder must prove to be kept: its first record, count, the records' SHA-256, the conditions
-    and the options."""
-    return {"first": int(first), "count": len(records), "records": _records_sha(records),
+def slice_identity(records, conditions: Sequence[Condition], options: CaptureOptions, first: int,
+                   model_sha: str) -> dict:
+    """What a shard folder must prove to be kept: the model's content (:func:`routestats.rundir.identity.
+    content_sha256` of its folder or file), its first record, count, the records' SHA-256, the conditions and the
+    options."""
+    return {"model": model_sha, "first": int(first), "count": len(records), "records": _records_sha(records),
             "options": _options(conditions, options)}
 
 
-def _identity(model, records, conditions: Sequence[Condition], options: CaptureOptions, shards: int) -> dict:
-    return {"model": str(Path(model).resolve()), "shards": shards, "records": _records_sha(records),
-            "options": _options(conditions, options)}
+def _identity(model, model_sha: str, records, conditions: Sequence[Condition], options: CaptureOptions,
+              shards: int) -> dict:
+    return {"model": str(Path(model).resolve()), "model_sha256": model_sha, "shards": shards,
+            "records": _records_sha(records), "options": _options(conditions, options)}
 
 
 def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=None, force: bool = False,
@@ -130,10 +136,11 @@ def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=No
     bounds = shard_bounds(len(records), shards)
     check_destination(out, names, force)
     work = out.parent / f".{out.name}.capture-shards"
-    claim_work_folder(work, _identity(model, records, conditions, options, shards))
+    model_sha = content_sha256(model)  # the model by its content: another model's shards are never merged
+    claim_work_folder(work, _identity(model, model_sha, records, conditions, options, shards))
     jobs = [Job(f"shard-{i}", capture_shard, dict(model=str(model), records=records[a:b], out=str(work / f"shard-{i}"),
                                                   conditions=conditions, options=options, threads=threads,
-                                                  first=a))
+                                                  first=a, model_sha=model_sha))
             for i, (a, b) in enumerate(bounds)]
     results = (launcher or SequentialLauncher()).run(jobs)
     bad = [r for r in results if not r.ok]
@@ -171,12 +178,15 @@ def claim_work_folder(work: Path, spec: dict) -> None:
         write_json_atomic(work / SPEC, spec)
         return
     try:
-        same = read_json(work / SPEC, 1 << 20) == spec  # a regular file, bounded: no FIFO, device or link
-    except (OSError, ValueError):
-        same = False
-    if not same:
-        raise RoutestatsError(f"{work}: holds the shards of another capture (other model, records or options); "
-                              "remove it to start this one")
+        old = read_json(work / SPEC, 1 << 20)  # a regular file, bounded: no FIFO, device or link
+    except (OSError, ValueError, RoutestatsError):
+        old = None
+    if old != spec:
+        names = {"model": "the model's path", "model_sha256": "the model's content (weights, config or tokenizer "
+                 "files)", "records": "the records", "options": "the options", "shards": "the number of shards"}
+        what = [names.get(k, k) for k in spec if not isinstance(old, dict) or old.get(k) != spec[k]]
+        raise RoutestatsError(f"{work}: holds the shards of another capture ({', '.join(what) or 'unreadable'} "
+                              "differ); remove it to start this one")
 
 
 def check_shard_runs(loaded, records: Sequence, work: Path, bounds, conditions: Sequence[Condition],

@@ -90,9 +90,12 @@ def kept_points(folder: Path, ck_sha: str, settings: dict, force: bool = False) 
                               f"{', '.join(sorted(keys))}); remove it, or write the operators elsewhere (--out)")
     if old.get("checkpoint_sha256") != ck_sha or old.get("settings") != settings:
         if points and not force:
+            from routestats.rundir.identity import changed_inputs
+
             theirs = old.get("settings") if isinstance(old.get("settings"), dict) else {}
             diffs = [f"{k} {settings.get(k)} here vs {theirs.get(k)} there" for k in sorted(set(settings) | set(theirs))
-                     if settings.get(k) != theirs.get(k)]
+                     if settings.get(k) != theirs.get(k) and k != "inputs"]
+            diffs += [f"other content of {name}" for name in changed_inputs(theirs.get("inputs"), settings["inputs"])]
             from routestats.numbers import counted
 
             if old.get("checkpoint_sha256") != ck_sha:
@@ -294,8 +297,14 @@ def write_operators(run_dir: Path, layers: Sequence[int] | None, examples: Seque
     base = Path(out) if out is not None else run_dir
     folder = base / S.OPERATOR_DIR
     idx_path = folder / S.OPERATOR_INDEX
+    from routestats.rundir.identity import input_identity
+
+    # the prompts by their content, never their path: a prompts file edited under the same path makes other points
+    # (a SAAB run's prompts are its examples, proved by its manifest, tokenised with the study's tokenizer)
+    tokenizer = None if is_pretrained(run_dir) else run_dir.parent / "tokenizer.json"
     settings = {"lattice": lattice, "eps_rel": eps_rel, "seed": seed, "max_tokens": max_tokens,
-                "domain_file": str(domain_file) if domain_file else None}
+                "inputs": input_identity(domain_file=domain_file, tokenizer=tokenizer,
+                                         model_files=run_dir if is_pretrained(run_dir) else None)}
     index = {"version": INDEX_VERSION, "model_kind": kind, "n_layers": n_layers, "checkpoint": ck_name,
              "checkpoint_sha256": ck_sha, "settings": settings, "points": []}
     if idx_path.is_file():

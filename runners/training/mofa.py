@@ -13,6 +13,7 @@ starts from bit-identical tensors, and the data order depends on the seed only.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -191,11 +192,13 @@ def train_mofa_run(out: Path, *, cfg: GPTConfig, train_text: Sequence[str], doma
     what differs otherwise (:func:`runners.training.train.check_same_settings`): never silently kept or replaced.
     """
     out = Path(out)
+    inputs = domain_identity(domains, train_text)
     if (out / S.MANIFEST).is_file():
         from runners.training.train import check_same_settings
 
+        # the domain texts by content: a domain file edited under the same name makes other scores
         check_same_settings(out, {"model": asdict(cfg), "training": {**asdict(tc), "betas": list(tc.betas)},
-                                  "seed": seed})
+                                  "seed": seed, "inputs": inputs})
         return out
     dev = pick_device(device)
     seed_everything(seed)
@@ -232,7 +235,14 @@ def train_mofa_run(out: Path, *, cfg: GPTConfig, train_text: Sequence[str], doma
     return w.finalize(model=asdict(cfg), training={**asdict(tc), "betas": list(tc.betas)},
                       dataset={"train_tokens": int(data.size), "domains": {d: len(v) for d, v in domains.items()},
                                "tokenizer": "utf-8 bytes"},
-                      software=software_versions(("torch",)))
+                      software=software_versions(("torch",)), inputs=inputs)
+
+
+def domain_identity(domains: dict, train_text) -> dict:
+    """SHA-256 of each domain's documents and of the training text, as read (the content a run's scores rest on,
+    whatever files or names they came from): what a rerun must match to keep a complete run."""
+    digest = lambda docs: hashlib.sha256(json.dumps(list(docs), ensure_ascii=False).encode()).hexdigest()  # noqa: E731
+    return {"domains": {d: digest(v) for d, v in sorted(domains.items())}, "train_text": digest(train_text)}
 
 
 def _train_steps(model, data, order, tc: MoFATrain, dev, on_step) -> list[dict]:

@@ -348,19 +348,28 @@ def train_run(run_dir: Path, *, prep: Prepared, preset: Preset, condition: Condi
 def check_same_settings(run_dir: Path, wanted: dict) -> None:
     """A complete run is reused only when it was made with ``wanted`` (its manifest's sections of those names);
     otherwise refused in one line naming the first settings that differ (it is never silently kept or replaced)."""
-    try:
-        have = json.loads((run_dir / S.MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RoutestatsError(f"{run_dir}: its {S.MANIFEST} cannot be read ({exc}); remove the folder to retrain") from None
-    norm = lambda x: json.loads(json.dumps(x, sort_keys=True, default=str))  # noqa: E731  (tuples as lists)
+    from routestats.rundir.manifest import read_json
+
+    try:  # a regular file, bounded in size and depth: a link to a 300 MB file was read whole and echoed
+        have = read_json(run_dir / S.MANIFEST)
+    except (OSError, ValueError, RoutestatsError) as exc:
+        raise RoutestatsError(f"{run_dir}: its {S.MANIFEST} cannot be read ({str(exc)[:200]}); remove the folder to "
+                              "retrain") from None
+
+    def norm(x):  # tuples as lists; a value quoted in the message at most 80 characters
+        return json.loads(json.dumps(x, sort_keys=True, default=str))
+
+    def short(x):
+        text = json.dumps(norm(x), sort_keys=True, ensure_ascii=False)
+        return text if len(text) <= 80 else text[:77] + "..."
     diffs = []
     for section, want in wanted.items():
         got = have.get(section) if isinstance(have, dict) else None
         if isinstance(want, dict) and isinstance(got, dict):
-            diffs += [f"{k} {norm(want.get(k))} here vs {norm(got.get(k))} there" for k in sorted(set(want) | set(got))
+            diffs += [f"{k} {short(want.get(k))} here vs {short(got.get(k))} there" for k in sorted(set(want) | set(got))
                       if norm(want.get(k)) != norm(got.get(k))]
         elif norm(want) != norm(got):
-            diffs.append(f"{section} {norm(want)} here vs {norm(got)} there")
+            diffs.append(f"{section} {short(want)} here vs {short(got)} there")
     if diffs:
         more = f" and {len(diffs) - 2} more" if len(diffs) > 2 else ""
         raise RoutestatsError(f"{run_dir}: a complete run made with other settings ({'; '.join(diffs[:2])}{more}); "
