@@ -21,6 +21,8 @@ CHILD = """
 import json, os, sys, time
 os.environ["ROUTESTATS_CACHE"] = "off"
 os.environ["ROUTESTATS_FIGURE_WORKERS"] = "1"
+if hasattr(__import__("routestats.cli").cli, "one_blas_thread"):  # as the command line sets it, before numpy loads
+    __import__("routestats.cli").cli.one_blas_thread()
 t0 = time.process_time()
 import routestats.cli, routestats.analysis, routestats.compose.pair.build, reports, reports.drawing, reports.render
 phases = [["imports", time.process_time() - t0]]
