@@ -379,12 +379,26 @@ def judge_row(row: pd.Series, tables: dict, sc: Scenario, examples: pd.DataFrame
             if truth != np.sign(r["mean_diff"]):
                 v.problems.append(f"the contrast's interval excludes 0 on the side the planted effects do not ({truth:+g})")
     elif kind == "length_adjusted" and rows is not None:
+        bins = tables.get("length_bins")
+
+        def bin_signs(k):  # the signs of layer k's mean Δ over the length bins, shortest first, read from the table
+            t = bins[bins["layer"] == k].sort_values("bin") if bins is not None else None
+            return [] if t is None else [float(np.sign(x)) for x in t["mean_delta"]]
+
         for word, sign in (("larger", 1), ("smaller", -1)):
             m = re.search(rf"\|Δ\| is {word} in longer examples in (layers? [\d–, and]+)", s)
             for k in layer_list(m.group(1).split(" ", 1)[1]) if m else []:
                 r = rows[rows["layer"] == k].iloc[0]
                 if np.sign(r["slope_per_10"] * r["delta_at_reference"]) != sign:
                     v.problems.append(f"|Δ| said {word} with length in layer {k}; its slope and Δ say otherwise")
+                if len(set(bin_signs(k))) != 1:
+                    v.problems.append(f"|Δ| said {word} in layer {k}, whose Δ changes sign across the length bins")
+        for m in re.finditer(r"in (layers? [\d–, and]+) Δ turns from ([+−]) to ([+−])", s):
+            for k in layer_list(m.group(1).split(" ", 1)[1]):
+                signs = bin_signs(k)
+                said = [1.0 if m.group(2) == "+" else -1.0, 1.0 if m.group(3) == "+" else -1.0]
+                if not signs or [signs[0], signs[-1]] != said:
+                    v.problems.append(f"Δ said to turn {m.group(2)} to {m.group(3)} in layer {k}; its bins say {signs}")
         named = [k for g in LAYERS.findall(s) for k in layer_list(g)]
         if any(sc.effect[k] == 0 for k in named):
             v.judged_by_truth = True

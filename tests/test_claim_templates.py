@@ -50,7 +50,7 @@ def pair(t, n_examples=32, alpha=0.05, rho=0.5, conf="95%", pretrained=False, wi
     out.append(P.scope_claim(pretrained, within_study, n_examples))
     assoc = t.get("length_association")
     out += P.censoring_claims(censored, assoc is not None and assoc["capped"].iloc[0] == "exclude")
-    out += P.length_claims(assoc, t.get("length_adjusted"), alpha)
+    out += P.length_claims(assoc, t.get("length_adjusted"), alpha, bins=t.get("length_bins"))
     out += profile_claims(t["highest_layer"]) if "highest_layer" in t else []
     return ranked(out, P.CLAIM_ORDER)
 
@@ -118,8 +118,10 @@ def test_shape_early_share_and_length_sentences():
                           "n_capped": [12, 12]})
     adj = pd.DataFrame({"layer": [0, 1], "reference_length": [48.0, 48.0], "delta_at_reference": [0.05, 0.3],
                         "slope_per_10": [-0.012, 0.5]})
+    # layer 0's mean Δ is positive in every length quartile (shortest to longest: 0.08, 0.06, 0.05, 0.03)
+    bins = pd.DataFrame({"bin": [0, 1, 2, 3], "layer": 0, "mean_delta": [0.08, 0.06, 0.05, 0.03]})
     c = pair(report(effects=eff, profile_shape=shape, layer_contrasts=contrasts, init_vs_final=init,
-                    length_association=assoc, length_adjusted=adj),
+                    length_association=assoc, length_adjusted=adj, length_bins=bins),
              censored={"n_capped": 12, "n": 32, "cap": 64})
     h = printed(c)
     assert h[1] == "The change differs across layers (profile-shape sign-flip p < 0.001)."
@@ -361,3 +363,22 @@ def test_a_share_outside_0_to_100_is_called_so_only_where_its_interval_excludes_
     assert not replace(early, evidence=early.evidence.assign(share_ci_low=[0.97, -2.1], share_ci_high=[1.04, 0.2])).holds
     assert not replace(early, evidence=early.evidence.assign(share_ci_low=[1.01, -2.1])).holds
     assert not replace(early, evidence=early.evidence.assign(share_ci_low=np.nan)).holds  # a share without interval
+
+
+def test_a_length_association_whose_sign_turns_is_said_as_a_turn_not_as_a_smaller_size():
+    """Issue [true-words-3] 2: "|Δ| is smaller in longer examples in layers 1 and 2" where layer 1's Δ goes from
+    +0.087 to -0.093 across the length bins: |Δ| hid the sign. |Δ| is said only where Δ keeps one sign in every
+    bin; a turn is said as a turn; the checks read the bins' signs in the claim's rows."""
+    assoc = pd.DataFrame({"layer": [1, 2], "n": 40, "rho": [-0.6, -0.5], "ci_low": [-0.8, -0.7], "ci_high": [-0.4, -0.3],
+                          "p_adj": [0.001, 0.002], "capped": "exclude", "n_capped": 0})
+    adj = pd.DataFrame({"layer": [1, 2], "reference_length": 30.0, "delta_at_reference": [0.01, 0.05],
+                        "slope_per_10": [-0.04, -0.01]})
+    bins = pd.DataFrame({"bin": [0, 1, 2, 3] * 2, "layer": [1] * 4 + [2] * 4,
+                         "mean_delta": [0.087, 0.03, -0.02, -0.093, 0.08, 0.06, 0.05, 0.03]})
+    la = P.length_claims(assoc, adj, 0.05, bins=bins)[1]
+    assert la.holds
+    assert la.sentence.endswith(": in layer 1 Δ turns from + to − as examples grow (length bins from shortest to "
+                                "longest); |Δ| is smaller in longer examples in layer 2."), la.sentence
+    # the checks read the rows: a turn said of a layer of one sign, or |Δ| of a layer that turns, is withheld
+    assert not replace(la, evidence=la.evidence.assign(one_sign=True)).holds
+    assert not replace(la, evidence=la.evidence.assign(one_sign=False)).holds

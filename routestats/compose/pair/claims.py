@@ -251,7 +251,32 @@ def censoring_claims(cens: dict | None, left_out: bool, table: str = "lengths") 
                   design={"n_capped": k, "n": n})]
 
 
-def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: float, families: int = 1) -> list[Claim]:
+def _bin_signs(bins: pd.DataFrame | None, layers) -> pd.DataFrame:
+    """Per layer, the signs of the mean Δ of its equal-count length bins from the shortest to the longest
+    (``bin_signs``: "+, +, −") and whether they are one sign (``one_sign``; a bin whose mean is exactly 0 breaks it)."""
+    rows = []
+    for layer in layers:
+        t = bins[bins["layer"] == layer].sort_values("bin") if bins is not None and len(bins) else None
+        signs = [] if t is None else ["+" if v > 0 else "−" if v < 0 else "0" for v in t["mean_delta"]]
+        rows.append({"layer": layer, "bin_signs": ", ".join(signs),
+                     "one_sign": bool(signs) and len(set(signs)) == 1 and signs[0] != "0"})
+    return pd.DataFrame(rows)
+
+
+def _length_words(r) -> str:
+    """What one layer's length-adjusted row says: |Δ| larger or smaller in longer examples where Δ keeps one sign in
+    every length bin, else how its sign turns (|Δ| would hide it); nothing without the bins."""
+    if not r["bin_signs"]:
+        return ""
+    if r["one_sign"]:
+        return "larger" if r["slope_per_10"] * r["delta_at_reference"] > 0 else "smaller"
+    signs = r["bin_signs"].split(", ")
+    turns = sum(a != b for a, b in zip(signs, signs[1:]))
+    return f"turns from {signs[0]} to {signs[-1]}" if turns == 1 else f"changes sign ({r['bin_signs']})"
+
+
+def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: float, families: int = 1,
+                  bins: pd.DataFrame | None = None) -> list[Claim]:
     """The length association, named in the layers whose Spearman ρ reaches p_Holm < ``alpha`` (Holm over the
     layers; ``alpha`` this family's share of the headline's error rate) with its interval excluding 0,
     whatever their signs (both signs are said as such: a dependence, not a contradiction)."""
@@ -279,16 +304,28 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
                            Check("at least 8 examples", "n >= 8")), evidence=strong)]
     if adjusted is not None and len(adjusted):
         a = adjusted[adjusted["layer"].isin(strong["layer"])]
-        toward = a["slope_per_10"] * a["delta_at_reference"]  # > 0: |Δ| larger in longer examples
-        size = "; ".join(f"|Δ| is {word} in longer examples in {layers_phrase(g['layer'])}"
-                         for word, g in (("larger", a[toward > 0]), ("smaller", a[toward < 0])) if len(g))
+        # |Δ| only where Δ keeps one sign in every length bin; where it turns, the turn is said (|Δ| hid a Δ going
+        # from +0.087 to -0.093 as "smaller in longer examples")
+        a = a.merge(_bin_signs(bins, list(a["layer"])), on="layer", how="left")
+        a = a.assign(asserted=[_length_words(r) for _, r in a.iterrows()])
+        parts = []
+        for word in [w for w in dict.fromkeys(a["asserted"]) if w]:
+            where = layers_phrase(a.loc[a["asserted"] == word, "layer"])
+            parts.append(f"|Δ| is {word} in longer examples in {where}" if word in ("larger", "smaller") else
+                         f"in {where} Δ {word} as examples grow (length bins from shortest to longest)")
         out.append(Claim("length_adjusted", f"At the median length of those examples "
                          f"({a['reference_length'].iloc[0]:g} tokens) Δ is {span(a['delta_at_reference'])} in "
                          f"{layers_phrase(a['layer'])}, changing by {span(a['slope_per_10'])} per 10 tokens"
-                         + (f": {size}." if size else "."),
+                         + (f": {'; '.join(parts)}." if parts else "."),
                          "headline", "length_adjusted", rows_of(a), evidence=a,
                          requires=(Check("a length association was found in these layers", "rows >= 1",
-                                         on="design"),)))
+                                         on="design"),
+                                   Check("|Δ| larger: one sign in every length bin, slope on Δ's side",
+                                         "one_sign and slope_per_10 * delta_at_reference > 0", "asserted == 'larger'"),
+                                   Check("|Δ| smaller: one sign in every length bin, slope against Δ",
+                                         "one_sign and slope_per_10 * delta_at_reference < 0", "asserted == 'smaller'"),
+                                   Check("a turn said only where the bins' signs differ", "not one_sign",
+                                         "asserted != 'larger' and asserted != 'smaller'"))))
     return out
 
 

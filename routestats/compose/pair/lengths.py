@@ -93,4 +93,4 @@ def lengths_section(ctx: PairContext) -> Section | None:
                    figures=(ctx.figure("lengths", "lengths", examples=per_ex),),
                    claims=tuple(censoring_claims(c, left_out)
                                 + length_claims(assoc, frames["length_adjusted"], ctx.family_alpha,
-                                                len(ctx.headline_families))))
+                                                len(ctx.headline_families), frames["length_bins"])))
