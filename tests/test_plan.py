@@ -8,6 +8,8 @@ from statsmodels' multipletests and the claim's rule written out here.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -141,7 +143,7 @@ def _mutated(rep: Report, table: str, **values) -> dict:
             ev = c.evidence.copy()
             for col, v in values.items():
                 ev[col] = v
-            out[c.kind] = type(c)(**{**c.__dict__, "evidence": ev}).holds
+            out[c.kind] = replace(c, evidence=ev).holds  # a new claim: its checks are evaluated afresh
     return out
 
 

@@ -302,6 +302,7 @@ def write_operators(run_dir: Path, layers: Sequence[int] | None, examples: Seque
     # the prompts by their content, never their path: a prompts file edited under the same path makes other points
     # (a SAAB run's prompts are its examples, proved by its manifest, tokenised with the study's tokenizer)
     tokenizer = None if is_pretrained(run_dir) else run_dir.parent / "tokenizer.json"
+    tokenizer = tokenizer if tokenizer is not None and tokenizer.is_file() else None  # a MoFA GPT reads bytes
     settings = {"lattice": lattice, "eps_rel": eps_rel, "seed": seed, "max_tokens": max_tokens,
                 "inputs": input_identity(domain_file=domain_file, tokenizer=tokenizer,
                                          model_files=run_dir if is_pretrained(run_dir) else None)}

@@ -56,7 +56,7 @@ class PlanQuestion:
     >>> PlanQuestion(delta=0.01, power=1.2)
     Traceback (most recent call last):
     ...
-    routestats.errors.RoutestatsError: power must lie strictly between 0 and 1, got 1.2
+    routestats.errors.RoutestatsError: --power must lie strictly between 0 and 1, got 1.2
     """
 
     delta: float | tuple = 0.01
