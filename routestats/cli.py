@@ -20,6 +20,7 @@ import typer
 
 from routestats.table_names import table_help
 from routestats.settings import AnalysisSettings
+from routestats.usage import version_option
 
 D = AnalysisSettings()  # the one set of defaults; options left out take these
 app = typer.Typer(
@@ -30,19 +31,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain click help: rich's help renderer alone costs ~0.1 s CPU per --help
 )
 
-def _version(value: bool) -> None:
-    if value:
-        from routestats import __version__
-
-        typer.echo(f"routestats {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
-    """Statistics of attention routing in paired Transformer runs."""
-
+version_option(app, "routestats")
 
 # Options shared by the analysis commands (one definition each; defaults from AnalysisSettings).
 RESAMPLES = typer.Option(None, help=f"Bootstrap resamples [default: {D.resamples}].")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["printable", "run_app", "usage_line"]
+__all__ = ["printable", "run_app", "usage_line", "version_option"]
 
 
 def printable(text) -> str:
@@ -85,3 +85,21 @@ def _click_errors() -> tuple:
     mro = {c.__name__: c for c in typer.BadParameter.__mro__}
     return mro["UsageError"], mro["ClickException"], getattr(sys.modules[mro["UsageError"].__module__],
                                                               "NoArgsIsHelpError", ())
+
+
+def version_option(app, name: str) -> None:
+    """Give the Typer ``app`` a ``--version`` option that prints ``name`` and the package's version (both command
+    lines: ``routestats --version``, ``python -m runners --version``); the app keeps its own help text."""
+    import typer
+
+    def show(value: bool) -> None:
+        if value:
+            from routestats import __version__
+
+            typer.echo(f"{name} {__version__}")
+            raise typer.Exit()
+
+    @app.callback(help=app.info.help)
+    def _options(version: bool = typer.Option(False, "--version", callback=show, is_eager=True,
+                                              help="Print the version and exit.")) -> None:
+        pass

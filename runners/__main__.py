@@ -15,6 +15,7 @@ from typing import Optional
 
 import typer
 
+from routestats.usage import version_option
 from runners.threads import set_threads
 
 THREADS_HELP = ("torch CPU threads (default: the cores the 1-minute load leaves free; a count that oversubscribes a "
@@ -26,18 +27,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Train paired Transformer runs and write them as routestats run directories.")
 
 
-def _version(value: bool) -> None:
-    if value:
-        from routestats import __version__
-
-        typer.echo(f"runners {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
-    """Train paired Transformer runs and write them as routestats run directories."""
+version_option(app, "runners")
 
 
 def command(fn):
