@@ -14,7 +14,7 @@ Entry points (imported lazily, so ``import reports`` is cheap)::
 
 from __future__ import annotations
 
-__all__ = ["write", "to_latex", "to_markdown", "table_text"]
+__all__ = ["write", "publish", "to_latex", "to_markdown", "table_text"]
 
 
 def _notebook(kind: str):
@@ -70,3 +70,12 @@ def write(report, out, formats=("html", "latex"), **kw):
     from reports.render import render
 
     return render(report, out, formats, **kw)
+
+
+def publish(compute, out, inputs, settings: dict, formats=("html", "latex"), figures=None, force: bool = False,
+            progress=None, notice=None) -> dict:
+    """The report folder ``out``, from the report cache when nothing it depends on changed, else ``compute(progress)``
+    written and cached: what ``routestats report`` calls (:func:`reports.cache.publish`)."""
+    from reports.cache import publish as _publish
+
+    return _publish(compute, out, inputs, settings, formats, figures, force, progress, notice)

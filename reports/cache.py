@@ -37,7 +37,7 @@ from pathlib import Path
 from routestats.rundir.replace import process_alive
 from routestats.rundir.verify import cache_dir, file_stamp, seal
 
-__all__ = ["KEEP", "report_key", "lookup", "store", "enabled", "CacheSkipped"]
+__all__ = ["KEEP", "report_key", "lookup", "store", "enabled", "CacheSkipped", "publish"]
 
 KEEP = 8  # report folders kept in the cache
 _LIBRARIES = ("numpy", "pandas", "scipy", "pyarrow", "statsmodels", "matplotlib", "jinja2")
@@ -233,3 +233,43 @@ def store(key: str, out: Path, written: dict) -> None:
             shutil.rmtree(old, ignore_errors=True)
     except (OSError, ValueError):
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def publish(compute, out, inputs, settings: dict, formats, figures=None, force: bool = False,
+            progress=None, notice=None) -> dict:
+    """The report folder ``out`` of ``inputs`` under ``settings``: a copy of the cached one when every file under the
+    inputs, the settings, the formats and the code are unchanged (:func:`report_key`), else ``compute(progress)``
+    (a :class:`routestats.report.Report`) written (:func:`reports.render.render`) and filed in the cache when no
+    input changed while it was made. The one call a command makes: whether the cache holds the report is decided
+    here. ``out`` is checked before any work (:func:`reports.folder.check_output`); ``notice`` hears why the cache
+    was passed over. Returns name -> path of what was written.
+    """
+    from reports.folder import SourceUnreadable, check_output, copy_report
+    from reports.render import render
+
+    say = progress or (lambda label: None)
+    check_output(out, force, inputs)  # before the analysis, not after it
+    try:  # stats every file under the inputs: only when reports are cached at all
+        key = report_key(inputs, settings, formats, figures) if enabled() else None
+    except CacheSkipped as exc:
+        key = None
+        if notice is not None:
+            notice(f"note: {exc}")
+    hit = lookup(key) if key is not None else None
+    if hit is not None:
+        try:
+            written = copy_report(*hit, out, force=force, inputs=inputs)
+            say("inputs, settings and code unchanged: the report from the cache")
+            return written
+        except SourceUnreadable:  # evicted or damaged meanwhile: computed afresh
+            pass
+    rep = compute(say)
+
+    def keep(folder, files):  # only if nothing under the inputs changed while the report was made
+        try:
+            if key is not None and report_key(inputs, settings, formats, figures) == key:
+                store(key, folder, files)
+        except CacheSkipped:
+            pass
+
+    return render(rep, out, formats, progress=say, force=force, inputs=inputs, figures=figures, keep=keep)

@@ -250,47 +250,25 @@ def summary(
                                           baseline=baseline, skip_incomplete=skip_incomplete, study=study)))
 
 
-def _cached_report(key: str, out: Path, force: bool, inputs, say):
-    """The report from the cache when every file under the inputs, the settings and the code are unchanged."""
-    from reports import cache
-    from reports.folder import SourceUnreadable, copy_report
+def _analysis(path, s, init_probe, workers):
+    """The report's analysis as the renderer's cache asks for it (``compute(progress)``), with the process's memory
+    settings and the freed memory handed back before each stage."""
 
-    hit = cache.lookup(key)
-    if hit is None:
-        return None
-    try:
-        written = copy_report(*hit, out, force=force, inputs=inputs)
-    except SourceUnreadable:  # evicted or damaged meanwhile: computed afresh
-        return None
-    say("inputs, settings and code unchanged: the report from the cache")
-    return written
+    def compute(say):
+        from routestats.analysis import analyse  # (pandas, scipy): not needed for a report from the cache
+        from routestats.rundir.memory import release_unused_memory
 
+        tune_process_memory()
 
-def _fresh_report(path, s, out, formats, vector, force, inputs, init_probe, workers, key, say):
-    """Analyse and write the report folder; file it in the cache when no input changed meanwhile."""
-    import reports
-    from reports import cache
-    from routestats.analysis import analyse  # (pandas, scipy): not needed for a report from the cache
-    from routestats.rundir.memory import release_unused_memory
+        def stage(label):
+            """Hand back what the last stage freed before the next begins: the heap keeps freed blocks for reuse
+            within a stage (tune_process_memory), and the runs' metric frames are free by the figures."""
+            release_unused_memory()
+            say(label)
 
-    tune_process_memory()
+        return analyse(path, s, progress=stage, init_probe=init_probe, workers=workers)
 
-    def stage(label):
-        """Hand back what the last stage freed before the next begins: the heap keeps freed blocks for reuse
-        within a stage (tune_process_memory), and the runs' metric frames are free by the figures."""
-        release_unused_memory()
-        say(label)
-
-    rep = analyse(path, s, progress=stage, init_probe=init_probe, workers=workers)
-
-    def keep(folder, files):  # only if nothing under the inputs changed while the report was made
-        try:
-            if key is not None and cache.report_key(inputs, s.to_dict(), formats, vector) == key:
-                cache.store(key, folder, files)
-        except cache.CacheSkipped:
-            pass
-
-    return reports.write(rep, out, formats, progress=stage, force=force, inputs=inputs, figures=vector, keep=keep)
+    return compute
 
 
 @command
@@ -320,8 +298,7 @@ def report(
 
     A tree with several pairs gets a study report (seeds, sweeps, placement, shuffled control, depth, data sets,
     across-seed inference) before any per-pair parts."""
-    from reports import cache
-    from reports.folder import check_output
+    from reports import publish
 
     formats = _formats(format)
     vector = None
@@ -333,16 +310,9 @@ def report(
                   length_examples=length_examples, step=step, factor=factor, baseline=baseline, pairs=pairs,
                   skip_incomplete=skip_incomplete, study=study, flow=flow, word_example=word_example)
     inputs = [path] + ([init_probe] if init_probe is not None else [])
-    check_output(out, force, inputs)  # before the analysis, not after it
-    with _progress() as say:
-        try:  # stats every file under the inputs: only when reports are cached at all
-            key = cache.report_key(inputs, s.to_dict(), formats, vector) if cache.enabled() else None
-        except cache.CacheSkipped as exc:
-            key = None
-            typer.echo(f"note: {exc}", err=True)
-        written = _cached_report(key, out, force, inputs, say) if key is not None else None
-        if written is None:
-            written = _fresh_report(path, s, out, formats, vector, force, inputs, init_probe, workers, key, say)
+    with _progress() as say:  # the renderer decides whether its cache holds the report (one call)
+        written = publish(_analysis(path, s, init_probe, workers), out, inputs, s.to_dict(), formats, vector, force,
+                          progress=say, notice=lambda line: typer.echo(line, err=True))
     for name, p in written.items():
         typer.echo(f"{name}: {p}")
 

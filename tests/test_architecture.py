@@ -119,3 +119,17 @@ def test_the_checks_catch_a_false_page(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "PAGE", shrunk)
     with pytest.raises(AssertionError, match="routestats.rundir.replace"):
         test_renderer_imports_only_what_the_page_lists()
+
+
+def test_the_cli_asks_the_renderer_for_a_report_in_one_call():
+    """Issue [honest-gates] 4: the CLI ran the renderer's cache itself (check_output, report_key twice, copy_report,
+    store: three climbs per report). It now imports no module or function of the cache: reports.publish decides
+    whether the cache holds the report (an ast reading of routestats/cli.py)."""
+    import ast
+
+    tree = ast.parse((ROOT / "routestats" / "cli.py").read_text())
+    imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert not {m for m, _ in imported if m in ("reports.cache",)}, imported
+    assert not {a for m, a in imported if m == "reports" and a == "cache"}, imported
+    assert not {a for m, a in imported if a in ("copy_report", "report_key", "lookup", "store")}, imported
+    assert ("reports", "publish") in imported
