@@ -32,6 +32,7 @@ MARKER = ".routestats-report"
 
 
 MARKER_FORMAT = 2
+MAX_NAME_BYTES = 255 - len(".") - len(".partial-") - 7 - len("-") - 8  # a 7-digit pid, mkdtemp's 8 characters
 
 
 def _marker_text(folder: Path) -> str:
@@ -93,6 +94,10 @@ def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
     contain) an input run or tree unless ``force``, and its parent must be a writable folder.
     """
     out = Path(out).absolute()
+    if len(out.name.encode()) > MAX_NAME_BYTES:  # said now, not after the analysis naming a hidden folder
+        raise RoutestatsError(f"{out.name[:40]}...: the report folder's name is {len(out.name.encode())} bytes; at most "
+                              f"{MAX_NAME_BYTES} (its temporary sibling .NAME.partial-PID-XXXXXXXX must fit the "
+                              "file system's 255)")
     if out.is_file():
         raise RoutestatsError(f"{out}: is a file; -o names the report folder")
     if out.is_dir() and os.path.ismount(out):  # a report is swapped in as a whole folder: a mount point cannot be

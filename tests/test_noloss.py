@@ -386,3 +386,17 @@ def test_a_dead_writers_folder_holding_a_users_file_is_refused_and_kept_whole(tm
     r = runner.invoke(app, ["report", "data/demo_run", "-o", str(out), "--resamples", "100", "--permutations", "100"])
     assert r.exit_code == 0, r.output
     assert not stale.exists() and (out / "report.html").is_file()
+
+
+def test_an_output_name_too_long_for_its_temporary_sibling_is_refused_before_the_analysis(tmp_path):
+    """Issue [same-inputs]: a 240-character report name failed after the analysis, naming the hidden temporary
+    folder (.NAME.partial-PID-XXXXXXXX is over the file system's 255 bytes). Refused first, in one line."""
+    from reports.folder import MAX_NAME_BYTES
+
+    long = tmp_path / ("r" * 240)
+    r = CliRunner().invoke(app, ["report", "data/demo_run", "-o", str(long)])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "at most 229" in r.output, r.output
+    assert MAX_NAME_BYTES == 229 and not list(tmp_path.iterdir())
+    ok = tmp_path / ("r" * MAX_NAME_BYTES)  # the longest name allowed is written
+    r = CliRunner().invoke(app, ["report", "data/demo_run", "-o", str(ok), "--resamples", "100", "--permutations", "100"])
+    assert r.exit_code == 0 and (ok / "report.html").is_file(), r.output
