@@ -109,3 +109,25 @@ def test_evidence_levels_forest_and_disagreement(tree):  # noqa: F811
     assert "0.39–0.39 times as wide" in why
     two = disagreement(pd.concat([built, built.assign(layer=3)]), 3)
     assert len(two) == 3 and sum(x.startswith("Why") for x in two) == 1
+
+
+def test_no_report_page_scrolls_sideways_at_1280_px(tmp_path):
+    """Issue [same-inputs]: a study page (18 runs, 3 seeds) scrolled sideways at 1280 px. Each kind of report is
+    rendered and measured in Chromium: the page is never wider than the window (tables scroll in their own box).
+    The regime pages are measured in tests/test_regime_report.py."""
+    import reports
+    from routestats.compose.plan import PlanQuestion, build_plan_report
+    from tests.conftest import page_widths, synthetic_mofa_tree, synthetic_study_tree
+
+    chromium = need("chromium")
+    quick = dict(resamples=200, permutations=200)
+    synthetic_study_tree(tmp_path / "study")  # 3 seeds x 6 conditions: 18 runs
+    synthetic_mofa_tree(tmp_path / "mofa")
+    pages = {"pair": rs.analyse("data/demo_run", **quick), "study": rs.analyse(tmp_path / "study", **quick),
+             "mofa": rs.analyse(tmp_path / "mofa", **quick),
+             "plan": build_plan_report("data/demo_run", PlanQuestion(delta=0.02, sims=40, max_examples=60),
+                                       AnalysisSettings(resamples=200, permutations=999))}
+    for kind, rep in pages.items():
+        reports.write(rep, tmp_path / f"{kind}-report", ("html",))
+        scroll, view = page_widths(chromium, tmp_path / f"{kind}-report" / "report.html")
+        assert scroll <= view, (kind, scroll, view)
