@@ -158,6 +158,8 @@ def checked_output(out: Path, width: str | None, height: float | None, force: bo
         raise RoutestatsError(f"{out}: a figure is written as {', '.join('.' + f for f in FORMATS)}")
     if not out.parent.is_dir():
         raise RoutestatsError(f"{out.parent}: no such folder")
+    if out.is_dir():  # a rename onto a folder fails after the drawing, leaving the temporary file beside it
+        raise RoutestatsError(f"{out}: is a folder; -o names the figure's file (e.g. {out / ('figure' + out.suffix)})")
     if out.exists() and not force:
         raise RoutestatsError(f"{out} exists; --force replaces it")
     return inches

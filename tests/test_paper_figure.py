@@ -63,3 +63,17 @@ def test_the_figure_command_writes_a_column_pdf_and_refuses_in_one_line(tmp_path
     assert res.exit_code == 2 and "did you mean 'profile'?" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["figure", "answer", str(demo_run_dir()), "-o", str(out), "--width", "narrow"])
     assert res.exit_code == 2 and "--width must be column, wide or a number of inches" in res.output
+
+
+def test_a_figure_onto_a_folder_is_refused_and_leaves_nothing(tmp_path):
+    """Issue [same-inputs]: `figure -o` onto a folder (named like a figure) drew the figure, failed to rename onto the
+    folder and left a hidden temporary file beside it. Refused first, in one line, nothing written."""
+    from typer.testing import CliRunner
+
+    from routestats.cli import app
+
+    folder = tmp_path / "fig.pdf"
+    folder.mkdir()
+    res = CliRunner().invoke(app, ["figure", "answer", str(demo_run_dir()), "-o", str(folder), "--force"])
+    assert res.exit_code == 2 and "is a folder; -o names the figure's file" in res.output, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.pdf"] and not list(folder.iterdir())

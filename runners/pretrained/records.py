@@ -241,7 +241,11 @@ def _pick_columns(path: Path, columns: Sequence[str], fields: Sequence[str] | No
             raise RoutestatsError(f"{path}: no text column to read as a field (columns: {listed})")
     for f in [*fields, *([label] if label else [])]:
         if f not in columns:
-            raise RoutestatsError(f"{path}: no column {f!r} (columns: {listed})")
+            raise RoutestatsError(f"{path}: no column {f!r} for --fields, whose default is title,content (columns: "
+                                  f"{listed}); name the text columns to read, e.g. --fields "
+                                  f"{','.join([c for c in columns if c != label and (types is None or is_text(c))][:2])}"
+                                  if f in fields else
+                                  f"{path}: no column {f!r} (columns: {listed})")
         if list(columns).count(f) > 1:
             raise RoutestatsError(f"{path}: the column name {f!r} appears {list(columns).count(f)} times; "
                                   "name each column once")
