@@ -173,7 +173,7 @@ def test_a_missing_column_or_key_is_refused_naming_those_there_are(tmp_path):
     forms = write_forms(tmp_path)
     # the default of --fields is named where it is the cause (a capture without --fields on another layout)
     says_fields = ("no column 'question' for --fields, whose default is title,content (columns: id, title, content); "
-                   "name the text columns to read, e.g. --fields id,title")
+                   "name the text columns to read, e.g. --fields title,content")
     cases = [("csv", says_fields), ("parquet", says_fields), ("arrow", says_fields),
              ("jsonl", "line 1 has no key 'question' (keys: label, title, content)")]
     for name, says in cases:
