@@ -381,3 +381,27 @@ def test_a_mount_point_is_refused_before_any_work_by_report_and_capture(mount_po
 
     with pytest.raises(RoutestatsError, match="is a mount point; the runs are written beside --out"):
         check_destination(mount_point, ["baseline"], force=True, cli=True)
+
+
+def test_a_marker_of_many_entries_is_checked_in_linear_time(tmp_path):
+    """Issue [same-inputs]: a planted marker of 400,000 entries made `report --force` take 522 s (every entry's folders
+    checked and resolved again). The folders an entry passes through are proved once for all entries below them:
+    10 times the entries take at most about 10 times as long (a quadratic rule would take 100 times), and a link
+    on the way is still refused."""
+    import time
+
+    from routestats.rundir.replace import check_written
+
+    def took(n):
+        files = {f"tables/part{i % 7}/t{i}.csv": SHA for i in range(n)}
+        t = time.process_time()
+        check_written(tmp_path, files)
+        return time.process_time() - t
+
+    took(2_000)  # warm
+    small, large = min(took(5_000) for _ in range(3)), min(took(50_000) for _ in range(2))
+    assert large < 25 * max(small, 1e-3), (small, large)
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "part3").symlink_to(tmp_path.parent)
+    with pytest.raises(RoutestatsError, match="passes through a link"):
+        check_written(tmp_path, {"tables/part1/a.csv": SHA, "tables/part3/b.csv": SHA})

@@ -114,8 +114,9 @@ def check_written(folder: Path, written: Mapping[str, str], source: object = Non
     validator's own rule, with no link allowed on the way). ``source`` names the file that listed them."""
     from routestats.rundir.verify import inside
 
+    checked: set = set()  # folders proved not to be links, shared by the entries below them: linear in the entries
     for rel in written:
-        inside(Path(folder), rel, source or Path(folder), f"{folder}", links=False)
+        inside(Path(folder), rel, source or Path(folder), f"{folder}", links=False, checked=checked)
 
 
 def remove_written(folder: Path, written: Mapping[str, str], source: object = None) -> list[str]:

@@ -57,7 +57,8 @@ def cache_dir() -> Path | None:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routestats"
 
 
-def inside(folder: Path, rel: object, source: object, what: str = "the run", links: bool = True) -> Path:
+def inside(folder: Path, rel: object, source: object, what: str = "the run", links: bool = True,
+           checked: set | None = None) -> Path:
     """``folder / rel`` when ``rel`` (a path named by the file ``source``: a manifest, a report marker) is a
     normalised relative POSIX path that stays inside ``folder``; else a :class:`RunFormatError` in one line.
 
@@ -78,11 +79,19 @@ def inside(folder: Path, rel: object, source: object, what: str = "the run", lin
         raise RunFormatError(f"{source}: file path {rel!r} is not a normalised relative path inside {what}")
     p = Path(folder) / rel
     if not links:
-        step = Path(folder)
-        for part in Path(rel).parts[:-1]:
-            step = step / part
-            if step.is_symlink():
+        # no step below ``folder`` a link and a normalised path without "..": ``p`` lies inside ``folder`` (``p``
+        # itself may be a link: it is removed, never followed), so nothing is resolved. ``checked`` holds the steps a
+        # caller has proved already (a marker of 400,000 entries checked its shared folders once each: 522 s before)
+        base, step = os.fspath(folder), ""
+        for part in rel.split("/")[:-1]:  # string steps: a Path per step cost 25 us an entry
+            step = f"{step}/{part}" if step else part
+            if checked is not None and step in checked:
+                continue
+            if os.path.islink(os.path.join(base, step)):
                 raise RunFormatError(f"{source}: file path {rel!r} passes through a link ({part}); refused")
+            if checked is not None:
+                checked.add(step)
+        return p
     try:
         ok = p.resolve().is_relative_to(Path(folder).resolve()) or (not links and p.is_symlink())
     except OSError:
