@@ -206,7 +206,8 @@ def info(path: Path = typer.Argument(..., help="A run directory or a tree of run
     from routestats.rundir import schema as S
 
     complete, left = scan_runs(path) if path.is_dir() and not (path / S.MANIFEST).is_file() else ([str(path)], [])
-    busy = f"incomplete (no run.json yet: still being written, or killed): {', '.join(left)}" if left else ""
+    busy = (f"incomplete (no run.json yet, or one that is not a file: still being written, or killed): "
+            f"{', '.join(left)}") if left else ""
     if not complete and left:
         typer.echo(f"no complete run under {path}; {busy}")
         return

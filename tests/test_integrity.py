@@ -264,7 +264,7 @@ def test_incomplete_run_suggests_the_cli_option(tmp_path):
     code, out = cli("info", tmp_path)
     assert code == 0 and "1 run " in out and "synthetic-baseline-seed1" in out, out
     said = " ".join(out.split())  # wrapped to 78 columns
-    assert f"incomplete (no run.json yet: still being written, or killed): {tmp_path / 'a' / 'saab'}" in said
+    assert f"incomplete (no run.json yet, or one that is not a file: still being written, or killed): {tmp_path / 'a' / 'saab'}" in said
 
 
 def test_empty_and_zero_byte_operator_files(tmp_path):
@@ -373,3 +373,24 @@ def test_latex_caption_survives_blank_lines_in_names(tmp_path, rng):
     (tmp_path / "d.tex").write_text("\\documentclass{article}\n\\usepackage{booktabs,graphicx}\n\\begin{document}\n"
                                     "\\input{t.tex}\n\\end{document}\n")
     compile_tex(need("pdflatex"), tmp_path, "d.tex")
+
+
+def test_info_names_a_run_whose_manifest_is_a_fifo_and_describes_the_others(tmp_path):
+    """Issue [same-inputs]: a run.json that is a FIFO made `info` refuse the whole tree. It is listed as incomplete
+    (never opened: a FIFO would block) and the complete runs are described, exit 0."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from routestats.cli import app
+    from routestats.rundir.synthetic import synthetic_pair
+
+    synthetic_pair(tmp_path / "a", seed=1, n_examples=6)
+    synthetic_pair(tmp_path / "b", seed=2, n_examples=6)
+    (tmp_path / "b" / "saab" / "run.json").unlink()
+    os.mkfifo(tmp_path / "b" / "saab" / "run.json")
+    res = CliRunner().invoke(app, ["info", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "3 runs" in said or "3 run" in said, said
+    assert f"not a file: still being written, or killed): {tmp_path / 'b' / 'saab'}" in said

@@ -176,10 +176,21 @@ def scan_runs(root: str | os.PathLike) -> tuple[list[str], list[str]]:
     being written, or killed), in walk order; hidden folders are not entered."""
     from routestats.rundir.replace import walk_folders
 
+    import stat
+
+    def regular(p: Path) -> bool:  # a FIFO or device named run.json is no manifest: its run is not complete
+        try:
+            return stat.S_ISREG(os.lstat(p).st_mode)
+        except OSError:
+            return False
+
     complete, incomplete = [], []
     for dirpath, dirnames, filenames in walk_folders(Path(root)):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        if S.MANIFEST in filenames:
+        if S.MANIFEST in filenames and not regular(Path(dirpath) / S.MANIFEST):
+            incomplete.append(str(dirpath))  # listed, never opened (a FIFO would block the reader)
+            dirnames[:] = []
+        elif S.MANIFEST in filenames:
             complete.append(str(dirpath))
             dirnames[:] = []  # a run's own subfolders hold no runs
         elif S.EXAMPLES in filenames or S.ATTENTION_DIR in dirnames:
