@@ -275,8 +275,8 @@ def _fail(message: str, code: int = 2):
 KEPT_ON_INTERRUPT = {
     "saab": "each run resumes from its last checkpoint and complete runs are skipped",
     "sweep": "each run resumes from its last checkpoint and complete runs are skipped",
-    "capture": "finished capture shards are kept",
-    "mofa": "complete runs of the same settings are kept and each run resumes from its last checkpoint",
+    "capture": "finished capture shards are kept (a capture without --shards starts again)",
+    "mofa": "complete runs of the same settings and inputs are kept (an unfinished run is trained again)",
     "regime": "operating points already written are kept",
 }
 
