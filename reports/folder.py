@@ -119,12 +119,7 @@ def check_output(out: str | Path, force: bool = False, inputs=()) -> Path:
             raise RoutestatsError(f"{out}: holds files routestats did not write ({describe_paths(foreign)}); --force "
                                   "replaces only a report folder as routestats wrote it: move them or choose another "
                                   "folder")
-    for p in _stale(out):  # a dead writer's folder is removed only if it holds nothing else: refused before any work
-        foreign = stale_foreign(p)
-        if foreign:
-            raise RoutestatsError(f"{p}: a report writer that died left this folder, and it holds what that writer did "
-                                  f"not write ({describe_paths(foreign)}); move them out (or remove the folder "
-                                  "yourself), then run again")
+    _refuse_foreign_stale(_stale(out))  # a dead writer's folder is removed only if it holds nothing else
     for src in inputs:
         src = Path(src).absolute()
         if src.exists() and (out == src or out.is_relative_to(src) or src.is_relative_to(out)) and not force:
@@ -181,17 +176,22 @@ def stale_foreign(folder: Path) -> list[str]:
     return [f for f in files_under(folder) if (folder / f).is_symlink() or not _WRITER_SHAPE.fullmatch(f)]
 
 
-def _clean_stale(out: Path) -> None:
-    """Temporary folders of report writers that died are removed, each only when everything in it is what that
-    writer wrote (:func:`stale_foreign`, checked for every folder before any is touched; :func:`check_output`
-    refuses the others first, naming what they hold)."""
-    stale = _stale(out)
+def _refuse_foreign_stale(stale: list[Path]) -> None:
+    """Refuse, in one line, if any dead writer's folder holds what that writer did not write (:func:`stale_foreign`)."""
     for p in stale:
         foreign = stale_foreign(p)
         if foreign:
             raise RoutestatsError(f"{p}: a report writer that died left this folder, and it holds what that writer did "
                                   f"not write ({describe_paths(foreign)}); move them out (or remove the folder "
                                   "yourself), then run again")
+
+
+def _clean_stale(out: Path) -> None:
+    """Temporary folders of report writers that died are removed, each only when everything in it is what that
+    writer wrote (checked again for every folder before any is touched: one may have changed since
+    :func:`check_output` refused the others)."""
+    stale = _stale(out)
+    _refuse_foreign_stale(stale)
     from routestats.rundir.replace import prune_empty, remove_written
 
     for p in stale:  # file by file, never a whole tree: what arrives meanwhile stays

@@ -16,8 +16,8 @@ __all__ = ["printable", "run_app", "usage_line", "version_option"]
 
 def printable(text) -> str:
     """``text`` safe to print on a terminal: every control character (a run id or path read from an untrusted run
-    directory can hold ESC sequences that retitle the terminal or clear the screen) written as its escape.
-    Newlines are kept only where ``text`` is several lines the program itself joined; cells and ids have none.
+    directory can hold ESC sequences that retitle the terminal or clear the screen) written as its escape, newlines
+    and tabs too: call it on each line or cell, before joining the lines the program prints.
 
     >>> print(printable("run\\x1b]0;owned\\x07-1"))
     run\\x1b]0;owned\\x07-1

@@ -285,7 +285,7 @@ def test_the_floor_is_the_reports_own_smallest_p_at_any_permutations(permutation
     extreme any data can be) analysed with paired_inference at the report's settings reach p_Holm < alpha at the
     reachable n and not one example fewer."""
     from routestats.settings import Resampling
-    from routestats.stats.inference import holm, signflip_floor_drawn
+    from routestats.stats.inference import signflip_floor_drawn
 
     r = Resampling(permutations=permutations)
     reach = smallest_reachable_n(layers, alpha, r)

@@ -24,7 +24,15 @@ from typing import Mapping
 
 from routestats.rundir.atomic import sha256_file
 
-__all__ = ["content_sha256", "input_identity", "changed_inputs"]
+__all__ = ["identity_of_files", "content_sha256", "input_identity", "changed_inputs"]
+
+
+def identity_of_files(files, root=None) -> str:
+    """SHA-256 of the sorted ``name:sha256`` lines of ``files`` (name: the path relative to ``root`` when given,
+    else the file's own name: the recipe of a pretrained model's init_id and of :func:`content_sha256`)."""
+    name = (lambda f: Path(f).relative_to(root).as_posix()) if root is not None else (lambda f: Path(f).name)
+    lines = sorted(f"{name(f)}:{sha256_file(f)}" for f in files)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 def content_sha256(path) -> str:
@@ -34,15 +42,11 @@ def content_sha256(path) -> str:
     p = Path(path)
     if not p.is_dir():
         return sha256_file(p)
-    lines = []
+    found = []
     for root, dirs, files in os.walk(p, followlinks=False):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in files:
-            f = Path(root) / name
-            if name.startswith(".") or not f.is_file():
-                continue
-            lines.append(f"{f.relative_to(p).as_posix()}:{sha256_file(f)}")
-    return hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()
+        found += [Path(root) / name for name in files if not name.startswith(".") and (Path(root) / name).is_file()]
+    return identity_of_files(found, root=p)
 
 
 def input_identity(**paths) -> dict[str, str | None]:

@@ -39,10 +39,10 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
-from routestats.stats.inference import holm, paired_inference, signflip_floor_drawn
+from routestats.stats.inference import holm, paired_inference, signflip_floor, signflip_floor_drawn
 
 __all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "smallest_reachable_n", "UPPER_SPREAD_LEVEL",
-           "seed_power", "search_n", "power_target", "normal_guess", "detectable_change",
+           "seed_power", "search_n", "drawn_floor", "power_target", "normal_guess", "detectable_change",
            "MAX_SIM_VALUES"]
 
 UPPER_SPREAD_LEVEL = 0.8
@@ -101,7 +101,9 @@ def smallest_reachable_n(n_layers: int, alpha: float, resampling: Resampling | N
     sign-flip test gives with its draws as made (:func:`~routestats.stats.inference.signflip_floor_drawn`: the plus-one
     rule over the drawn patterns that keep or flip every sign) times the Holm factor of the first step, the number of
     layers, falls below ``alpha``; None when the draws' own floor 1/(P + 1) never lets it. Every smaller n gives no
-    p_Holm below ``alpha`` with these draws.
+    p_Holm below ``alpha`` with these draws. That is the ``shared`` mode's stream (the default, and the only one
+    ``routestats plan`` runs); the reference modes (``numpy``, ``python-random``) draw otherwise, and for them the
+    floor is :func:`~routestats.stats.inference.signflip_floor`'s max(2/2^n, 1/(P + 1)), not read from draws.
 
     >>> smallest_reachable_n(4, 0.0167, Resampling(resamples=10_000, permutations=4_999, seed=1001))
     10
@@ -110,9 +112,19 @@ def smallest_reachable_n(n_layers: int, alpha: float, resampling: Resampling | N
     if n_layers / (r.permutations + 1) >= alpha:
         return None
     n = 1
-    while n_layers * signflip_floor_drawn(n, r.resamples, r.permutations, r.seed) >= alpha:
+    while n_layers * drawn_floor(n, r) >= alpha:
         n += 1
     return n
+
+
+def drawn_floor(n: int, resampling: Resampling | None = None) -> float:
+    """The smallest raw sign-flip p over ``n`` examples with the ``resampling``'s draws: read from the draws in the
+    ``shared`` mode (:func:`~routestats.stats.inference.signflip_floor_drawn`), the larger of 2/2^n and 1/(P + 1)
+    in the reference modes (see :func:`smallest_reachable_n`)."""
+    r = Resampling.of(resampling)
+    if r.mode != "shared":
+        return signflip_floor(n, r.permutations)[0]
+    return signflip_floor_drawn(n, r.resamples, r.permutations, r.seed)
 
 
 def detected(p_raw: np.ndarray, ci_low: np.ndarray, ci_high: np.ndarray, sign: np.ndarray,

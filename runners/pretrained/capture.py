@@ -54,7 +54,8 @@ from routestats.rundir.write import RunWriter, software_versions
 
 from runners.pretrained.fielding import Encoded, encode_records
 from runners.pretrained.destination import check_destination, echo_notice, staging, sweep_partials
-from runners.pretrained.load import Loaded, identity_of_files, load_model
+from routestats.rundir.identity import identity_of_files
+from runners.pretrained.load import Loaded, load_model
 from runners.pretrained.options import ATTENTION_PATHS, CaptureOptions, with_options
 from runners.pretrained.records import RECORD_FORMATS, read_records, record_texts, records_format
 from runners.pretrained.probe import chunk_probe

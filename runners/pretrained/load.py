@@ -9,7 +9,6 @@ every layer and that its baseline attention equals the model's own eager attenti
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import os
 from dataclasses import dataclass, field
@@ -19,12 +18,12 @@ from typing import Sequence
 import torch
 
 from routestats.errors import RoutestatsError
-from routestats.rundir.atomic import sha256_file
+from routestats.rundir.identity import identity_of_files
 
 from runners.pretrained.families import Family, discover, layers_of, output_weight, refusal
 from runners.pretrained.seam import IMPLEMENTATION, Pass, capture_pass, register_seam
 
-__all__ = ["Checkpoint", "Loaded", "read_checkpoint", "text_part", "load_model", "prepare_model", "identity_of_files", "WEIGHT_SUFFIXES"]
+__all__ = ["Checkpoint", "Loaded", "read_checkpoint", "text_part", "load_model", "prepare_model", "WEIGHT_SUFFIXES"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
@@ -115,12 +114,6 @@ class Loaded:
                 "dtype": str(self.model.dtype).replace("torch.", ""),
                 "weights_id": self.weights_id, "gguf_file": self.gguf, "quantisation": self.quantisation,
                 **({"observed": self.observed} if self.observed else {})}
-
-
-def identity_of_files(files: Sequence[Path]) -> str:
-    """SHA-256 of ``name:sha256`` lines of ``files``, sorted by name (the init_id recipe)."""
-    lines = sorted(f"{Path(f).name}:{sha256_file(f)}" for f in files)
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 def _gguf_quantisation(path: Path) -> dict:

@@ -121,7 +121,7 @@ def run_model(run_dir: Path, domain_file: Path | None = None, max_tokens: int = 
     by the loader capture uses) whose prompts are the documents of ``domain_file`` (each cut to ``max_tokens``)."""
     if is_pretrained(run_dir):
         from runners.training.domains import read_domain
-        from runners.pretrained.load import identity_of_files
+        from routestats.rundir.identity import identity_of_files
         from runners.regime.pretrained import load_stack
 
         if domain_file is None:

@@ -33,7 +33,6 @@ from routestats.errors import RoutestatsError
 from routestats.report import Column, Figure, Report, Section, Table, section
 from routestats.settings import AnalysisSettings
 from routestats.stats import power as P
-from routestats.stats.inference import signflip_floor_drawn
 
 __all__ = ["PlanQuestion", "plan", "build_plan_report", "PLAN_SECTIONS"]
 
@@ -150,9 +149,8 @@ class PlanContext:
                "delta_max": float(np.abs(delta).max()), "uniform": bool(np.all(delta == delta[0])),
                "spread_factor": factor, "sims": q.sims, "max_examples": q.max_examples,
                "n_reachable": reach,
-               "floor_reachable": k * signflip_floor_drawn(reach, s.resamples, s.permutations, s.seed),
-               "floor_below": k * signflip_floor_drawn(reach - 1, s.resamples, s.permutations, s.seed)
-               if reach > 1 else np.nan,
+               "floor_reachable": k * P.drawn_floor(reach, s.resampling),
+               "floor_below": k * P.drawn_floor(reach - 1, s.resampling) if reach > 1 else np.nan,
                "n_planned": n if n is not None else np.nan, "n_tried": top.n,
                "power_planned": P.power_target(top), "power_all": top.power_all,
                "n_below": n - 1 if below is not None else np.nan,
