@@ -271,6 +271,19 @@ def depth_layers(n_layers: int, depths: int) -> list[int]:
     return sorted({int(np.floor(i * (n_layers - 1) / (depths - 1) + 0.5)) for i in range(depths)})
 
 
+def prompt_inputs(run_dir: Path, domain_file: Path | None) -> dict:
+    """What the points' prompts are made of, by content (:func:`routestats.rundir.identity.input_identity`), never by
+    path: a prompts file edited under the same path makes other points. The prompts file, a SAAB study's tokenizer
+    (its prompts are the run's examples, proved by its manifest; a MoFA GPT reads bytes) and a pretrained model's
+    folder or file (weights, config, tokenizer files)."""
+    from routestats.rundir.identity import input_identity
+
+    pretrained = is_pretrained(run_dir)
+    tokenizer = None if pretrained else run_dir.parent / "tokenizer.json"
+    return input_identity(domain_file=domain_file, tokenizer=tokenizer if tokenizer and tokenizer.is_file() else None,
+                          model_files=run_dir if pretrained else None)
+
+
 def write_operators(run_dir: Path, layers: Sequence[int] | None, examples: Sequence[int], token: int | None = None, *,
                     depths: int | None = None,
                     domain_file: Path | None = None, lattice: int = 2000, eps_rel: float = 1e-4, seed: int = 0,
@@ -297,15 +310,8 @@ def write_operators(run_dir: Path, layers: Sequence[int] | None, examples: Seque
     base = Path(out) if out is not None else run_dir
     folder = base / S.OPERATOR_DIR
     idx_path = folder / S.OPERATOR_INDEX
-    from routestats.rundir.identity import input_identity
-
-    # the prompts by their content, never their path: a prompts file edited under the same path makes other points
-    # (a SAAB run's prompts are its examples, proved by its manifest, tokenised with the study's tokenizer)
-    tokenizer = None if is_pretrained(run_dir) else run_dir.parent / "tokenizer.json"
-    tokenizer = tokenizer if tokenizer is not None and tokenizer.is_file() else None  # a MoFA GPT reads bytes
     settings = {"lattice": lattice, "eps_rel": eps_rel, "seed": seed, "max_tokens": max_tokens,
-                "inputs": input_identity(domain_file=domain_file, tokenizer=tokenizer,
-                                         model_files=run_dir if is_pretrained(run_dir) else None)}
+                "inputs": prompt_inputs(run_dir, domain_file)}
     index = {"version": INDEX_VERSION, "model_kind": kind, "n_layers": n_layers, "checkpoint": ck_name,
              "checkpoint_sha256": ck_sha, "settings": settings, "points": []}
     if idx_path.is_file():
