@@ -12,6 +12,8 @@ to 8 pt (ticks, legends, annotations) or 9 pt (axis labels, titles), so it is re
 
 from __future__ import annotations
 
+import dataclasses
+
 import io
 from pathlib import Path
 
@@ -75,6 +77,8 @@ def paper_figure(figure, width: float | None = None, height: float | None = None
 
     from reports.drawing import draw
 
+    if figure.kind == "word_map":  # its text changes size below: laid out by matplotlib, after that
+        figure = dataclasses.replace(figure, params={**figure.params, "layout": "constrained"})
     with sns.plotting_context("paper"), sns.axes_style("ticks"):
         fig = draw(figure)
     w, h = fig.get_size_inches()
