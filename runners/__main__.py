@@ -296,9 +296,10 @@ CAPTURE_OPTIONS = {  # python -m runners capture: declared here so that the comm
         "when the eager weights would exceed --attention-mb)."),
     "attention_mb": typer.Option(256.0, "--attention-mb", help="Memory for one block of chunked attention "
         "(and auto's threshold), MB."),
-    "kernel_dtype": typer.Option("float64", help="The fused kernel's arithmetic: float64 (within 1e-6 of the "
-        "float64 reference) or float32 (the model's own precision, within 1e-4; the kernel about twice as fast "
-        "on a CPU, a capture 1.3-1.7x faster)."),
+    "kernel_dtype": typer.Option("model", help="The fused kernel's arithmetic: model (the default: the model's "
+        "own precision, float32 for float32 weights, accepted within twice the gap of the model's own eager "
+        "attention to float64 arithmetic, at least 1e-5; both gaps recorded), float32, or float64 (within 1e-6 "
+        "of float64 arithmetic; a capture 1.3-1.7x slower on a CPU)."),
     "shards": typer.Option(1, help="Split the records into this many shards, each captured as a job, then "
         "merged into one run per condition; rerunning skips finished shards."),
     "launcher": typer.Option("sequential", help="Where shards run: sequential (this process), submitit-local, "

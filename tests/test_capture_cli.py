@@ -283,14 +283,24 @@ def test_a_stored_subset_of_layers_keeps_the_models_layer_numbers(bert, tmp_path
 
 
 def test_the_kernel_dtype_option_reaches_the_run_and_a_bad_one_is_refused(bert, tmp_path, capsys):
-    # issue [fused-capture]: --kernel-dtype float32 from the command line to the run's record; a dtype the fused
-    # path does not have, or a float32 kernel without a fused path, is refused in one line before anything is written
+    # issue [fused-capture], [capture-floor]: the default kernel (the model's precision: float32 weights, a float32
+    # kernel, held to twice the model's own gap, at least 1e-5) and --kernel-dtype float64 (1e-6) from the command
+    # line to the run's record; a dtype the fused path does not have, or a float32 kernel without a fused path, is
+    # refused in one line before anything is written
     base = ["--model", bert, "--records", RECORDS, "--limit", "3", "--cap", "24", "--attention", "fused"]
-    code, _, err = run_cli([*base, "--out", tmp_path / "f32", "--kernel-dtype", "float32"], capsys)
-    assert code == 0, err
-    att = json.loads((tmp_path / "f32" / "baseline" / "run.json").read_text())["evaluation"]["capture"]["attention"]
-    assert att["path"] == "fused" and att["kernel_dtype"] == "float32" and att["probe"]["reductions_bound"] == 1e-4
-    for extra, why in ((["--kernel-dtype", "float16"], "--kernel-dtype must be float64 or float32, got 'float16'"),
+    for name, extra in (("f32", []), ("f64", ["--kernel-dtype", "float64"])):
+        code, _, err = run_cli([*base, "--out", tmp_path / name, *extra], capsys)
+        assert code == 0, err
+    read = lambda name: json.loads((tmp_path / name / "baseline" / "run.json").read_text())[  # noqa: E731
+        "evaluation"]["capture"]["attention"]
+    att = read("f32")
+    own = att["probe"]["model_reductions_max_abs"]
+    assert att["path"] == "fused" and att["kernel_dtype"] == "float32"
+    assert att["probe"]["reductions_bound"] == pytest.approx(max(2 * own, 1e-5), rel=1e-12)
+    att = read("f64")
+    assert att["kernel_dtype"] == "float64" and att["probe"]["reductions_bound"] == 1e-6
+    for extra, why in ((["--kernel-dtype", "float16"],
+                        "--kernel-dtype must be model, float64 or float32, got 'float16'"),
                        (["--kernel-dtype", "float32", "--attention", "eager"],
                         "--attention eager has no fused kernel")):
         code, _, err = run_cli([*base, "--out", tmp_path / "bad", *extra], capsys)

@@ -58,17 +58,18 @@ def test_block_rows_keep_a_block_within_its_budget():
     assert block_rows(0.001, 8, 4, 2048) == 1 and block_rows(1e6, 1, 1, 10) == 10
 
 
-def against_eager(loaded, tmp: Path, attention: str, budget_bytes) -> tuple[float, list[dict]]:
+def against_eager(loaded, tmp: Path, attention: str, budget_bytes, **options) -> tuple[float, list[dict]]:
     """Capture RECORDS at caps 6 and 40 (inside and beyond every window), batches of 1 and 8 (padded to the
     longest), baseline and bias, with ``attention`` under ``budget_bytes(batch, cap)``; return the largest
     difference of any reduction from the eager capture's (routestats' numpy reduce_queries over the model's own
-    weights) and each run's ``evaluation.capture.attention`` record."""
+    weights) and each run's ``evaluation.capture.attention`` record. ``options``: more capture options."""
     conds = [Condition("baseline"), Condition("bias", bias=W)]
     worst, evs = 0.0, []
     for cap in (6, 40):
         kw = dict(conditions=conds, cap=cap, forms=("reductions",), device_reductions=False)
         eager = tmp / f"eager{cap}"
         capture_runs(loaded, RECORDS, eager, batch_size=1, attention="eager", **kw)
+        kw.update(options)
         for batch, padding in ((1, "none"), (8, "longest")):
             out = tmp / f"{attention}{cap}-{batch}"
             capture_runs(loaded, RECORDS, out, batch_size=batch, padding=padding, attention=attention,
@@ -172,6 +173,35 @@ def test_a_long_record_is_captured_without_its_n_by_n_weights(tmp_path):
     assert max(float(np.abs(a[0][k] - b[0][k]).max()) for k in a[0]) <= 1e-6
 
 
+@pytest.mark.parametrize("family, padding, rows_built", [("llama", "none", False), ("bert", "none", False),
+                                                      ("llama", "longest", True), ("mistral", "none", True)])
+def test_the_biased_pass_builds_mask_rows_only_where_the_mask_is_not_plain(family, padding, rows_built, tmp_path,
+                                                                           monkeypatch):
+    """Issue [capture-floor]: the SAAB bias rides in Q/K's padding wherever the layer's own mask is the plain causal
+    one (llama, unpadded) or hides nothing (bert, unpadded): the biased pass then runs in the kernel's causal mode, or
+    with no mask, and asks transformers for no mask rows at all. Padded batches and sliding windows (mistral, 40
+    tokens past its window of 8) keep the block path with mask rows. The reductions equal the eager capture's
+    (routestats' numpy reduce_queries over the model's own weights with the bias in its mask) within 1e-6."""
+    from runners.pretrained import fused
+
+    built = []  # for each fused call: whether it was handed mask rows, or must build the bias's (not carried)
+    real = fused.fused_rows
+    monkeypatch.setattr(fused, "fused_rows", lambda *a, **k: built.append(
+        a[5] is not None or a[6] is not None and not k.get("carried")) or real(*a, **k))
+    loaded = load_model(save_tiny(family, tmp_path / "model", TEXTS))
+    conds = [Condition("bias", bias=W)]
+    kw = dict(conditions=conds, cap=40, forms=("reductions",), device_reductions=False, batch_size=4, padding=padding)
+    capture_runs(loaded, RECORDS, tmp_path / "eager", attention="eager", **kw)
+    built.clear()
+    capture_runs(loaded, RECORDS, tmp_path / "fused", attention="fused", attention_mb=0.01, kernel_dtype="float64",
+                 **kw)
+    ev = json.loads((tmp_path / "fused" / "bias" / "run.json").read_text())["evaluation"]["capture"]["attention"]
+    assert ev["path"] == "fused"
+    assert built and any(built) == rows_built, built  # the probe's fused pass and the capture's, every layer
+    a, b = reductions(tmp_path / "eager" / "bias"), reductions(tmp_path / "fused" / "bias")
+    assert max(float(np.abs(a[ex][k] - b[ex][k]).max()) for ex in a for k in a[ex]) <= 1e-6
+
+
 def test_a_weight_above_the_diagonal_is_refused_in_every_block():
     # no mask: every query sees later keys, which the decoder check must refuse in some block; with the causal
     # mask (transformers' own, additive) the same call passes and its rows match a whole-matrix softmax
@@ -198,7 +228,7 @@ def test_the_long_context_benchmark_runs():
     from benchmarks.bench_capture import long_context, long_table
 
     rows = long_context([128], "tiny", 1, 128)
-    assert [r["mode"] for r in rows] == ["bare-sdpa", "bare-eager", "capture-fused", "capture-fused32",
+    assert [r["mode"] for r in rows] == ["bare-sdpa", "bare-eager", "capture-fused", "capture-fused64",
                                          "capture-chunked", "capture-eager"]
     assert all(r["seconds"] > 0 and r["peak_mb"] > 0 for r in rows)
     assert long_table(rows).splitlines()[2].startswith("| 128 |")
@@ -208,12 +238,14 @@ def test_the_long_context_benchmark_runs():
 def test_fused_reductions_equal_eager_ones_or_fall_back(family, tmp_path):
     """Issue [fused-capture]: one fused attention call per block of rows (the layer's output from V's first
     columns, every reduction from V widened by [K | one-hot fields | e_0 | 1] and the kernel's log-sum-exp) gives
-    the eager path's reductions within 1e-6 on every tiny family: encoders and decoders, sliding windows on both
-    sides of the cap, padded batches, baseline and bias. The expected values are routestats' numpy
-    reduce_queries over the model's own eager weights (another implementation over another computation).
+    the eager path's reductions within 1e-6 on every tiny family with ``--kernel-dtype float64``: encoders and
+    decoders, sliding windows on both sides of the cap, padded batches, baseline and bias (unpadded causal and
+    unmasked ones with the bias in Q/K's padding, the others with mask rows). The expected values are routestats'
+    numpy reduce_queries over the model's own eager weights (another implementation over another computation).
     Gemma 2's soft-capped scores are not linear in K: auto says so and takes the chunked path."""
     loaded = load_model(save_tiny(family, tmp_path / "model", TEXTS))
-    worst, evs = against_eager(loaded, tmp_path, "auto", lambda batch, cap: 3 * 64 * batch * cap)  # >= 3 fused rows
+    worst, evs = against_eager(loaded, tmp_path, "auto", lambda batch, cap: 3 * 64 * batch * cap,  # >= 3 fused rows
+                               kernel_dtype="float64")
     paths, ev = {e["path"] for e in evs}, evs[-1]
     if family == "gemma2":
         assert "chunked" in paths and "fused" not in paths and "soft-capped" in ev["fused_probe"]["reason"], ev
@@ -225,27 +257,27 @@ def test_fused_reductions_equal_eager_ones_or_fall_back(family, tmp_path):
     assert worst <= 1e-6, (family, worst)
 
 
-@pytest.mark.parametrize("family", ["bert", "llama", "mistral"])
-def test_a_float32_kernel_equals_eager_within_its_stated_bound(family, tmp_path):
-    """``--kernel-dtype float32``: the fused kernel at the model's own precision (about twice as fast on a CPU than
-    float64). Expected values as above: routestats' numpy reduce_queries over the model's own eager weights. The
-    bound is the one the probe holds a float32 kernel to (1e-4: float32 rounds a score s by eps32 |s|); on these
-    tiny models with small scores it is met by a wide margin (measured at most 1.2e-6, bert; the test allows 1e-5),
-    and the run records the kernel's dtype, the bound and the probe's measured gap."""
+@pytest.mark.parametrize("family", sorted(set(STYLES) - {"gemma2"}))
+def test_the_default_kernel_equals_eager_within_the_bound_its_run_records(family, tmp_path):
+    """Issue [capture-floor]: by default the fused kernel runs at the model's own precision (float32 weights: a
+    float32 kernel) and is accepted within twice the model's own eager gap to the float64 arithmetic, at least 1e-5.
+    The run records the kernel, both gaps and the bound; the bound asserted here is recomputed from the recorded
+    own gap by the rule written out (not read from the code). Expected values: routestats' numpy reduce_queries over
+    the model's own eager weights, every tiny family fused (Gemma 2 is soft-capped), batches of 1 and 8 padded,
+    caps 6 and 40, baseline and bias. A reduction's gap to eager is at most the fused path's gap to the reference
+    plus eager's own: the probe measures both on its record, and the captured records keep within their sum."""
     loaded = load_model(save_tiny(family, tmp_path / "model", TEXTS))
-    out = tmp_path / "f32"
-    capture_runs(loaded, RECORDS, out, conditions=[Condition("baseline"), Condition("bias", bias=W)], cap=40,
-                 attention="fused", attention_mb=3 * 64 * 40 / 2 ** 20, kernel_dtype="float32",
-                 device_reductions=False)
-    capture_runs(loaded, RECORDS, tmp_path / "eager", conditions=[Condition("baseline"), Condition("bias", bias=W)],
-                 cap=40, attention="eager", device_reductions=False)
-    for c in ("baseline", "bias"):
-        ev = json.loads((out / c / "run.json").read_text())["evaluation"]["capture"]["attention"]
-        assert ev["path"] == "fused" and ev["kernel_dtype"] == "float32" and ev["probe"]["reductions_bound"] == 1e-4
-        assert 0 < ev["probe"]["reductions_max_abs"] <= 1e-4  # float32 arithmetic: not bitwise the float64 one
-        a, b = reductions(tmp_path / "eager" / c), reductions(out / c)
-        worst = max(float(np.abs(a[ex][k] - b[ex][k]).max()) for ex in a for k in a[ex])
-        assert worst <= 1e-5, (family, c, worst)
+    worst, evs = against_eager(loaded, tmp_path, "fused", lambda batch, cap: 3 * 64 * batch * cap)
+    for ev in evs:
+        probe = ev["probe"]
+        own = probe["model_reductions_max_abs"]
+        assert ev["kernel_dtype"] == "float32" and probe["ok"], ev
+        assert probe["reductions_bound"] == pytest.approx(max(2 * own, 1e-5), rel=1e-12)
+        assert probe["reductions_max_abs"] <= probe["reductions_bound"]
+        assert probe["eager_reductions_max_abs"] <= probe["reductions_bound"] + own
+    allowed = max(e["probe"]["reductions_bound"] + e["probe"]["model_reductions_max_abs"] for e in evs)
+    assert worst <= allowed, (family, worst, allowed)
+    assert worst > 0  # float32 arithmetic: not bitwise the eager float32 one (a test of the float64 kernel would be)
 
 
 def test_a_float32_kernel_its_probe_rejects_falls_back_or_is_refused(tmp_path, monkeypatch, capsys):
@@ -254,7 +286,8 @@ def test_a_float32_kernel_its_probe_rejects_falls_back_or_is_refused(tmp_path, m
     import runners.pretrained.probe as probe
     from runners.pretrained.options import CaptureOptions
 
-    monkeypatch.setitem(probe.KERNEL_ATOL, "float32", 1e-15)
+    monkeypatch.setattr(probe, "OWN_MULTIPLE", 0.0)  # the bound the probe holds a float32 kernel to: 1e-15
+    monkeypatch.setattr(probe, "OWN_FLOOR", 1e-15)
     loaded = load_model(save_tiny("llama", tmp_path / "model", TEXTS))
     kw = dict(cap=40, attention_mb=0.01, kernel_dtype="float32")
     capture_runs(loaded, RECORDS[:3], tmp_path / "auto", **kw)
@@ -266,7 +299,7 @@ def test_a_float32_kernel_its_probe_rejects_falls_back_or_is_refused(tmp_path, m
     with pytest.raises(rs.RoutestatsError, match="--kernel-dtype float32 sets the fused path's arithmetic; "
                                                  "--attention chunked has no fused kernel"):
         CaptureOptions(attention="chunked", kernel_dtype="float32")
-    with pytest.raises(rs.RoutestatsError, match="--kernel-dtype must be float64 or float32, got 'float16'"):
+    with pytest.raises(rs.RoutestatsError, match="--kernel-dtype must be model, float64 or float32, got 'float16'"):
         CaptureOptions(kernel_dtype="float16")
 
 

@@ -185,7 +185,7 @@ PROBE_TOKENS = 96  # the chunk probe's record: the first this many tokens of the
 
 def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtype: str, batch_size: int,
                      mode: str = "auto", budget_mb: float = 256.0, device="cpu",
-                     kernel_dtype: str = "float64") -> tuple[float, dict, str]:
+                     kernel_dtype: str = "model") -> tuple[float, dict, str]:
     """How each layer's attention is computed: ``(chunk_mb, record, notice)``.
 
     ``eager`` keeps every layer's n x n weights of a batch until the forward ends (what the matrices
@@ -193,8 +193,8 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
     ``budget_mb`` (:func:`runners.pretrained.seam.chunked_attention`), proven on the first
     :data:`PROBE_TOKENS` tokens of the longest record against the eager path
     (:func:`runners.pretrained.probe.chunk_probe`); ``fused`` gives the same reductions from one fused attention
-    call per block of rows (:mod:`runners.pretrained.fused`: float32 storage only), in ``kernel_dtype`` arithmetic,
-    proven the same way (:data:`runners.pretrained.probe.KERNEL_ATOL`).
+    call per block of rows (:mod:`runners.pretrained.fused`: float32 storage only), in ``kernel_dtype`` arithmetic
+    (``model``: :func:`model_kernel`), proven the same way (:func:`runners.pretrained.probe.kernel_bound`).
     ``auto``, when the eager weights of a batch would exceed ``budget_mb``, takes the fused path where its probe
     proves it, else the chunked one, else eager, with a ``notice`` saying why.
     """
@@ -222,6 +222,7 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
     base = {"budget_mb": budget_mb, "eager_weights_mb": round(eager_mb, 1)}
     tried = {}
     if mode in ("auto", "fused"):  # one fused call per layer: the model's own SDPA cost (runners.pretrained.fused)
+        kernel_dtype = model_kernel(loaded.model) if kernel_dtype == "model" else kernel_dtype
         fused = chunk_probe(loaded, short, cond, n_fields=len(plan.names), reduce=dtype, device=device, fused=True,
                             kernel=kernel_dtype) if dtype == "float32" else None
         if fused is not None and fused.ok:
@@ -241,6 +242,12 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
             (f"note: {cond.name}: eager attention ({eager_mb:,.0f} MB of weights per batch): {probe.reason}")
     return budget_mb, {"path": "chunked", **base, "probe": probe.record(), **tried}, \
         (notice_fused + "chunked attention" if notice_fused else "")
+
+
+def model_kernel(model) -> str:
+    """The fused kernel's arithmetic at a model's own precision: float64 for float64 weights, else float32 (half
+    precision weights still reduce in float32: a bfloat16 kernel would round every reduction to 3 digits)."""
+    return "float64" if str(getattr(model, "dtype", "")) == "torch.float64" else "float32"
 
 
 MAPPED_BLOCK = 1 << 20

@@ -11,8 +11,11 @@ Each stored reduction is a linear functional of a softmax row ``p`` (METHODS III
 So V is widened by ``[K | one-hot | e_0 | 1]`` and one call of torch's fused CPU kernel
 (``aten._scaled_dot_product_flash_attention_for_cpu``, which returns the log-sum-exp beside its output) gives
 the layer's own output (the first ``d_v`` columns) and every reduction. Query and key are zero-padded to V's
-width (the kernel needs equal head sizes; zeros leave ``q.k`` unchanged). Rows are taken in blocks whose mask
-rows stay within the memory budget (:class:`runners.pretrained.seam.RowMask`), so memory is linear in n.
+width (the kernel needs equal head sizes; zeros leave ``q.k`` unchanged). Where the layer's own mask is the plain
+causal one or hides nothing (:func:`plain_mask`), the whole layer is one call in the kernel's causal mode or with no
+mask, and the SAAB bias rides in that padding (:func:`carry_bias`): no mask rows at all. Otherwise rows are taken in
+blocks whose mask rows stay within the memory budget (:class:`runners.pretrained.seam.RowMask`), so memory is
+linear in n.
 
 The fused entropy is the exact ``-sum p ln p``; the eager and chunked paths add 1e-10 inside the logarithm,
 which lowers their entropy by at most ``n x 1e-10`` nats. Soft-capped scores (Gemma 2) are not linear in K,
@@ -28,12 +31,12 @@ import torch
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["fused_attention", "fused_rows", "widen", "rounded_into", "FUSED_DTYPE", "ROUNDING"]
+__all__ = ["fused_attention", "fused_rows", "widen", "plain_mask", "carry_bias", "rounded_into", "FUSED_DTYPE",
+           "ROUNDING"]
 
-FUSED_DTYPE = torch.float64  # float32 misses 1e-6 on SmolLM2 (entropy 1.1e-5 off at 96 tokens, centred keys too)
-# ``--kernel-dtype float32`` (runners.pretrained.options.KERNEL_DTYPES, carried as Pass.kernel) runs the kernel at
-# the model's own precision, about twice as fast on a CPU, proven within 1e-4 (what float32 scores allow: the
-# model's own float32 weights are 8e-6 of entropy off the float64 arithmetic on SmolLM2)
+FUSED_DTYPE = torch.float64  # widen's default; a capture passes its kernel's (Pass.kernel): by default the model's
+# own precision (runners.pretrained.capture.model_kernel), proven within twice the model's own eager gap to the
+# float64 arithmetic (runners.pretrained.probe.kernel_bound); float64 is held to 1e-6 of it
 
 
 def _kernel(q, k, v, mask, scale, causal: bool = False):
@@ -69,26 +72,49 @@ def widen(k, v, fields_k, n_fields: int, dtype=None):
     return torch.nn.functional.pad(kd, (0, wide.shape[-1] - d)), wide
 
 
-def plain_causal(mask) -> bool:
-    """Whether a layer's own mask (a :class:`runners.pretrained.seam.RowMask`) is exactly the causal one: transformers'
-    ``causal_mask_function`` over a square, unpadded, unshifted sequence (no window, no padding, no cache). Then
-    the kernel's own causal mode is the model's mask, and no mask rows are built at all."""
+def plain_mask(mask) -> str | None:
+    """``"causal"`` where a layer's own mask (a :class:`runners.pretrained.seam.RowMask`) is exactly the causal one:
+    transformers' ``causal_mask_function`` over a square, unpadded, unshifted sequence (no window, no padding, no
+    cache); ``"none"`` where it hides nothing (no mask, or the bidirectional one over such a sequence); else None.
+    In the first two the kernel's own causal mode, or no mask at all, is the model's mask: no mask rows are built.
+
+    >>> plain_mask(None)
+    'none'
+    >>> plain_mask(torch.zeros(1, 1, 2, 2)) is None  # a tensor's values are not read here: the block path checks them
+    True
+    """
+    if mask is None:
+        return "none"
     args = getattr(mask, "arguments", None)
     if not isinstance(args, dict):
-        return False
-    from transformers.masking_utils import causal_mask_function
+        return None
+    from transformers.masking_utils import bidirectional_mask_function, causal_mask_function
 
     pad = args.get("attention_mask")
-    return (args.get("mask_function") is causal_mask_function and (pad is None or bool(pad.all()))
-            and not args.get("q_offset") and not args.get("kv_offset")
-            and args.get("q_length") == args.get("kv_length"))
+    plain = ((pad is None or bool(pad.all())) and not args.get("q_offset") and not args.get("kv_offset")
+             and args.get("q_length") == args.get("kv_length"))
+    kinds = {causal_mask_function: "causal", bidirectional_mask_function: "none"}
+    return kinds.get(args.get("mask_function")) if plain else None
+
+
+def carry_bias(kp, fields_k, d: int, n_fields: int):
+    """K's padding (columns ``d`` to ``d + n_fields``, zero after :func:`widen`) set to the one-hot field of each
+    key: with the query's own field scaled by ``w / scaling`` in the same columns (:func:`fused_rows`), the scores
+    gain ``w [field(q) = field(k)]``, the SAAB bias, exactly as the additive mask would add it -- so the biased pass
+    runs in the kernel's causal mode, or with no mask, like the baseline (no mask rows). Unnamed keys (-1) get
+    zeros: no bias, as the mask path gives them."""
+    kp = kp.clone()
+    kp[..., d:d + n_fields] = (fields_k[:, None, :, None] == torch.arange(n_fields, device=kp.device)).to(kp.dtype)
+    return kp
 
 
 def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_fields: int, dv: int,
-               causal: bool = False):
+               causal: bool = False, carried: bool = False):
     """The output rows and reductions of one block of queries ``q`` (b, H, rows, d) against the layer's widened
     keys and values (:func:`widen`); ``fields_q`` (b, rows) and ``fields_k`` (b, n) field indices (-1 unnamed);
     ``mask`` (b, 1, rows, n) additive (0 where a key may be seen) or None; ``bias_w`` the SAAB bias or None.
+    ``carried``: ``kp`` holds each key's field in its padding (:func:`carry_bias`), and the bias is carried by the
+    query's padding instead of a mask.
     Returns ``(output (b, H, rows, dv), {row_mass, entropy, entropy_rownorm, field_mass, first_mass})``, float64.
 
     >>> _ = torch.manual_seed(0); q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
@@ -99,6 +125,11 @@ def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_
     >>> bool(torch.allclose(red["entropy"], -(p * p.log()).sum(-1), atol=1e-12))
     True
     >>> bool(torch.allclose(out, (p @ v.double()), atol=1e-12))
+    True
+    >>> kp, wide = widen(k[:, :, :3], v[:, :, :3], g[:, :3], 2)  # the bias carried in Q/K's padding, no mask
+    >>> _, red = fused_rows(q, carry_bias(kp, g[:, :3], 4, 2), wide, g[:, :3], g[:, :3], None, 1.0, 0.5, 2, 4, carried=True)
+    >>> p = torch.softmax(s[..., :3], -1)
+    >>> bool(torch.allclose(red["entropy"], -(p * p.log()).sum(-1), atol=1e-12))
     True
     """
     b, H, rows, d = q.shape
@@ -112,7 +143,10 @@ def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_
         if bool(((add > -1e30) & (add != 0)).any()):
             raise RoutestatsError("its attention mask adds values other than 0 and -inf to the scores; the fused "
                                   "path needs a mask that only hides keys")
-    if bias_w is not None:
+    if bias_w is not None and carried:  # w / scaling x one-hot(field of q): q'.k' scaling = q.k scaling + w [same]
+        own = (fields_q[:, None, :, None] == torch.arange(n_fields, device=q.device)).to(dt)
+        qp[..., d:d + n_fields] = own * (float(bias_w) / scaling)
+    elif bias_w is not None:
         same = (fields_q[:, :, None] == fields_k[:, None, :]) & (fields_q[:, :, None] >= 0)
         bias = same[:, None].to(dt) * float(bias_w)
         add = bias if add is None else add.add_(bias)
@@ -134,7 +168,7 @@ def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_
     return out[..., :dv], red
 
 
-ROUNDING = 1e-4  # the largest step past [0, ln n] pulled back: the float32 kernel's bound (probe.KERNEL_ATOL)
+ROUNDING = 1e-4  # the largest step past [0, ln n] pulled back: ten times float32 rounding seen on SmolLM2 (-6e-6)
 
 
 def rounded_into(h, top: float):
@@ -162,12 +196,15 @@ def fused_attention(module, query, key, value, mask, p, **kwargs) -> torch.Tenso
     dv = value.shape[-1]
     g = p.fields.to(query.device)
     kp, wide = widen(key, value, g[:, :n_k], p.n_fields, dtype=getattr(torch, p.kernel))  # once a key/value head
+    plain = plain_mask(mask) if n == n_k else None
+    if plain is not None and p.bias_w is not None:
+        kp = carry_bias(kp, g[:, :n_k], d, p.n_fields)
     rep = H // key.shape[1]
     if rep > 1:  # grouped query heads: the kernel takes one key/value head a query head
         kp, wide = kp.repeat_interleave(rep, dim=1), wide.repeat_interleave(rep, dim=1)
-    if p.bias_w is None and n == n_k and plain_causal(mask):  # one call, the kernel's own causal skip, no mask
-        o, red = fused_rows(query, kp, wide, g[:, :n], g[:, :n_k], None, None, scaling, p.n_fields, dv,
-                            causal=True)
+    if plain is not None:  # one call, the kernel's own causal skip or no mask; a bias in Q/K's padding: no mask rows
+        o, red = fused_rows(query, kp, wide, g[:, :n], g[:, :n_k], None, p.bias_w, scaling, p.n_fields, dv,
+                            causal=plain == "causal", carried=True)
         p.reductions.append(red)
         return o.to(query.dtype).transpose(1, 2).contiguous()
     out = query.new_empty(b, H, n, dv)

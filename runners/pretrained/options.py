@@ -26,7 +26,7 @@ from runners.pretrained.fielding import POLICIES, SPECIAL_POLICIES
 __all__ = ["ATTENTION_PATHS", "KERNEL_DTYPES", "PADDINGS", "CaptureOptions", "with_options", "parse_indices"]
 
 ATTENTION_PATHS = ("auto", "chunked", "eager", "fused")
-KERNEL_DTYPES = ("float64", "float32")  # the fused kernel's arithmetic (carried as runners.pretrained.seam.Pass.kernel)
+KERNEL_DTYPES = ("model", "float64", "float32")  # the fused kernel's arithmetic (carried as runners.pretrained.seam.Pass.kernel)
 PADDINGS = ("none", "longest")
 
 
@@ -53,8 +53,8 @@ class CaptureOptions:
     (``reductions`` and/or ``matrices``) what is stored, in ``dtype``; ``batch_size``, ``padding`` and ``device``
     how forwards run; ``attention`` (auto, chunked, eager, fused) and ``attention_mb`` how each layer's attention
     is computed (:func:`runners.pretrained.capture.choose_attention`), ``kernel_dtype`` the fused kernel's
-    arithmetic (float64: within 1e-6 of the float64 reference; float32: within 1e-4, its kernel about twice as fast on
-    a CPU);
+    arithmetic (model, the default: the model's own precision, float32 for float32 weights, held within twice the
+    model's own eager gap to the float64 reference; float64: within 1e-6 of that reference);
     ``device_reductions`` (None: on any device
     but the CPU, with reductions alone) reduces on the device; ``study`` is the runs' study name.
     """
@@ -71,7 +71,7 @@ class CaptureOptions:
     device: str = "cpu"
     attention: str = "auto"
     attention_mb: float = 256.0
-    kernel_dtype: str = "float64"
+    kernel_dtype: str = "model"
     device_reductions: bool | None = None
     study: str = "capture"
 
@@ -91,8 +91,8 @@ class CaptureOptions:
         if not 0 < self.attention_mb < 1 << 20:
             raise RoutestatsError(f"--attention-mb must be a positive number of MB, got {self.attention_mb}")
         if self.kernel_dtype not in KERNEL_DTYPES:
-            raise RoutestatsError(f"--kernel-dtype must be float64 or float32, got {self.kernel_dtype!r}")
-        if self.kernel_dtype != "float64" and self.attention not in ("auto", "fused"):
+            raise RoutestatsError(f"--kernel-dtype must be model, float64 or float32, got {self.kernel_dtype!r}")
+        if self.kernel_dtype not in ("model", "float64") and self.attention not in ("auto", "fused"):
             raise RoutestatsError(f"--kernel-dtype {self.kernel_dtype} sets the fused path's arithmetic; "
                                   f"--attention {self.attention} has no fused kernel")
         if self.attention in ("chunked", "fused") and S.FORM_MATRICES in self.forms:
