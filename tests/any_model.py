@@ -166,7 +166,8 @@ def chunk_outcome(loaded, texts=("alpha beta gamma delta", "epsilon zeta eta the
     of a third of its rows, baseline and bias w = 1 (:func:`runners.pretrained.probe.chunk_probe`), else
     ("eager", the reason capture falls back)."""
     from runners.corpora import Record
-    from runners.pretrained.capture import Condition, plan_capture
+    from runners.pretrained.capture import plan_capture
+    from runners.pretrained.seam import Condition
     from runners.pretrained.probe import chunk_probe
 
     plan = plan_capture(loaded, [Record("0", (("title", texts[0]), ("content", texts[1])))], fields=None, cap=24,

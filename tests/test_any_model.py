@@ -18,7 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from runners.pretrained.capture import Condition, capture_runs, plan_capture, read_records  # noqa: E402
+from runners.pretrained.capture import capture_runs, plan_capture  # noqa: E402
+from runners.pretrained.records import read_records  # noqa: E402
+from runners.pretrained.seam import Condition  # noqa: E402
 from tests.any_model import chunk_outcome, regime_outcome, sweep  # noqa: E402
 from tests.test_families import CAP, own_encoding, stored  # noqa: E402  the same helpers as the in-depth tests
 

@@ -27,7 +27,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import routestats as rs  # noqa: E402
-from runners.pretrained.capture import Condition, capture_runs, read_records  # noqa: E402
+from runners.pretrained.capture import capture_runs  # noqa: E402
+from runners.pretrained.records import read_records  # noqa: E402
+from runners.pretrained.seam import Condition  # noqa: E402
 from runners.pretrained.fielding import encode_record  # noqa: E402
 from runners.pretrained.load import load_model  # noqa: E402
 

@@ -110,7 +110,7 @@ def test_a_folder_of_trained_runs_is_never_replaced(bert, tmp_path, capsys, rng)
 def test_an_existing_run_is_refused_naming_the_callers_option(tmp_path):
     # was: "pass --force" to Python callers of capture_runs, who pass force=True
     from routestats.errors import RoutestatsError
-    from runners.pretrained.capture import check_destination
+    from runners.pretrained.destination import check_destination
 
     (tmp_path / "baseline").mkdir()
     with pytest.raises(RoutestatsError, match=r"baseline: exists; pass force=True to replace it") as python:

@@ -22,7 +22,9 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
 import routestats as rs  # noqa: E402
-from runners.pretrained.capture import Condition, capture_runs, read_records  # noqa: E402
+from runners.pretrained.capture import capture_runs  # noqa: E402
+from runners.pretrained.records import read_records  # noqa: E402
+from runners.pretrained.seam import Condition  # noqa: E402
 from runners.pretrained.load import load_model  # noqa: E402
 from runners.pretrained.seam import RowMask, block_rows  # noqa: E402
 from tests.tiny_models import STYLES, WINDOW, save_tiny  # noqa: E402
@@ -135,7 +137,8 @@ LONG = r"""
 import json, resource, sys, torch, transformers as T
 from pathlib import Path
 from runners.corpora import Record
-from runners.pretrained.capture import Condition, capture_runs
+from runners.pretrained.capture import capture_runs
+from runners.pretrained.seam import Condition
 from runners.pretrained.load import prepare_model
 from tests.tiny_models import tokenizer
 n, mode, out = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
@@ -232,6 +235,17 @@ def test_the_long_context_benchmark_runs():
                                          "capture-chunked", "capture-eager"]
     assert all(r["seconds"] > 0 and r["peak_mb"] > 0 for r in rows)
     assert long_table(rows).splitlines()[2].startswith("| 128 |")
+
+
+def test_the_per_forward_benchmark_runs():
+    # benchmarks/bench_capture.py --per-forward at one short length on the tiny decoder: every mode runs in its own
+    # process and the table has a row per capture, its ratio to the bare forward a positive number
+    from benchmarks.bench_capture import PER_FORWARD, per_forward, per_forward_table
+
+    rows = per_forward([64], "tiny")
+    assert [r["mode"] for r in rows] == list(PER_FORWARD) and [r["forwards"] for r in rows] == [1, 1, 2, 1, 2]
+    lines = per_forward_table(rows).splitlines()[2:]
+    assert len(lines) == 4 and all(float(line.split("|")[-2]) > 0 for line in lines)
 
 
 @pytest.mark.parametrize("family", sorted(STYLES))

@@ -131,10 +131,11 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     assert "p_Holm = 0.250, the smallest attainable with 5 examples" in c5["no_evidence"].sentence
     withheld(design(c5["pair_floor"], floor=0.01))
     # 32 examples, layer 1 not called: the change its test would miss, (1.960 + 0.842) x 0.03 / sqrt(32) = 0.0149
-    # and layer 2 (SD 0.04): 2.802 x 0.04 / sqrt(32) = 0.0198; printed rounded down ("smaller than" stays true)
+    # and layer 2 (SD 0.04): 2.802 x 0.04 / sqrt(32) = 0.0198; printed rounded down ("smaller than" stays true);
+    # sized from the SD's lower bound (sd_diff_low), never the sample SD (0.05 here, which would give 0.024)
     eff32 = pd.DataFrame({"layer": [0, 1, 2], "mean_diff": [0.1, 0.004, 0.002], "p_holm": [0.001, 0.4, 0.5],
                           "ci_low": [0.05, -0.01, -0.01], "ci_high": [0.2, 0.02, 0.02], "baseline_mean": 0.5,
-                          "variant_mean": 0.6, "dz": 1.0, "n": 32, "sd_diff": [0.03, 0.03, 0.04],
+                          "variant_mean": 0.6, "dz": 1.0, "n": 32, "sd_diff": 0.05, "sd_diff_low": [0.03, 0.03, 0.04],
                           "p_holm_floor": 3 / 10000})  # 3 layers x 1/(9999 + 1): the draws' floor
     mc = {c.kind: c for c in P.effects_claims(eff32, n_examples=32, pretrained=False, alpha=0.05, confidence=0.95,
                                               permutations=9999)}["missed_change"]

@@ -36,7 +36,9 @@ T = pytest.importorskip("transformers")
 
 import routestats as rs  # noqa: E402
 from runners.pretrained import seam  # noqa: E402
-from runners.pretrained.capture import Condition, capture_runs, plan_capture, read_records  # noqa: E402
+from runners.pretrained.capture import capture_runs, plan_capture  # noqa: E402
+from runners.pretrained.records import read_records  # noqa: E402
+from runners.pretrained.seam import Condition  # noqa: E402
 from runners.pretrained.load import load_model  # noqa: E402
 from tests.tiny_models import OUT_MODULE, STYLES, VALUE_MODULE, WINDOW, save_tiny  # noqa: E402
 

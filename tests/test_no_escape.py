@@ -217,7 +217,7 @@ def test_json_of_a_run_is_read_only_as_a_bounded_regular_file(tmp_path):
 # ------------------------------------------------------------------ bounded inputs where capture reads them
 def test_a_datasets_folder_naming_an_arrow_file_outside_is_refused(tmp_path):
     datasets = pytest.importorskip("datasets")
-    from runners.pretrained.capture import read_records
+    from runners.pretrained.records import read_records
 
     datasets.disable_progress_bars()
     datasets.Dataset.from_dict({"title": ["a"], "content": ["b"]}).save_to_disk(tmp_path / "outside")
@@ -283,7 +283,9 @@ def test_a_decoder_capture_of_records_with_empty_fields_reports(tmp_path):
 
     model = save_tiny("llama", tmp_path / "model", ["alpha beta gamma delta"])
     (tmp_path / "r.csv").write_text("title,content\n" + "alpha beta,\n" * 6)
-    from runners.pretrained.capture import Condition, capture_runs, read_records
+    from runners.pretrained.capture import capture_runs
+    from runners.pretrained.records import read_records
+    from runners.pretrained.seam import Condition
     from runners.pretrained.load import load_model
 
     recs = read_records(tmp_path / "r.csv", "csv")
@@ -303,7 +305,7 @@ def test_a_decoder_capture_of_records_with_empty_fields_reports(tmp_path):
 # ------------------------------------------------------------------ messages that say what is true
 def test_a_byte_order_mark_is_not_text_in_csv_or_jsonl(tmp_path):
     pytest.importorskip("torch")
-    from runners.pretrained.capture import read_records
+    from runners.pretrained.records import read_records
 
     rows = (ROOT / "data" / "docstrings_dbpedia" / "val.csv").read_bytes().splitlines(keepends=True)[:3]
     (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + b"".join(rows))  # as a spreadsheet saves it
@@ -377,7 +379,7 @@ def test_a_mount_point_is_refused_before_any_work_by_report_and_capture(mount_po
     with pytest.raises(RoutestatsError, match="is a mount point, and a report folder is swapped into place whole"):
         F.check_output(mount_point, force=True)
     pytest.importorskip("torch")
-    from runners.pretrained.capture import check_destination
+    from runners.pretrained.destination import check_destination
 
     with pytest.raises(RoutestatsError, match="is a mount point; the runs are written beside --out"):
         check_destination(mount_point, ["baseline"], force=True, cli=True)

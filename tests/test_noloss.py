@@ -256,7 +256,7 @@ def test_a_57_mb_record_is_refused_in_one_line_with_little_memory(tmp_path):
     with open(big, "w") as f:
         f.write(json.dumps({"label": "a", "title": "t", "content": "w " * (57 << 19)}) + "\n")
     # VmHWM, the process's own peak (ru_maxrss keeps the forking parent's across exec: the test runner's)
-    code = ("import sys\nfrom runners.pretrained.capture import read_records\nfrom routestats.errors import "
+    code = ("import sys\nfrom runners.pretrained.records import read_records\nfrom routestats.errors import "
             "RoutestatsError\nrss = lambda: int(next(x for x in open('/proc/self/status') if x.startswith('VmHWM'))"
             ".split()[1]) // 1024\n"
             "print(rss())\ntry:\n    read_records(sys.argv[1], 'jsonl')\nexcept RoutestatsError as e:\n    print(e)\n"
@@ -266,7 +266,7 @@ def test_a_57_mb_record_is_refused_in_one_line_with_little_memory(tmp_path):
     assert message == f"{big}: line 1 is over the 8 MB record limit (--max-record-mb)", out
     # peak RSS (the imports, torch among them, about 300 MB of it) and what reading the record added
     assert int(peak_mb) < 500 and int(peak_mb) - int(imported_mb) < 64, out
-    from runners.pretrained.capture import read_records
+    from runners.pretrained.records import read_records
 
     wide = tmp_path / "wide.csv"
     wide.write_text('label,title,content\n1,"a title","' + "x" * (200 << 10) + '"\n')
@@ -349,7 +349,7 @@ def test_a_killed_captures_partial_folder_neither_blocks_readers_nor_stays(tmp_p
     assert res.exit_code == 0 and "2 runs" in res.output, res.output
     assert rs.analyse(tmp_path / "runs", resamples=100, permutations=100, flow="off").frame("effects") is not None
     pytest.importorskip("torch")
-    from runners.pretrained.capture import sweep_partials
+    from runners.pretrained.destination import sweep_partials
 
     beside = tmp_path / f".runs.capture-partial-{os.getpid()}-live"  # a capture still running: kept
     beside.mkdir()

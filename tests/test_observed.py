@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from routestats.errors import RoutestatsError  # noqa: E402
-from runners.pretrained.capture import Condition, capture_runs  # noqa: E402
+from runners.pretrained.capture import capture_runs  # noqa: E402
+from runners.pretrained.seam import Condition  # noqa: E402
 from tests.any_model import sweep  # noqa: E402
 from tests.test_any_model import RECORDS, TEXTS  # noqa: E402
 from tests.test_families import CAP, own_encoding, stored  # noqa: E402

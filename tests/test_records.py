@@ -34,7 +34,7 @@ EXPECTED = [Record(label=lab, fields=(("title", t), ("content", c))) for lab, t,
 
 
 def read_records(*args, **kw):
-    from runners.pretrained.capture import read_records as read
+    from runners.pretrained.records import read_records as read
 
     return read(*args, **kw)
 

@@ -14,7 +14,9 @@ pytest.importorskip("transformers")
 
 import routestats as rs  # noqa: E402
 from runners.launch import SequentialLauncher  # noqa: E402
-from runners.pretrained.capture import Condition, capture_runs, read_records  # noqa: E402
+from runners.pretrained.capture import capture_runs  # noqa: E402
+from runners.pretrained.records import read_records  # noqa: E402
+from runners.pretrained.seam import Condition  # noqa: E402
 from runners.pretrained.load import load_model  # noqa: E402
 from runners.pretrained.shards import capture_in_shards  # noqa: E402
 from tests.tiny_models import save_tiny  # noqa: E402

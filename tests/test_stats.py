@@ -216,8 +216,8 @@ def test_inputs_validated():
 def test_to_frame_columns():
     f = rs.paired_inference(np.ones((5, 2)) * [[0.1, 0.2]] + np.arange(5)[:, None] * 0.01, resamples=50,
                             permutations=50, labels=["L0", "L1"]).to_frame()
-    assert f.columns[:10].tolist() == ["label", "n", "mean_diff", "median_diff", "sd_diff", "dz", "ci_low",
-                                       "ci_high", "p_raw", "p_adj"]
+    assert f.columns[:11].tolist() == ["label", "n", "mean_diff", "median_diff", "sd_diff", "sd_diff_low", "dz",
+                                       "ci_low", "ci_high", "p_raw", "p_adj"]
     assert f["label"].tolist() == ["L0", "L1"] and (f["resamples"] == 50).all()
 
 

@@ -336,11 +336,15 @@ def profile_claims(highest: pd.DataFrame, alpha: float = 0.05, conf: str = "95%"
 
 
 def missed_change_claims(eff: pd.DataFrame, n_used: int, alpha: float, floor: float, *, table: str, power: float = 0.8,
-                         p: str = "p_holm", lo: str = "ci_low", hi: str = "ci_high", sd: str = "sd_diff",
+                         p: str = "p_holm", lo: str = "ci_low", hi: str = "ci_high", sd: str = "sd_diff_low",
                          unit: str = "examples") -> list[Claim]:
     """Beside layers the headline does not call changed: the change each one's test would miss at least one time
-    in five at this n (examples, or seeds for the across-seed test) (:func:`routestats.stats.power.detectable_change`, a lower bound), so a null result says what
-    it could have seen."""
+    in five at this n (examples, or seeds for the across-seed test), so a null result says what it could have seen.
+
+    Sized by :func:`routestats.stats.power.detectable_change` from ``sd``, a one-sided 97.5 % lower bound on each
+    layer's SD (:func:`routestats.stats.spread.sd_lower_bound`): from the sample SD the size overstated what the test
+    misses whenever the sample overstated the spread (the report's test detected a change just below it more than
+    80 % of the time in 41-59 % of null samples, issue [plan-2])."""
     if sd not in eff:  # a table without the spread of its differences: nothing to size
         return []
     a = repr(float(alpha))
@@ -363,7 +367,9 @@ def missed_change_claims(eff: pd.DataFrame, n_used: int, alpha: float, floor: fl
         what = "no layer"  # withheld: the check counts the cited layers
     often = {0.8: "one time in five", 0.9: "one time in ten"}.get(power, f"{1 - power:.0%} of the time")
     return [Claim("missed_change", f"With {n_used} {unit}, {what} would be missed at least {often}: {power:.0%} "
-                  f"power needs at least (z(1 − α/2) + z({power:g})) × SD/√n at α {alpha:.3g} (normal approximation, a lower bound; `routestats plan` simulates the test itself).",
+                  f"power needs at least (z(1 − α/2) + z({power:g})) × SD/√n at α {alpha:.3g} (normal approximation, a "
+                  "lower bound, with each SD at its 97.5% lower bound: true in at least nine samples in ten; `routestats plan` "
+                  "simulates the test itself).",
                   "headline", table, tuple(int(v) for v in rows["layer"]), evidence=rows,
                   requires=(Check("a layer not called changed", "rows >= 1 and floor < alpha", on="design"),
                             Check("no cited layer is called changed",

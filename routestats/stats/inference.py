@@ -56,6 +56,7 @@ from routestats.stats.percentile import (  # noqa: F401  (public names of this m
     PERCENTILE_COVERAGE_95, SMALL_N, percentile_ci, percentile_coverage, quantile_levels,
 )
 from routestats.stats.reference import numpy_mode, python_mode
+from routestats.stats.spread import sd_lower_bound
 from routestats.stats.work import note
 
 __all__ = [
@@ -372,6 +373,7 @@ class PairedInference:
     mean_diff: np.ndarray
     median_diff: np.ndarray
     sd_diff: np.ndarray
+    sd_diff_low: np.ndarray  # a one-sided 97.5 % lower bound on the SD (routestats.stats.spread.sd_lower_bound)
     dz: np.ndarray
     ci_low: np.ndarray
     ci_high: np.ndarray
@@ -396,7 +398,7 @@ class PairedInference:
         return min(1.0, len(self.labels) * self.p_floor)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per label: label, n, mean_diff, median_diff, sd_diff, dz, ci_low, ci_high,
+        """One row per label: label, n, mean_diff, median_diff, sd_diff, sd_diff_low, dz, ci_low, ci_high,
         p_raw, p_adj, p_floor, p_adj_floor (the smallest raw and Holm p the test can give: the one floor column
         that cells and sentences read), adj_method, mode, seed, resamples, permutations, confidence, method."""
         d = asdict(self)
@@ -404,13 +406,14 @@ class PairedInference:
         df = pd.DataFrame(
             {
                 "label": list(self.labels),
-                **{k: d[k] for k in ("mean_diff", "median_diff", "sd_diff", "dz", "ci_low", "ci_high", "p_raw", "p_adj")},
+                **{k: d[k] for k in ("mean_diff", "median_diff", "sd_diff", "sd_diff_low", "dz", "ci_low", "ci_high",
+                                     "p_raw", "p_adj")},
             }
         )
         for k, v in scalars.items():
             df[k] = v
         df["p_floor"], df["p_adj_floor"] = self.p_floor, self.p_adj_floor
-        return df[["label", "n", "mean_diff", "median_diff", "sd_diff", "dz", "ci_low", "ci_high", "p_raw",
+        return df[["label", "n", "mean_diff", "median_diff", "sd_diff", "sd_diff_low", "dz", "ci_low", "ci_high", "p_raw",
                    "p_adj", "p_floor", "p_adj_floor", "adj_method", "mode", "seed", "resamples", "permutations",
                    "confidence", "method"]]
 
@@ -463,6 +466,7 @@ def paired_inference(
         mean_diff=a.mean(axis=0),
         median_diff=np.median(a, axis=0),
         sd_diff=a.std(axis=0, ddof=1),
+        sd_diff_low=sd_lower_bound(a),
         dz=cohen_dz(a),
         ci_low=np.asarray(lo, dtype=np.float64),
         ci_high=np.asarray(hi, dtype=np.float64),

@@ -6,7 +6,8 @@ per-example values.
 
 Columns of :func:`paired_effects`
 ---------------------------------
-metric, layer, n, excluded, baseline_mean, variant_mean, mean_diff, median_diff, sd_diff,
+metric, layer, n, excluded, baseline_mean, variant_mean, mean_diff, median_diff, sd_diff, sd_diff_low (a one-sided
+97.5 % lower bound on the SD: :func:`routestats.stats.spread.sd_lower_bound`),
 ci_low, ci_high, dz, p_raw, p_holm, mean_opportunity and mean_opportunity_analysed (adjusted only), resamples,
 permutations, seed, mode, confidence, baseline_run, variant_run, step.
 

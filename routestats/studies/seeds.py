@@ -33,6 +33,7 @@ from routestats.settings import PatternRules, Resampling
 from routestats.rundir.collection import RunCollection
 from routestats.metrics.routing import profile_distance
 from routestats.stats.inference import cohen_dz, holm, percentile_ci, signflip_count, signflip_floor
+from routestats.stats.spread import sd_lower_bound
 from routestats.stats.ttest import paired_t
 
 __all__ = [
@@ -308,7 +309,7 @@ def across_seed_tests(deltas: pd.DataFrame, condition=None, exact_max_seeds: int
         frames.append(pd.DataFrame({
             "dataset": dataset, "depth": depth,
             "layer": list(w.columns), "n_seeds": n, "mean_delta": x.mean(axis=0), "sd_delta": x.std(axis=0, ddof=1),
-            "dz": cohen_dz(x), "t": t.statistic, "df": t.df, "p_t": t.p_raw, "p_t_holm": t.p_adj,
+            "sd_delta_low": sd_lower_bound(x), "dz": cohen_dz(x), "t": t.statistic, "df": t.df, "p_t": t.p_raw, "p_t_holm": t.p_adj,
             "ci_low_t": t.ci_low, "ci_high_t": t.ci_high,
             "p_signflip_exact": p_sf, "p_signflip_holm": holm(p_sf), "min_attainable_p": floor,
             "signflip_draws": draws,

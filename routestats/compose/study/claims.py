@@ -41,7 +41,7 @@ def across_seed_claims(across: pd.DataFrame, alpha: float, conf: str) -> list[Cl
     floor = float(across["min_attainable_p"].min())
     if across["dataset"].nunique() == 1:  # the sentence names layers: one data set's
         out += missed_change_claims(across, k, alpha, 0.0, table="across_seeds", p="p_t_holm", lo="ci_low_t",
-                                    hi="ci_high_t", sd="sd_delta", unit="seeds")  # the t-test has no floor
+                                    hi="ci_high_t", sd="sd_delta_low", unit="seeds")  # the t-test has no floor
     if floor > alpha:
         out.append(Claim("signflip_floor", f"With {k} seeds the exact sign-flip test cannot reach p < {alpha:g} "
                          f"(smallest attainable p = {floor_text(floor, floor)}); the t-test leans on normality of the per-seed "
