@@ -47,7 +47,9 @@ def timed(fn, repeats: int) -> float:
 
 
 def main(argv=None) -> dict:
-    from runners.pretrained.capture import Condition, capture_runs, plan_capture, read_records
+    from runners.pretrained.capture import capture_runs, plan_capture
+    from runners.pretrained.records import read_records
+    from runners.pretrained.seam import Condition
     from runners.pretrained.load import load_model
     from runners.pretrained.seam import length_batches
 
@@ -137,7 +139,8 @@ if mode.startswith("bare"):
     with torch.no_grad():
         out = loaded.model(**inputs, output_attentions=mode == "bare-eager")
 else:
-    from runners.pretrained.capture import Condition, capture_runs
+    from runners.pretrained.capture import capture_runs
+    from runners.pretrained.seam import Condition
     capture_runs(loaded, [rec], sys.argv[5], cap=n, attention=mode.split("-")[1].removesuffix("64"), attention_mb=256,
                  conditions=[Condition("baseline")], kernel_dtype="float64" if mode.endswith("64") else "model")
 t = time.perf_counter() - t0
@@ -242,7 +245,8 @@ MARGINAL = """
 import dataclasses, json, sys, tempfile, time, torch
 sys.path.insert(0, {root!r})
 from benchmarks.bench_capture import long_setup
-from runners.pretrained.capture import Condition, capture_runs
+from runners.pretrained.capture import capture_runs
+from runners.pretrained.seam import Condition
 mode, n, model, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(threads)
 loaded, rec, inputs = long_setup(model, n)

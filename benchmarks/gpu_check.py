@@ -688,7 +688,9 @@ def part_capture(part: Part, ctx: dict) -> None:
     import importlib.util
 
     import routestats as rs
-    from runners.pretrained.capture import Condition, capture_runs, read_records
+    from runners.pretrained.capture import capture_runs
+    from runners.pretrained.records import read_records
+    from runners.pretrained.seam import Condition
     from runners.pretrained.load import load_model
     from tests.tiny_models import save_tiny
 
@@ -742,7 +744,8 @@ def long_context_unit(part, ctx, rec, summary, dev, n_long: int, which: str, pat
     import torch
 
     from benchmarks.bench_capture import long_setup
-    from runners.pretrained.capture import Condition, capture_runs
+    from runners.pretrained.capture import capture_runs
+    from runners.pretrained.seam import Condition
 
     with part.unit(f"long context {n_long} ({path_name})"):
         loaded, record, _ = long_setup(which, n_long)

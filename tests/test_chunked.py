@@ -239,13 +239,14 @@ def test_the_long_context_benchmark_runs():
 
 def test_the_per_forward_benchmark_runs():
     # benchmarks/bench_capture.py --per-forward at one short length on the tiny decoder: every mode runs in its own
-    # process and the table has a row per capture, its ratio to the bare forward a positive number
+    # process and the table has a row per capture with its ratio to the bare forward (a number: at 64 tokens the
+    # marginal seconds are milliseconds, of either sign by noise)
     from benchmarks.bench_capture import PER_FORWARD, per_forward, per_forward_table
 
     rows = per_forward([64], "tiny")
     assert [r["mode"] for r in rows] == list(PER_FORWARD) and [r["forwards"] for r in rows] == [1, 1, 2, 1, 2]
     lines = per_forward_table(rows).splitlines()[2:]
-    assert len(lines) == 4 and all(float(line.split("|")[-2]) > 0 for line in lines)
+    assert len(lines) == 4 and all(np.isfinite(float(line.split("|")[-2])) for line in lines), lines
 
 
 @pytest.mark.parametrize("family", sorted(STYLES))

@@ -52,18 +52,17 @@ from routestats.errors import RoutestatsError
 from routestats.rundir import schema as S
 from routestats.rundir.write import RunWriter, software_versions
 
-from runners.pretrained.fielding import Encoded, encode_records
-from runners.pretrained.destination import check_destination, echo_notice, staging, sweep_partials
 from routestats.rundir.identity import identity_of_files
-from runners.pretrained.load import Loaded, load_model
-from runners.pretrained.options import ATTENTION_PATHS, CaptureOptions, with_options
-from runners.pretrained.records import RECORD_FORMATS, read_records, record_texts, records_format
+from runners.pretrained.destination import check_destination, echo_notice, staging
+from runners.pretrained.fielding import Encoded, encode_records
+from runners.pretrained.load import Loaded
+from runners.pretrained.options import CaptureOptions, with_options
+from runners.pretrained.records import record_texts
 from runners.pretrained.probe import chunk_probe
 from runners.pretrained.seam import IMPLEMENTATION, Captured, Condition, forward_batches
 
-__all__ = ["Condition", "Loaded", "load_model", "read_records", "records_format", "RECORD_FORMATS", "plan_capture",
-           "plan_for", "capture_runs", "capture_checkpoints", "check_destination", "sweep_partials", "CaptureOptions",
-           "ATTENTION_PATHS"]
+__all__ = ["plan_capture", "plan_for", "capture_runs", "capture_checkpoints", "choose_attention", "AttentionChoice",
+           "model_kernel"]
 
 UNNAMED = 0
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "merges.txt",
@@ -183,38 +182,49 @@ def capture_layers(loaded: Loaded, layers: Sequence[int] | None) -> tuple[list[i
 PROBE_TOKENS = 96  # the chunk probe's record: the first this many tokens of the longest record
 
 
-def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtype: str, batch_size: int,
-                     mode: str = "auto", budget_mb: float = 256.0, device="cpu",
-                     kernel_dtype: str = "model") -> tuple[float, dict, str]:
-    """How each layer's attention is computed: ``(chunk_mb, record, notice)``.
+@dataclass(frozen=True)
+class AttentionChoice:
+    """How a capture computes each layer's attention (:func:`choose_attention`): ``chunk_mb`` the budget of a block
+    of rows (0: the eager or observed path), ``record`` the run's ``evaluation.capture.attention``, ``notice`` a
+    line to print (why auto did not take the fused or chunked path), ``kernel`` the fused kernel's arithmetic."""
+
+    chunk_mb: float
+    record: dict
+    notice: str = ""
+    kernel: str = "float64"
+
+    @property
+    def fused(self) -> bool:
+        return self.record.get("path") == "fused"
+
+
+def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, opts: CaptureOptions) -> AttentionChoice:
+    """How each layer's attention is computed under the capture's options ``opts`` (validated there).
 
     ``eager`` keeps every layer's n x n weights of a batch until the forward ends (what the matrices
     form stores); ``chunked`` computes per-query reductions in blocks of query rows within
-    ``budget_mb`` (:func:`runners.pretrained.seam.chunked_attention`), proven on the first
+    ``opts.attention_mb`` (:func:`runners.pretrained.seam.chunked_attention`), proven on the first
     :data:`PROBE_TOKENS` tokens of the longest record against the eager path
     (:func:`runners.pretrained.probe.chunk_probe`); ``fused`` gives the same reductions from one fused attention
-    call per block of rows (:mod:`runners.pretrained.fused`: float32 storage only), in ``kernel_dtype`` arithmetic
-    (``model``: :func:`model_kernel`), proven the same way (:func:`runners.pretrained.probe.kernel_bound`).
-    ``auto``, when the eager weights of a batch would exceed ``budget_mb``, takes the fused path where its probe
+    call per block of rows (:mod:`runners.pretrained.fused`: float32 storage only), in ``opts.kernel_dtype``
+    arithmetic (``model``: :func:`model_kernel`), proven the same way (:func:`runners.pretrained.probe.kernel_bound`).
+    ``auto``, when the eager weights of a batch would exceed the budget, takes the fused path where its probe
     proves it, else the chunked one, else eager, with a ``notice`` saying why.
     """
-    if mode not in ATTENTION_PATHS:
-        raise RoutestatsError(f"--attention must be one of {', '.join(ATTENTION_PATHS)}, got {mode!r}")
-    if not 0 < budget_mb < 1 << 20:
-        raise RoutestatsError(f"--attention-mb must be a positive number of MB, got {budget_mb}")
+    mode, budget_mb, dtype, device = opts.attention, opts.attention_mb, opts.dtype, opts.device
     longest = max(range(len(plan.encoded)), key=lambda i: len(plan.encoded[i]))
     n = len(plan.encoded[longest])
-    eager_mb = min(batch_size, len(plan.encoded)) * len(loaded.layers) * loaded.n_heads * n * n * 4 / 2 ** 20
+    eager_mb = min(opts.batch_size, len(plan.encoded)) * len(loaded.layers) * loaded.n_heads * n * n * 4 / 2 ** 20
     if loaded.observed:  # its own forward's weights: the eager path is the only one
         if mode in ("chunked", "fused"):
             raise RoutestatsError(f"--attention {mode}: {loaded.observed}; it is captured from its own eager weights")
-        return 0.0, {"path": "observed", "eager_weights_mb": round(eager_mb, 1)}, ""
-    if mode == "eager" or S.FORM_MATRICES in forms:
+        return AttentionChoice(0.0, {"path": "observed", "eager_weights_mb": round(eager_mb, 1)})
+    if mode == "eager" or S.FORM_MATRICES in opts.forms:
         if mode in ("chunked", "fused"):
             raise RoutestatsError(f"--attention {mode} keeps per-query reductions only; store --forms reductions")
-        return 0.0, {"path": "eager", "eager_weights_mb": round(eager_mb, 1)}, ""
+        return AttentionChoice(0.0, {"path": "eager", "eager_weights_mb": round(eager_mb, 1)})
     if mode == "auto" and eager_mb <= budget_mb:
-        return 0.0, {"path": "eager", "eager_weights_mb": round(eager_mb, 1), "budget_mb": budget_mb}, ""
+        return AttentionChoice(0.0, {"path": "eager", "eager_weights_mb": round(eager_mb, 1), "budget_mb": budget_mb})
     e = plan.encoded[longest]
     m = min(len(e), PROBE_TOKENS)
     short = dataclasses.replace(e, inputs={k: v[:m] for k, v in e.inputs.items()}, fields=e.fields[:m])
@@ -222,11 +232,12 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
     base = {"budget_mb": budget_mb, "eager_weights_mb": round(eager_mb, 1)}
     tried = {}
     if mode in ("auto", "fused"):  # one fused call per layer: the model's own SDPA cost (runners.pretrained.fused)
-        kernel_dtype = model_kernel(loaded.model) if kernel_dtype == "model" else kernel_dtype
+        kernel = model_kernel(loaded.model) if opts.kernel_dtype == "model" else opts.kernel_dtype
         fused = chunk_probe(loaded, short, cond, n_fields=len(plan.names), reduce=dtype, device=device, fused=True,
-                            kernel=kernel_dtype) if dtype == "float32" else None
+                            kernel=kernel) if dtype == "float32" else None
         if fused is not None and fused.ok:
-            return budget_mb, {"path": "fused", **base, "kernel_dtype": kernel_dtype, "probe": fused.record()}, ""
+            return AttentionChoice(budget_mb, {"path": "fused", **base, "kernel_dtype": kernel,
+                                               "probe": fused.record()}, kernel=kernel)
         why = fused.reason if fused is not None else f"--dtype {dtype}: the fused path stores float32 reductions"
         if mode == "fused":
             raise RoutestatsError(f"--attention fused: {why} {where}")
@@ -238,10 +249,11 @@ def choose_attention(loaded: Loaded, plan: Plan, cond: Condition, *, forms, dtyp
     if not probe.ok:
         if mode == "chunked":
             raise RoutestatsError(f"--attention chunked: {probe.reason} {where}")
-        return 0.0, {"path": "eager", **base, "probe": probe.record(), **tried}, \
-            (f"note: {cond.name}: eager attention ({eager_mb:,.0f} MB of weights per batch): {probe.reason}")
-    return budget_mb, {"path": "chunked", **base, "probe": probe.record(), **tried}, \
-        (notice_fused + "chunked attention" if notice_fused else "")
+        return AttentionChoice(0.0, {"path": "eager", **base, "probe": probe.record(), **tried},
+                               f"note: {cond.name}: eager attention ({eager_mb:,.0f} MB of weights per batch): "
+                               f"{probe.reason}")
+    return AttentionChoice(budget_mb, {"path": "chunked", **base, "probe": probe.record(), **tried},
+                           notice_fused + "chunked attention" if notice_fused else "")
 
 
 def model_kernel(model) -> str:
@@ -301,18 +313,15 @@ def _shard_attention(shards: Sequence[tuple[int, Path]]) -> tuple[dict, bool, li
     return {**caps[0]["attention"], "shards": len(shards)}, bool(caps[0].get("reductions_on_device")), evs
 
 
-def _attention_here(loaded: Loaded, plan: Plan, cond: Condition, opts: CaptureOptions) -> tuple[float, dict, bool]:
-    """(chunk MB, attention record, reduce on the device) for a capture run here."""
-    chunk_mb, how, notice = choose_attention(loaded, plan, cond, forms=opts.forms, dtype=opts.dtype,
-                                             batch_size=opts.batch_size, mode=opts.attention,
-                                             budget_mb=opts.attention_mb, device=opts.device,
-                                             kernel_dtype=opts.kernel_dtype)
-    if notice:
-        echo_notice(notice)
+def _attention_here(loaded: Loaded, plan: Plan, cond: Condition, opts: CaptureOptions) -> tuple[AttentionChoice, bool]:
+    """(how attention is computed, reduce on the device) for a capture run here."""
+    choice = choose_attention(loaded, plan, cond, opts)
+    if choice.notice:
+        echo_notice(choice.notice)
     # on an accelerator only per-query summaries leave the device; on the CPU numpy reduces faster
-    on_device = bool(chunk_mb) or S.FORM_MATRICES not in opts.forms and (
+    on_device = bool(choice.chunk_mb) or S.FORM_MATRICES not in opts.forms and (
         not opts.device.startswith("cpu") if opts.device_reductions is None else bool(opts.device_reductions))
-    return chunk_mb, how, on_device
+    return choice, on_device
 
 
 def _store(sink, got: Captured, loaded: Loaded, subset) -> None:
@@ -363,10 +372,10 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, opts: Ca
     w.write_examples(plan.examples())
     if shards:
         how, on_device, evs = _shard_attention(shards)
-        chunk_mb = 0.0
+        choice = AttentionChoice(0.0, how)  # read back from the shard runs: no forward here
     else:
-        chunk_mb, how, on_device = _attention_here(loaded, plan, cond, opts)
-    if chunk_mb:
+        choice, on_device = _attention_here(loaded, plan, cond, opts)
+    if choice.chunk_mb:
         map_large_blocks()
     t0 = time.perf_counter()
     labels, subset = capture_layers(loaded, opts.layers)
@@ -375,13 +384,13 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, opts: Ca
         source = shard_captures(shards) if shards else forward_batches(
             loaded, plan.encoded, cond, batch_size=opts.batch_size, padding=opts.padding, value_norms=value_norms,
             device=opts.device, reduce=opts.dtype if on_device else None, n_fields=len(plan.names),
-            chunk_mb=chunk_mb, fused=how.get("path") == "fused", kernel=how.get("kernel_dtype", "float64"))
+            chunk_mb=choice.chunk_mb, fused=choice.fused, kernel=choice.kernel)
         for done, got in enumerate(source, 1):
             _store(sink, got, loaded, subset)  # in batch order: each example's rows stay contiguous
             if progress:
                 progress(cond.name, done, len(plan.encoded))
     seconds = sum(e["seconds"] for e in evs) if shards else time.perf_counter() - t0
-    evaluation = _evaluation(loaded, plan, cond, opts, how=how, on_device=on_device, value_norms=value_norms,
+    evaluation = _evaluation(loaded, plan, cond, opts, how=choice.record, on_device=on_device, value_norms=value_norms,
                              seconds=seconds)
     w.finalize(pretrained=True, model=loaded.provenance(), evaluation=evaluation,
                software=software_versions(("torch", "transformers")), **({"pairing": pairing} if pairing else {}))

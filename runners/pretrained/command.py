@@ -11,7 +11,8 @@ from typing import Sequence
 
 from routestats.errors import RoutestatsError
 
-from runners.pretrained.capture import capture_checkpoints, capture_runs, check_destination
+from runners.pretrained.capture import capture_checkpoints, capture_runs
+from runners.pretrained.destination import check_destination
 from runners.pretrained.load import load_model
 from runners.pretrained.options import CaptureOptions
 from runners.pretrained.records import read_records

@@ -153,7 +153,9 @@ def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_
     out, lse = _kernel(qp, kp, wide, add, scaling, causal)
     field_mass = out[..., dv + d:dv + d + n_fields]
     first_mass, row_mass = out[..., -2], out[..., -1]
-    mean_score = scaling * (q.to(torch.float64) * out[..., dv:dv + d].to(torch.float64)).sum(-1)  # q . (p @ K)
+    # q . (p @ K) in the kernel's arithmetic (its own rounding, which the probe bounds), then float64: casting both
+    # operands to float64 first cost 6x the product (SmolLM2, 2k tokens: 4.3 vs 0.7 ms a layer)
+    mean_score = scaling * torch.einsum("bhnd,bhnd->bhn", qp[..., :d], out[..., dv:dv + d]).to(torch.float64)
     if bias_w is not None:  # sum_k p_k b_k = w x the mass on the query's own field
         fq = fields_q[:, None, :, None].clamp_min(0).expand(b, H, rows, 1)
         own = torch.gather(field_mass, -1, fq)[..., 0] * (fields_q[:, None, :] >= 0)

@@ -23,7 +23,8 @@ from routestats.errors import RoutestatsError
 from routestats.rundir.identity import content_sha256
 
 from runners.launch import Job, SequentialLauncher
-from runners.pretrained.capture import capture_runs, check_destination, plan_for
+from runners.pretrained.capture import capture_runs, plan_for
+from runners.pretrained.destination import check_destination
 from runners.pretrained.options import CaptureOptions, with_options
 from runners.pretrained.seam import Condition
 
