@@ -245,7 +245,6 @@ def publish(compute, out, inputs, settings: dict, formats, figures=None, force: 
     was passed over. Returns name -> path of what was written.
     """
     from reports.folder import SourceUnreadable, check_output, copy_report
-    from reports.render import render
 
     say = progress or (lambda label: None)
     check_output(out, force, inputs)  # before the analysis, not after it
@@ -263,6 +262,8 @@ def publish(compute, out, inputs, settings: dict, formats, figures=None, force: 
             return written
         except SourceUnreadable:  # evicted or damaged meanwhile: computed afresh
             pass
+    from reports.render import render  # (matplotlib, pandas, jinja2): not for a report from the cache
+
     rep = compute(say)
 
     def keep(folder, files):  # only if nothing under the inputs changed while the report was made

@@ -151,3 +151,20 @@ def test_half_written_entries_of_dead_processes_are_removed(pair, tmp_path):
     assert cli("report", pair, "-o", tmp_path / "a", *QUICK)[0] == 0
     assert not stale.exists() and not odd.exists()
     assert len([p for p in (tmp_path / "cache" / "reports").iterdir()]) == 1
+
+
+def test_a_report_from_the_cache_loads_neither_pandas_nor_matplotlib(pair, tmp_path):
+    # issue [report-floor]: a warm re-report is a copy; its CPU was the imports of the analysis and the renderer
+    # (0.8-1.05 s at 2 x 64, then 0.28-0.30 s without them, measured). A fresh process, as a user runs it
+    import subprocess
+    import sys
+
+    code, out = cli("report", pair, "-o", tmp_path / "a", *QUICK)
+    assert code == 0, out
+    probe = ("import sys\nfrom routestats.cli import main\nsys.argv = ['routestats', 'report', sys.argv[1], '-o', "
+             "sys.argv[2], *sys.argv[3:]]\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in ('pandas', 'matplotlib', 'scipy', 'jinja2') if m in sys.modules))")
+    got = subprocess.run([sys.executable, "-c", probe, str(pair), str(tmp_path / "b"), *QUICK], capture_output=True,
+                         text=True, env=os.environ.copy(), check=True)
+    assert "from the cache" in got.stdout + got.stderr, got
+    assert got.stdout.strip().splitlines()[-1] == "[]", got.stdout
