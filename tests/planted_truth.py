@@ -47,6 +47,7 @@ class Scenario:
     unnamed: int = 0  # the last examples wholly unnamed: no valid query, SFM undefined
     noise_df: float | None = None  # heavy-tailed per-example differences (synthetic_pair's noise_df)
     learned: tuple[float, ...] | None = None  # with it, the variant's bias-off evaluation (synthetic_pair's learned)
+    noise_length: float | None = None  # the differences' spread grows with length, their centre does not
 
     @property
     def layers(self) -> int:
@@ -59,7 +60,7 @@ class Scenario:
                        same_field_bias=[self.bias] * self.layers, effect=list(self.effect), steps=self.steps,
                        cap=self.cap, length_range=self.length_range, causal=self.causal, n_fields=self.n_fields,
                        exact_null=True, unnamed_examples=self.unnamed, noise_df=self.noise_df,
-                       learned=None if self.learned is None else list(self.learned))
+                       learned=None if self.learned is None else list(self.learned), noise_length=self.noise_length)
         return Path(root)
 
 
@@ -67,7 +68,8 @@ def draw(rng: np.random.Generator, null: bool = False, max_n: int = 300) -> Scen
     """A scenario drawn over the issue's ranges: n 5..max_n, 2..32 layers, nulls, one-layer effects, ties
     (every layer the same effect), ceilings (a large bias), censoring 0–80 %, causal runs, three fields,
     two steps, undefined examples (no named position), heavy-tailed differences (t scale mixture, 1 df), a bias-off
-    evaluation splitting each effect into a learned part (none, half or all of it) and a direct part."""
+    evaluation splitting each effect into a learned part (none, half or all of it) and a direct part, and differences
+    whose spread grows with length (noise scaled by (length / median)^2: dependence without association)."""
     n = int(rng.choice([k for k in (5, 6, 8, 12, 24, 48, 96, 300, 1000) if k <= max_n]))
     layers = int(rng.choice([2, 3, 4, 6, 12, 32] if n <= 96 else [2, 3, 4]))
     sizes = [0.02, 0.1, 0.3, 1.0]
@@ -88,7 +90,8 @@ def draw(rng: np.random.Generator, null: bool = False, max_n: int = 300) -> Scen
                     unnamed=n // 8 if n >= 8 and rng.random() < 0.2 else 0,
                     noise_df=1.0 if rng.random() < 0.2 else None,
                     learned=tuple(float(rng.choice([0.0, 0.5, 1.0])) * e for e in effect) if rng.random() < 0.15
-                    else None)
+                    else None,
+                    noise_length=2.0 if rng.random() < 0.2 else None)
 
 
 @dataclass

@@ -7,6 +7,7 @@ on leave-one-out samples) as the independent check of the standard error."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -71,3 +72,24 @@ def test_the_length_family_claims_fewer_such_nulls_and_keeps_its_power():
         found += bool(res.p_adj[0] < share)
         found_perm += bool(res.p_permutation[0] < share)
     assert found >= 0.9 * found_perm and found_perm > 30, (found, found_perm)
+
+
+def test_the_generator_plants_a_spread_that_grows_with_length_and_no_association(tmp_path):
+    # synthetic_pair(noise_length=2): the per-example Δ SFM of an exact null keeps mean 0 at every length while its
+    # spread grows: the SD of the longest third of 300 examples is over twice the shortest third's, and neither
+    # third's mean is beyond 3 of its standard errors from 0 (the planted truth the checker judges length claims by)
+    import routestats as rs
+    from routestats.rundir.collection import pair
+    from routestats.rundir.read import load_run
+    from routestats.rundir.synthetic import synthetic_pair
+
+    b, v = synthetic_pair(tmp_path, seed=4, n_examples=300, n_layers=2, n_heads=2, same_field_bias=(0.5, 0.5),
+                          effect=(0.0, 0.0), exact_null=True, forms=("reductions",), length_range=(6, 40),
+                          noise_length=2.0)
+    p = pair(load_run(b), load_run(v))
+    d = rs.paired_differences(p)
+    d = d[d["layer"] == 1].merge(p.baseline.examples()[["example_id", "length"]], on="example_id")
+    d["third"] = pd.qcut(d["length"].rank(method="first"), 3, labels=False)
+    g = d.groupby("third")["diff"].agg(["mean", "std", "count"])
+    assert g["std"].iloc[2] > 2 * g["std"].iloc[0], g  # measured 2.5x (longer examples average more queries)
+    assert ((g["mean"].abs() / (g["std"] / np.sqrt(g["count"]))) < 3).all(), g

@@ -52,7 +52,7 @@ def synthetic_pair(
     effect: Sequence[float] = (0.0, 0.3, -0.2, 1.0), steps: Sequence[int] = (100,), dtype: str = "float32",
     forms: Sequence[str] = ("matrices",), cap: int = 256, causal: bool = False, n_fields: int = 2,
     exact_null: bool = False, unnamed_examples: int = 0, examples_seed: int | None = None,
-    noise_df: float | None = None, learned: Sequence[float] | None = None,
+    noise_df: float | None = None, learned: Sequence[float] | None = None, noise_length: float | None = None,
 ) -> tuple[Path, Path]:
     """Write a SYNTHETIC paired run (``baseline`` and ``saab``) under ``out_dir``.
 
@@ -74,6 +74,10 @@ def synthetic_pair(
     sqrt(df / chi2(df)), drawn for each example and run (Student t's scale mixture: df 1 gives Cauchy-like tails),
     independently and identically for both runs under ``exact_null``, so the runs stay exchangeable and every
     planted sign is kept (SFM rises with the effect under any noise).
+    ``noise_length`` makes the spread of the differences, not their centre, change with length: each run's extra
+    noise of an example is scaled by (length / median length) ** noise_length, the same for every run (no draw: the
+    streams are unchanged), so under ``exact_null`` the runs stay exchangeable at every length and the population
+    Δ is 0 at every length while its spread grows (a dependence that is no association).
     ``learned`` (one value per layer) also writes ``saab-bias-off``, the variant's bias-off evaluation at the final
     step (factor ``eval_bias: off``, ``source_run`` the variant): its same-field logits carry ``learned[l]`` where the
     variant's carry ``effect[l]``, so the learned part (bias off - baseline) has the sign of ``learned[l]`` and the
@@ -97,6 +101,10 @@ def synthetic_pair(
     for r in rows[len(rows) - unnamed_examples:] if unnamed_examples else []:
         r["field_ids"] = [2] * len(r["field_ids"])
     noise, extra, extra_baseline = _logit_draws(rng, rows, len(steps), n_layers, n_heads, exact_null, noise_df)
+    scale = _length_scale(rows, noise_length)
+    for draws in (extra, extra_baseline or {}):
+        for e in draws:
+            draws[e] = draws[e] * scale[e]
     ids = (hashlib.sha256(f"synthetic-init-{seed}".encode()).hexdigest(),
            hashlib.sha256(f"synthetic-order-{seed}".encode()).hexdigest(), seed)
     shape = (n_fields, causal, dtype, forms, n_layers, n_heads)
@@ -104,7 +112,7 @@ def synthetic_pair(
                              ids, shape, steps, same_field_bias, effect if variant == "saab" else None)
              for variant in ("baseline", "saab")]
     if learned is not None:
-        _write_bias_off(Path(out_dir), rng, rows, noise, ids, steps, learned, same_field_bias, shape, noise_df)
+        _write_bias_off(Path(out_dir), rng, rows, noise, ids, steps, learned, same_field_bias, shape, noise_df, scale)
     return paths[0], paths[1]
 
 
@@ -134,7 +142,17 @@ def _writer(path: Path, run_id: str, factors: dict, ids, shape) -> RunWriter:
                      causal=shape[1])
 
 
-def _write_bias_off(out_dir: Path, rng, rows, noise, ids, steps, learned, same_field_bias, shape, noise_df) -> Path:
+def _length_scale(rows, noise_length: float | None) -> dict:
+    """Each example's factor on the extra noise: (prepared length / median length) ** ``noise_length`` (1 without)."""
+    lengths = {r["example_id"]: float(r["prepared_length"]) for r in rows}
+    if not noise_length:
+        return {e: 1.0 for e in lengths}
+    mid = float(np.median(list(lengths.values())))
+    return {e: (n / mid) ** float(noise_length) for e, n in lengths.items()}
+
+
+def _write_bias_off(out_dir: Path, rng, rows, noise, ids, steps, learned, same_field_bias, shape, noise_df,
+                    scale: dict) -> Path:
     """The variant's bias-off evaluation at the final step (:func:`synthetic_pair`'s ``learned``)."""
     seed = ids[2]
     _, causal, dtype, forms, n_layers, n_heads = shape
@@ -148,6 +166,7 @@ def _write_bias_off(out_dir: Path, rng, rows, noise, ids, steps, learned, same_f
             added = 0.1 * rng.standard_normal(noise[e][last].shape)
             if noise_df:
                 added = added * np.sqrt(noise_df / rng.chisquare(noise_df))
+            added = added * scale[e]
             sink.add(e, _planted_attention(ex["field_ids"], noise[e][last], same_field_bias, learned, added, causal))
     _write_training_tables(w, rng, max(steps), n_layers)
     return w.finalize(source_run=f"synthetic-saab-seed{seed}", notes="SYNTHETIC bias-off evaluation",
