@@ -445,7 +445,9 @@ def longest_label(fig, labels, size: float) -> float:
     return max(widths, default=0.0) / fig.dpi
 
 
-WORD_MAP_INCHES = dict(panel=3.2, gap=0.12, title=0.34, label=0.3, pad=0.12, bar=0.15, bar_room=1.35, edge=0.1)
+# width: the figure's, as wide as the constrained layout's was (3.6 x 3 + 1 in): the page scales every figure to its
+# width, and a wider one would print the words below 9 px (tests/test_figure_scale.py)
+WORD_MAP_INCHES = dict(width=11.8, gap=0.12, title=0.34, label=0.3, pad=0.12, bar=0.15, bar_room=1.35, edge=0.1)
 
 
 def word_map_boxes(fig, rows: int, label: float) -> dict:
@@ -465,8 +467,8 @@ def word_map_boxes(fig, rows: int, label: float) -> dict:
     >>> plt.close(fig)
     """
     d = WORD_MAP_INCHES
-    s = d["panel"]
     left = bottom = d["edge"] + d["label"] + label + d["pad"]
+    s = max(1.5, (d["width"] - left - d["gap"] - 2 * d["bar_room"]) / 3)  # each panel's side
     cols_x = [left, left + s + d["gap"], left + 2 * s + d["gap"] + d["bar_room"]]
     bars_x = [left + 2 * s + d["gap"] + d["pad"], cols_x[2] + s + d["pad"]]
     width = cols_x[2] + s + d["bar_room"]
