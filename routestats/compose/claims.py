@@ -313,25 +313,24 @@ def profile_claims(highest: pd.DataFrame, alpha: float = 0.05, conf: str = "95%"
                              evidence=ev, requires=(Check("one layer only: nothing to tell it from", "layers == 1"),)))
             continue
         b, k = int(r["runner_up"]), int(r["others"])
-        if r["p_adj"] < alpha and r["ci_low"] > 0 and r["above_all"]:
-            out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}), above "
-                             + (f"each of the other {k} layers" if k > 1 else "the other layer")
-                             + f" (sign-flip p_Bonferroni {p_after(r['p_adj'])}); the closest is "
-                             f"layer {b}, by {signed(r['difference'])} (paired {conf} interval "
-                             f"{ci_text(r['ci_low'], r['ci_high'])}).", "finding", "highest_layer", (role,), "role",
-                             requires=(Check("above every other layer: p_adj < alpha, runner-up's interval above 0",
-                                             f"p_adj < {alpha!r} and ci_low > 0 and above_all"),),
-                             evidence=ev))
-        else:
-            out.append(Claim("highest_tie", f"In the {role}, no layer is distinguishable as the highest: layer {a} "
-                             f"({fmt_num(r['sfm'])}) leads layer {b} ({fmt_num(r['runner_up_sfm'])}) by "
-                             f"{signed(r['difference'])} (paired {conf} interval {ci_text(r['ci_low'], r['ci_high'])}; "
-                             + (f"against the other {k} layers p_Bonferroni" if k > 1 else "sign-flip p")
-                             + f" {p_after(r['p_adj'])}).",
-                             "finding", "highest_layer", (role,), "role",
-                             requires=(Check("not above every other layer",
-                                             f"not (p_adj < {alpha!r} and ci_low > 0 and above_all)"),),
-                             evidence=ev))
+        # both wordings are built; their checks, not an if beside them, choose the one that prints
+        out.append(Claim("highest_layer", f"Highest SFM in the {role}: layer {a} ({fmt_num(r['sfm'])}), above "
+                         + (f"each of the other {k} layers" if k > 1 else "the other layer")
+                         + f" (sign-flip p_Bonferroni {p_after(r['p_adj'])}); the closest is "
+                         f"layer {b}, by {signed(r['difference'])} (paired {conf} interval "
+                         f"{ci_text(r['ci_low'], r['ci_high'])}).", "finding", "highest_layer", (role,), "role",
+                         requires=(Check("above every other layer: p_adj < alpha, runner-up's interval above 0",
+                                         f"p_adj < {alpha!r} and ci_low > 0 and above_all"),),
+                         evidence=ev))
+        out.append(Claim("highest_tie", f"In the {role}, no layer is distinguishable as the highest: layer {a} "
+                         f"({fmt_num(r['sfm'])}) leads layer {b} ({fmt_num(r['runner_up_sfm'])}) by "
+                         f"{signed(r['difference'])} (paired {conf} interval {ci_text(r['ci_low'], r['ci_high'])}; "
+                         + (f"against the other {k} layers p_Bonferroni" if k > 1 else "sign-flip p")
+                         + f" {p_after(r['p_adj'])}).",
+                         "finding", "highest_layer", (role,), "role",
+                         requires=(Check("not above every other layer",
+                                         f"not (p_adj < {alpha!r} and ci_low > 0 and above_all)"),),
+                         evidence=ev))
     return out
 
 

@@ -69,18 +69,18 @@ def shape_claims(shape: pd.DataFrame, contrasts: pd.DataFrame | None, alpha: flo
     pv = float(sf["p"])
     rows: tuple = (str(sf["test"]),)
     floor = float(sf["p_floor"]) if "p_floor" in sf and pd.notna(sf["p_floor"]) else None
-    if pv >= alpha:
-        said, n = f"p {p_after(pv)}", int(sf["n"]) if "n" in sf else None
-        if at_floor(pv, floor):  # the floor as every place prints it, and what it means for this test
-            said = (f"p = {floor_text(pv, floor)}, the smallest attainable with {n} examples"
-                    + (f": this test cannot reach p < {alpha:.3g} here" if floor >= alpha else ""))
-        elif floor is not None and floor >= alpha:
-            said += (f"; with {n} examples it cannot reach p < {alpha:.3g}: its smallest attainable p is "
-                     f"{floor_text(floor, floor)}")
-        return [Claim("no_evidence_shape", f"The data do not show that the change differs across layers (profile-shape "
-                      f"sign-flip {said}; a uniform shift is not ruled out).", "headline", "profile_shape",
-                      rows, "test", (Check("p >= alpha", f"p >= {alpha!r}"),), evidence=sf_rows.iloc[:1])]
-    out = [Claim("differs_across_layers", f"The change differs across layers (profile-shape sign-flip p "
+    # both wordings are built; their checks, not an if beside them, choose the one that prints
+    said, n = f"p {p_after(pv)}", int(sf["n"]) if "n" in sf else None
+    if at_floor(pv, floor):  # the floor as every place prints it, and what it means for this test
+        said = (f"p = {floor_text(pv, floor)}, the smallest attainable with {n} examples"
+                + (f": this test cannot reach p < {alpha:.3g} here" if floor >= alpha else ""))
+    elif floor is not None and floor >= alpha:
+        said += (f"; with {n} examples it cannot reach p < {alpha:.3g}: its smallest attainable p is "
+                 f"{floor_text(floor, floor)}")
+    out = [Claim("no_evidence_shape", f"The data do not show that the change differs across layers (profile-shape "
+                 f"sign-flip {said}; a uniform shift is not ruled out).", "headline", "profile_shape",
+                 rows, "test", (Check("p >= alpha", f"p >= {alpha!r}"),), evidence=sf_rows.iloc[:1]),
+           Claim("differs_across_layers", f"The change differs across layers (profile-shape sign-flip p "
                  f"{p_after(pv)}).", "headline", "profile_shape", rows, "test",
                  (Check("p < alpha", f"p < {alpha!r}"),), evidence=sf_rows.iloc[:1])]
     if contrasts is not None and len(contrasts):
