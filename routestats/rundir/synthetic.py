@@ -74,10 +74,8 @@ def synthetic_pair(
     sqrt(df / chi2(df)), drawn for each example and run (Student t's scale mixture: df 1 gives Cauchy-like tails),
     independently and identically for both runs under ``exact_null``, so the runs stay exchangeable and every
     planted sign is kept (SFM rises with the effect under any noise).
-    ``noise_length`` makes the spread of the differences, not their centre, change with length: each run's extra
-    noise of an example is scaled by (length / median length) ** noise_length, the same for every run (no draw: the
-    streams are unchanged), so under ``exact_null`` the runs stay exchangeable at every length and the population
-    Δ is 0 at every length while its spread grows (a dependence that is no association).
+    ``noise_length``: each run's extra noise of an example scaled by (length / median length) ** noise_length (no
+    draw), so under ``exact_null`` Δ's spread grows with length while its centre stays 0 (dependence, no association).
     ``learned`` (one value per layer) also writes ``saab-bias-off``, the variant's bias-off evaluation at the final
     step (factor ``eval_bias: off``, ``source_run`` the variant): its same-field logits carry ``learned[l]`` where the
     variant's carry ``effect[l]``, so the learned part (bias off - baseline) has the sign of ``learned[l]`` and the
@@ -100,11 +98,8 @@ def synthetic_pair(
                                n_examples, length_range, cap, n_fields)
     for r in rows[len(rows) - unnamed_examples:] if unnamed_examples else []:
         r["field_ids"] = [2] * len(r["field_ids"])
-    noise, extra, extra_baseline = _logit_draws(rng, rows, len(steps), n_layers, n_heads, exact_null, noise_df)
     scale = _length_scale(rows, noise_length)
-    for draws in (extra, extra_baseline or {}):
-        for e in draws:
-            draws[e] = draws[e] * scale[e]
+    noise, extra, extra_baseline = _logit_draws(rng, rows, len(steps), n_layers, n_heads, exact_null, noise_df, scale)
     ids = (hashlib.sha256(f"synthetic-init-{seed}".encode()).hexdigest(),
            hashlib.sha256(f"synthetic-order-{seed}".encode()).hexdigest(), seed)
     shape = (n_fields, causal, dtype, forms, n_layers, n_heads)
@@ -174,9 +169,11 @@ def _write_bias_off(out_dir: Path, rng, rows, noise, ids, steps, learned, same_f
                       evaluation={"kind": "bias-off", "source_run": f"synthetic-saab-seed{seed}", "step": max(steps)})
 
 
-def _logit_draws(rng, rows, n_steps: int, n_layers: int, n_heads: int, exact_null: bool, noise_df=None):
+def _logit_draws(rng, rows, n_steps: int, n_layers: int, n_heads: int, exact_null: bool, noise_df=None,
+                 scale: dict | None = None):
     """Per example: the standard-normal logits, the variant's extra noise and (``exact_null``) the baseline's;
-    ``noise_df``: each example's extra noise of each run scaled by sqrt(df / chi2(df))."""
+    ``noise_df``: each example's extra noise of each run scaled by sqrt(df / chi2(df)); ``scale``: then by the
+    example's factor (:func:`_length_scale`; no draw)."""
     noise = {ex["example_id"]: rng.standard_normal((n_steps, n_layers, n_heads, len(ex["field_ids"]),
                                                     len(ex["field_ids"]))) for ex in rows}
     extra = {ex["example_id"]: 0.1 * rng.standard_normal(noise[ex["example_id"]].shape) for ex in rows}
@@ -186,6 +183,9 @@ def _logit_draws(rng, rows, n_steps: int, n_layers: int, n_heads: int, exact_nul
         for draws in (extra, extra_baseline or {}):
             for e in draws:
                 draws[e] = draws[e] * np.sqrt(noise_df / rng.chisquare(noise_df))
+    for draws in (extra, extra_baseline or {}) if scale is not None else ():
+        for e in draws:
+            draws[e] = draws[e] * scale[e]
     return noise, extra, extra_baseline
 
 
