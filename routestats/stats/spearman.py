@@ -110,7 +110,7 @@ def _upper_share(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return (c[-1] - c[right] + 0.5 * (c[right] - c[left])) / n
 
 
-def spearman_robust_p(x, y) -> np.ndarray:
+def spearman_robust_p(x, y, rho=None) -> np.ndarray:
     """Two-sided p of Spearman's rho of ``x`` with each column of ``y`` against rho = 0, studentised by rho's
     influence function, so that it holds when the spread of y changes with x (no change in its centre): a
     dependence the permutation p (:func:`spearman_permutation_p`, exact only under independence) reads as an
@@ -120,7 +120,8 @@ def spearman_robust_p(x, y) -> np.ndarray:
     (x_i, y_i) is 12 (u_i v_i - m + A_i + B_i), m = mean(u v), A_i = (1/n) sum_j v_j [x_j >= x_i] - m and
     B_i = (1/n) sum_j u_j [y_j >= y_i] - m (ties halved): the last two are what ranking adds, which studentising
     the ranks alone leaves out. se^2 = var(influence) / n x n / (n - 4) (the small-sample inflation measured to
-    hold the size at n 12-40), against t with n - 2 df. NaN below 5 pairs or for a constant column.
+    hold the size at n 12-40), against t with n - 2 df. NaN below 5 pairs or for a constant column. ``rho``: each
+    column's rho where the caller has it (:func:`spearman_ci`), else computed here.
 
     >>> rng = np.random.default_rng(0)
     >>> x = rng.uniform(0, 1, 200)
@@ -134,7 +135,7 @@ def spearman_robust_p(x, y) -> np.ndarray:
     n, k = Y.shape
     if n < 5 or k == 0:
         return np.full(k, np.nan)
-    rho = np.array([spearman(xv, Y[:, j])[0] for j in range(k)])
+    rho = np.array([spearman(xv, Y[:, j])[0] for j in range(k)]) if rho is None else np.asarray(rho, np.float64)
     se = spearman_influence_se(xv, Y) * math.sqrt(n / (n - 4))
     with np.errstate(divide="ignore", invalid="ignore"):
         p = 2 * special.stdtr(n - 2, -np.abs(rho / se))
@@ -296,7 +297,7 @@ def spearman_ci(x, y, *, resampling: Resampling | None = None, resamples: int | 
     labels = tuple(range(k)) if labels is None else tuple(labels)
     p_t, p_perm, p_rob = p, None, None
     if permutations:  # exact under independence, and valid where y's spread changes with x: the larger of the two
-        p_perm, p_rob = spearman_permutation_p(xv, Y, int(permutations), int(seed)), spearman_robust_p(xv, Y)
+        p_perm, p_rob = spearman_permutation_p(xv, Y, int(permutations), int(seed)), spearman_robust_p(xv, Y, rho)
         p = np.where(np.isnan(p_perm), np.nan, np.fmax(p_perm, p_rob))
     return SpearmanResult(labels, n, rho, p, holm(p), lo, hi, kept, int(resamples), int(seed), p_t,
                           int(permutations or 0), p_perm, p_rob)
