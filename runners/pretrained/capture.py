@@ -50,9 +50,9 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.rundir import schema as S
+from routestats.rundir.identity import identity_of_files
 from routestats.rundir.write import RunWriter, software_versions
 
-from routestats.rundir.identity import identity_of_files
 from runners.pretrained.destination import check_destination, echo_notice, staging
 from runners.pretrained.fielding import Encoded, encode_records
 from runners.pretrained.load import Loaded

@@ -144,8 +144,8 @@ def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_
             raise RoutestatsError("its attention mask adds values other than 0 and -inf to the scores; the fused "
                                   "path needs a mask that only hides keys")
     if bias_w is not None and carried:  # w / scaling x one-hot(field of q): q'.k' scaling = q.k scaling + w [same]
-        own = (fields_q[:, None, :, None] == torch.arange(n_fields, device=q.device)).to(dt)
-        qp[..., d:d + n_fields] = own * (float(bias_w) / scaling)
+        onehot_q = (fields_q[:, None, :, None] == torch.arange(n_fields, device=q.device)).to(dt)
+        qp[..., d:d + n_fields] = onehot_q * (float(bias_w) / scaling)
     elif bias_w is not None:
         same = (fields_q[:, :, None] == fields_k[:, None, :]) & (fields_q[:, :, None] >= 0)
         bias = same[:, None].to(dt) * float(bias_w)
