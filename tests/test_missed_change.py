@@ -52,12 +52,12 @@ def detected_share(g, draw, change: float, n: int, alpha: float, reps: int = 600
     return float(np.mean((res.p_raw < alpha) & ((res.ci_low > 0) | (res.ci_high < 0))))
 
 
-@pytest.mark.parametrize("name", ["lognormal", "normal", "zeros60"])
+@pytest.mark.parametrize("name", ["discrete", "lognormal", "normal", "t3", "zeros60"])
 def test_a_change_just_below_the_stated_size_is_missed_at_least_one_time_in_five(name):
     # 80 pilot-sized samples of n = 24; each states x from its own SD bound; the truth: how often the report's test
     # calls a change of 0.99 x at this n (600 fresh samples of the planted population). The sentence holds where
     # that is at most 0.8; it must hold in at least nine samples in ten (measured over three seeds: lognormal
-    # 0.95-0.975, t3 0.96-1.0; with a 95 % bound lognormal 0.86-0.95), and sized from the sample SD it does not
+    # 0.95-0.975, t3 0.96-1.0, discrete 1.0; with a 95 % bound lognormal 0.86-0.95), and sized from the sample SD it does not
     # (0.53-0.75)
     draw, _sigma = POPULATIONS[name]
     g = np.random.default_rng(24)
@@ -70,4 +70,5 @@ def test_a_change_just_below_the_stated_size_is_missed_at_least_one_time_in_five
         holds.append(detected_share(g, draw, 0.99 * x_low, n, alpha) <= 0.8)
         holds_sample_sd.append(detected_share(g, draw, 0.99 * x_sample, n, alpha) <= 0.8)
     assert np.mean(holds) >= 0.9, (name, np.mean(holds))
-    assert np.mean(holds_sample_sd) < 0.8, (name, np.mean(holds_sample_sd))  # the old sizing, caught
+    if name != "discrete":  # five values of bounded range: their sample SD barely varies, the old sizing held in 0.8
+        assert np.mean(holds_sample_sd) < 0.8, (name, np.mean(holds_sample_sd))  # the old sizing, caught
