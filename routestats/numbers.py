@@ -106,7 +106,7 @@ def floor_text(p: float, floor: float) -> str:
     """
     v = float(floor)
     text = fmt_p(v)
-    if text.startswith("<"):
+    if text.startswith("<") or not math.isfinite(v):  # no floor (a claim built to be withheld): as fmt_p says it
         return text
     d = len(text.split(".")[1]) if "." in text else 0
     return f"{math.ceil(v * 10 ** d - 1e-9) / 10 ** d:.{d}f}"

@@ -16,6 +16,13 @@ from routestats.report import evaluate
 from routestats.compose.study import claims as St
 
 
+
+def printed_early(claims):
+    """The early-share wording its checks print: both are built (issue [honest-gates]), exactly one holds."""
+    early = [c for c in claims if c.kind == "early_share"]
+    assert len(early) == 2 and sum(c.holds for c in early) == 1, [c.checks for c in early]
+    return next(c for c in early if c.holds)
+
 def effects(d, p, lo, hi):
     n = len(d)
     return pd.DataFrame({"layer": range(n), "mean_diff": d, "p_holm": p, "ci_low": lo, "ci_high": hi,
@@ -320,7 +327,7 @@ def test_a_fall_that_deepened_grew_in_size_and_a_sign_change_is_a_reversal():
                          # both ends distinguishable from 0 in both layers (layer 1: +0.05, then -0.1)
                          "p_holm_init": 0.001, "ci_low_init": [-0.09, 0.02], "ci_high_init": [-0.04, 0.08],
                          "p_holm_final": 0.001, "ci_low_final": [-0.3, -0.15], "ci_high_final": [-0.15, -0.05]})
-    (early, _) = P.early_claims(init, 0.05, 0)
+    early = printed_early(P.early_claims(init, 0.05, 0))
     assert early.sentence.endswith("from then to the end it grew in layer 0 and reversed in layer 1 in size "
                                    "(p_Holm < 0.05).") and early.holds
 
@@ -335,7 +342,7 @@ def test_an_early_share_needs_a_difference_at_both_steps_and_a_reversal_a_sign_a
                          "ci_high": [0.1, 0.01], "p_holm": [0.001, 0.9], "p_holm_init": [0.9, 0.8],
                          "ci_low_init": [-0.01, -0.01], "ci_high_init": [0.01, 0.01], "p_holm_final": [0.001, 0.9],
                          "ci_low_final": [0.06, -0.01], "ci_high_final": [0.1, 0.01]})
-    early = P.early_claims(init, 0.0125, 0)[0]
+    early = printed_early(P.early_claims(init, 0.0125, 0))
     assert early.holds and "reversed" not in early.sentence and "%" not in early.sentence
     assert early.sentence == ("At step 10, the earliest stored step, Δ is distinguishable from 0 at both that step and "
                               "the end (p_Holm < 0.0125) in no layer, so no share of the final difference is stated; "
@@ -355,7 +362,7 @@ def test_a_share_outside_0_to_100_is_called_so_only_where_its_interval_excludes_
                 ci_high_final=0.15)
     init = pd.DataFrame([{**base, "layer": 0, "share_at_init": 1.003, "share_ci_low": 0.97, "share_ci_high": 1.04},
                          {**base, "layer": 1, "share_at_init": -1.5, "share_ci_low": -2.1, "share_ci_high": -0.9}])
-    early = P.early_claims(init, 0.0125, 0)[0]
+    early = printed_early(P.early_claims(init, 0.0125, 0))
     assert early.holds
     assert "beyond 0–100% in layer 1, whose interval excludes that range" in early.sentence
     assert "layer 0," not in early.sentence.split("beyond")[1]  # 100.3 % within its noise is not called beyond

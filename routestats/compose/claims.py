@@ -43,8 +43,12 @@ def layers_phrase(xs) -> str:
 
     >>> layers_phrase([3]), layers_phrase([0, 3]), layers_phrase([0, 1, 2, 3]), layers_phrase([0, 1, 2, 5, 7])
     ('layer 3', 'layers 0 and 3', 'layers 0–3', 'layers 0–2, 5 and 7')
+    >>> layers_phrase([])  # a withheld claim's empty selection
+    'no layer'
     """
     xs = sorted(int(x) for x in xs)
+    if not xs:
+        return "no layer"
     runs, start = [], xs[0]
     for a, b in zip(xs, xs[1:] + [None]):
         if b != a + 1:
@@ -263,25 +267,26 @@ def design_claims(manifests) -> list[Claim]:
     manifests = list(manifests)
     out = []
     ev = [part(m, "evaluation") for m in manifests]
-    if ev and all(e.get("split") == "test" and whole(e.get("examples")) for e in ev):
-        n = sorted({int(e["examples"]) for e in ev})
-        recs = sorted({e["records"] for e in ev if whole(e.get("records"))})
-        seeds = sorted({e["sample_seed"] for e in ev if whole(e.get("sample_seed"))})
+    tested = [e for e in ev if e.get("split") == "test" and whole(e.get("examples"))]
+    if tested:  # built where any run is a test-sample evaluation; its check asks it of every run
+        n = sorted({int(e["examples"]) for e in tested})
+        recs = sorted({e["records"] for e in tested if whole(e.get("records"))})
+        seeds = sorted({e["sample_seed"] for e in tested if whole(e.get("sample_seed"))})
         size = str(n[0]) if len(n) == 1 else f"{n[0]}–{n[-1]}"
         out.append(Claim("test_sample", f"Evaluated on an untouched test sample of {size} examples"
                          + (f" of the held-out split's {recs[0]} records" if len(recs) == 1 else " of the held-out split")
                          + (f" (reservoir sample, seed {seeds[0]})" if len(seeds) == 1 else "")
                          + ", drawn and recorded (test_manifest.json) before any model output was seen.", "headline",
                          requires=(Check("every run is a test-sample evaluation", "test_runs == runs", on="design"),),
-                         design={"test_runs": sum(e.get("split") == "test" for e in ev), "runs": len(ev)},
+                         design={"test_runs": len(tested), "runs": len(ev)},
                          short=f"on an untouched test sample of {size}, drawn before any model output was seen",
                          qualifier=True))
-    short = [(int(part(m, "training")["max_steps"]), part(m, "recipe")) for m in manifests
-             if whole(part(m, "training").get("max_steps")) and whole(part(m, "recipe").get("max_steps"))
-             and int(part(m, "training")["max_steps"]) < int(part(m, "recipe")["max_steps"])]
-    if short:
-        steps = sorted({s for s, _ in short})
-        recipe = short[0][1]
+    known = [(int(part(m, "training")["max_steps"]), part(m, "recipe")) for m in manifests
+             if whole(part(m, "training").get("max_steps")) and whole(part(m, "recipe").get("max_steps"))]
+    short = [(s, r) for s, r in known if s < int(r["max_steps"])]
+    if known:  # built where any run states both step counts; its check, not this if, asks that some stopped short
+        steps = sorted({s for s, _ in short or known})
+        recipe = (short or known)[0][1]
         said = str(steps[0]) if len(steps) == 1 else f"{steps[0]}–{steps[-1]}"
         out.append(Claim("short_training", f"{len(short)} of {len(manifests)} runs stopped after {said} training steps, "
                          f"short of the {recipe.get('preset')} preset's {recipe['max_steps']}-step recipe: an early "

@@ -29,26 +29,29 @@ SINK = 0.3  # a layer whose first key holds this share of the attention has an a
 MAX_LAYER_FINDINGS = 12  # beyond, the findings quote the largest and smallest change and point at the table
 
 
-def _early_share(init: pd.DataFrame, alpha: float) -> tuple[str, tuple[Check, ...], pd.Series]:
-    """The sentence's first part: the stated shares (``share_at_init`` where it is not empty) with their intervals,
-    the layers whose interval lies beyond 0-100 % named as such; its checks, and which rows it calls beyond
-    (the ``beyond`` column of the claim's evidence). A share outside 0-100 % whose interval reaches into that range
-    is noise around it ("100.3 %" of a share planted at 100 %) and is not called beyond."""
+def _early_share(init: pd.DataFrame, alpha: float) -> tuple[list[tuple[str, tuple[Check, ...]]], pd.Series]:
+    """The sentence's first part, in both wordings with the checks that choose between them: the stated shares
+    (``share_at_init`` where it is not empty) with their intervals, the layers whose interval lies beyond 0-100 %
+    named as such; or that no share is stated. Also which rows it calls beyond (the ``beyond`` column of the
+    claim's evidence). A share outside 0-100 % whose interval reaches into that range is noise around it ("100.3 %"
+    of a share planted at 100 %) and is not called beyond."""
     s0 = int(init["step_init"].iloc[0])
     stated = init[init["share_at_init"].notna()]
     share = stated["share_at_init"]
     pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
     beyond = (init["share_ci_high"] < 0) | (init["share_ci_low"] > 1)
-    checks = (Check("a share is stated only with its interval", "share_ci_low == share_ci_low and "
+    checks = (Check("some share is stated", "share_at_init == share_at_init", every="any"),
+              Check("a share is stated only with its interval", "share_ci_low == share_ci_low and "
                     "share_ci_high == share_ci_high", "share_at_init == share_at_init"),
               Check("beyond 0–100% only where the interval excludes that range", "share_ci_high < 0 or share_ci_low > 1",
                     "beyond"),
               Check("every layer whose interval excludes 0–100% is named", "not (share_ci_high < 0 or share_ci_low > 1)",
                     "share_at_init == share_at_init and not beyond"))
-    if not len(stated):
-        return (f"At step {s0}, the earliest stored step, Δ is distinguishable from 0 at both that step and the end "
-                f"(p_Holm < {alpha:.3g}) in no layer, so no share of the final difference is stated",
-                (Check("no share stated", "share_at_init != share_at_init"),), beyond)
+    none = (f"At step {s0}, the earliest stored step, Δ is distinguishable from 0 at both that step and the end "
+            f"(p_Holm < {alpha:.3g}) in no layer, so no share of the final difference is stated",
+            (Check("no share stated", "share_at_init != share_at_init"),))
+    if not len(stated):  # the stated wording has no numbers to print: built with none, its first check withholds it
+        return [none, (f"At step {s0}, the earliest stored step, no share is stated", checks)], beyond
     where = "in every layer" if len(stated) == len(init) else f"in {layers_phrase(stated['layer'])}"
     span = f"{pct(share.min())}" if share.min() == share.max() else f"{pct(share.min())} to {pct(share.max())}"
     text = (f"At step {s0}, the earliest stored step, the difference was {span} of its final size {where} (per-layer "
@@ -57,7 +60,7 @@ def _early_share(init: pd.DataFrame, alpha: float) -> tuple[str, tuple[Check, ..
     if len(out):
         text += (f"; beyond 0–100% in {layers_phrase(out['layer'])}, whose interval excludes that range: there the "
                  "early difference is larger than, or opposite to, the final one")
-    return text, checks, beyond
+    return [none, (text, checks)], beyond
 
 
 def shape_claims(shape: pd.DataFrame, contrasts: pd.DataFrame | None, alpha: float, conf: str) -> list[Claim]:
@@ -185,7 +188,7 @@ def early_claims(init: pd.DataFrame, alpha: float, bias_off_runs: int) -> list[C
     a = repr(float(alpha))
     decided = f"p_holm < {a} and (ci_low > 0 or ci_high < 0)"
     at_init = f"p_holm_init < {a} and (ci_low_init > 0 or ci_high_init < 0)"
-    text, within, beyond = _early_share(init, alpha)
+    wordings, beyond = _early_share(init, alpha)
     # grew / shrank in size: the change from the earliest step to the end; reversed only where Δ was
     # distinguishable from 0 at the earliest step with the other sign
     sig = init[(init["p_holm"] < alpha) & ((init["ci_low"] > 0) | (init["ci_high"] < 0))]
@@ -198,12 +201,13 @@ def early_claims(init: pd.DataFrame, alpha: float, bias_off_runs: int) -> list[C
             said[int(r.layer)] = "grew" if abs(r.delta_final) > abs(r.delta_init) else "shrank"
     bits = [f"{word} in {layers_phrase([k for k, v in said.items() if v == word])}"
             for word in ("grew", "shrank", "reversed") if word in said.values()]
-    text += ("; from then to the end it " + ", ".join(bits[:-1]) + (" and " if len(bits) > 1 else "") + bits[-1]
+    text = ("; from then to the end it " + ", ".join(bits[:-1]) + (" and " if len(bits) > 1 else "") + bits[-1]
              + f" in size (p_Holm < {alpha:.3g})") if bits else \
         "; the change from then to the end reaches p_Holm < " + f"{alpha:.3g} in no layer"
     evidence = init.assign(asserted=[said.get(int(x), "none") for x in init["layer"]], beyond=beyond.to_numpy())
     same_or_noise = f"(delta_init * delta_final >= 0 or not ({at_init}))"
-    out = [Claim("early_share", text + ".", "headline", "init_vs_final", rows_of(init),
+    # both first parts are built; their checks, not an if beside them, choose the one that prints
+    out = [Claim("early_share", first + text + ".", "headline", "init_vs_final", rows_of(init),
                  requires=(*within,
                            Check("a share only where Δ is distinguishable from 0 at both steps",
                                  f"{at_init} and p_holm_final < {a} and (ci_low_final > 0 or ci_high_final < 0)",
@@ -217,7 +221,8 @@ def early_claims(init: pd.DataFrame, alpha: float, bias_off_runs: int) -> list[C
                            Check("reversed: p_holm < alpha, delta init distinguishable from 0, the sign changed",
                                  f"{decided} and {at_init} and delta_init * delta_final < 0", "asserted == 'reversed'"),
                            Check("no other layer reaches alpha", f"not ({decided})", "asserted == 'none'")),
-                 because=("shares computed on the same examples at both steps",), evidence=evidence)]
+                 because=("shares computed on the same examples at both steps",), evidence=evidence)
+           for first, within in wordings]
     out.append(Claim("needs_bias_off", "Whether an early difference is what the bias does to near-initial weights "
                      "or what training learned is not shown by this design: an evaluation of the trained SAAB "
                      "weights with the bias removed (python -m runners evaluate RUN --bias off) would split it.",
@@ -260,7 +265,7 @@ def _bin_signs(bins: pd.DataFrame | None, layers) -> pd.DataFrame:
         signs = [] if t is None else ["+" if v > 0 else "−" if v < 0 else "0" for v in t["mean_delta"]]
         rows.append({"layer": layer, "bin_signs": ", ".join(signs),
                      "one_sign": bool(signs) and len(set(signs)) == 1 and signs[0] != "0"})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["layer", "bin_signs", "one_sign"])
 
 
 def _length_words(r) -> str:
@@ -283,8 +288,7 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
     if assoc is None or not len(assoc):
         return []
     strong = assoc[(assoc["p_adj"] < alpha) & ((assoc["ci_low"] > 0) | (assoc["ci_high"] < 0))]
-    if not len(strong):
-        return []
+    # built with no layer associated too: its check, not an if beside it, withholds it then
     n = int(assoc["n"].iloc[0])
     r2 = lambda x: fmt_num(x, 2).replace("-", "−")  # noqa: E731
     pos, neg = strong[strong["rho"] > 0], strong[strong["rho"] < 0]
@@ -299,7 +303,8 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
                if assoc["capped"].iloc[0] == "exclude" and assoc["n_capped"].iloc[0] else "")
             + "), so the mean Δ depends on this sample's lengths; an association, not an effect of length")
     out = [Claim("depends_on_length", text + ".", "headline", "length_association", rows_of(strong),
-                 requires=(Check("p_Holm < alpha and interval excluding 0",
+                 requires=(Check("some layer is associated", "rows >= 1", on="design"),
+                           Check("p_Holm < alpha and interval excluding 0",
                                  f"p_adj < {alpha!r} and (ci_low > 0 or ci_high < 0)"),
                            Check("at least 8 examples", "n >= 8")), evidence=strong)]
     if adjusted is not None and len(adjusted):
@@ -313,9 +318,10 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
             where = layers_phrase(a.loc[a["asserted"] == word, "layer"])
             parts.append(f"|Δ| is {word} in longer examples in {where}" if word in ("larger", "smaller") else
                          f"in {where} Δ {word} as examples grow (length bins from shortest to longest)")
+        some = lambda col: span(a[col]) if len(a) else "undefined"  # noqa: E731  (no layer: built, withheld)
         out.append(Claim("length_adjusted", f"At the median length of those examples "
-                         f"({a['reference_length'].iloc[0]:g} tokens) Δ is {span(a['delta_at_reference'])} in "
-                         f"{layers_phrase(a['layer'])}, changing by {span(a['slope_per_10'])} per 10 tokens"
+                         f"({adjusted['reference_length'].iloc[0]:g} tokens) Δ is {some('delta_at_reference')} in "
+                         f"{layers_phrase(a['layer'])}, changing by {some('slope_per_10')} per 10 tokens"
                          + (f": {'; '.join(parts)}." if parts else "."),
                          "headline", "length_adjusted", rows_of(a), evidence=a,
                          requires=(Check("a length association was found in these layers", "rows >= 1",
@@ -391,10 +397,11 @@ def effect_findings(eff: pd.DataFrame, conf: str) -> list[Claim]:
     if len(eff) > MAX_LAYER_FINDINGS:  # 30 lines of one shape bury the rest: the extremes, then the table
         order = eff["mean_diff"].to_numpy().argsort(kind="stable")
         rows = eff.iloc[sorted({int(order[-1]), int(order[0])})]
-        out.append(Claim("layers_listed", f"Per layer, for all {len(eff)} layers: the effects table; below, the layers "
-                         "with the largest and the smallest Δ.", "finding", "effects",
-                         requires=(Check(f"more than {MAX_LAYER_FINDINGS} layers", f"rows > {MAX_LAYER_FINDINGS}",
-                                         on="design"),), evidence=eff))
+    # the pointer is built at any number of layers; its check, not the if above, says when the list is cut
+    out.append(Claim("layers_listed", f"Per layer, for all {len(eff)} layers: the effects table; below, the layers "
+                     "with the largest and the smallest Δ.", "finding", "effects",
+                     requires=(Check(f"more than {MAX_LAYER_FINDINGS} layers", f"rows > {MAX_LAYER_FINDINGS}",
+                                     on="design"),), evidence=eff))
     for i in range(len(rows)):
         r = rows.iloc[i]
         floor = at_printed_floor(r["p_holm"], r.get("p_holm_floor"))  # as the table's cell prints it

@@ -39,31 +39,30 @@ def example_claims(plan: pd.DataFrame, pilot: Pilot, spread: str, fig: Figure) -
                      requires=(Check("the floor reaches alpha at n_reachable", f"floor_reachable < {a!r}"),
                                Check("and not one example fewer", f"not (floor_below < {a!r})")),
                      evidence=plan))
-    if r["n_planned"] == r["n_planned"]:
-        n = int(r["n_planned"])
-        one_less = f"{n - 1} examples: {r['power_below']:.3f}" if n > reach else \
-            "the fewest at which the test can reach α"
-        if n > reach and r["n_mc_error"] == r["n_mc_error"] and r["n_mc_error"] >= 1:
-            # the step from n - 1 to n is smaller than the estimates' noise: said, with what it means for n
-            one_less += (f", within the Monte Carlo error: one SE of power is about {r['n_mc_error']:.0f} examples "
-                         "on the power curve here")
-        out.append(Claim(
-            "plan_examples", f"For a true change of {_change(r)}, {n} examples give the hardest layer's headline test "
-            f"{r['target']:.0%} power (estimated {r['power_planned']:.3f} ± {r['se_planned']:.3f} Monte Carlo SE; "
-            f"{one_less}; every layer at once: {r['power_all']:.3f}), planned from {r['pilot_examples']} pilot "
-            f"examples with {spread}; sign-flip with Holm over {k} layers at α {a:.3g}.", "headline", "plan", (int(r["pilot_examples"]),),
-            key="pilot_examples", evidence=plan, figure=fig,
-            requires=(Check("reaches the power", f"power_planned >= {target}"),
-                      Check("one example fewer does not", f"power_below < {target} or n_planned == n_reachable")),
-            short=f"{n} examples give {r['target']:.0%} power for a change of {_change(r)}"))
-    else:
-        out.append(Claim(
-            "plan_not_reached", f"Up to {int(r['max_examples']):,} examples the hardest layer's headline test stays "
-            f"below {r['target']:.0%} power for a change of {_change(r)} (estimated {r['power_planned']:.3f} at "
-            f"{int(r['n_tried']):,}); a change this small needs a larger study than --max-examples allows.",
-            "headline", "plan", (int(r["pilot_examples"]),), key="pilot_examples", evidence=plan, figure=fig,
-            requires=(Check("no size reached the power", f"n_planned != n_planned and power_planned < {target}"),),
-            short=f"more than {int(r['max_examples']):,} examples for {r['target']:.0%} power"))
+    # both wordings are built; their checks, not an if beside them, choose the one that prints
+    planned = r["n_planned"] == r["n_planned"]
+    n = int(r["n_planned"]) if planned else int(r["n_tried"])
+    one_less = f"{n - 1} examples: {r['power_below']:.3f}" if n > reach else "the fewest at which the test can reach α"
+    if n > reach and r["n_mc_error"] == r["n_mc_error"] and r["n_mc_error"] >= 1:
+        # the step from n - 1 to n is smaller than the estimates' noise: said, with what it means for n
+        one_less += (f", within the Monte Carlo error: one SE of power is about {r['n_mc_error']:.0f} examples "
+                     "on the power curve here")
+    out.append(Claim(
+        "plan_examples", f"For a true change of {_change(r)}, {n} examples give the hardest layer's headline test "
+        f"{r['target']:.0%} power (estimated {r['power_planned']:.3f} ± {r['se_planned']:.3f} Monte Carlo SE; "
+        f"{one_less}; every layer at once: {r['power_all']:.3f}), planned from {r['pilot_examples']} pilot "
+        f"examples with {spread}; sign-flip with Holm over {k} layers at α {a:.3g}.", "headline", "plan",
+        (int(r["pilot_examples"]),), key="pilot_examples", evidence=plan, figure=fig,
+        requires=(Check("reaches the power", f"power_planned >= {target}"),
+                  Check("one example fewer does not", f"power_below < {target} or n_planned == n_reachable")),
+        short=f"{n} examples give {r['target']:.0%} power for a change of {_change(r)}"))
+    out.append(Claim(
+        "plan_not_reached", f"Up to {int(r['max_examples']):,} examples the hardest layer's headline test stays "
+        f"below {r['target']:.0%} power for a change of {_change(r)} (estimated {r['power_planned']:.3f} at "
+        f"{int(r['n_tried']):,}); a change this small needs a larger study than --max-examples allows.",
+        "headline", "plan", (int(r["pilot_examples"]),), key="pilot_examples", evidence=plan, figure=fig,
+        requires=(Check("no size reached the power", f"n_planned != n_planned and power_planned < {target}"),),
+        short=f"more than {int(r['max_examples']):,} examples for {r['target']:.0%} power"))
     # how often, in plain words: "missed at least one time in five" beside a power of 0.049 said the opposite of
     # what the number means (missed 95 times in 100)
     missed = 100 * (1 - float(r["power_pilot"])) if r["power_pilot"] == r["power_pilot"] else float("nan")
@@ -83,27 +82,26 @@ def seed_claims(plan: pd.DataFrame, pilot: Pilot, spread: str, fig: Figure) -> l
     for i in range(len(plan)):
         r = plan.iloc[i]
         m = int(r["examples"])
-        if r["seeds_planned"] == r["seeds_planned"]:
-            k = int(r["seeds_planned"])
-            fewer = f"{k - 1} seeds: {r['power_below']:.3f}" if k > 2 else "the fewest the test takes"
-            text = (f"{k} seeds of {m} examples each give the hardest layer's across-seed test {r['target']:.0%} power "
-                    f"for a change of {_change(r)} (estimated {r['power_planned']:.3f}; {fewer})")
-            checks = (Check("reaches the power", f"power_planned >= {target}", where=f"examples == {m}"),
-                      Check("one seed fewer does not", f"power_below < {target} or seeds_planned == 2",
-                            where=f"examples == {m}"))
-            kind = "plan_seeds" if r["pilot"] else "seed_tradeoff"
-        else:
-            text = (f"Up to {int(r['max_seeds'])} seeds of {m} examples each the hardest layer's across-seed test stays "
-                    f"below {r['target']:.0%} power for a change of {_change(r)}")
-            checks = (Check("no seed count reached the power", "seeds_planned != seeds_planned",
-                            where=f"examples == {m}"),)
-            kind = "plan_seeds_not_reached" if r["pilot"] else "seed_tradeoff"
-        if r["pilot"]:
-            text += (f", planned from the pilot's {int(r['pilot_seeds'])} seeds with {spread}; paired t with Holm over "
-                     f"{len(pilot.layers)} layers at α {r['alpha']:g}, the seed as the unit.")
-        else:
-            text += "."
-        out.append(Claim(kind, text, "headline" if r["pilot"] else "finding", "seed_plan", (m,), key="examples",
-                         evidence=plan, requires=checks, figure=fig if r["pilot"] else None,
-                         short=(text.split(" (")[0] if r["pilot"] else "")))
+        # both wordings are built; their checks, not an if beside them, choose the one that prints
+        k = int(r["seeds_planned"]) if r["seeds_planned"] == r["seeds_planned"] else int(r["max_seeds"])
+        fewer = f"{k - 1} seeds: {r['power_below']:.3f}" if k > 2 else "the fewest the test takes"
+        wordings = (
+            ((f"{k} seeds of {m} examples each give the hardest layer's across-seed test {r['target']:.0%} power "
+              f"for a change of {_change(r)} (estimated {r['power_planned']:.3f}; {fewer})"),
+             (Check("reaches the power", f"power_planned >= {target}", where=f"examples == {m}"),
+              Check("one seed fewer does not", f"power_below < {target} or seeds_planned == 2",
+                    where=f"examples == {m}")), "plan_seeds"),
+            ((f"Up to {int(r['max_seeds'])} seeds of {m} examples each the hardest layer's across-seed test stays "
+              f"below {r['target']:.0%} power for a change of {_change(r)}"),
+             (Check("no seed count reached the power", "seeds_planned != seeds_planned",
+                    where=f"examples == {m}"),), "plan_seeds_not_reached"))
+        for text, checks, kind in wordings:
+            if r["pilot"]:
+                text += (f", planned from the pilot's {int(r['pilot_seeds'])} seeds with {spread}; paired t with Holm "
+                         f"over {len(pilot.layers)} layers at α {r['alpha']:g}, the seed as the unit.")
+            else:
+                text += "."
+            out.append(Claim(kind if r["pilot"] else "seed_tradeoff", text, "headline" if r["pilot"] else "finding",
+                             "seed_plan", (m,), key="examples", evidence=plan, requires=checks,
+                             figure=fig if r["pilot"] else None, short=(text.split(" (")[0] if r["pilot"] else "")))
     return out

@@ -229,6 +229,15 @@ def example_contents(ctx: StudyContext) -> dict:
     return out
 
 
+def nested_claim(n_ids: int, differ: int) -> Claim:
+    """Seeds that share their ``n_ids`` example ids but not the contents of ``differ`` of them."""
+    return Claim("examples_nested", f"The seeds share their {n_ids} example ids but not their contents ({differ} "
+                 "differ between seeds: other texts, lengths or fields), so each seed's examples are its own and seeds "
+                 "and examples are not crossed; the two-stage bootstrap and the mixed model treat them so.", "finding",
+                 requires=(Check("some example's content differs between seeds", "differ >= 1", on="design"),),
+                 design={"differ": differ})
+
+
 @section("example_sets", "Example sets across seeds")
 def example_sets_section(ctx: StudyContext) -> Section | None:
     if ctx.n_ref_seeds < 2:
@@ -238,13 +247,7 @@ def example_sets_section(ctx: StudyContext) -> Section | None:
     crossed = same_ids and len({tuple(sorted(c.items())) for c in contents.values()}) == 1
     if same_ids and not crossed:
         differ = sum(len({c[i] for c in contents.values()}) > 1 for i in next(iter(contents.values())))
-        claim = Claim("examples_nested", f"The seeds share their {len(next(iter(contents.values())))} example ids but "
-                      f"not their contents ({differ} differ between seeds: other texts, lengths or fields), so each "
-                      "seed's examples are its own and seeds and examples are not crossed; the two-stage bootstrap "
-                      "and the mixed model treat them so.", "finding",
-                      requires=(Check("some example's content differs between seeds", "differ >= 1", on="design"),),
-                      design={"differ": differ})
-        return Section(claims=(claim,),
+        return Section(claims=(nested_claim(len(next(iter(contents.values()))), differ),),
                        text="The example ids coincide across seeds, the contents (content hashes) do not.")
     t = _nonempty(shared_examples(ctx.ex)) if crossed else None
     if t is None:
