@@ -305,3 +305,26 @@ def test_the_kernel_dtype_option_reaches_the_run_and_a_bad_one_is_refused(bert, 
                         "--attention eager has no fused kernel")):
         code, _, err = run_cli([*base, "--out", tmp_path / "bad", *extra], capsys)
         assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "bad").exists(), err
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_a_capture_command_checks_its_destination_once(bert, tmp_path, capsys, monkeypatch, shards):
+    """Issue [honest-gates] 4: the command checked the destination before loading the model and every capture
+    function checked it again (three times a sharded command); now the command's check is handed down."""
+    import runners.pretrained.command as command
+    import runners.pretrained.destination as destination
+
+    calls = []
+    real = destination.check_destination
+
+    def counted(*a, **k):
+        calls.append(a[0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(destination, "check_destination", counted)
+    monkeypatch.setattr(command, "check_destination", counted)
+    out = tmp_path / "cap"
+    args = ["--model", bert, "--records", RECORDS, "--out", out, "--limit", "4", "--cap", "20", "--shards", str(shards)]
+    assert run_cli(args, capsys)[0] == 0 and (out / "baseline" / "run.json").exists()
+    # once for the runs the command writes; a sharded capture's own shard runs are other folders
+    assert [p for p in calls if Path(p) == out] == [out]

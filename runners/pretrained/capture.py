@@ -53,7 +53,7 @@ from routestats.rundir import schema as S
 from routestats.rundir.identity import identity_of_files
 from routestats.rundir.write import RunWriter, software_versions
 
-from runners.pretrained.destination import check_destination, echo_notice, staging
+from runners.pretrained.destination import destination, echo_notice, staging
 from runners.pretrained.fielding import Encoded, encode_records
 from runners.pretrained.load import Loaded
 from runners.pretrained.options import CaptureOptions, with_options
@@ -416,9 +416,9 @@ def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, conditio
     instead of running the model. Everything is checked before the first file is written; the runs are written
     in a temporary folder and moved into place when all are complete.
     """
-    out, opts = Path(out), with_options(options, option_values)
+    opts = with_options(options, option_values)
     check_conditions(loaded, conditions, opts.layers)
-    check_destination(out, [c.name for c in conditions], force)
+    out = destination(out, [c.name for c in conditions], force).out  # checked here, or once by the command
     plan = plan_for(loaded, records, opts)
     with staging(out, [c.name for c in conditions]) as tmp:
         for cond in conditions:
@@ -444,10 +444,10 @@ def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: str
     if shape(base) != shape(other):
         raise RoutestatsError(f"--compare needs one architecture: {shape(base)} vs {shape(other)} "
                               "(family, model type, layers, heads)")
-    out, opts = Path(out), with_options(options, option_values)
+    opts = with_options(options, option_values)
     conds = [Condition("baseline"), Condition("compare")]
     check_conditions(base, conds[:1], opts.layers)
-    check_destination(out, [c.name for c in conds], force)
+    out = destination(out, [c.name for c in conds], force).out  # checked here, or once by the command
     plan, plan_b = plan_for(base, records, opts), plan_for(other, records, opts)
     for i, (a, b) in enumerate(zip(plan.encoded, plan_b.encoded)):
         if a.inputs != b.inputs or a.fields != b.fields:

@@ -12,7 +12,7 @@ from typing import Sequence
 from routestats.errors import RoutestatsError
 
 from runners.pretrained.capture import capture_checkpoints, capture_runs
-from runners.pretrained.destination import check_destination
+from runners.pretrained.destination import Destination, check_destination
 from runners.pretrained.load import load_model
 from runners.pretrained.options import CaptureOptions
 from runners.pretrained.records import read_records
@@ -55,19 +55,19 @@ def conditions_of(bias: float | None, ablate: str | None, compare) -> list[Condi
         ([Condition("ablate", ablate=heads)] if heads else [])
 
 
-def _in_shards(model, recs, out, conds, options: CaptureOptions, *, shards: int, launcher: str, force: bool,
-               threads: int, echo, submitit: dict) -> list[Path]:
+def _in_shards(model, recs, dest: Destination, conds, options: CaptureOptions, *, shards: int, launcher: str,
+               force: bool, threads: int, echo, submitit: dict) -> list[Path]:
     from runners.launch import make_launcher
     from runners.pretrained.shards import capture_in_shards, shard_bounds
 
     shard_bounds(len(recs), shards)  # refuse a bad count before any job
-    runner = make_launcher(launcher, Path(out).parent / f".{Path(out).name}.capture-shards", **submitit)
+    runner = make_launcher(launcher, dest.out.parent / f".{dest.out.name}.capture-shards", **submitit)
     echo(f"capturing {len(recs)} records in {shards} shards ({launcher}) ...", err=True)
-    return capture_in_shards(model, recs, out, shards=shards, launcher=runner, force=force, threads=threads,
+    return capture_in_shards(model, recs, dest, shards=shards, launcher=runner, force=force, threads=threads,
                              echo=lambda line: echo(line, err=True), conditions=conds, options=options)
 
 
-def _here(model, recs, out, conds, options: CaptureOptions, *, compare, reason, force: bool, echo, t0: float):
+def _here(model, recs, out: Destination, conds, options: CaptureOptions, *, compare, reason, force: bool, echo, t0: float):
     from runners.progress import progress_bars
 
     echo(f"loading {model} ...", err=True)
@@ -102,8 +102,9 @@ def run_capture_command(*, model, records, out, options: CaptureOptions, echo, f
     if shards != 1 and compare is not None:
         raise RoutestatsError("--shards splits one model's capture; run --compare unsharded")
     conds = conditions_of(bias, ablate, compare)
-    check_destination(Path(out), ["baseline", "compare"] if compare is not None else [c.name for c in conds], force,
-                      cli=True)
+    # checked once, before the model loads; the capture writes to what was checked
+    dest = check_destination(Path(out), ["baseline", "compare"] if compare is not None else [c.name for c in conds],
+                             force, cli=True)
     recs = read_records(records, format, None if options.fields is None else list(options.fields), limit,
                         max_bytes=int(max_record_mb * (1 << 20)), label=label, split=split)
     from transformers.utils import logging as hf_logging
@@ -111,10 +112,10 @@ def run_capture_command(*, model, records, out, options: CaptureOptions, echo, f
     hf_logging.disable_progress_bar()  # our own progress lines say what happens
     t0 = time.monotonic()
     if shards != 1:
-        paths = _in_shards(model, recs, out, conds, options, shards=shards, launcher=launcher, force=force,
+        paths = _in_shards(model, recs, dest, conds, options, shards=shards, launcher=launcher, force=force,
                            threads=threads, echo=echo, submitit=submitit or {})
     else:
-        paths = _here(model, recs, out, conds, options, compare=compare, reason=reason, force=force, echo=echo, t0=t0)
+        paths = _here(model, recs, dest, conds, options, compare=compare, reason=reason, force=force, echo=echo, t0=t0)
     _said_written(paths, len(recs), echo)
     echo(f"{len(paths)} run{'' if len(paths) == 1 else 's'} in {time.monotonic() - t0:.1f} s; "
          f"next: routestats report {out}")

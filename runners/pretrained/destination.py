@@ -10,6 +10,7 @@ import re
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -19,7 +20,7 @@ from routestats.rundir import schema as S
 from runners.outputs import check_replaceable
 from runners.pretrained.load import first_line
 
-__all__ = ["check_destination", "sweep_partials", "staging", "echo_notice", "is_capture_run"]
+__all__ = ["Destination", "destination", "check_destination", "sweep_partials", "staging", "echo_notice", "is_capture_run"]
 
 
 def is_capture_run(path: Path) -> bool:
@@ -32,10 +33,32 @@ def is_capture_run(path: Path) -> bool:
     return isinstance(m, dict) and m.get("pretrained") is True and (m.get("evaluation") or {}).get("kind") == "pretrained"
 
 
-def check_destination(out: Path, names: Sequence[str], force: bool, cli: bool = False) -> None:
+@dataclass(frozen=True)
+class Destination:
+    """Run folders ``names`` under ``out`` that :func:`check_destination` found free to write (or, with ``force``,
+    to replace): what a command checked once, before loading a model, handed to the capture that writes them."""
+
+    out: Path
+    names: tuple[str, ...]
+    force: bool
+
+
+def destination(out: "str | Path | Destination", names: Sequence[str], force: bool) -> Destination:
+    """``out`` as checked for ``names``: a :class:`Destination` checked for them passes as it is (one check a
+    command); a path is checked now (:func:`check_destination`)."""
+    if isinstance(out, Destination):
+        if out.names != tuple(names) or out.force != force:
+            raise ValueError(f"{out.out}: checked for {out.names} (force={out.force}), written as {tuple(names)} "
+                             f"(force={force})")
+        return out
+    return check_destination(Path(out), names, force)
+
+
+def check_destination(out: Path, names: Sequence[str], force: bool, cli: bool = False) -> Destination:
     """Refuse, before any work, run folders under ``out`` that exist: without ``force`` any of
     them; with ``force`` any that is not a complete run written by capture. The refusal names the
-    option to give: ``--force`` and ``--out`` for the command line (``cli``), else ``force=True`` and ``out``."""
+    option to give: ``--force`` and ``--out`` for the command line (``cli``), else ``force=True`` and ``out``.
+    Returns the checked :class:`Destination`."""
     force_, out_ = ("--force", "--out") if cli else ("force=True", "out")
     if out.exists() and not out.is_dir():
         raise RoutestatsError(f"{out}: is a file; {out_} names a folder for the runs")
@@ -53,6 +76,7 @@ def check_destination(out: Path, names: Sequence[str], force: bool, cli: bool = 
             raise RoutestatsError(f"{p}: exists and is not a run written by capture (a trained run or other files); "
                                   f"choose another {out_}")
         check_replaceable(p, out_)  # a capture run with a user's files inside: refused too
+    return Destination(out, tuple(names), force)
 
 
 def echo_notice(line: str) -> None:

@@ -24,7 +24,7 @@ from routestats.rundir.identity import content_sha256
 
 from runners.launch import Job, SequentialLauncher
 from runners.pretrained.capture import capture_runs, plan_for
-from runners.pretrained.destination import check_destination
+from runners.pretrained.destination import destination
 from runners.pretrained.options import CaptureOptions, with_options
 from runners.pretrained.seam import Condition
 
@@ -131,11 +131,12 @@ def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=No
     """
     from runners.pretrained.load import load_model
 
-    out, records = Path(out), list(records)
+    records = list(records)
     options, conditions = with_options(options, option_values), tuple(conditions)
     names = [c.name for c in conditions]
     bounds = shard_bounds(len(records), shards)
-    check_destination(out, names, force)
+    dest = destination(out, names, force)  # checked here, or once by the command
+    out = dest.out
     work = out.parent / f".{out.name}.capture-shards"
     model_sha = content_sha256(model)  # the model by its content: another model's shards are never merged
     claim_work_folder(work, _identity(model, model_sha, records, conditions, options, shards))
@@ -153,7 +154,7 @@ def capture_in_shards(model, records: Sequence, out, *, shards: int, launcher=No
          f"{sum(r.value == 'skipped' for r in results)} already complete; merging")
     loaded = load_model(model)
     check_shard_runs(loaded, records, work, bounds, conditions, options)
-    paths = capture_runs(loaded, records, out, conditions=conditions, options=replace(options, device="cpu"),
+    paths = capture_runs(loaded, records, dest, conditions=conditions, options=replace(options, device="cpu"),
                          force=force, shards=[(a, work / f"shard-{i}") for i, (a, _) in enumerate(bounds)])
     for i in range(shards):  # everything here was written by this command: its spec, its shard runs, their logs
         shutil.rmtree(work / f"shard-{i}", ignore_errors=True)
