@@ -41,7 +41,7 @@ from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
 from routestats.stats.inference import holm, paired_inference, signflip_floor, signflip_floor_drawn
 
-__all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "smallest_reachable_n", "UPPER_SPREAD_LEVEL",
+__all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "layer_spreads", "smallest_reachable_n", "UPPER_SPREAD_LEVEL",
            "seed_power", "search_n", "drawn_floor", "power_target", "normal_guess", "detectable_change",
            "MAX_SIM_VALUES"]
 
@@ -94,6 +94,43 @@ def upper_spread(n_pilot: int, level: float = UPPER_SPREAD_LEVEL) -> float:
     if n_pilot < 2:
         raise RoutestatsError(f"a pilot needs at least 2 examples to estimate a spread, got {n_pilot}")
     return float(math.sqrt((n_pilot - 1) / stats.chi2.ppf(1.0 - level, n_pilot - 1)))
+
+
+def layer_spreads(pilot) -> np.ndarray:
+    """Per layer, the factor that takes its pilot SD to the SD a plan simulates: each layer's variance pooled toward
+    the layers' mean variance by as much as their differences are what sampling alone would give.
+
+    The hardest layer of a plan is the one with the largest spread. Taken from the pilot as drawn, it is the layer
+    whose SD came out largest by chance when the layers are equally variable (the largest of k noisy estimates is
+    biased up), and plans were larger than needed. Here the log variances L_j = log s_j^2 are shrunk toward
+    log(mean s^2) by the empirical-Bayes weight B = v / (v + tau^2): v = (kappa - (m - 3) / (m - 1)) / m is the
+    sampling variance of a log variance from m examples (kappa: 3 + the layers' mean G2 excess kurtosis; v is
+    2 / (m - 1) for normal differences) and tau^2 = max(0, var_j(L_j) - v) what the layers differ beyond it. Layers that differ
+    in fact keep their own spread (B near 0); equally variable layers share the pooled one (B near 1). One layer,
+    fewer than 4 examples or a constant layer: 1 for every layer.
+
+    >>> rng = np.random.default_rng(0)
+    >>> equal = rng.normal(0, 1, (30, 4))               # four equally variable layers: pooled
+    >>> f = layer_spreads(equal)
+    >>> bool(np.allclose(f ** 2 * equal.var(axis=0, ddof=1), equal.var(axis=0, ddof=1).mean()))
+    True
+    >>> unequal = rng.normal(0, 1, (30, 4)) * [0.5, 1, 1.5, 2]   # spreads that differ in fact: kept, nearly
+    >>> bool(np.all(np.abs(layer_spreads(unequal) - 1) < 0.1))
+    True
+    """
+    x = np.asarray(pilot, dtype=np.float64)
+    m, k = x.shape
+    c = x - x.mean(axis=0)
+    s2 = (c * c).sum(axis=0) / max(m - 1, 1)
+    if k < 2 or m < 4 or not (s2 > 0).all():
+        return np.ones(k)
+    g2 = (c ** 4).mean(axis=0) / (c * c).mean(axis=0) ** 2 - 3.0  # excess kurtosis, then its small-sample correction
+    kappa = 3.0 + float((((m + 1) * g2 + 6) * (m - 1) / ((m - 2) * (m - 3))).mean())  # G2 (Joanes & Gill 1998)
+    v = max((kappa - (m - 3) / (m - 1)) / m, 1e-12)
+    L = np.log(s2)
+    tau2 = max(0.0, float(L.var(ddof=1)) - v)
+    B = v / (v + tau2)
+    return np.exp(B * (np.log(s2.mean()) - L) / 2)
 
 
 def smallest_reachable_n(n_layers: int, alpha: float, resampling: Resampling | None = None) -> int | None:
@@ -161,8 +198,8 @@ def headline_power(pilot, delta, n: int, *, alpha: float, sims: int = 1000, spre
         The family's share of the headline's alpha (the pair report's ``family_alpha``).
     sims : int
         Simulated samples (Monte Carlo error about sqrt(p (1 - p) / sims)).
-    spread : float
-        The factor applied to the centred differences (1: the pilot's spread).
+    spread : float or array_like, (k,)
+        The factor applied to the centred differences (1: the pilot's spread), or one per layer.
     resampling, resamples, permutations
         The test's settings (default: the report's); ``seed`` seeds the simulation (default: the settings').
     """
@@ -174,13 +211,14 @@ def headline_power(pilot, delta, n: int, *, alpha: float, sims: int = 1000, spre
     d = np.asarray(delta, dtype=np.float64).reshape(-1)
     if d.shape != (x.shape[1],) or not np.isfinite(d).all():
         raise RoutestatsError(f"delta needs one finite value per layer ({x.shape[1]}), got {d.shape[0]}")
-    if int(n) < 2 or int(sims) < 1 or not spread > 0:
+    spread = np.asarray(spread, dtype=np.float64)  # one factor, or one per layer (:func:`layer_spreads`)
+    if int(n) < 2 or int(sims) < 1 or not np.all(spread > 0) or spread.size not in (1, x.shape[1]):
         raise RoutestatsError(f"n >= 2, sims >= 1 and spread > 0 are needed, got {n}, {sims}, {spread}")
     n, sims, k = int(n), int(sims), x.shape[1]
     m = x.shape[0]
     # resampling m centred rows draws from a population whose SD is the pilot's ddof-0 SD, sqrt((m - 1)/m) of the SD
     # the report prints (ddof 1): 5 % too few examples planned at m = 20 before any noise. Rescaled to ddof 1.
-    base = (x - x.mean(axis=0)) * (float(spread) * math.sqrt(m / (m - 1))) + d
+    base = (x - x.mean(axis=0)) * (spread.reshape(-1) * math.sqrt(m / (m - 1))) + d
     rng = np.random.default_rng([int(r.seed if seed is None else seed), n])
     hits = np.zeros((sims, k), dtype=bool)
     chunk = max(1, MAX_SIM_VALUES // (n * k))

@@ -122,6 +122,7 @@ class PlanContext:
         D = p.D.to_numpy()
         delta = q.deltas(D.shape[1])
         factor = q.spread_factor(len(D))
+        layers = P.layer_spreads(D)  # equally variable layers share one spread: no hardest layer by chance
         k = D.shape[1]
         reach = P.smallest_reachable_n(k, p.alpha, s.resampling)
         if reach is None:
@@ -129,10 +130,10 @@ class PlanContext:
                                   f"over {k} layers at any n; raise --permutations")
 
         def power_at(n: int) -> P.PowerAtN:
-            return P.headline_power(D, delta, n, alpha=p.alpha, sims=q.sims, spread=factor,
+            return P.headline_power(D, delta, n, alpha=p.alpha, sims=q.sims, spread=factor * layers,
                                     resampling=s.resampling, labels=p.layers)
 
-        start = P.normal_guess(D, delta, p.alpha, q.power, factor)
+        start = P.normal_guess(D, delta, p.alpha, q.power, factor * layers)
         n, seen = P.search_n(power_at, q.power, start, reach, q.max_examples, self.say)
         by_n = {r.n: r for r in seen}
         top_n = n if n is not None else max(by_n)
@@ -147,7 +148,8 @@ class PlanContext:
                "target": q.power, "delta_min": float(np.abs(delta[delta != 0]).min()),
                "delta_asked": float(delta[0]) if np.all(delta == delta[0]) else np.nan,
                "delta_max": float(np.abs(delta).max()), "uniform": bool(np.all(delta == delta[0])),
-               "spread_factor": factor, "sims": q.sims, "max_examples": q.max_examples,
+               "spread_factor": factor, "layer_spread_min": float(layers.min()),
+               "layer_spread_max": float(layers.max()), "sims": q.sims, "max_examples": q.max_examples,
                "n_reachable": reach,
                "floor_reachable": k * P.drawn_floor(reach, s.resampling),
                "floor_below": k * P.drawn_floor(reach - 1, s.resampling) if reach > 1 else np.nan,
@@ -316,7 +318,9 @@ def build_plan_report(path, question: PlanQuestion, settings: AnalysisSettings |
         f"Power is estimated by simulation: {question.sims:,} samples per size, each analysed with the report's own "
         "test and settings, the rate at which its headline calls a layer's change in the planted direction. "
         + ("Samples of n whole examples (their layers together) are drawn with replacement from the pilot's per-example "
-           "differences, centred on their layer means, scaled to the planned spread and shifted by Δ; each sample gets "
+           "differences, centred on their layer means, scaled to the planned spread (each layer's variance pooled "
+           "toward the layers' mean variance by as much as they differ within sampling noise) and shifted by Δ; each "
+           "sample gets "
            "the percentile bootstrap and the two-sided sign-flip test with Holm over the layers at the family's α "
            f"({p.alpha:.3g}: the report's α shared by its {p.families} headline families); the size searched is the "
            "smallest n whose hardest layer reaches the power (bracketing, then bisection)."
