@@ -245,7 +245,8 @@ def examples_section(ctx: PlanContext) -> Section | None:
                     (Column("n", "n", "int"), Column("Layer", "layer", "text"), Column("Δ", "delta", "num", 4),
                      Column("Power", "power", "num", 3), Column("MC SE", "se", "num", 3)))
     return Section(tables=(t_plan, t_curve), figures=(fig,),
-                   claims=tuple(example_claims(plan, ctx.pilot, q.spread_label(ctx.pilot.n_examples), fig)))
+                   claims=tuple(example_claims(plan, ctx.pilot, q.spread_label(ctx.pilot.n_examples)
+                                               + _pooled_label(plan.iloc[0]), fig)))
 
 
 @section("seeds", "Seeds needed")
@@ -272,6 +273,20 @@ def seeds_section(ctx: PlanContext) -> Section | None:
 
 
 PLAN_SECTIONS = (examples_section, seeds_section)
+
+
+def _pooled_label(row) -> str:
+    """What pooling the layers' spreads did (:func:`routestats.stats.power.layer_spreads`), for the plan's sentence.
+
+    >>> _pooled_label({"layer_spread_min": 0.93, "layer_spread_max": 1.08})
+    ", each layer's pooled toward the layers' mean where they differ by chance (× 0.93–1.08)"
+    >>> _pooled_label({"layer_spread_min": 1.0, "layer_spread_max": 1.0})
+    ''
+    """
+    lo, hi = float(row["layer_spread_min"]), float(row["layer_spread_max"])
+    if abs(lo - 1) < 5e-3 and abs(hi - 1) < 5e-3:  # kept as drawn (they differ beyond chance): nothing to say
+        return ""
+    return f", each layer's pooled toward the layers' mean where they differ by chance (× {lo:.2f}–{hi:.2f})"
 
 
 def _context(path, question: PlanQuestion, settings, progress) -> PlanContext:
