@@ -54,7 +54,8 @@ def test_batched_summaries_equal_the_per_example_pass(tmp_path, rng, causal, tri
     fields = dict(zip(*run.examples(["example_id", "field_ids"]).to_dict("list").values()))
     named = run.field_ids
     got = passes._summaries_batched(run, STEP, fields, named, trivial)
-    want = passes._summaries_per_example(run, STEP, S.FORM_REDUCTIONS, "attention", fields, named, trivial)
+    want = passes._summaries_per_example(run, STEP, S.FORM_REDUCTIONS, ("attention",), fields, named, trivial)[
+        "attention"]
     assert sorted(got[0]) == sorted(want[0])
     for k in want[0]:
         a, b = np.asarray(got[0][k]), np.asarray(want[0][k])

@@ -149,3 +149,32 @@ def test_runs_without_norms_and_schema_1_0_runs_still_read(tmp_path):
     # the demo run (schema 1.1) has all three measures
     demo = rs.analyse("data/demo_run", resamples=100, permutations=100)
     assert {"effects", "norm_effects", "rollout_effects"} <= set(demo.tables())
+
+
+def test_norm_weighted_and_rollout_come_from_one_read_of_the_matrices(tmp_path, monkeypatch):
+    """Issue [report-floor] 2: each flow weighting read the whole matrices file again (two reads a run, the most
+    expensive part of a small report's flow section); now the first asked computes the other in the same read.
+    The values are those each gives alone (fresh runs, one weighting each), bitwise; a run without value norms
+    still gives its rollout from one read, and its norm-weighted measure refuses in one line, as before."""
+    monkeypatch.setenv("ROUTESTATS_CACHE", "off")
+    rng = np.random.default_rng(7)
+    att = [random_attention(rng, 2, 2, len(g)) for g in FIELD_LISTS]
+    norms = [rng.uniform(0.1, 3.0, (2, 2, len(g))) for g in FIELD_LISTS]
+    path = write_with_norms(tmp_path / "r", att, FIELD_LISTS, norms)
+    run = rs.load_run(path)
+    reads = []
+    real = type(run).iter_attention
+    monkeypatch.setattr(type(run), "iter_attention", lambda self, *a, **k: reads.append(1) or real(self, *a, **k))
+    both = {w: sfm(run, weighting=w) for w in ("norm", "rollout")}
+    assert len(reads) == 1
+    for w in ("rollout", "norm"):  # each alone on a fresh run object: the same numbers
+        alone = sfm(rs.load_run(path), weighting=w)
+        pd.testing.assert_frame_equal(both[w], alone)
+    # without value norms: the rollout still comes from one read; norm refuses as it did
+    from tests.conftest import write_run
+
+    plain = rs.load_run(write_run(tmp_path / "p", att, FIELD_LISTS, run_id="p"))
+    reads.clear()
+    assert len(sfm(plain, weighting="rollout")) and len(reads) == 1
+    with pytest.raises(rs.RoutestatsError, match="no value norms"):
+        sfm(plain, weighting="norm")

@@ -134,24 +134,22 @@ def rollout(weights: np.ndarray, n_layers: int) -> np.ndarray:
     return out
 
 
-def _weighted_blocks(run: Run, step: int, weighting: str):
-    """Matrices blocks with the attention replaced by its norm-weighted form or its rollout."""
+def _weighted(run: Run, step: int, blk, weighting: str):
+    """One matrices block with its attention replaced by its norm-weighted form or its rollout."""
     from routestats.rundir.blocks import ExampleAttention
 
-    for blk in run.iter_attention(step):
-        if weighting == "norm":
-            if blk.value_norms is None:
-                raise RoutestatsError(f"{run.run_id}: no value norms stored at step {step} (norm-weighted attention "
-                                      "needs matrices written with value_norms, run schema 1.1)")
-            yield ExampleAttention(blk.example_id, blk.layer, blk.head, blk.head_type,
-                                   norm_weighted(blk.weights, blk.value_norms))
-        else:
-            layers = np.unique(blk.layer)
-            if not np.array_equal(layers, np.arange(len(layers))):
-                raise RoutestatsError(f"{run.run_id}: rollout multiplies every layer from layer 0 up, but this run "
-                                      f"stores layers {layers.tolist()} only")
-            yield ExampleAttention(blk.example_id, layers, np.zeros(len(layers), dtype=np.int64),
-                                   np.full(len(layers), "softmax", dtype=object), rollout(blk.weights, len(layers)))
+    if weighting == "norm":
+        if blk.value_norms is None:
+            raise RoutestatsError(f"{run.run_id}: no value norms stored at step {step} (norm-weighted attention "
+                                  "needs matrices written with value_norms, run schema 1.1)")
+        return ExampleAttention(blk.example_id, blk.layer, blk.head, blk.head_type,
+                                norm_weighted(blk.weights, blk.value_norms))
+    layers = np.unique(blk.layer)
+    if not np.array_equal(layers, np.arange(len(layers))):
+        raise RoutestatsError(f"{run.run_id}: rollout multiplies every layer from layer 0 up, but this run "
+                              f"stores layers {layers.tolist()} only")
+    return ExampleAttention(blk.example_id, layers, np.zeros(len(layers), dtype=np.int64),
+                            np.full(len(layers), "softmax", dtype=object), rollout(blk.weights, len(layers)))
 
 
 def _cache_load(path: Path) -> HeadPass | None:
@@ -231,24 +229,33 @@ def head_pass(run: Run, step: int | None = None, form: str | None = None, trivia
     form = _choose_form(run, step, form)
     trivial = trivial_default(run, trivial)
     cache = run.__dict__.setdefault("_metric_cache", {})
-    key = (step, form, trivial, weighting, tuple(extra_definitions().items()))
-    if key in cache:
-        return cache[key]
-    folder = cache_dir()
-    key_disk = _cache_key(run, step, form, trivial, weighting) if folder is not None else None
-    disk = (folder / f"{key_disk}.npz") if key_disk is not None else None
-    if disk is not None and disk.is_file():
-        hit = _cache_load(disk)
-        if hit is not None:
-            cache[key] = hit
-            return hit
+    key = lambda w: (step, form, trivial, w, tuple(extra_definitions().items()))  # noqa: E731
+    # the flow weightings read the same matrices: one read gives both, where neither cache holds the other
+    wanted = (weighting, *(w for w in FLOW if weighting in FLOW and w != weighting))
+    for w in wanted:
+        if key(w) not in cache and (hit := _disk(run, step, form, trivial, w, None)) is not None:
+            cache[key(w)] = hit
+    if key(weighting) in cache:
+        return cache[key(weighting)]
+    also = tuple(w for w in wanted[1:] if key(w) not in cache)
     named = run.field_ids
     ex = run.examples(["example_id", "field_ids"])
     fields_by_ex = dict(zip(ex["example_id"].tolist(), ex["field_ids"]))
     if weighting == "attention" and form == S.FORM_REDUCTIONS:
-        cols, f2f, has = _summaries_batched(run, step, fields_by_ex, named, trivial)
+        summaries = {weighting: _summaries_batched(run, step, fields_by_ex, named, trivial)}
     else:
-        cols, f2f, has = _summaries_per_example(run, step, form, weighting, fields_by_ex, named, trivial)
+        summaries = _summaries_per_example(run, step, form, (weighting, *also), fields_by_ex, named, trivial)
+    for w in list(summaries):
+        cache[key(w)] = _as_pass(*summaries.pop(w))
+        _disk(run, step, form, trivial, w, cache[key(w)])
+    release_unused_memory()  # the pass's freed batches, before the tables allocate their own
+    return cache[key(weighting)]
+
+
+FLOW = ("norm", "rollout")  # the weightings computed from full matrices
+
+
+def _as_pass(cols: dict, f2f: np.ndarray, has: np.ndarray) -> HeadPass:
     heads = pd.DataFrame(cols, copy=False)  # the columns are fresh arrays: no second copy of them
     del cols
     heads["layer"] = heads["layer"].astype(np.int64)
@@ -256,12 +263,21 @@ def head_pass(run: Run, step: int | None = None, form: str | None = None, trivia
         heads[c] = heads[c].astype(narrow)  # lazy under copy-on-write: no copy when already narrow
     # run_id and step are the same on every row: kept out of the frame (37 MB a run at 70,000 examples)
     # and put back by with_run_ids where a caller is given rows
-    release_unused_memory()  # the pass's freed batches, before the tables allocate their own
-    out = HeadPass(heads, f2f, has)
-    cache[key] = out
-    if disk is not None:
-        _cache_save(disk, out)
-    return out
+    return HeadPass(heads, f2f, has)
+
+
+def _disk(run: Run, step: int, form: str, trivial: str, weighting: str, save: HeadPass | None) -> HeadPass | None:
+    """The on-disk cache of a pass (:func:`cache_dir`; None when it is off): ``save`` None reads the entry (None
+    when missing or unsealed), else writes ``save``."""
+    folder = cache_dir()
+    key_disk = _cache_key(run, step, form, trivial, weighting) if folder is not None else None
+    if key_disk is None:
+        return None
+    disk = folder / f"{key_disk}.npz"
+    if save is not None:
+        _cache_save(disk, save)
+        return save
+    return _cache_load(disk) if disk.is_file() else None
 
 
 _HEAD_TYPE_ORDER = tuple(sorted(S.HEAD_TYPES))  # sorted: head types as codes by searchsorted
@@ -322,37 +338,51 @@ def _summaries_batched(run: Run, step: int, fields_by_ex, named, trivial):
     return cols, f2f, has
 
 
-def _summaries_per_example(run: Run, step: int, form: str, weighting: str, fields_by_ex, named, trivial):
-    """Summaries of every example, one example at a time (matrices, or weighted attention)."""
+def _summaries_per_example(run: Run, step: int, form: str, weightings: tuple, fields_by_ex, named, trivial) -> dict:
+    """Summaries of every example, one example at a time (matrices, or weighted attention), for each of
+    ``weightings`` from one read of the file: {weighting: (columns, f2f, has_source)}. The first weighting's
+    errors are raised; a later one that a block cannot give (no value norms, layers missing) is dropped."""
     extra = extra_definitions()
     names = (*SUMMARIES, *extra)
-    cols = {k: [] for k in ("example_id", "layer", "head", "head_type", *names, "n_valid", "n_trivial")}
-    f2f, has = [], []
-    if weighting != "attention":
-        blocks = _weighted_blocks(run, step, weighting)
-    else:
-        blocks = run.iter_reductions(step) if form == S.FORM_REDUCTIONS else run.iter_attention(step)
-    for blk in blocks:
-        g = np.asarray(fields_by_ex[blk.example_id])
-        if form == S.FORM_REDUCTIONS:
-            red = {k: getattr(blk, k) for k in S.REDUCTION_COLUMNS}
-        else:
-            red = reduce_queries(blk.weights, g, named)
-        summ = summarise_queries(red, g, named, run.causal, trivial, extra, np.asarray(blk.head_type) == "sink")
-        r = len(blk.layer)
-        cols["example_id"].append(np.full(r, blk.example_id, dtype=np.int64))
-        cols["layer"].append(blk.layer)
-        cols["head"].append(blk.head)
-        cols["head_type"].append(blk.head_type)
-        for k in names:
-            cols[k].append(summ[k])
-        cols["n_valid"].append(np.full(r, summ["n_valid"], dtype=_NARROW["n_valid"]))
-        cols["n_trivial"].append(np.full(r, summ["n_trivial"], dtype=_NARROW["n_trivial"]))
-        f2f.append(summ["f2f"])
-        has.append(np.broadcast_to(summ["has_source"], (r, len(named))))
-    if not f2f:
+    acc = {w: ({k: [] for k in ("example_id", "layer", "head", "head_type", *names, "n_valid", "n_trivial")}, [], [])
+           for w in weightings}
+    blocks = run.iter_reductions(step) if form == S.FORM_REDUCTIONS else run.iter_attention(step)
+    for raw in blocks:
+        g = np.asarray(fields_by_ex[raw.example_id])
+        for w in list(acc):
+            try:
+                blk = raw if w == "attention" else _weighted(run, step, raw, w)
+            except RoutestatsError:
+                if w == weightings[0]:
+                    raise
+                del acc[w]  # a companion this run cannot give: the asked weighting goes on alone
+                continue
+            if form == S.FORM_REDUCTIONS:
+                red = {k: getattr(blk, k) for k in S.REDUCTION_COLUMNS}
+            else:
+                red = reduce_queries(blk.weights, g, named)
+            _append(acc[w], blk, summarise_queries(red, g, named, run.causal, trivial, extra,
+                                                   np.asarray(blk.head_type) == "sink"), names, len(named))
+    if not acc[weightings[0]][1]:
         raise RoutestatsError(f"{run.run_id}: no attention rows at step {step}")
-    return ({k: np.concatenate(v) for k, v in cols.items()}, np.concatenate(f2f), np.concatenate(has))
+    return {w: ({k: np.concatenate(v) for k, v in cols.items()}, np.concatenate(f2f), np.concatenate(has))
+            for w, (cols, f2f, has) in acc.items()}
+
+
+def _append(acc, blk, summ: dict, names, n_named: int) -> None:
+    """One block's summaries onto a weighting's columns (``acc``: columns, f2f, has_source)."""
+    cols, f2f, has = acc
+    r = len(blk.layer)
+    cols["example_id"].append(np.full(r, blk.example_id, dtype=np.int64))
+    cols["layer"].append(blk.layer)
+    cols["head"].append(blk.head)
+    cols["head_type"].append(blk.head_type)
+    for k in names:
+        cols[k].append(summ[k])
+    cols["n_valid"].append(np.full(r, summ["n_valid"], dtype=_NARROW["n_valid"]))
+    cols["n_trivial"].append(np.full(r, summ["n_trivial"], dtype=_NARROW["n_trivial"]))
+    f2f.append(summ["f2f"])
+    has.append(np.broadcast_to(summ["has_source"], (r, n_named)))
 
 
 def reduce_attention(run: Run, step: int | None = None, trivial: str | None = None) -> None:
