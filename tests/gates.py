@@ -203,8 +203,8 @@ def sweep(calls, per_builder: int = 2) -> tuple[dict, dict, set]:
         done[fn] = done.get(fn, 0) + 1
         if done[fn] > per_builder:
             continue
-        base = [c for c in claims_in(fn(*a, **k))]
-        read = set().union(*[names(ch.test) | names(ch.where) for c in base for ch in c.requires], set())
+        read = set().union(*[names(ch.test) | names(ch.where) for c in claims_in(fn(*a, **k)) for ch in c.requires],
+                           set())
         for tag, a2, k2 in [("as built", a, k)] + list(input_mutations(a, k, read)):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -41,7 +41,8 @@ from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
 from routestats.stats.inference import holm, paired_inference, signflip_floor, signflip_floor_drawn
 
-__all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "layer_spreads", "smallest_reachable_n", "UPPER_SPREAD_LEVEL",
+__all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "layer_spreads", "smallest_reachable_n",
+           "UPPER_SPREAD_LEVEL",
            "seed_power", "search_n", "drawn_floor", "power_target", "normal_guess", "detectable_change",
            "MAX_SIM_VALUES"]
 
@@ -105,9 +106,9 @@ def layer_spreads(pilot) -> np.ndarray:
     biased up), and plans were larger than needed. Here the log variances L_j = log s_j^2 are shrunk toward
     log(mean s^2) by the empirical-Bayes weight B = v / (v + tau^2): v = (kappa - (m - 3) / (m - 1)) / m is the
     sampling variance of a log variance from m examples (kappa: 3 + the layers' mean G2 excess kurtosis; v is
-    2 / (m - 1) for normal differences) and tau^2 = max(0, var_j(L_j) - v) what the layers differ beyond it. Layers that differ
-    in fact keep their own spread (B near 0); equally variable layers share the pooled one (B near 1). One layer,
-    fewer than 4 examples or a constant layer: 1 for every layer.
+    2 / (m - 1) for normal differences) and tau^2 = max(0, var_j(L_j) - v) what the layers differ beyond it.
+    Layers that differ in fact keep their own spread (B near 0); equally variable layers share the pooled one (B
+    near 1). One layer, fewer than 4 examples or a constant layer: 1 for every layer.
 
     >>> rng = np.random.default_rng(0)
     >>> equal = rng.normal(0, 1, (30, 4))               # four equally variable layers: pooled

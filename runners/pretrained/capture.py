@@ -53,7 +53,7 @@ from routestats.rundir import schema as S
 from routestats.rundir.identity import identity_of_files
 from routestats.rundir.write import RunWriter, software_versions
 
-from runners.pretrained.destination import destination, echo_notice, staging
+from runners.pretrained.destination import Destination, destination, echo_notice, staging
 from runners.pretrained.fielding import Encoded, encode_records
 from runners.pretrained.load import Loaded
 from runners.pretrained.options import CaptureOptions, with_options
@@ -403,11 +403,13 @@ def plan_for(loaded: Loaded, records: Sequence, opts: CaptureOptions) -> Plan:
                         truncation=opts.truncation)
 
 
-def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, conditions: Sequence[Condition] = (Condition(),),
-                 options: CaptureOptions | None = None, force: bool = False,
+def capture_runs(loaded: Loaded, records: Sequence, out: "str | Path | Destination", *,
+                 conditions: Sequence[Condition] = (Condition(),), options: CaptureOptions | None = None, force: bool = False,
                  progress: Callable[[str, int, int], None] | None = None,
                  shards: Sequence[tuple[int, Path]] | None = None, **option_values) -> list[Path]:
-    """Write one run per condition under ``out`` (``out/<condition name>``); return their paths.
+    """Write one run per condition under ``out`` (``out/<condition name>``); return their paths. ``out`` is a
+    folder, checked here, or the :class:`Destination` a command checked for these conditions before loading the
+    model.
 
     ``records`` are :class:`runners.corpora.Record` s; ``options`` (:class:`CaptureOptions`; single options may
     also be given by name, e.g. ``cap=32``) say how each record is captured and what is stored.
@@ -428,7 +430,8 @@ def capture_runs(loaded: Loaded, records: Sequence, out: str | Path, *, conditio
     return [out / c.name for c in conditions]
 
 
-def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: str | Path, *, reason: str,
+def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: "str | Path | Destination", *,
+                        reason: str,
                         options: CaptureOptions | None = None, force: bool = False,
                         progress: Callable[[str, int, int], None] | None = None, **option_values) -> list[Path]:
     """Two checkpoints of one architecture and tokenizer on the same records, as a pair
