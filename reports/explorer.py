@@ -162,7 +162,9 @@ def attention_explorer(figure, element_id: str) -> str:
 WIDGETS = {"attention_explorer": attention_explorer}
 
 
-_SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+# one str.translate in C: a join over every character of a 2 x 64 pair's explorer data (680,000 of them) cost 0.2 s
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
+                                 "\u2029": "\\u2029"})
 
 
 def script_json(data) -> str:
@@ -174,4 +176,4 @@ def script_json(data) -> str:
     {"w":"\u003c!--\u003cscript\u003e\u0026\u2028"}
     """
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    return "".join(_SCRIPT_ESCAPES.get(ch, ch) for ch in text)
+    return text.translate(_SCRIPT_ESCAPES)

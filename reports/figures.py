@@ -71,7 +71,9 @@ def save(fig, folder: Path, name: str, vector: tuple = ()) -> bytes:
         # more (rendering off) before drawing it: a fifth of the figures' CPU, for the same pixels
         fig.set_layout_engine(None)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=130)  # layouts are set by tight_layout; no second "tight" draw
+    # layouts are set by tight_layout (no second "tight" draw); zlib level 2, not PIL's 6: the seven PNGs of a 2 x 64
+    # pair page 0.85-1.04 -> 0.80 s CPU to save, 684 -> 746 kB
+    fig.savefig(buf, format="png", dpi=130, pil_kwargs={"compress_level": 2})
     png = buf.getvalue()
     (folder / f"{name}.png").write_bytes(png)
     for fmt in vector:
