@@ -195,7 +195,8 @@ def _demo():
     """A report with an answer figure and one section figure (doctests)."""
     import pandas as pd
 
-    from routestats.report import Claim, Figure, Report, Section
+    from routestats.claim import Claim
+    from routestats.report import Figure, Report, Section
 
     est = pd.DataFrame({"layer": [0, 1], "estimate": [0.1, 0.05], "low": [0.05, 0.0], "high": [0.15, 0.1],
                         "asserted": ["rose", "includes"]})

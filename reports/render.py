@@ -38,7 +38,8 @@ from reports.folder import put_file, write_folder
 from reports.latex import latex_table
 import pandas as pd
 
-from routestats.report import Claim, Report, Table
+from routestats.claim import Claim
+from routestats.report import Report, Table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 FORMATS = ("html", "latex", "markdown")

@@ -31,18 +31,23 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pandas as pd
 
+from routestats.claim import claims_frame
 from routestats.errors import IntegrityError, RoutestatsError
+from routestats.moved import forward
 from routestats.views import NOTEBOOK_VIEWS, plain_html  # noqa: F401  (public names of this module)
 from routestats.numbers import (  # noqa: F401  (the number formats: part of this module's public names)
     DASH, FLOOR_TOLERANCE, at_floor, at_printed_floor, counted, floor_text, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_sig,
     is_missing, pct,
 )
 
-__all__ = ["is_missing", "NOTEBOOK_VIEWS", "plain_html", "Column", "Table", "Figure", "Section", "Report", "Claim", "Check", "evaluate", "claims_frame", "asserted_rows", "section",
+if TYPE_CHECKING:
+    from routestats.claim import Claim
+
+__all__ = ["is_missing", "NOTEBOOK_VIEWS", "plain_html", "Column", "Table", "Figure", "Section", "Report", "section",
            "guarded", "fmt_num", "fmt_sig", "fmt_int",
            "fmt_p", "fmt_ci", "pct", "counted", "point_label", "DASH", "at_floor", "floor_text", "FLOOR_TOLERANCE",
            "at_printed_floor"]
@@ -120,104 +125,6 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class Check:
-    """One precondition of a :class:`Claim`, computed from the claim's own evidence by :func:`evaluate`.
-
-    ``test`` is a pandas expression over the columns of the evidence rows (``on="rows"``; only the rows
-    matching the ``where`` expression, if given) or over the claim's ``design`` values and ``rows``, the
-    number of evidence rows matching ``where`` (``on="design"``). ``every`` says how a row-wise test is
-    reduced: ``"all"`` rows (true when none match), ``"any"`` row, or ``"same"`` (every row gives the
-    same answer: one sign, one verdict).
-
-    >>> import pandas as pd
-    >>> ev = pd.DataFrame({"layer": [0, 1], "p": [0.01, 0.2], "lo": [0.1, -0.1], "asserted": ["rose", "includes"]})
-    >>> c = Check("rose: p < alpha and lo > 0", "p < 0.05 and lo > 0", where="asserted == 'rose'")
-    >>> evaluate(c, ev, {}), evaluate(Check("two layers", "rows == 2", on="design"), ev, {})
-    (True, True)
-    >>> evaluate(c, ev.assign(p=0.3), {})  # a raised p turns the precondition false
-    False
-    """
-
-    name: str
-    test: str
-    where: str = ""
-    on: str = "rows"  # rows | design
-    every: str = "all"  # all | any | same
-
-    def __post_init__(self):
-        if self.on not in ("rows", "design") or self.every not in ("all", "any", "same"):
-            raise ValueError(f"check {self.name!r}: on={self.on!r}, every={self.every!r}")
-
-
-def evaluate(check: Check, evidence: pd.DataFrame | None, design: Mapping[str, Any]) -> bool:
-    """Whether ``check`` holds of a claim's ``evidence`` rows and ``design`` values (see :class:`Check`).
-
-    It shares no code with the sentence builders: it reads the rows the claim cites, as they are, and
-    evaluates the check's own expression over them with pandas.
-    """
-    rows = evidence if evidence is not None else pd.DataFrame()
-    if check.where:
-        rows = rows.query(check.where, engine="python") if len(rows) else rows
-    if check.on == "design":
-        env = pd.DataFrame([{**design, "rows": len(rows)}])
-        return bool(env.eval(check.test, engine="python").iloc[0])
-    if not len(rows):
-        return check.every in ("all", "same")
-    verdict = rows.eval(check.test, engine="python").astype(bool)
-    if check.every == "any":
-        return bool(verdict.any())
-    if check.every == "same":
-        return bool(verdict.all() or not verdict.any())
-    return bool(verdict.all())
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One sentence a report may print, as data: what it says, what it rests on, what licenses it.
-
-    ``kind`` names the template (``rose``, ``no_evidence``, ``differs_across_layers``, ...);
-    ``where`` is ``headline``, ``finding``, ``methods`` or a section id; ``table`` and ``rows`` (values
-    of its ``key`` column) are the cells it rests on; ``evidence`` holds those rows as the section had
-    them in hand, and ``design`` the facts of the design it relies on (counts, runs present).
-    ``requires`` are its preconditions (:class:`Check` s), computed from ``evidence`` and ``design``
-    by :func:`evaluate` whenever they are read; ``because`` are reasons that hold by the design of the
-    report and are shown, not tested. A claim is printed only when every check holds (:attr:`holds`).
-
-    ``short`` is the claim in brief, for a report's first screen (:attr:`Report.answer`): the same verdict
-    under the same checks, its numbers left to ``figure`` (the :class:`Figure` that shows it) and to the
-    full sentence. A ``qualifier`` is a headline claim that qualifies the answer (a confound such as mass moving
-    off special tokens, a test that cannot reach alpha): its brief form joins the answer's sentence, never stands
-    alone.
-    """
-
-    kind: str
-    sentence: str
-    where: str = "finding"
-    table: str = ""
-    rows: tuple = ()
-    key: str = "layer"
-    requires: tuple[Check, ...] = ()
-    because: tuple[str, ...] = ()
-    evidence: pd.DataFrame | None = field(default=None, repr=False, compare=False)
-    design: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    short: str = ""
-    figure: Figure | None = field(default=None, repr=False, compare=False)
-    qualifier: bool = False
-
-    @functools.cached_property
-    def checks(self) -> tuple[tuple[str, bool], ...]:
-        """Each precondition's name and whether it holds, computed from the evidence the first time it is read (a
-        claim is frozen and its evidence finished when it is built; a changed claim is a new one, as
-        ``dataclasses.replace`` makes it). Once: the page, claims.csv, the answer and the findings all read it (a
-        report evaluated its pandas checks about 190 times, 0.4 s CPU)."""
-        return tuple((c.name, evaluate(c, self.evidence, self.design)) for c in self.requires)
-
-    @property
-    def holds(self) -> bool:
-        return all(ok for _, ok in self.checks)
-
-
-@dataclass(frozen=True)
 class Section:
     """One titled part of a report; ``skipped`` says why it has nothing to show; ``claims`` are the
     sentences that rest on this section's own frames. A section function (:func:`section`) leaves ``id`` and
@@ -230,41 +137,6 @@ class Section:
     text: str = ""
     skipped: str = ""
     claims: tuple[Claim, ...] = ()
-
-
-def claims_frame(claims) -> pd.DataFrame:
-    """The tidy frame of claims (what ``claims.csv`` holds): sentence, kind, where, table, key, rows,
-    asserts (what it says of each row, :func:`asserted_rows`), checks (``name=True;...``, computed), printed,
-    because (reasons, ``;``-separated) and short (the brief form, when the claim has one).
-
-    >>> import pandas as pd
-    >>> ev = pd.DataFrame({"layer": [1], "p_holm": [0.01]})
-    >>> f = claims_frame([Claim("rose", "SFM rose.", "headline", "effects", (1,),
-    ...                         requires=(Check("p_holm < 0.05", "p_holm < 0.05"),), evidence=ev)])
-    >>> f[["kind", "rows", "checks", "printed"]].values.tolist()
-    [['rose', '1', 'p_holm < 0.05=True', True]]
-    """
-    return pd.DataFrame([{"sentence": c.sentence, "kind": c.kind, "where": c.where, "table": c.table, "key": c.key,
-                          "rows": ",".join(str(r) for r in c.rows), "asserts": asserted_rows(c),
-                          "checks": ";".join(f"{name}={ok}" for name, ok in c.checks), "printed": c.holds,
-                          "because": ";".join(c.because), "short": c.short}
-                         for c in claims], columns=["sentence", "kind", "where", "table", "key", "rows", "asserts",
-                                                    "checks", "printed", "because", "short"])
-
-
-def asserted_rows(claim: Claim) -> str:
-    """What a claim asserts of each row it cites (``key=word;...``: rose, fell, excludes, includes, grew, ...),
-    from its evidence's ``asserted`` column; empty when the claim asserts one thing of all its rows (its kind).
-
-    >>> import pandas as pd
-    >>> ev = pd.DataFrame({"layer": [0, 1], "asserted": ["rose", "includes"]})
-    >>> asserted_rows(Claim("mixed", "...", evidence=ev))
-    '0=rose;1=includes'
-    """
-    ev = claim.evidence
-    if ev is None or "asserted" not in ev.columns or claim.key not in ev.columns:
-        return ""
-    return ";".join(f"{k}={a}" for k, a in zip(ev[claim.key], ev["asserted"]) if a)
 
 
 @dataclass(frozen=True, repr=False)
@@ -327,6 +199,7 @@ class Report:
         off special tokens) in the same sentence; '' when no headline claim has a brief form.
 
         >>> import pandas as pd
+        >>> from routestats.claim import Check, Claim
         >>> ev = pd.DataFrame({"layer": [0], "p": [0.01]})
         >>> rose = Claim("rose", "SFM rose in layer 0 (Δ +0.1, p = 0.01).", "headline", evidence=ev,
         ...              requires=(Check("p < 0.05", "p < 0.05"),), short="SFM rose in layer 0 of 1.")
@@ -350,6 +223,7 @@ class Report:
         (:meth:`terms_in`).
 
         >>> g = (("λ_max", "the largest eigenvalue"), ("d_sw", "how many exceed 1"), ("τ_cert", "a severity"))
+        >>> from routestats.claim import Claim
         >>> claim = Claim("c", "λ_max 15.1, d_sw 13.", "finding")
         >>> Report("t", "s", (Section("e", "E", claims=(claim,)),), glossary=g).terms
         'λ_max: the largest eigenvalue; d_sw: how many exceed 1.'
@@ -479,3 +353,8 @@ def guarded(fn, ctx) -> Section | None:
         raise
     except RoutestatsError as exc:
         return Section(fn.section_id, fn.section_title, skipped=f"Not computed: {str(exc).rstrip('.')}.")
+
+
+# the claim model (Claim, Check, evaluate, claims_frame, asserted_rows) lives in routestats.claim since 0.1.x; its old
+# names here forward for one release, with a DeprecationWarning naming the new place
+__getattr__ = forward(__name__, "routestats.claim")

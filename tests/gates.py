@@ -52,13 +52,11 @@ def check_sites() -> dict[tuple[str, int], tuple[str, str]]:
 
 
 def claims_in(result) -> list:
-    from routestats.report import Claim
+    from routestats.claim import Claim
 
-    if isinstance(result, Claim):
-        return [result]
-    if isinstance(result, (list, tuple)):
-        return [c for c in result if isinstance(c, Claim)]
-    return []
+    built = [result] if isinstance(result, Claim) else \
+        [c for c in result if isinstance(c, Claim)] if isinstance(result, (list, tuple)) else []
+    return [x for c in built for x in (c, *c.verdicts)]  # a claim's verdicts: the gates of its words
 
 
 @contextmanager
@@ -66,7 +64,7 @@ def recording(monkeypatch):
     """Within: each new ``Check`` knows its call site (``_site``) and every builder call is appended to the list
     yielded, as (function, args, kwargs)."""
     import routestats.compose as compose
-    from routestats.report import Check
+    from routestats.claim import Check
 
     original = Check.__post_init__
 

@@ -85,7 +85,8 @@ def test_the_mofa_answer_counts_each_ratios_lowest_domains_from_the_perplexities
 
 
 def test_a_confound_joins_the_answer_sentence():
-    from routestats.report import Check, Claim, Report, Section
+    from routestats.claim import Check, Claim
+    from routestats.report import Report, Section
 
     ev = pd.DataFrame({"layer": [0], "p": [0.01]})
     answer = Claim("rose", "…", "headline", evidence=ev, requires=(Check("p < 0.05", "p < 0.05"),),

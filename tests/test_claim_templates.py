@@ -12,7 +12,7 @@ import pandas as pd
 
 from routestats.compose.claims import direct_learned_claim, direction_claim, profile_claims
 from routestats.compose.pair import claims as P
-from routestats.report import evaluate
+from routestats.claim import evaluate
 from routestats.compose.study import claims as St
 
 
@@ -350,7 +350,11 @@ def test_an_early_share_needs_a_difference_at_both_steps_and_a_reversal_a_sign_a
     # mutations the checks catch: a share stated where the first step's Δ is noise, a reversal from a 0 start
     forged = early.evidence.assign(share_at_init=[-65396.0, np.nan])
     assert not replace(early, evidence=forged).holds
-    assert not replace(early, evidence=early.evidence.assign(asserted=["reversed", "none"])).holds
+    # each layer's word is the verdict whose check holds: layer 0 grew; "reversed" from a 0 start (its first Δ not
+    # told from 0, p_Holm 0.9) is withheld by its check, and so would be a reversal forged into its row
+    said = {(v.rows[0], v.sentence.split(": ")[1]): v for v in early.verdicts}
+    assert said[0, "grew"].holds and not said[0, "reversed"].holds and said[1, "none"].holds
+    assert not replace(said[0, "grew"], evidence=said[0, "grew"].evidence.assign(delta_final=-1e-7)).holds
 
 
 def test_a_share_outside_0_to_100_is_called_so_only_where_its_interval_excludes_that_range():
@@ -366,9 +370,15 @@ def test_a_share_outside_0_to_100_is_called_so_only_where_its_interval_excludes_
     assert early.holds
     assert "beyond 0–100% in layer 1, whose interval excludes that range" in early.sentence
     assert "layer 0," not in early.sentence.split("beyond")[1]  # 100.3 % within its noise is not called beyond
-    # the gate reads the rows: a layer called beyond whose interval reaches into 0-100 %, or one left unnamed
-    assert not replace(early, evidence=early.evidence.assign(share_ci_low=[0.97, -2.1], share_ci_high=[1.04, 0.2])).holds
-    assert not replace(early, evidence=early.evidence.assign(share_ci_low=[1.01, -2.1])).holds
+    # the gates read the rows: layer 1's verdict "beyond" withheld where its interval reaches into 0-100 % (the
+    # builder then does not call it beyond), and layer 0 called beyond where its interval leaves the range
+    said = {(v.rows[0], v.sentence.split(": ")[1]): v for v in early.verdicts}
+    assert said[1, "beyond 0–100%"].holds and said[0, "not beyond"].holds
+    assert not replace(said[1, "beyond 0–100%"], evidence=said[1, "beyond 0–100%"].evidence.assign(share_ci_high=0.2)).holds
+    moved = printed_early(P.early_claims(init.assign(share_ci_high=[1.04, 0.2]), 0.0125, 0))
+    assert "beyond 0–100%" not in moved.sentence
+    moved = printed_early(P.early_claims(init.assign(share_ci_low=[1.01, -2.1]), 0.0125, 0))
+    assert "beyond 0–100% in layers 0 and 1, whose interval excludes that range" in moved.sentence
     assert not replace(early, evidence=early.evidence.assign(share_ci_low=np.nan)).holds  # a share without interval
 
 
@@ -386,6 +396,12 @@ def test_a_length_association_whose_sign_turns_is_said_as_a_turn_not_as_a_smalle
     assert la.holds
     assert la.sentence.endswith(": in layer 1 Δ turns from + to − as examples grow (length bins from shortest to "
                                 "longest); |Δ| is smaller in longer examples in layer 2."), la.sentence
-    # the checks read the rows: a turn said of a layer of one sign, or |Δ| of a layer that turns, is withheld
-    assert not replace(la, evidence=la.evidence.assign(one_sign=True)).holds
-    assert not replace(la, evidence=la.evidence.assign(one_sign=False)).holds
+    # each layer's words are the verdict whose check holds of its row; a turn said of a layer of one sign, or |Δ| of
+    # a layer that turns, is withheld by its check
+    said = {(v.rows[0], v.sentence.split(": ")[1]): v for v in la.verdicts}
+    assert [k for k, v in said.items() if v.holds] == [(1, "turns"), (2, "smaller")]
+    assert not replace(said[1, "turns"], evidence=said[1, "turns"].evidence.assign(one_sign=True)).holds
+    assert not replace(said[2, "smaller"], evidence=said[2, "smaller"].evidence.assign(one_sign=False)).holds
+    # on the builder's input: layer 1's bins of one sign, its Δ +0.01 and slope -0.04: |Δ| smaller, no turn
+    one = P.length_claims(assoc, adj, 0.05, bins=bins.assign(mean_delta=bins["mean_delta"].abs()))[1]
+    assert one.sentence.endswith(": |Δ| is smaller in longer examples in layers 1 and 2."), one.sentence

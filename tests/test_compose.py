@@ -19,7 +19,8 @@ import routestats as rs
 from routestats.compose.claims import direct_learned_claim, direction_claim, profile_claims
 from routestats.compose.pair import claims as P
 from routestats.compose.study import claims as St
-from routestats.report import Check, Claim, Section, Table, evaluate, section
+from routestats.claim import Check, Claim, evaluate
+from routestats.report import Section, Table, section
 from routestats.rundir.synthetic import demo_run_dir
 
 FAST = dict(resamples=200, permutations=200, length_resamples=50)
@@ -59,10 +60,19 @@ def answer(t=None):
 def test_the_direction_claim_holds_and_each_mutation_of_its_rows_withholds_it():
     c = answer()
     assert c.kind == "mixed" and c.holds
-    assert failing(rows(c, p={0: 0.3})) == ["rose: p_holm < alpha and ci_low > 0"]  # raise a p-value
-    assert failing(rows(c, hi={1: 0.02})) == ["fell: p_holm < alpha and ci_high < 0"]  # flip an interval
-    assert failing(rows(c, p={2: 0.01})) == ["excludes 0 without p_holm < alpha"]
-    assert failing(rows(c, lo={3: 0.001})) == ["includes 0: ci_low <= 0 <= ci_high"]
+    # each layer's word is the one verdict of its four that holds (routestats.claim.verdicts): rose, fell, excludes,
+    # includes for layers 0-3 as effects() plants them
+    held = [(v.rows[0], v.sentence.split(": ")[1]) for v in c.verdicts if v.holds]
+    assert held == [(0, "rose"), (1, "fell"), (2, "excludes"), (3, "includes")] and len(c.verdicts) == 16
+    said = {(v.rows[0], v.sentence.split(": ")[1]): v for v in c.verdicts}
+    assert failing(rows(said[0, "rose"], p=0.3)) == ["rose: p_holm < alpha and ci_low > 0"]  # raise a p-value
+    assert failing(rows(said[1, "fell"], hi=0.02)) == ["fell: p_holm < alpha and ci_high < 0"]  # flip an interval
+    assert failing(rows(said[2, "excludes"], p=0.01)) == ["excludes 0 without p_holm < alpha"]
+    assert failing(rows(said[3, "includes"], lo=0.001)) == ["includes 0: ci_low <= 0 <= ci_high"]
+    # and on the builder's input: layer 0's p raised to 0.3, its interval [0.05, 0.15] still excludes 0
+    again = answer(effects().assign(p=[0.3, 0.002, 0.2, 0.8]))
+    assert again.evidence["asserted"].tolist() == ["excludes", "fell", "excludes", "includes"] and again.holds
+    assert "in layer 0 the per-layer 95% interval [0.050, 0.150] excludes 0 but p_Holm = 0.300" in again.sentence
     dropped = replace(c, evidence=c.evidence.iloc[:3])  # drop a row: layer 3 is no longer described
     assert failing(dropped) == ["every layer of the table is described"] and not dropped.holds
 
@@ -106,9 +116,14 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
                          "ci_low_final": 0.05, "ci_high_final": 0.15})
     none, early, needs = P.early_claims(init, 0.05, 0)  # both wordings of the first part are built
     assert early.holds and not none.holds and none.sentence.startswith("At step 1, the earliest stored step, Δ is")
-    withheld(rows(early, p_holm={1: 0.4}))
-    withheld(rows(early, share_ci_low={1: 0.95}))  # layer 1's interval reaches into 0-100%: not beyond any more
-    withheld(rows(early, share_ci_high={0: -0.1}))  # layer 0's interval now excludes 0-100%, and it is not named
+    # each layer's words are its verdicts that hold: layer 0 within 0-100 % and not decided at the end (p 0.2),
+    # layer 1 beyond (interval [1.05, 1.4]) and shrank (|-0.02 ... 0.1| < 0.12, the same sign)
+    said = {(v.rows[0], v.sentence.split(": ")[1]): v for v in early.verdicts}
+    assert [k for k, v in said.items() if v.holds] == [(0, "not beyond"), (1, "beyond 0–100%"), (0, "none"),
+                                                       (1, "shrank")]
+    withheld(rows(said[1, "shrank"], p_holm=0.4))
+    withheld(rows(said[1, "beyond 0–100%"], share_ci_low=0.95))  # its interval reaches into 0-100%: not beyond
+    withheld(rows(said[0, "not beyond"], share_ci_high=-0.1))  # its interval now excludes 0-100%: it is beyond
     withheld(rows(early, p_holm_init={0: 0.3}))  # a share stated where the first step's Δ is not told from 0
     withheld(rows(early, ci_low_final={1: -0.01}))  # ... or the final one's
     withheld(design(needs, bias_off_runs=1))
@@ -123,8 +138,11 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
                           "ci_high": [-0.6, -0.3], "p_adj": [0.001, 0.02], "capped": ["include"] * 2, "n_capped": [0, 0]})
     dep = P.length_claims(assoc, None, 0.05)[0]
     assert dep.kind == "depends_on_length" and dep.holds
-    withheld(rows(dep, p_adj={1: 0.3}))  # a raised p_Holm
-    withheld(rows(dep, ci_low={1: -0.9}, ci_high={1: 0.2}))  # an interval that includes 0
+    named = {v.rows[0]: v for v in dep.verdicts}  # the layers it names: those whose verdict holds
+    withheld(rows(named[1], p_adj=0.3))  # a raised p_Holm
+    withheld(rows(named[1], ci_low=-0.9, ci_high=0.2))  # an interval that includes 0
+    assert "in layers 0 and 1;" in dep.sentence and "in layer 0;" in P.length_claims(
+        assoc.assign(p_adj=[0.001, 0.3]), None, 0.05)[0].sentence  # on the builder's input, layer 1 is not named
     withheld(rows(dep, n=5))
     # five examples: the exact sign-flip floor 2/2^5 = 0.0625, times 4 layers after Holm = 0.25 >= alpha
     eff5 = pd.DataFrame({"layer": range(4), "mean_diff": [0.1] * 4, "p_holm": 0.25, "ci_low": 0.05, "ci_high": 0.2,
@@ -144,7 +162,9 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
     mc = {c.kind: c for c in P.effects_claims(eff32, n_examples=32, pretrained=False, alpha=0.05, confidence=0.95,
                                               permutations=9999)}["missed_change"]
     assert mc.holds and mc.rows == (1, 2) and "smaller than 0.014 (layer 1) to 0.019 (layer 2)" in mc.sentence
-    withheld(rows(mc, p_holm={0: 0.001}, ci_low={0: 0.001}))  # the cited layer is called changed after all
+    sized = {v.rows[0]: v for v in mc.verdicts}  # the layers it sizes: those whose verdict (not called) holds
+    assert [k for k, v in sized.items() if v.holds] == [1, 2]
+    withheld(rows(sized[1], p_holm=0.001, ci_low=0.001))  # layer 1 called changed after all: its verdict withheld
     withheld(design(mc, floor=0.5))  # the test cannot reach alpha: the floor's sentence says it instead
     eff30 = pd.DataFrame({"layer": range(30), "mean_diff": [0.01] * 30, "p_holm": 0.001, "ci_low": 0.005,
                           "ci_high": 0.02, "baseline_mean": 0.5, "variant_mean": 0.51, "dz": 1.0})
@@ -338,8 +358,9 @@ def mutations(c: Claim):
         for k in ev.columns:
             if ev[k].dtype == bool:
                 yield replace(c, evidence=ev.assign(**{k: ~ev[k]}))
-            elif not pd.api.types.is_numeric_dtype(ev[k]):  # a label column (object or string)
-                yield replace(c, evidence=ev.assign(**{k: None}))
+            elif not pd.api.types.is_numeric_dtype(ev[k]):  # a label column (object or string): undefined, or empty
+                yield replace(c, evidence=ev.assign(**{k: None}))  # (a row its verdicts gave no word)
+                yield replace(c, evidence=ev.assign(**{k: ""}))
         for col, value in {m for check in c.requires for m in re.findall(r"(\w+) == '([^']*)'", check.where)}:
             if col in ev:  # rows relabelled to what a conditional check applies to
                 yield replace(c, evidence=ev.assign(**{col: value}))
@@ -366,7 +387,7 @@ def test_every_claim_of_every_report_kind_has_a_precondition_that_can_fail(tmp_p
                (synthetic_mofa_tree(tmp_path / "mofa"), rs.analyse(tmp_path / "mofa", **kw))[1],
                build_regime_report(write_points(tmp_path / "regime"), AnalysisSettings(probes=64, seed=0)),
                rs.analyse(comparison_tree(tmp_path / "cmp"), probes=64)]
-    claims = [c for r in reports for part in r.all_reports() for c in part.claims]
+    claims = [x for r in reports for part in r.all_reports() for c in part.claims for x in (c, *c.verdicts)]
     # a claim true of every report of its kind (a single run has no pair) says why in because=, not in a check
     no_check = sorted({c.kind for c in claims if not c.requires and not c.because})
     assert no_check == [], no_check

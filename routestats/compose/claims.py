@@ -1,7 +1,7 @@
 """The sentence helpers the report kinds share, and the claims more than one kind makes (METHODS 3.7).
 
 Every sentence is built by the section that holds its frames, with the preconditions that license
-it (:class:`~routestats.report.Check` s, computed from the rows it cites), so that the words never
+it (:class:`~routestats.claim.Check` s, computed from the rows it cites), so that the words never
 disagree with the interval printed beside them:
 
 * **one decision rule per family.** A layer "rose" or "fell" when its Holm-adjusted p is below
@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from routestats.report import Check, Claim, Figure, at_floor, floor_text, fmt_ci, fmt_num, fmt_p
+from routestats.claim import Check, Claim, verdicts
+from routestats.report import Figure, at_floor, floor_text, fmt_ci, fmt_num, fmt_p
 from routestats.stats.power import detectable_change
 
 __all__ = ["SFM_TERMS", "layers_phrase", "direction_claim", "missed_change_claims", "direct_learned_claim", "design_claims", "signed", "span", "span_r", "p_after",
@@ -174,12 +175,12 @@ def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi
     'Within one initialisation (8 examples), SFM rose in layer 0 (Δ +0.120, p_Holm = 0.0010); in layer 1 the per-layer 95% interval [0.010, 0.060] excludes 0 but p_Holm = 0.200 (Holm over layers); in layer 2 the 95% interval [−0.020, 0.030] includes 0.'
     """
     t = t.sort_values("layer")
-    up = t[(t[p] < alpha) & (t[lo] > 0)]
-    down = t[(t[p] < alpha) & (t[hi] < 0)]
-    decided = set(up["layer"]) | set(down["layer"])
-    rest = t[~t["layer"].isin(decided)]
-    excl = rest[(rest[lo] > 0) | (rest[hi] < 0)]
-    incl = rest[~rest["layer"].isin(set(excl["layer"]))]
+    # each layer's word is the first of these whose check holds of its row (verdicts): the checks choose
+    rose, fell, excludes, includes, described = direction_checks(p, lo, hi, alpha, len(t))
+    words, gates = verdicts(t, {"rose": rose, "fell": fell, "excludes": excludes, "includes": includes}, metric,
+                            table)
+    said_of = pd.Series(words, index=t.index)
+    up, down, excl, incl = (t[said_of == w] for w in ("rose", "fell", "excludes", "includes"))
     parts = []
     for word, g in (("rose", up), ("fell", down)):
         if len(g):
@@ -201,9 +202,7 @@ def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi
                  f"{ci_text(w[lo], w[hi])}, layer {int(w['layer'])})")
     kind = "rose" if len(up) and not len(down) else "fell" if len(down) and not len(up) else \
         "mixed" if parts else "no_evidence"
-    asserted = {**{int(x): "rose" for x in up["layer"]}, **{int(x): "fell" for x in down["layer"]},
-                **{int(x): "excludes" for x in excl["layer"]}, **{int(x): "includes" for x in incl["layer"]}}
-    evidence = t.assign(asserted=[asserted.get(int(x), "") for x in t["layer"]])
+    evidence = t.assign(asserted=words)
     n = len(t)
     said = [f"{word} in " + (f"all {n} layers" if len(g) == n and n > 1 else f"{layers_phrase(g['layer'])} of {n}")
             for word, g in (("rose", up), ("fell", down)) if len(g)]
@@ -214,17 +213,17 @@ def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi
          "high": t[hi].to_numpy(float), "asserted": evidence["asserted"].to_numpy()})},
         {"metric": metric, "conf": conf})
     return Claim(kind, f"{lead}, {text}.", where, table, tuple(int(x) for x in t["layer"]), "layer",
-                 direction_checks(p, lo, hi, alpha, len(t)), evidence=evidence, short=short, figure=figure)
+                 (described,), evidence=evidence, short=short, figure=figure, verdicts=gates)
 
 
 def direction_checks(p: str, lo: str, hi: str, alpha: float, rows: int) -> tuple[Check, ...]:
-    """The checks of :func:`direction_claim`: each layer's asserted verdict against its own p and interval."""
+    """The checks of :func:`direction_claim`: the four words a layer can be given, each against the layer's own p
+    and interval (the gates of its verdicts), and the claim's own, that every layer of the table got one."""
     a = repr(float(alpha))
-    return (Check("rose: p_holm < alpha and ci_low > 0", f"`{p}` < {a} and `{lo}` > 0", "asserted == 'rose'"),
-            Check("fell: p_holm < alpha and ci_high < 0", f"`{p}` < {a} and `{hi}` < 0", "asserted == 'fell'"),
-            Check("excludes 0 without p_holm < alpha", f"`{p}` >= {a} and (`{lo}` > 0 or `{hi}` < 0)",
-                  "asserted == 'excludes'"),
-            Check("includes 0: ci_low <= 0 <= ci_high", f"`{lo}` <= 0 and `{hi}` >= 0", "asserted == 'includes'"),
+    return (Check("rose: p_holm < alpha and ci_low > 0", f"`{p}` < {a} and `{lo}` > 0"),
+            Check("fell: p_holm < alpha and ci_high < 0", f"`{p}` < {a} and `{hi}` < 0"),
+            Check("excludes 0 without p_holm < alpha", f"`{p}` >= {a} and (`{lo}` > 0 or `{hi}` < 0)"),
+            Check("includes 0: ci_low <= 0 <= ci_high", f"`{lo}` <= 0 and `{hi}` >= 0"),
             Check("every layer of the table is described", f"rows == {rows}", "asserted != ''", on="design"))
 
 
@@ -352,8 +351,11 @@ def missed_change_claims(eff: pd.DataFrame, n_used: int, alpha: float, floor: fl
     if sd not in eff:  # a table without the spread of its differences: nothing to size
         return []
     a = repr(float(alpha))
-    called = (eff[p] < alpha) & ((eff[lo] > 0) | (eff[hi] < 0))
-    rows = eff[~called].assign(detectable=lambda t: detectable_change(t[sd], n_used, alpha, power))
+    # the layers it sizes are those whose check holds: not called changed (p_Holm < alpha, the interval off 0)
+    words, gates = verdicts(eff, {"not called changed": Check("no cited layer is called changed",
+                                                              f"not ({p} < {a} and ({lo} > 0 or {hi} < 0))")},
+                            "SFM", table)
+    rows = eff[[bool(w) for w in words]].assign(detectable=lambda t: detectable_change(t[sd], n_used, alpha, power))
     rows = rows.sort_values("detectable")
     # "smaller than x would be missed": x printed rounded down, so every change below the printed size is missed
     down = lambda x, d: fmt_num(np.floor(x * 10.0 ** d) / 10.0 ** d, d)  # noqa: E731
@@ -375,7 +377,5 @@ def missed_change_claims(eff: pd.DataFrame, n_used: int, alpha: float, floor: fl
                   "lower bound, with each SD at its 97.5% lower bound: true in at least nine samples in ten; `routestats plan` "
                   "simulates the test itself).",
                   "headline", table, tuple(int(v) for v in rows["layer"]), evidence=rows,
-                  requires=(Check("a layer not called changed", "rows >= 1 and floor < alpha", on="design"),
-                            Check("no cited layer is called changed",
-                                  f"not ({p} < {a} and ({lo} > 0 or {hi} < 0))")),
-                  design={"floor": floor, "alpha": float(alpha)})]
+                  requires=(Check("a layer not called changed", "rows >= 1 and floor < alpha", on="design"),),
+                  design={"floor": floor, "alpha": float(alpha)}, verdicts=gates)]

@@ -10,7 +10,8 @@ whose claims are the sections' own plus the context's ``scope`` claims, ranked b
 Examples
 --------
 >>> import pandas as pd
->>> from routestats.report import Claim, Section, Table, section
+>>> from routestats.claim import Claim
+>>> from routestats.report import Section, Table, section
 >>> @section("toy", "Toy")
 ... def toy(ctx):
 ...     t = pd.DataFrame({"layer": [0], "x": [ctx]})
@@ -26,7 +27,8 @@ import datetime as _dt
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from routestats.report import Claim, Report, guarded
+from routestats.claim import Claim
+from routestats.report import Report, guarded
 
 __all__ = ["build_report", "generated_now"]
 

@@ -18,7 +18,8 @@ from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunCollection
 from routestats.report import floor_text
 from routestats.compose.skeleton import build_report, generated_now
-from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_num, section
+from routestats.claim import Check, Claim
+from routestats.report import Column, Figure, Report, Section, Table, fmt_num, section
 from routestats.settings import AnalysisSettings
 from routestats.studies.mofa import (
     PCAResult,

@@ -2,7 +2,7 @@
 
 Every builder takes the finished frames of its own section (never another section's table by name)
 and the typed facts of the :class:`~routestats.compose.pair.context.PairContext`, and returns
-:class:`~routestats.report.Claim` s whose preconditions (:class:`~routestats.report.Check`) are
+:class:`~routestats.claim.Claim` s whose preconditions (:class:`~routestats.claim.Check`) are
 computed from the rows they cite. :data:`CLAIM_ORDER` ranks them for the headline and findings.
 """
 
@@ -12,7 +12,8 @@ import pandas as pd
 
 from routestats.compose.claims import (ci_text, direction_claim, layers_phrase, missed_change_claims, p_after,
                                        rows_of, signed, span)
-from routestats.report import Check, Claim, at_floor, at_printed_floor, floor_text, fmt_num
+from routestats.claim import Check, Claim, verdicts
+from routestats.report import at_floor, at_printed_floor, floor_text, fmt_num
 from routestats.stats.inference import SMALL_N, percentile_coverage, signflip_floor
 
 __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
@@ -29,29 +30,30 @@ SINK = 0.3  # a layer whose first key holds this share of the attention has an a
 MAX_LAYER_FINDINGS = 12  # beyond, the findings quote the largest and smallest change and point at the table
 
 
-def _early_share(init: pd.DataFrame, alpha: float) -> tuple[list[tuple[str, tuple[Check, ...]]], pd.Series]:
+def _early_share(init: pd.DataFrame, alpha: float) -> tuple[list[tuple[str, tuple[Check, ...]]], pd.Series, tuple]:
     """The sentence's first part, in both wordings with the checks that choose between them: the stated shares
     (``share_at_init`` where it is not empty) with their intervals, the layers whose interval lies beyond 0-100 %
     named as such; or that no share is stated. Also which rows it calls beyond (the ``beyond`` column of the
-    claim's evidence). A share outside 0-100 % whose interval reaches into that range is noise around it ("100.3 %"
-    of a share planted at 100 %) and is not called beyond."""
+    claim's evidence), chosen by their verdicts (returned third). A share outside 0-100 % whose interval reaches into
+    that range is noise around it ("100.3 %" of a share planted at 100 %) and is not called beyond."""
     s0 = int(init["step_init"].iloc[0])
     stated = init[init["share_at_init"].notna()]
     share = stated["share_at_init"]
     pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
-    beyond = (init["share_ci_high"] < 0) | (init["share_ci_low"] > 1)
+    words, gates = verdicts(init, {
+        "beyond 0–100%": Check("beyond 0–100% only where the interval excludes that range",
+                               "share_ci_high < 0 or share_ci_low > 1"),
+        "not beyond": Check("every layer whose interval excludes 0–100% is named",
+                            "not (share_ci_high < 0 or share_ci_low > 1)")}, "the early share", "init_vs_final")
+    beyond = pd.Series([w == "beyond 0–100%" for w in words], index=init.index)
     checks = (Check("some share is stated", "share_at_init == share_at_init", every="any"),
               Check("a share is stated only with its interval", "share_ci_low == share_ci_low and "
-                    "share_ci_high == share_ci_high", "share_at_init == share_at_init"),
-              Check("beyond 0–100% only where the interval excludes that range", "share_ci_high < 0 or share_ci_low > 1",
-                    "beyond"),
-              Check("every layer whose interval excludes 0–100% is named", "not (share_ci_high < 0 or share_ci_low > 1)",
-                    "share_at_init == share_at_init and not beyond"))
+                    "share_ci_high == share_ci_high", "share_at_init == share_at_init"))
     none = (f"At step {s0}, the earliest stored step, Δ is distinguishable from 0 at both that step and the end "
             f"(p_Holm < {alpha:.3g}) in no layer, so no share of the final difference is stated",
             (Check("no share stated", "share_at_init != share_at_init"),))
     if not len(stated):  # the stated wording has no numbers to print: built with none, its first check withholds it
-        return [none, (f"At step {s0}, the earliest stored step, no share is stated", checks)], beyond
+        return [none, (f"At step {s0}, the earliest stored step, no share is stated", checks)], beyond, gates
     where = "in every layer" if len(stated) == len(init) else f"in {layers_phrase(stated['layer'])}"
     span = f"{pct(share.min())}" if share.min() == share.max() else f"{pct(share.min())} to {pct(share.max())}"
     text = (f"At step {s0}, the earliest stored step, the difference was {span} of its final size {where} (per-layer "
@@ -60,7 +62,7 @@ def _early_share(init: pd.DataFrame, alpha: float) -> tuple[list[tuple[str, tupl
     if len(out):
         text += (f"; beyond 0–100% in {layers_phrase(out['layer'])}, whose interval excludes that range: there the "
                  "early difference is larger than, or opposite to, the final one")
-    return [none, (text, checks)], beyond
+    return [none, (text, checks)], beyond, gates
 
 
 def shape_claims(shape: pd.DataFrame, contrasts: pd.DataFrame | None, alpha: float, conf: str) -> list[Claim]:
@@ -188,40 +190,35 @@ def early_claims(init: pd.DataFrame, alpha: float, bias_off_runs: int) -> list[C
     a = repr(float(alpha))
     decided = f"p_holm < {a} and (ci_low > 0 or ci_high < 0)"
     at_init = f"p_holm_init < {a} and (ci_low_init > 0 or ci_high_init < 0)"
-    wordings, beyond = _early_share(init, alpha)
+    wordings, beyond, beyond_gates = _early_share(init, alpha)
     # grew / shrank in size: the change from the earliest step to the end; reversed only where Δ was
-    # distinguishable from 0 at the earliest step with the other sign
-    sig = init[(init["p_holm"] < alpha) & ((init["ci_low"] > 0) | (init["ci_high"] < 0))]
-    early = (init["p_holm_init"] < alpha) & ((init["ci_low_init"] > 0) | (init["ci_high_init"] < 0))
-    said = {}
-    for r in sig.itertuples():
-        if early.loc[r.Index] and r.delta_init * r.delta_final < 0:
-            said[int(r.layer)] = "reversed"
-        else:
-            said[int(r.layer)] = "grew" if abs(r.delta_final) > abs(r.delta_init) else "shrank"
+    # distinguishable from 0 at the earliest step with the other sign; each layer's word chosen by its checks
+    same_or_noise = f"(delta_init * delta_final >= 0 or not ({at_init}))"
+    words, gates = verdicts(init, {
+        "reversed": Check("reversed: p_holm < alpha, delta init distinguishable from 0, the sign changed",
+                          f"{decided} and {at_init} and delta_init * delta_final < 0"),
+        "grew": Check("grew: p_holm < alpha and |delta final| > |delta init|, not reversed",
+                      f"{decided} and abs(delta_final) > abs(delta_init) and {same_or_noise}"),
+        "shrank": Check("shrank: p_holm < alpha and |delta final| < |delta init|, not reversed",
+                        f"{decided} and abs(delta_final) < abs(delta_init) and {same_or_noise}"),
+        "none": Check("no other layer reaches alpha", f"not ({decided})")}, "the change from the earliest step",
+        "init_vs_final")
+    said = {int(x): w for x, w in zip(init["layer"], words) if w not in ("none", "")}
     bits = [f"{word} in {layers_phrase([k for k, v in said.items() if v == word])}"
             for word in ("grew", "shrank", "reversed") if word in said.values()]
     text = ("; from then to the end it " + ", ".join(bits[:-1]) + (" and " if len(bits) > 1 else "") + bits[-1]
              + f" in size (p_Holm < {alpha:.3g})") if bits else \
         "; the change from then to the end reaches p_Holm < " + f"{alpha:.3g} in no layer"
-    evidence = init.assign(asserted=[said.get(int(x), "none") for x in init["layer"]], beyond=beyond.to_numpy())
-    same_or_noise = f"(delta_init * delta_final >= 0 or not ({at_init}))"
+    evidence = init.assign(asserted=words, beyond=beyond.to_numpy())
     # both first parts are built; their checks, not an if beside them, choose the one that prints
     out = [Claim("early_share", first + text + ".", "headline", "init_vs_final", rows_of(init),
                  requires=(*within,
                            Check("a share only where Δ is distinguishable from 0 at both steps",
                                  f"{at_init} and p_holm_final < {a} and (ci_low_final > 0 or ci_high_final < 0)",
                                  "share_at_init == share_at_init"),
-                           Check("grew: p_holm < alpha and |delta final| > |delta init|, not reversed",
-                                 f"{decided} and abs(delta_final) > abs(delta_init) and {same_or_noise}",
-                                 "asserted == 'grew'"),
-                           Check("shrank: p_holm < alpha and |delta final| < |delta init|, not reversed",
-                                 f"{decided} and abs(delta_final) < abs(delta_init) and {same_or_noise}",
-                                 "asserted == 'shrank'"),
-                           Check("reversed: p_holm < alpha, delta init distinguishable from 0, the sign changed",
-                                 f"{decided} and {at_init} and delta_init * delta_final < 0", "asserted == 'reversed'"),
-                           Check("no other layer reaches alpha", f"not ({decided})", "asserted == 'none'")),
-                 because=("shares computed on the same examples at both steps",), evidence=evidence)
+                           Check("every layer's change from then to the end is worded", "asserted != ''")),
+                 because=("shares computed on the same examples at both steps",), evidence=evidence,
+                 verdicts=beyond_gates + gates)
            for first, within in wordings]
     out.append(Claim("needs_bias_off", "Whether an early difference is what the bias does to near-initial weights "
                      "or what training learned is not shown by this design: an evaluation of the trained SAAB "
@@ -268,16 +265,11 @@ def _bin_signs(bins: pd.DataFrame | None, layers) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["layer", "bin_signs", "one_sign"])
 
 
-def _length_words(r) -> str:
-    """What one layer's length-adjusted row says: |Δ| larger or smaller in longer examples where Δ keeps one sign in
-    every length bin, else how its sign turns (|Δ| would hide it); nothing without the bins."""
-    if not r["bin_signs"]:
-        return ""
-    if r["one_sign"]:
-        return "larger" if r["slope_per_10"] * r["delta_at_reference"] > 0 else "smaller"
-    signs = r["bin_signs"].split(", ")
+def _turn_words(bin_signs: str) -> str:
+    """How a layer's Δ turns across its length bins, from the shortest to the longest (where |Δ| would hide it)."""
+    signs = bin_signs.split(", ")
     turns = sum(a != b for a, b in zip(signs, signs[1:]))
-    return f"turns from {signs[0]} to {signs[-1]}" if turns == 1 else f"changes sign ({r['bin_signs']})"
+    return f"turns from {signs[0]} to {signs[-1]}" if turns == 1 else f"changes sign ({bin_signs})"
 
 
 def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: float, families: int = 1,
@@ -287,7 +279,11 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
     whatever their signs (both signs are said as such: a dependence, not a contradiction)."""
     if assoc is None or not len(assoc):
         return []
-    strong = assoc[(assoc["p_adj"] < alpha) & ((assoc["ci_low"] > 0) | (assoc["ci_high"] < 0))]
+    # the layers named are those whose check holds: p_Holm < alpha and the interval excluding 0
+    named, strong_gates = verdicts(assoc, {"associated": Check("p_Holm < alpha and interval excluding 0",
+                                                               f"p_adj < {alpha!r} and (ci_low > 0 or ci_high < 0)")},
+                                   "the length association", "length_association")
+    strong = assoc[[bool(w) for w in named]]
     # built with no layer associated too: its check, not an if beside it, withholds it then
     n = int(assoc["n"].iloc[0])
     r2 = lambda x: fmt_num(x, 2).replace("-", "−")  # noqa: E731
@@ -304,15 +300,22 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
             + "), so the mean Δ depends on this sample's lengths; an association, not an effect of length")
     out = [Claim("depends_on_length", text + ".", "headline", "length_association", rows_of(strong),
                  requires=(Check("some layer is associated", "rows >= 1", on="design"),
-                           Check("p_Holm < alpha and interval excluding 0",
-                                 f"p_adj < {alpha!r} and (ci_low > 0 or ci_high < 0)"),
-                           Check("at least 8 examples", "n >= 8")), evidence=strong)]
+                           Check("at least 8 examples", "n >= 8")), evidence=strong, verdicts=strong_gates)]
     if adjusted is not None and len(adjusted):
         a = adjusted[adjusted["layer"].isin(strong["layer"])]
         # |Δ| only where Δ keeps one sign in every length bin; where it turns, the turn is said (|Δ| hid a Δ going
         # from +0.087 to -0.093 as "smaller in longer examples")
         a = a.merge(_bin_signs(bins, list(a["layer"])), on="layer", how="left")
-        a = a.assign(asserted=[_length_words(r) for _, r in a.iterrows()])
+        # each layer's words chosen by its checks; a turn said as the bins show it (nothing without bins)
+        kinds, gates = verdicts(a, {
+            "larger": Check("|Δ| larger: one sign in every length bin, slope on Δ's side",
+                            "one_sign and slope_per_10 * delta_at_reference > 0"),
+            "smaller": Check("|Δ| smaller: one sign in every length bin, slope against Δ",
+                             "one_sign and slope_per_10 * delta_at_reference < 0"),
+            "turns": Check("a turn said only where the bins' signs differ", "not one_sign and bin_signs != ''")},
+            "|Δ| against length", "length_adjusted")
+        a = a.assign(asserted=[_turn_words(r["bin_signs"]) if k == "turns" else k for k, (_, r) in
+                               zip(kinds, a.iterrows())])
         parts = []
         for word in [w for w in dict.fromkeys(a["asserted"]) if w]:
             where = layers_phrase(a.loc[a["asserted"] == word, "layer"])
@@ -326,12 +329,8 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
                          "headline", "length_adjusted", rows_of(a), evidence=a,
                          requires=(Check("a length association was found in these layers", "rows >= 1",
                                          on="design"),
-                                   Check("|Δ| larger: one sign in every length bin, slope on Δ's side",
-                                         "one_sign and slope_per_10 * delta_at_reference > 0", "asserted == 'larger'"),
-                                   Check("|Δ| smaller: one sign in every length bin, slope against Δ",
-                                         "one_sign and slope_per_10 * delta_at_reference < 0", "asserted == 'smaller'"),
-                                   Check("a turn said only where the bins' signs differ", "not one_sign",
-                                         "asserted != 'larger' and asserted != 'smaller'"))))
+                                   Check("every layer with length bins is worded", "asserted != '' or bin_signs == ''")),
+                         verdicts=gates))
     return out
 
 

@@ -10,7 +10,8 @@ import pandas as pd
 
 from routestats.report import floor_text
 from routestats.compose.plan.pilot import Pilot
-from routestats.report import Check, Claim, Figure
+from routestats.claim import Check, Claim
+from routestats.report import Figure
 
 __all__ = ["CLAIM_ORDER", "example_claims", "seed_claims"]
 

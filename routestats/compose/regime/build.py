@@ -14,9 +14,8 @@ import pandas as pd
 from routestats.regime.points import analyse_point, load_operator_points
 from routestats.compose.claims import layers_phrase
 from routestats.compose.skeleton import build_report, generated_now
-from routestats.report import (
-    Check, Claim, Column, Figure, Report, Section, Table, counted, fmt_sig, point_label, section,
-)
+from routestats.claim import Check, Claim
+from routestats.report import Column, Figure, Report, Section, Table, counted, fmt_sig, point_label, section
 from routestats.settings import AnalysisSettings
 
 __all__ = ["build_regime_report", "terminal_tables", "terminal_summary"]

@@ -11,7 +11,8 @@ import pandas as pd
 
 from routestats.compose.skeleton import build_report, generated_now
 from routestats.regime.compare import compare_models
-from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, counted, section
+from routestats.claim import Check, Claim
+from routestats.report import Column, Figure, Report, Section, Table, counted, section
 from routestats.settings import AnalysisSettings
 
 __all__ = ["build_comparison_report", "comparison_terminal_tables", "PROBE"]

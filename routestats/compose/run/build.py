@@ -22,7 +22,8 @@ import pandas as pd
 from routestats.compose.claims import SFM_TERMS, profile_claims
 from routestats.compose.skeleton import build_report, generated_now
 from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, mass_split, sfm, trivial_default
-from routestats.report import Check, Claim, Column, Figure, Report, Section, Table, fmt_num, pct, section
+from routestats.claim import Check, Claim
+from routestats.report import Column, Figure, Report, Section, Table, fmt_num, pct, section
 from routestats.rundir.read import Run
 from routestats.settings import AnalysisSettings
 from routestats.studies.effects import highest_layers

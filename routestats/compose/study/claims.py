@@ -11,7 +11,8 @@ from routestats.compose.claims import (
     ci_text, direction_claim, floor_text, layers_phrase, missed_change_claims, p_after, rows_of, scale_decimals, signed,
     span, span_r,
 )
-from routestats.report import Check, Claim, fmt_num
+from routestats.claim import Check, Claim
+from routestats.report import fmt_num
 
 __all__ = ["CLAIM_ORDER", "across_seed_claims", "pattern_claims", "convergence_claims", "shared_example_claims",
            "null_check_claims", "scope_claims"]

@@ -19,7 +19,8 @@ from routestats.compose.study.claims import (
     across_seed_claims, convergence_claims, null_check_claims, pattern_claims, shared_example_claims,
 )
 from routestats.errors import RoutestatsError
-from routestats.report import Check, Claim, Column, Figure, Section, Table
+from routestats.claim import Check, Claim
+from routestats.report import Column, Figure, Section, Table
 from routestats.rundir import schema as S
 from routestats.rundir.collection import RunCollection
 from routestats.settings import AnalysisSettings
