@@ -114,7 +114,7 @@ def analyse(path: str | Path, settings: AnalysisSettings | None = None, *, progr
 
         return build_run_report(obj, s, progress)  # a single run: descriptive, no paired statistics
     if workers > 1:
-        from routestats.metrics.routing import warm_cache
+        from routestats.metrics.passes import warm_cache
 
         warm_cache(obj, workers=workers)
     if is_mofa_tree(obj, s):

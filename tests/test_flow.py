@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 import routestats as rs
-from routestats.metrics.routing import rollout, sfm
+from routestats.metrics.passes import rollout
+from routestats.metrics.routing import sfm
 from routestats.rundir.reductions import reduce_queries, summarise_queries
 from tests.conftest import FIELDS, make_examples, random_attention
 

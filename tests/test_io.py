@@ -427,7 +427,7 @@ def test_token_list_length_must_match(tmp_path, rng):
 
 RELEASE = """
 import numpy as np
-from routestats.rundir.blocks import release_unused_memory
+from routestats.rundir.memory import release_unused_memory
 
 def rss():
     return int(dict(l.split(":", 1) for l in open("/proc/self/status"))["VmRSS"].split()[0]) // 1024

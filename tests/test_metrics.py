@@ -208,7 +208,7 @@ def test_cache_entries_with_the_old_constant_columns_read_the_same(tmp_path, rng
 
 def test_warm_cache_in_a_process_pool(tmp_path, monkeypatch):
     from routestats.rundir.synthetic import synthetic_pair
-    from routestats.metrics.routing import warm_cache
+    from routestats.metrics.passes import warm_cache
 
     synthetic_pair(tmp_path / "t" / "s1", seed=1, n_examples=3, steps=(10, 20))
     synthetic_pair(tmp_path / "t" / "s2", seed=2, n_examples=3, steps=(10, 20))

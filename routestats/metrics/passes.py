@@ -21,7 +21,7 @@ import pandas as pd
 from routestats.errors import RoutestatsError
 from routestats.metrics.definitions import extra_definitions
 from routestats.rundir import schema as S
-from routestats.rundir.blocks import release_unused_memory
+from routestats.rundir.memory import release_unused_memory
 from routestats.rundir.read import Run
 from routestats.rundir.reductions import SUMMARIES, reduce_queries, summarise_batch, summarise_queries
 from routestats.rundir.verify import cache_dir

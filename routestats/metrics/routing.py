@@ -33,10 +33,8 @@ import pandas as pd
 
 from routestats.errors import RoutestatsError
 from routestats.metrics.definitions import metric as _metric
-from routestats.metrics.examples import example_protocol, resolve_example_sets, select_examples  # noqa: F401
-from routestats.metrics.passes import (  # noqa: F401  (the public names of the pass, re-exported)
-    head_pass, resolve_step, with_run_ids, norm_weighted, reduce_attention, rollout, trivial_default, warm_cache,
-)
+from routestats.metrics.examples import select_examples
+from routestats.metrics.passes import head_pass, reduce_attention, resolve_step, trivial_default, with_run_ids
 from routestats.rundir.collection import RunPair
 from routestats.rundir.read import Run
 

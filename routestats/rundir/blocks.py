@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 
 from routestats.errors import RoutestatsError, RunFormatError
 from routestats.rundir import schema as S
-from routestats.rundir.memory import release_unused_memory  # noqa: F401  (re-exported)
 
 __all__ = ["ExampleAttention", "ExampleReductions", "check_grid", "check_probabilities", "decoding", "parquet_file", "read_table",
            "RowGroupColumns", "ExampleRows", "check_reductions"]

@@ -185,7 +185,8 @@ def _family(diffs: pd.DataFrame, layers) -> np.ndarray:
 def _mean_opportunity(p: RunPair, examples) -> float:
     """Mean O_e over every selected example, excluded ones included (as the reference reports it); examples
     without a named position have no O_e and are not in the mean."""
-    from routestats.metrics.routing import opportunity, select_examples
+    from routestats.metrics.examples import select_examples
+    from routestats.metrics.routing import opportunity
 
     o = opportunity(p.baseline)
     ids = select_examples(p.baseline, examples)

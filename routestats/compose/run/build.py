@@ -21,7 +21,8 @@ import pandas as pd
 
 from routestats.compose.claims import SFM_TERMS, profile_claims
 from routestats.compose.skeleton import build_report, generated_now
-from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, mass_split, sfm, trivial_default
+from routestats.metrics.passes import trivial_default
+from routestats.metrics.routing import field_to_field, head_sfm, layer_summary, mass_split, sfm
 from routestats.claim import Check, Claim
 from routestats.report import Column, Figure, Report, Section, Table, fmt_num, pct, section
 from routestats.rundir.read import Run
