@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from tests.conftest import runners_cli, write_run  # noqa: E402
+from tests.conftest import random_attention, runners_cli, write_run  # noqa: E402
 from tests.tiny_models import save_tiny  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -95,7 +95,6 @@ def test_records_that_are_not_utf8_are_refused(bert, tmp_path, capsys):
 
 def test_a_folder_of_trained_runs_is_never_replaced(bert, tmp_path, capsys, rng):
     out = tmp_path / "runs"
-    from tests.conftest import random_attention
 
     write_run(out / "baseline", [random_attention(rng, 2, 2, 4)], [[4, 4, 3, 3]])
     (out / "NOTES.txt").write_text("mine")
@@ -328,3 +327,37 @@ def test_a_capture_command_checks_its_destination_once(bert, tmp_path, capsys, m
     assert run_cli(args, capsys)[0] == 0 and (out / "baseline" / "run.json").exists()
     # once for the runs the command writes; a sharded capture's own shard runs are other folders
     assert [p for p in calls if Path(p) == out] == [out]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_run_made_at_the_destination_during_a_capture_is_never_replaced(bert, tmp_path, force):
+    """The destination is checked once before the work (issue [honest-gates] 4) and again at the swap: a trained run
+    that appears at out/baseline while the model runs is refused there in one line, with or without force; it is
+    left byte for byte as it was, and the new runs are kept beside ``out``, where the refusal says."""
+    from routestats.errors import RoutestatsError
+    from runners.pretrained.capture import capture_runs
+    from runners.pretrained.load import load_model
+    from runners.pretrained.records import read_records
+    from runners.pretrained.seam import Condition
+
+    out = tmp_path / "cap"
+    trained = out / "baseline"
+    rng = np.random.default_rng(0)
+
+    def appear(*_):  # the progress callback: called while the model runs, after the first check
+        if not trained.exists():
+            write_run(trained, [random_attention(rng, 2, 2, 4)], [[4, 4, 3, 3]], run_id="trained")
+
+    loaded = load_model(bert)
+    with pytest.raises(RoutestatsError) as err:
+        capture_runs(loaded, read_records(RECORDS, limit=2), out, conditions=[Condition("baseline")], cap=20,
+                     force=force, progress=appear)
+    said = str(err.value)
+    # the refusal is the swap-time check's own words: a folder that exists (no force) or that no capture wrote
+    assert ("exists; pass force=True" if not force else "is not a run written by capture") in said, said
+    assert "; it appeared during the capture, so nothing under" in said and len(said.splitlines()) == 1
+    kept = Path(said.rsplit("the new runs are in ", 1)[1])
+    assert json.loads((trained / "run.json").read_text())["run_id"] == "trained"  # the trained run untouched
+    assert (kept / "baseline" / "run.json").exists() and kept.parent == tmp_path  # the new run kept beside out
+    assert json.loads((kept / "baseline" / "run.json").read_text())["pretrained"] is True
+    assert not list(tmp_path.glob(".cap.capture-partial-*"))  # no staging folder left behind

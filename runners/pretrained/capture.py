@@ -420,9 +420,10 @@ def capture_runs(loaded: Loaded, records: Sequence, out: "str | Path | Destinati
     """
     opts = with_options(options, option_values)
     check_conditions(loaded, conditions, opts.layers)
-    out = destination(out, [c.name for c in conditions], force).out  # checked here, or once by the command
+    dest = destination(out, [c.name for c in conditions], force)  # checked here, or once by the command
+    out = dest.out
     plan = plan_for(loaded, records, opts)
-    with staging(out, [c.name for c in conditions]) as tmp:
+    with staging(dest) as tmp:  # and again at the swap
         for cond in conditions:
             _write_run(tmp / cond.name, loaded, plan, cond, opts, run_id=f"{loaded.name}-{cond.name}",
                        init_id=loaded.weights_id, progress=progress, pairing=None,
@@ -450,7 +451,8 @@ def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: "st
     opts = with_options(options, option_values)
     conds = [Condition("baseline"), Condition("compare")]
     check_conditions(base, conds[:1], opts.layers)
-    out = destination(out, [c.name for c in conds], force).out  # checked here, or once by the command
+    dest = destination(out, [c.name for c in conds], force)  # checked here, or once by the command (and at the swap)
+    out = dest.out
     plan, plan_b = plan_for(base, records, opts), plan_for(other, records, opts)
     for i, (a, b) in enumerate(zip(plan.encoded, plan_b.encoded)):
         if a.inputs != b.inputs or a.fields != b.fields:
@@ -459,7 +461,7 @@ def capture_checkpoints(base: Loaded, other: Loaded, records: Sequence, out: "st
     init_id = hashlib.sha256(f"checkpoint-pair:{base.weights_id}:{other.weights_id}".encode()).hexdigest()
     pairing = {"kind": "checkpoints", "reason": reason.strip(), "baseline": base.provenance(),
                "variant": other.provenance()}
-    with staging(out, [c.name for c in conds]) as tmp:
+    with staging(dest) as tmp:
         for loaded, cond in ((base, conds[0]), (other, conds[1])):
             _write_run(tmp / cond.name, loaded, plan, cond, opts, run_id=f"{loaded.name}-{cond.name}",
                        init_id=init_id, progress=progress, pairing=pairing)

@@ -20,7 +20,8 @@ from routestats.rundir import schema as S
 from runners.outputs import check_replaceable
 from runners.pretrained.load import first_line
 
-__all__ = ["Destination", "destination", "check_destination", "sweep_partials", "staging", "echo_notice", "is_capture_run"]
+__all__ = ["Destination", "destination", "check_destination", "refuse_taken", "sweep_partials", "staging", "echo_notice",
+           "is_capture_run"]
 
 
 def is_capture_run(path: Path) -> bool:
@@ -65,6 +66,14 @@ def check_destination(out: Path, names: Sequence[str], force: bool, cli: bool = 
     if out.is_dir() and out.resolve() != out.resolve().parent and os.stat(out).st_dev != os.stat(out.resolve().parent).st_dev:
         raise RoutestatsError(f"{out}: is a mount point; the runs are written beside {out_} and moved in, which cannot "
                               f"cross file systems: name a folder inside it ({out_} {out / 'runs'})")
+    refuse_taken(out, names, force, force_, out_)
+    return Destination(out, tuple(names), force)
+
+
+def refuse_taken(out: Path, names: Sequence[str], force: bool, force_: str = "force=True", out_: str = "out") -> None:
+    """Refuse run folders ``out/<name>`` that exist: without ``force`` any of them; with ``force`` any that is not a
+    complete run written by capture, or that holds a user's files. Checked before any work
+    (:func:`check_destination`) and again at the swap (:func:`staging`): a folder made meanwhile is never replaced."""
     for name in names:
         p = out / name
         if not p.exists():
@@ -76,7 +85,6 @@ def check_destination(out: Path, names: Sequence[str], force: bool, cli: bool = 
             raise RoutestatsError(f"{p}: exists and is not a run written by capture (a trained run or other files); "
                                   f"choose another {out_}")
         check_replaceable(p, out_)  # a capture run with a user's files inside: refused too
-    return Destination(out, tuple(names), force)
 
 
 def echo_notice(line: str) -> None:
@@ -98,14 +106,20 @@ def sweep_partials(out: Path) -> None:
 
 
 @contextlib.contextmanager
-def staging(out: Path, names: Sequence[str]):
-    """A temporary folder beside ``out`` (``.<out>.capture-partial-<pid>-*``, never inside it) for the new runs;
+def staging(dest: Destination):
+    """A temporary folder beside ``dest.out`` (``.<out>.capture-partial-<pid>-*``, never inside it) for the new runs;
     on success each replaces ``out/<name>`` (an earlier run loses only the files its manifest proves it wrote,
     :func:`routestats.rundir.replace.replace_folder`); on failure nothing under ``out`` changes (a folder ``out``
     made for this capture is removed again), and a failed write says so naming ``out``. Partial folders of
-    captures that died are swept at the next start."""
+    captures that died are swept at the next start.
+
+    The destination is checked again at the swap (:func:`refuse_taken`, as ``dest`` was checked before the work): a
+    folder that appeared at ``out/<name>`` meanwhile (a trained run, a user's files; any folder without ``force``)
+    is refused in one line, nothing under ``out`` is replaced, and the new runs are kept beside it
+    (``<out>.capture-<pid>``), named in the refusal."""
     import pyarrow as pa
 
+    out, names = dest.out, dest.names
     made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -124,6 +138,14 @@ def staging(out: Path, names: Sequence[str]):
         from routestats.rundir.replace import replace_folder
         from routestats.rundir.ownership import written_by_runs
 
+        try:
+            refuse_taken(out, names, dest.force)
+        except RoutestatsError as exc:  # made during the capture: kept as it is, and the new runs kept too
+            kept = Path(tempfile.mkdtemp(prefix=f"{out.name}.capture-{os.getpid()}-", dir=out.parent))
+            for name in names:
+                (tmp / name).rename(kept / name)
+            raise RoutestatsError(f"{exc}; it appeared during the capture, so nothing under {out} was replaced: the "
+                                  f"new runs are in {kept}") from None
         for name in names:
             dst = out / name
             replace_folder(tmp / name, dst, written_by_runs(dst) if dst.exists() else {}, echo_notice)
