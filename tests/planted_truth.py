@@ -151,15 +151,18 @@ def cited(tables: dict, row: pd.Series) -> pd.DataFrame | None:
     return t
 
 
-def floors(tables: dict) -> list[float]:
-    """The sign-flip floors, computed here: of one test, max(1/(P + 1), 2/2^n), and of the layer family, L times
-    that."""
+def floors(tables: dict) -> list[tuple[float, float]]:
+    """The sign-flip floors, computed here, as the band the draws put each in: of one test with P random sign
+    patterns, (c + 1)/(P + 1) where c, the patterns that keep or flip every sign, is binomial(P, 2/2^n): within 4
+    Monte Carlo SEs of 2/2^n + 1/(P + 1), and never below 1/(P + 1); of the layer family, L times that."""
     e = tables.get("effects")
     if e is None or not len(e):
         return []
     n, P, L = int(e["n"].min()), int(e["permutations"].iloc[0]), len(e)
-    one = max(1.0 / (P + 1), 2.0 / 2.0 ** n)  # one sign-flip test (the profile shape's), then Holm over L layers
-    return [min(1.0, L * one), one]
+    q = 2.0 / 2.0 ** min(n, 1000)
+    mid, se = q + 1.0 / (P + 1), 4.0 * np.sqrt(q * (1 - q) / P)
+    one = (max(1.0 / (P + 1), mid - se), mid + se)
+    return [(min(1.0, L * one[0]), min(1.0, L * one[1])), one]
 
 
 def missed_change_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None) -> list[float]:
@@ -200,7 +203,7 @@ def check_numbers(v: Verdict, sentence: str, rows: pd.DataFrame | None, tables: 
         x = value(text)
         ok = any(matches(text, c) for c in cells + design)
         unit = 10.0 ** -len(text.split(".")[1])
-        ok = ok or any(x >= f and x - f < unit for f in fl)  # a floor, rounded up
+        ok = ok or any(lo <= x < hi + unit for lo, hi in fl)  # a floor, rounded up
         if "attainable" in sentence[max(0, m.start() - 30):m.start()]:  # a floor cell, rounded up
             ok = ok or any(x >= c and x - c < unit for c in cells)
         if op == "<" and text == "0.001":  # fmt_p's "< 0.001": some p of the cited rows is below it (a per-layer
@@ -436,7 +439,7 @@ def judge_row(row: pd.Series, tables: dict, sc: Scenario, examples: pd.DataFrame
     elif kind == "pair_floor":
         v.judged_by_truth = True
         m = re.search(r"smallest attainable p_Holm is (\d+\.\d+)", s)
-        if not m or not any(value(m.group(1)) >= f for f in floors(tables)):
+        if not m or not any(value(m.group(1)) >= lo for lo, _ in floors(tables)):
             v.problems.append("the floor is printed below its exact value")
     return settle(v)
 

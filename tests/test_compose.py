@@ -149,7 +149,7 @@ def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():
                          "baseline_mean": 0.5, "variant_mean": 0.6, "dz": 1.0, "n": 5, "p_holm_floor": 0.25})
     c5 = {c.kind: c for c in P.effects_claims(eff5, n_examples=5, pretrained=False, alpha=0.05, confidence=0.95,
                                               permutations=9999)}
-    assert c5["pair_floor"].holds and "smallest attainable p_Holm is 0.250 (4 × 2/2^5)" in c5["pair_floor"].sentence
+    assert c5["pair_floor"].holds and "smallest attainable p_Holm is 0.250 (about 4 × 2/2^5)" in c5["pair_floor"].sentence
     assert "p_Holm = 0.250, the smallest attainable with 5 examples" in c5["no_evidence"].sentence
     withheld(design(c5["pair_floor"], floor=0.01))
     # 32 examples, layer 1 not called: the change its test would miss, (1.960 + 0.842) x 0.03 / sqrt(32) = 0.0149

@@ -45,6 +45,7 @@ differences) is 2/16 = 0.125, of which 0.1354 is a 2,000-draw estimate.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -154,6 +155,7 @@ def signflip_floor(n: int, permutations: int) -> tuple[float, bool]:
     return (exact, True) if exact > mc else (mc, False)
 
 
+@functools.lru_cache(maxsize=64)
 def signflip_floor_drawn(n: int, resamples: int, permutations: int, seed: int) -> float:
     """The smallest raw p the ``shared`` mode's sign-flip test gives over ``n`` examples with its draws as they are
     made (the bootstrap counts, then the sign patterns, from ``default_rng(seed)``): data all of one sign are reached
@@ -389,7 +391,11 @@ class PairedInference:
 
     @property
     def p_floor(self) -> float:
-        """The smallest raw p this test can give (:func:`signflip_floor`)."""
+        """The smallest raw p this test can give: with the ``shared`` mode's draws as they were made
+        (:func:`signflip_floor_drawn`, about 2/2^n + 1/(P + 1)); for the reference modes
+        :func:`signflip_floor`'s max(2/2^n, 1/(P + 1))."""
+        if self.mode == "shared":
+            return signflip_floor_drawn(self.n, self.resamples, self.permutations, self.seed)
         return signflip_floor(self.n, self.permutations)[0]
 
     @property

@@ -359,7 +359,7 @@ def effects_claims(eff: pd.DataFrame, *, n_examples: int, pretrained: bool, alph
     # built whatever the floor: its check is the gate (printed only where the floor reaches alpha)
     out = [answer, Claim("pair_floor", f"With {n_used} examples the sign-flip test cannot reach p_Holm < {alpha:.3g} "
                          f"over {n_layers} layers: the smallest attainable p_Holm is {floor_text(floor, floor)} "
-                         f"({n_layers} × 2/2^{n_used}); the per-layer intervals show the precision there is.",
+                         f"(about {n_layers} × 2/2^{n_used}); the per-layer intervals show the precision there is.",
                          "headline", "effects", requires=(Check("smallest attainable p_Holm >= alpha",
                                                                 f"floor >= {alpha!r}", on="design"),),
                          design={"floor": floor}, qualifier=True,
