@@ -45,9 +45,11 @@ def example_claims(plan: pd.DataFrame, pilot: Pilot, spread: str, fig: Figure) -
     n = int(r["n_planned"]) if planned else int(r["n_tried"])
     one_less = f"{n - 1} examples: {r['power_below']:.3f}" if n > reach else "the fewest at which the test can reach α"
     if n > reach and r["n_mc_error"] == r["n_mc_error"] and r["n_mc_error"] >= 1:
-        # the step from n - 1 to n is smaller than the estimates' noise: said, with what it means for n
-        one_less += (f", within the Monte Carlo error: one SE of power is about {r['n_mc_error']:.0f} examples "
-                     "on the power curve here")
+        # the step from n - 1 to n is smaller than the estimates' noise: said as what it means for n (the two powers
+        # beside each other are each ± one SE; "within the Monte Carlo error" beside 0.802 and 0.773 read as if their
+        # difference were noise)
+        one_less += (f"; so n is known to about ± {r['n_mc_error']:.0f} examples: one Monte Carlo SE of power is "
+                     f"worth that many on the power curve here")
     out.append(Claim(
         "plan_examples", f"For a true change of {_change(r)}, {n} examples give the hardest layer's headline test "
         f"{r['target']:.0%} power (estimated {r['power_planned']:.3f} ± {r['se_planned']:.3f} Monte Carlo SE; "
