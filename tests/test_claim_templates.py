@@ -405,3 +405,18 @@ def test_a_length_association_whose_sign_turns_is_said_as_a_turn_not_as_a_smalle
     # on the builder's input: layer 1's bins of one sign, its Δ +0.01 and slope -0.04: |Δ| smaller, no turn
     one = P.length_claims(assoc, adj, 0.05, bins=bins.assign(mean_delta=bins["mean_delta"].abs()))[1]
     assert one.sentence.endswith(": |Δ| is smaller in longer examples in layers 1 and 2."), one.sentence
+
+
+def test_the_length_adjusted_sentence_never_prints_without_the_association_it_follows():
+    """With 6 examples the association's claim is withheld (it needs 8), but its follow-up "At the median length of
+    those examples Δ is ..." printed alone, naming a dependence no printed sentence had found; it is withheld by the
+    same minimum now (the association's rows as length_association gives them at n = 6)."""
+    assoc = pd.DataFrame({"layer": [1, 2], "n": 6, "rho": [-0.9, -0.5], "ci_low": [-0.99, -0.7],
+                          "ci_high": [-0.4, -0.3], "p_adj": [0.001, 0.002], "capped": "exclude", "n_capped": 0})
+    adj = pd.DataFrame({"layer": [1, 2], "reference_length": 30.0, "delta_at_reference": [0.01, 0.05],
+                        "slope_per_10": [-0.04, -0.01]})
+    dep, la = P.length_claims(assoc, adj, 0.05)
+    assert not dep.holds and not la.holds
+    assert dict(la.checks)["the association had at least 8 examples"] is False
+    dep, la = P.length_claims(assoc.assign(n=8), adj, 0.05)  # at 8 both print
+    assert dep.holds and la.holds

@@ -329,8 +329,10 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
                          "headline", "length_adjusted", rows_of(a), evidence=a,
                          requires=(Check("a length association was found in these layers", "rows >= 1",
                                          on="design"),
+                                   # what the association's own claim needs: below it, this one was printed alone
+                                   Check("the association had at least 8 examples", "n >= 8", on="design"),
                                    Check("every layer with length bins is worded", "asserted != '' or bin_signs == ''")),
-                         verdicts=gates))
+                         design={"n": n}, verdicts=gates))
     return out
 
 
