@@ -79,11 +79,11 @@ class Claim:
     by :func:`evaluate` whenever they are read; ``because`` are reasons that hold by the design of the
     report and are shown, not tested. A claim is printed only when every check holds (:attr:`holds`).
 
-    ``short`` is the claim in brief, for a report's first screen (:attr:`Report.answer`): the same verdict
-    under the same checks, its numbers left to ``figure`` (the :class:`~routestats.report.Figure` that shows it) and to the
-    full sentence. A ``qualifier`` is a headline claim that qualifies the answer (a confound such as mass moving
-    off special tokens, a test that cannot reach alpha): its brief form joins the answer's sentence, never stands
-    alone.
+    ``short`` is the claim in brief, for a report's first screen (:attr:`routestats.report.Report.answer`): the same
+    verdict under the same checks, its numbers left to ``figure`` (the :class:`~routestats.report.Figure` that shows
+    it) and to the full sentence. A ``qualifier`` is a headline claim that qualifies the answer (a confound such as
+    mass moving off special tokens, a test that cannot reach alpha): its brief form joins the answer's sentence, never
+    stands alone. ``verdicts`` are the per-row claims whose checks chose the words it prints (:func:`verdicts`).
     """
 
     kind: str

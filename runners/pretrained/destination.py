@@ -20,8 +20,8 @@ from routestats.rundir import schema as S
 from runners.outputs import check_replaceable
 from runners.pretrained.load import first_line
 
-__all__ = ["Destination", "destination", "check_destination", "refuse_taken", "sweep_partials", "staging", "echo_notice",
-           "is_capture_run"]
+__all__ = ["Destination", "destination", "check_destination", "refuse_taken", "sweep_partials", "staging",
+           "echo_notice", "is_capture_run"]
 
 
 def is_capture_run(path: Path) -> bool:

@@ -32,7 +32,7 @@ from routestats.compose.skeleton import build_report, generated_now
 from routestats.report import Report
 from routestats.rundir.collection import RunPair
 from routestats.settings import AnalysisSettings
-from routestats.studies.word_map import WordMap, select_token_map_example, word_label  # noqa: F401  (public names)
+from routestats.studies.word_map import WordMap, select_token_map_example  # noqa: F401  (public names)
 
 __all__ = ["build_pair_report", "select_token_map_example", "WordMap"]
 

@@ -331,7 +331,8 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
                                          on="design"),
                                    # what the association's own claim needs: below it, this one was printed alone
                                    Check("the association had at least 8 examples", "n >= 8", on="design"),
-                                   Check("every layer with length bins is worded", "asserted != '' or bin_signs == ''")),
+                                   Check("every layer with length bins is worded",
+                                         "asserted != '' or bin_signs == ''")),
                          design={"n": n}, verdicts=gates))
     return out
 
