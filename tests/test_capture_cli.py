@@ -355,9 +355,35 @@ def test_a_run_made_at_the_destination_during_a_capture_is_never_replaced(bert, 
     said = str(err.value)
     # the refusal is the swap-time check's own words: a folder that exists (no force) or that no capture wrote
     assert ("exists; pass force=True" if not force else "is not a run written by capture") in said, said
-    assert "; it appeared during the capture, so nothing under" in said and len(said.splitlines()) == 1
+    assert "; it appeared or changed during the capture, so nothing under" in said and len(said.splitlines()) == 1
     kept = Path(said.rsplit("the new runs are in ", 1)[1])
     assert json.loads((trained / "run.json").read_text())["run_id"] == "trained"  # the trained run untouched
     assert (kept / "baseline" / "run.json").exists() and kept.parent == tmp_path  # the new run kept beside out
     assert json.loads((kept / "baseline" / "run.json").read_text())["pretrained"] is True
     assert not list(tmp_path.glob(".cap.capture-partial-*"))  # no staging folder left behind
+
+
+def test_a_refusal_at_the_swap_speaks_the_command_line_and_keeps_the_runs_readable(tmp_path):
+    """The swap's check says --force and --out to a command-line capture (the Destination remembers it was checked
+    for one), and the folder that keeps the new runs is readable as the user's umask makes folders (mkdtemp's 0700
+    would hide them from a shared group)."""
+    import os
+    import stat
+
+    from routestats.errors import RoutestatsError
+    from runners.pretrained.destination import check_destination, staging
+
+    out = tmp_path / "runs"
+    dest = check_destination(out, ["baseline"], False, cli=True)
+    with pytest.raises(RoutestatsError) as err:
+        with staging(dest) as tmp:
+            (tmp / "baseline").mkdir()
+            (tmp / "baseline" / "run.json").write_text("{}")
+            (out / "baseline").mkdir()  # another process made it meanwhile
+    said = str(err.value)
+    assert said.startswith(f"{out / 'baseline'}: exists; pass --force to replace it") and "force=True" not in said
+    kept = Path(said.rsplit("the new runs are in ", 1)[1])
+    assert (kept / "baseline" / "run.json").read_text() == "{}" and not any((out / "baseline").iterdir())
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o777 & ~mask

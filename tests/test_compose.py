@@ -73,8 +73,19 @@ def test_the_direction_claim_holds_and_each_mutation_of_its_rows_withholds_it():
     again = answer(effects().assign(p=[0.3, 0.002, 0.2, 0.8]))
     assert again.evidence["asserted"].tolist() == ["excludes", "fell", "excludes", "includes"] and again.holds
     assert "in layer 0 the per-layer 95% interval [0.050, 0.150] excludes 0 but p_Holm = 0.300" in again.sentence
-    dropped = replace(c, evidence=c.evidence.iloc[:3])  # drop a row: layer 3 is no longer described
-    assert failing(dropped) == ["every layer of the table is described"] and not dropped.holds
+    dropped = replace(c, evidence=c.evidence.iloc[:3])  # drop a row: layer 3 is no longer described (nor one row)
+    assert failing(dropped) == ["every layer of the table is described", "one row per layer: the words name layers"]
+
+
+def test_an_answer_over_a_layer_held_twice_is_withheld_not_said_twice():
+    """An across-seed table of two data sets holds layer 3 twice, rising in one and not in the other: the answer,
+    whose words name layers and not data sets, said "rose in layer 3 (...); in layer 3 the 95% interval ... includes
+    0" and printed (reviewer's reproduction); it is withheld now, one data set's table still answers."""
+    t = pd.DataFrame({"dataset": ["A", "B"], "layer": [3, 3], "d": [0.1, 0.0], "p": [0.001, 0.6],
+                      "lo": [0.05, -0.02], "hi": [0.2, 0.03]})
+    both = answer(t)
+    assert not both.holds and failing(both) == ["one row per layer: the words name layers"]
+    assert answer(t.iloc[:1]).holds and answer(t.iloc[:1]).kind == "rose"
 
 
 def test_every_claim_kind_with_preconditions_is_withheld_when_they_fail():

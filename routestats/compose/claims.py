@@ -212,8 +212,12 @@ def direction_claim(t: pd.DataFrame, lead: str, *, est: str, p: str, lo: str, hi
         {"layer": t["layer"].astype(int).to_numpy(), "estimate": t[est].to_numpy(float), "low": t[lo].to_numpy(float),
          "high": t[hi].to_numpy(float), "asserted": evidence["asserted"].to_numpy()})},
         {"metric": metric, "conf": conf})
+    # its words name layers: a table holding a layer twice (an across-seed table of several data sets) is withheld,
+    # not said as "rose in layer 3; in layer 3 ... includes 0" (its per-row findings name the data sets)
+    once = Check("one row per layer: the words name layers", "rows == layers", on="design")
     return Claim(kind, f"{lead}, {text}.", where, table, tuple(int(x) for x in t["layer"]), "layer",
-                 (described,), evidence=evidence, short=short, figure=figure, verdicts=gates)
+                 (described, once), evidence=evidence, design={"layers": int(t["layer"].nunique())}, short=short,
+                 figure=figure, verdicts=gates)
 
 
 def direction_checks(p: str, lo: str, hi: str, alpha: float, rows: int) -> tuple[Check, ...]:
@@ -355,7 +359,8 @@ def missed_change_claims(eff: pd.DataFrame, n_used: int, alpha: float, floor: fl
     words, gates = verdicts(eff, {"not called changed": Check("no cited layer is called changed",
                                                               f"not ({p} < {a} and ({lo} > 0 or {hi} < 0))")},
                             "SFM", table)
-    rows = eff[[bool(w) for w in words]].assign(detectable=lambda t: detectable_change(t[sd], n_used, alpha, power))
+    sized = pd.Series([bool(w) for w in words], index=eff.index, dtype=bool)  # a mask, also of no rows
+    rows = eff[sized].assign(detectable=lambda t: detectable_change(t[sd], n_used, alpha, power))
     rows = rows.sort_values("detectable")
     # "smaller than x would be missed": x printed rounded down, so every change below the printed size is missed
     down = lambda x, d: fmt_num(np.floor(x * 10.0 ** d) / 10.0 ** d, d)  # noqa: E731

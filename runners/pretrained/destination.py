@@ -42,6 +42,7 @@ class Destination:
     out: Path
     names: tuple[str, ...]
     force: bool
+    cli: bool = False  # checked for the command line: a refusal names --force and --out
 
 
 def destination(out: "str | Path | Destination", names: Sequence[str], force: bool) -> Destination:
@@ -67,13 +68,14 @@ def check_destination(out: Path, names: Sequence[str], force: bool, cli: bool = 
         raise RoutestatsError(f"{out}: is a mount point; the runs are written beside {out_} and moved in, which cannot "
                               f"cross file systems: name a folder inside it ({out_} {out / 'runs'})")
     refuse_taken(out, names, force, force_, out_)
-    return Destination(out, tuple(names), force)
+    return Destination(out, tuple(names), force, cli)
 
 
 def refuse_taken(out: Path, names: Sequence[str], force: bool, force_: str = "force=True", out_: str = "out") -> None:
     """Refuse run folders ``out/<name>`` that exist: without ``force`` any of them; with ``force`` any that is not a
     complete run written by capture, or that holds a user's files. Checked before any work
-    (:func:`check_destination`) and again at the swap (:func:`staging`): a folder made meanwhile is never replaced."""
+    (:func:`check_destination`) and again at the swap (:func:`staging`): a folder made or changed meanwhile that this
+    rule refuses is never replaced (with ``force``, a capture run is, as it would have been before)."""
     for name in names:
         p = out / name
         if not p.exists():
@@ -85,6 +87,31 @@ def refuse_taken(out: Path, names: Sequence[str], force: bool, force_: str = "fo
             raise RoutestatsError(f"{p}: exists and is not a run written by capture (a trained run or other files); "
                                   f"choose another {out_}")
         check_replaceable(p, out_)  # a capture run with a user's files inside: refused too
+
+
+def keep_runs(tmp: Path, out: Path, names: Sequence[str]) -> Path:
+    """Move the finished runs ``tmp/<name>`` into a new folder beside ``out`` (``<out>.capture-<pid>-*``, readable
+    like ``out``) and return it; where that cannot be done, ``tmp`` itself, which then holds them all (any moved
+    already are moved back)."""
+    moved: list[str] = []
+    try:
+        kept = Path(tempfile.mkdtemp(prefix=f"{out.name}.capture-{os.getpid()}-", dir=out.parent))
+        kept.chmod(0o777 & ~current_umask())
+        for name in names:
+            (tmp / name).rename(kept / name)
+            moved.append(name)
+        return kept
+    except OSError:
+        for name in moved:
+            with contextlib.suppress(OSError):
+                (kept / name).rename(tmp / name)
+        return tmp
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def echo_notice(line: str) -> None:
@@ -127,7 +154,7 @@ def staging(dest: Destination):
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.capture-partial-{os.getpid()}-", dir=out.parent))
     except OSError as exc:
         raise RoutestatsError(f"{out}: cannot create the runs' folder ({exc.strerror or exc})") from None
-    ok = False
+    ok = keep = False
     try:
         try:
             yield tmp
@@ -139,19 +166,21 @@ def staging(dest: Destination):
         from routestats.rundir.ownership import written_by_runs
 
         try:
-            refuse_taken(out, names, dest.force)
-        except RoutestatsError as exc:  # made during the capture: kept as it is, and the new runs kept too
-            kept = Path(tempfile.mkdtemp(prefix=f"{out.name}.capture-{os.getpid()}-", dir=out.parent))
-            for name in names:
-                (tmp / name).rename(kept / name)
-            raise RoutestatsError(f"{exc}; it appeared during the capture, so nothing under {out} was replaced: the "
-                                  f"new runs are in {kept}") from None
+            refuse_taken(out, names, dest.force, *(("--force", "--out") if dest.cli else ()))
+        except (RoutestatsError, OSError) as exc:  # made or changed during the capture: kept as it is, new runs too
+            kept = keep_runs(tmp, out, names)
+            if kept == tmp:
+                keep = True  # the staging folder itself holds them: not removed below
+            why = str(exc) if isinstance(exc, RoutestatsError) else f"{out}: cannot be checked ({exc})"
+            raise RoutestatsError(f"{why}; it appeared or changed during the capture, so nothing under {out} was "
+                                  f"replaced: the new runs are in {kept}") from None
         for name in names:
             dst = out / name
             replace_folder(tmp / name, dst, written_by_runs(dst) if dst.exists() else {}, echo_notice)
         ok = True
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
         if made and not ok:
             with contextlib.suppress(OSError):
                 out.rmdir()  # only if empty

@@ -283,7 +283,7 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
     named, strong_gates = verdicts(assoc, {"associated": Check("p_Holm < alpha and interval excluding 0",
                                                                f"p_adj < {alpha!r} and (ci_low > 0 or ci_high < 0)")},
                                    "the length association", "length_association")
-    strong = assoc[[bool(w) for w in named]]
+    strong = assoc[pd.Series([bool(w) for w in named], index=assoc.index, dtype=bool)]
     # built with no layer associated too: its check, not an if beside it, withholds it then
     n = int(assoc["n"].iloc[0])
     r2 = lambda x: fmt_num(x, 2).replace("-", "−")  # noqa: E731
