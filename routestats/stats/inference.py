@@ -56,7 +56,7 @@ from routestats.settings import Resampling
 from routestats.stats.percentile import (  # noqa: F401  (public names of this module too)
     PERCENTILE_COVERAGE_95, SMALL_N, percentile_ci, percentile_coverage, quantile_levels,
 )
-from routestats.stats.reference import numpy_mode, python_mode
+from routestats.stats.reference import numpy_mode, python_mode, reference_floor
 from routestats.stats.spread import sd_lower_bound
 from routestats.stats.work import note
 
@@ -391,12 +391,12 @@ class PairedInference:
 
     @property
     def p_floor(self) -> float:
-        """The smallest raw p this test can give: with the ``shared`` mode's draws as they were made
-        (:func:`signflip_floor_drawn`, about 2/2^n + 1/(P + 1)); for the reference modes
-        :func:`signflip_floor`'s max(2/2^n, 1/(P + 1))."""
+        """The smallest raw p this test can give, with its draws as they were made: the ``shared`` mode's
+        (:func:`signflip_floor_drawn`, about 2/2^n + 1/(P + 1)), or the reference modes' (each column draws its own
+        patterns: the smallest over the columns, :func:`routestats.stats.reference.reference_floor`)."""
         if self.mode == "shared":
             return signflip_floor_drawn(self.n, self.resamples, self.permutations, self.seed)
-        return signflip_floor(self.n, self.permutations)[0]
+        return reference_floor(self.mode, self.n, len(self.labels), self.resamples, self.permutations, self.seed)
 
     @property
     def p_adj_floor(self) -> float:
