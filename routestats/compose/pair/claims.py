@@ -16,9 +16,9 @@ from routestats.claim import Check, Claim, verdicts
 from routestats.report import at_floor, at_printed_floor, floor_text, fmt_num
 from routestats.stats.inference import SMALL_N, percentile_coverage, signflip_floor
 
-__all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "shape_claims", "unnamed_claims", "sink_claims",
-           "early_claims", "scope_claim", "censoring_claims", "small_sample_claims", "length_claims", "effects_claims", "effect_findings", "distance_claims",
-           "adjusted_claims", "signflip_floor"]
+__all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "LENGTH_MIN_N", "shape_claims", "unnamed_claims",
+           "sink_claims", "early_claims", "scope_claim", "censoring_claims", "small_sample_claims", "length_claims",
+           "length_adjusted_claim", "effects_claims", "effect_findings", "distance_claims", "adjusted_claims"]
 
 # headline and findings in this rank (a kind not listed follows in section order)
 CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "missed_change", "small_sample_intervals", "no_evidence_shape", "differs_across_layers", "largest_contrast", "unnamed_shift",
@@ -28,6 +28,7 @@ CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "missed_cha
 
 SINK = 0.3  # a layer whose first key holds this share of the attention has an attention sink worth saying
 MAX_LAYER_FINDINGS = 12  # beyond, the findings quote the largest and smallest change and point at the table
+LENGTH_MIN_N = 8  # the fewest examples a length sentence is said from (docs/methods.md, length association)
 
 
 def _early_share(init: pd.DataFrame, alpha: float) -> tuple[list[tuple[str, tuple[Check, ...]]], pd.Series, tuple]:
@@ -300,41 +301,50 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
             + "), so the mean Δ depends on this sample's lengths; an association, not an effect of length")
     out = [Claim("depends_on_length", text + ".", "headline", "length_association", rows_of(strong),
                  requires=(Check("some layer is associated", "rows >= 1", on="design"),
-                           Check("at least 8 examples", "n >= 8")), evidence=strong, verdicts=strong_gates)]
+                           Check("at least 8 examples", f"n >= {LENGTH_MIN_N}")), evidence=strong,
+                 verdicts=strong_gates)]
     if adjusted is not None and len(adjusted):
-        a = adjusted[adjusted["layer"].isin(strong["layer"])]
-        # |Δ| only where Δ keeps one sign in every length bin; where it turns, the turn is said (|Δ| hid a Δ going
-        # from +0.087 to -0.093 as "smaller in longer examples")
-        a = a.merge(_bin_signs(bins, list(a["layer"])), on="layer", how="left")
-        # each layer's words chosen by its checks; a turn said as the bins show it (nothing without bins)
-        kinds, gates = verdicts(a, {
-            "larger": Check("|Δ| larger: one sign in every length bin, slope on Δ's side",
-                            "one_sign and slope_per_10 * delta_at_reference > 0"),
-            "smaller": Check("|Δ| smaller: one sign in every length bin, slope against Δ",
-                             "one_sign and slope_per_10 * delta_at_reference < 0"),
-            "turns": Check("a turn said only where the bins' signs differ", "not one_sign and bin_signs != ''")},
-            "|Δ| against length", "length_adjusted")
-        a = a.assign(asserted=[_turn_words(r["bin_signs"]) if k == "turns" else k for k, (_, r) in
-                               zip(kinds, a.iterrows())])
-        parts = []
-        for word in [w for w in dict.fromkeys(a["asserted"]) if w]:
-            where = layers_phrase(a.loc[a["asserted"] == word, "layer"])
-            parts.append(f"|Δ| is {word} in longer examples in {where}" if word in ("larger", "smaller") else
-                         f"in {where} Δ {word} as examples grow (length bins from shortest to longest)")
-        some = lambda col: span(a[col]) if len(a) else "undefined"  # noqa: E731  (no layer: built, withheld)
-        out.append(Claim("length_adjusted", f"At the median length of those examples "
-                         f"({adjusted['reference_length'].iloc[0]:g} tokens) Δ is {some('delta_at_reference')} in "
-                         f"{layers_phrase(a['layer'])}, changing by {some('slope_per_10')} per 10 tokens"
-                         + (f": {'; '.join(parts)}." if parts else "."),
-                         "headline", "length_adjusted", rows_of(a), evidence=a,
-                         requires=(Check("a length association was found in these layers", "rows >= 1",
-                                         on="design"),
-                                   # what the association's own claim needs: below it, this one was printed alone
-                                   Check("the association had at least 8 examples", "n >= 8", on="design"),
-                                   Check("every layer with length bins is worded",
-                                         "asserted != '' or bin_signs == ''")),
-                         design={"n": n}, verdicts=gates))
+        out.append(length_adjusted_claim(adjusted, strong, bins, n))
     return out
+
+
+def length_adjusted_claim(adjusted: pd.DataFrame, strong: pd.DataFrame, bins: pd.DataFrame | None, n: int) -> Claim:
+    """What follows the length association (:func:`length_claims`): Δ at the median length and its slope in the layers
+    it names (``strong``), with |Δ| larger or smaller in longer examples where Δ keeps one sign in every length bin,
+    else how its sign turns; ``n`` the association's examples (the same minimum holds)."""
+    a = adjusted[adjusted["layer"].isin(strong["layer"])]
+    # |Δ| only where Δ keeps one sign in every length bin; where it turns, the turn is said (|Δ| hid a Δ going
+    # from +0.087 to -0.093 as "smaller in longer examples")
+    a = a.merge(_bin_signs(bins, list(a["layer"])), on="layer", how="left")
+    # each layer's words chosen by its checks; a turn said as the bins show it (nothing without bins)
+    kinds, gates = verdicts(a, {
+        "larger": Check("|Δ| larger: one sign in every length bin, slope on Δ's side",
+                        "one_sign and slope_per_10 * delta_at_reference > 0"),
+        "smaller": Check("|Δ| smaller: one sign in every length bin, slope against Δ",
+                         "one_sign and slope_per_10 * delta_at_reference < 0"),
+        "turns": Check("a turn said only where the bins' signs differ", "not one_sign and bin_signs != ''")},
+        "|Δ| against length", "length_adjusted")
+    a = a.assign(asserted=[_turn_words(r["bin_signs"]) if k == "turns" else k for k, (_, r) in
+                           zip(kinds, a.iterrows())])
+    parts = []
+    for word in [w for w in dict.fromkeys(a["asserted"]) if w]:
+        where = layers_phrase(a.loc[a["asserted"] == word, "layer"])
+        parts.append(f"|Δ| is {word} in longer examples in {where}" if word in ("larger", "smaller") else
+                     f"in {where} Δ {word} as examples grow (length bins from shortest to longest)")
+    some = lambda col: span(a[col]) if len(a) else "undefined"  # noqa: E731  (no layer: built, withheld)
+    return Claim("length_adjusted", f"At the median length of those examples "
+                 f"({adjusted['reference_length'].iloc[0]:g} tokens) Δ is {some('delta_at_reference')} in "
+                 f"{layers_phrase(a['layer'])}, changing by {some('slope_per_10')} per 10 tokens"
+                 + (f": {'; '.join(parts)}." if parts else "."),
+                 "headline", "length_adjusted", rows_of(a), evidence=a,
+                 requires=(Check("a length association was found in these layers", "rows >= 1",
+                                 on="design"),
+                           # what the association's own claim needs: below it, this one was printed alone
+                           Check("the association had at least 8 examples", f"n >= {LENGTH_MIN_N}",
+                                 on="design"),
+                           Check("every layer with length bins is worded",
+                                 "asserted != '' or bin_signs == ''")),
+                 design={"n": n}, verdicts=gates)
 
 
 def effects_claims(eff: pd.DataFrame, *, n_examples: int, pretrained: bool, alpha: float, confidence: float,
