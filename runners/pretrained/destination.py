@@ -16,6 +16,7 @@ from typing import Sequence
 
 from routestats.errors import RoutestatsError
 from routestats.rundir import schema as S
+from routestats.rundir.atomic import usual_mode
 
 from runners.outputs import check_replaceable
 from runners.pretrained.load import first_line
@@ -96,7 +97,7 @@ def keep_runs(tmp: Path, out: Path, names: Sequence[str]) -> Path:
     moved: list[str] = []
     try:
         kept = Path(tempfile.mkdtemp(prefix=f"{out.name}.capture-{os.getpid()}-", dir=out.parent))
-        kept.chmod(0o777 & ~current_umask())
+        kept.chmod(usual_mode(folder=True))  # mkdtemp's 0700: as the user's umask makes folders
         for name in names:
             (tmp / name).rename(kept / name)
             moved.append(name)
@@ -106,12 +107,6 @@ def keep_runs(tmp: Path, out: Path, names: Sequence[str]) -> Path:
             with contextlib.suppress(OSError):
                 (kept / name).rename(tmp / name)
         return tmp
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def echo_notice(line: str) -> None:
