@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-__all__ = ["Check", "Claim", "evaluate", "verdicts", "claims_frame", "asserted_rows"]
+__all__ = ["Check", "Claim", "evaluate", "row_verdicts", "verdicts", "claims_frame", "asserted_rows"]
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,18 @@ def evaluate(check: Check, evidence: pd.DataFrame | None, design: Mapping[str, A
         return bool(env.eval(check.test, engine="python").iloc[0])
     if not len(rows):
         return check.every in ("all", "same")
-    verdict = rows.eval(check.test, engine="python").astype(bool)
+    verdict = row_verdicts(check, rows)
     if check.every == "any":
         return bool(verdict.any())
     if check.every == "same":
         return bool(verdict.all() or not verdict.any())
     return bool(verdict.all())
+
+
+def row_verdicts(check: Check, rows: pd.DataFrame):
+    """A row-wise check's value on each of ``rows`` (its test only: ``where`` and ``every`` are the caller's), as
+    :func:`evaluate` reduces it and :func:`verdicts` reads it."""
+    return rows.eval(check.test, engine="python").astype(bool).to_numpy()
 
 
 @dataclass(frozen=True)
@@ -131,8 +137,7 @@ def verdicts(rows: pd.DataFrame, wordings: Mapping[str, Check], label: str, tabl
     """
     if any(c.on != "rows" or c.every != "all" or c.where for c in wordings.values()):
         raise ValueError("a verdict's check is a row-wise test of its one row (on rows, every all, no where)")
-    holds = {w: (rows.eval(c.test, engine="python").astype(bool).to_numpy() if len(rows) else ())
-             for w, c in wordings.items()}
+    holds = {w: row_verdicts(c, rows) if len(rows) else () for w, c in wordings.items()}
     words, parts = [], []
     for i in range(len(rows)):
         k, row = rows[key].iloc[i], rows.iloc[[i]]
