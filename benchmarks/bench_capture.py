@@ -266,16 +266,19 @@ def run(k):
                      conditions=conds, kernel_dtype="float64" if mode.endswith("64") else "model")
     return time.process_time() - t0
 
-t1 = run(1)
-t3 = run(3)
-print(json.dumps({{"per_record": (t3 - t1) / 2, "forwards": forwards}}))
+t1, t3 = [], []
+for _ in range(int(sys.argv[5])):  # interleaved; the least of each, so that drift of the machine hits both alike
+    t1.append(run(1))
+    t3.append(run(3))
+print(json.dumps({{"per_record": (min(t3) - min(t1)) / 2, "forwards": forwards}}))
 """
 PER_FORWARD = ("bare", "plain", "bias", "plain64", "bias64")
 
 
-def per_forward(lengths, model: str, modes=PER_FORWARD) -> list[dict]:
+def per_forward(lengths, model: str, modes=PER_FORWARD, repeats: int = 2) -> list[dict]:
     """The marginal CPU seconds of one more record (3 records less 1, halved: loading, the probe and writing the
-    folder are paid once) of each capture, and of one bare SDPA forward, one thread, each in its own process:
+    folder are paid once; the least of ``repeats`` of each, interleaved) of each capture, and of one bare SDPA
+    forward, one thread, each in its own process:
     ``plain`` (the baseline pass alone: one forward a record) and ``bias`` (baseline and ``--bias 1.0``: two), at
     the default kernel (the model's precision) and ``..64`` (``--kernel-dtype float64``)."""
     import json
@@ -285,7 +288,8 @@ def per_forward(lengths, model: str, modes=PER_FORWARD) -> list[dict]:
     rows = []
     for n in lengths:
         for mode in modes:
-            got = subprocess.run([sys.executable, "-c", MARGINAL.format(root=str(ROOT)), mode, str(n), model, "1"],
+            got = subprocess.run([sys.executable, "-c", MARGINAL.format(root=str(ROOT)), mode, str(n), model, "1",
+                                  str(repeats)],
                                  capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
             if got.returncode:
                 raise SystemExit(got.stderr[-2000:])
@@ -320,10 +324,11 @@ if __name__ == "__main__":
         ap.add_argument("--model", default="smol4", help="smol4 (SmolLM2-135M's layer shape, 4 layers, random "
                         "weights), tiny, or a model folder")
         ap.add_argument("--modes", default=",".join(PER_FORWARD), help="which of " + ", ".join(PER_FORWARD))
+        ap.add_argument("--repeats", type=int, default=2, help="captures of 1 and of 3 records, interleaved; the least")
         a = ap.parse_args()
         print(f"load average before: {load_average()} ({os.cpu_count()} cores; one thread); model {a.model}")
         table = per_forward_table(per_forward([int(x) for x in a.per_forward.split(",")], a.model,
-                                              a.modes.split(",")))
+                                              a.modes.split(","), a.repeats))
         print("\n" + table + f"\n\nload average after: {load_average()}")
     elif "--lengths" in sys.argv:
         ap = argparse.ArgumentParser()

@@ -243,7 +243,7 @@ def test_the_per_forward_benchmark_runs():
     # marginal seconds are milliseconds, of either sign by noise)
     from benchmarks.bench_capture import PER_FORWARD, per_forward, per_forward_table
 
-    rows = per_forward([64], "tiny")
+    rows = per_forward([64], "tiny", repeats=1)
     assert [r["mode"] for r in rows] == list(PER_FORWARD) and [r["forwards"] for r in rows] == [1, 1, 2, 1, 2]
     lines = per_forward_table(rows).splitlines()[2:]
     assert len(lines) == 4 and all(np.isfinite(float(line.split("|")[-2])) for line in lines), lines
@@ -346,3 +346,70 @@ def test_only_a_rounding_sized_step_past_the_entropy_bounds_is_pulled_back():
     top = float(np.log(64))
     got = rounded_into(torch.tensor([-6e-6, -0.5, 0.7, top + 5e-5, top + 0.3], dtype=torch.float64), top)
     assert got.tolist() == [0.0, -0.5, 0.7, top, top + 0.3]
+
+
+@pytest.mark.parametrize("bias", [None, 0.7])
+def test_grouped_query_heads_share_their_key_value_head_without_a_copy(bias):
+    # issue [capture-floor]: with no mask rows, each key/value head is served to its query heads as a stride-0 view.
+    # Expected: (1) bitwise the reductions of the same call with the heads repeated, as the block path repeats them;
+    # (2) within float32 rounding of a brute-force float64 softmax over keys repeated the way transformers'
+    # repeat_kv repeats them (query head h reads key/value head h // 3), which a grouping by h % 3 would miss
+    from runners.pretrained.fused import carry_bias, fused_rows, widen
+
+    g = torch.manual_seed(5)
+    b, H, Hk, n, d = 2, 6, 2, 33, 8
+    q, k, v = torch.randn(b, H, n, d, generator=g), torch.randn(b, Hk, n, d, generator=g), torch.randn(b, Hk, n, d,
+                                                                                                      generator=g)
+    fields = torch.randint(-1, 3, (b, n), generator=g)
+    kp, wide = widen(k, v, fields, 3, dtype=torch.float32)
+    kp = kp if bias is None else carry_bias(kp, fields, d, 3)
+    o, red = fused_rows(q, kp, wide, fields, fields, None, bias, 0.3, 3, d, causal=True, carried=True)
+    o_rep, red_rep = fused_rows(q, kp.repeat_interleave(3, 1), wide.repeat_interleave(3, 1), fields, fields, None,
+                                bias, 0.3, 3, d, causal=True, carried=True)
+    assert torch.equal(o, o_rep) and all(torch.equal(red[x], red_rep[x]) for x in red)
+    kk, vv = (x.double().repeat_interleave(3, 1) for x in (k, v))
+    s = q.double() @ kk.transpose(-1, -2) * 0.3
+    if bias is not None:
+        s = s + bias * ((fields[:, :, None] == fields[:, None, :]) & (fields[:, :, None] >= 0)).double()[:, None]
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.softmax(s, -1)
+    assert float((o.double() - p @ vv).abs().max()) < 1e-5
+    ent = -(p * torch.where(p > 0, p.log(), torch.zeros_like(p))).sum(-1)
+    assert float((red["entropy"] - ent).abs().max()) < 1e-5
+    onehot = (fields[:, None, None, :] == torch.arange(3)[:, None]).double()  # (b, 1, F, n)
+    assert float((red["field_mass"] - torch.einsum("bhqk,bfk->bhqf", p, onehot[:, 0])).abs().max()) < 1e-5
+
+
+def test_the_bias_never_writes_into_the_callers_mask():
+    # a float32 mask is its own kernel-dtype copy (mask.to(float32) is the same tensor): adding the bias in place
+    # changed the model's mask rows for every later layer (expected: the mask unchanged, all zeros)
+    from runners.pretrained.fused import fused_rows, widen
+
+    g = torch.manual_seed(6)
+    q, k, v = (torch.randn(1, 2, 9, 4, generator=g) for _ in range(3))
+    fields = torch.tensor([[0, 0, 1, 1, 1, 0, -1, 1, 0]])
+    mask = torch.zeros(1, 1, 9, 9)
+    fused_rows(q, *widen(k, v, fields, 2, dtype=torch.float32), fields, fields, mask, 1.0, 0.5, 2, 4)
+    assert torch.equal(mask, torch.zeros(1, 1, 9, 9))
+
+
+def test_a_batch_holds_at_most_its_records_and_tokens():
+    # issue [capture-floor]: at most batch_size records and BATCH_TOKENS tokens a batch (a longer record alone);
+    # every record once; without padding, one length a batch (brute-force checks over drawn lengths)
+    from runners.pretrained.seam import BATCH_TOKENS, length_batches
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        lengths = rng.choice([5, 64, 1000, 2048, 3000, 4096, 9000], size=rng.integers(1, 30)).tolist()
+        size, padding = int(rng.integers(1, 9)), str(rng.choice(["none", "longest"]))
+        batches = length_batches(lengths, size, padding)
+        assert sorted(i for bt in batches for i in bt) == list(range(len(lengths)))
+        for bt in batches:
+            longest = max(lengths[i] for i in bt)
+            assert len(bt) <= size and (len(bt) == 1 or len(bt) * longest <= BATCH_TOKENS)
+            assert padding == "longest" or len({lengths[i] for i in bt}) == 1
+        # and none is split needlessly: a batch of one length is full unless the next record of it starts another
+        if padding == "none":
+            for n in set(lengths):
+                per = min(size, max(1, BATCH_TOKENS // n))
+                assert sum(1 for bt in batches if lengths[bt[0]] == n) == -(-lengths.count(n) // per)

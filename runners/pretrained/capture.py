@@ -375,7 +375,9 @@ def _write_run(path: Path, loaded: Loaded, plan: Plan, cond: Condition, opts: Ca
         choice = AttentionChoice(0.0, how)  # read back from the shard runs: no forward here
     else:
         choice, on_device = _attention_here(loaded, plan, cond, opts)
-    if choice.chunk_mb:
+    if choice.chunk_mb and not choice.fused:  # chunked blocks only: on the fused path (one call a layer) every
+        # activation of 1 MB or more would be fresh pages, faulted in op by op (SmolLM2's layer shape, 4,096 tokens:
+        # the forward's linear layers and element-wise ops 1.3-2x their bare cost; bench_capture.py --per-forward)
         map_large_blocks()
     t0 = time.perf_counter()
     labels, subset = capture_layers(loaded, opts.layers)

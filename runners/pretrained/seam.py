@@ -34,7 +34,7 @@ from runners.pretrained.fielding import Encoded
 from runners.pretrained.fused import fused_attention
 
 __all__ = ["IMPLEMENTATION", "Condition", "Pass", "RowMask", "seam_attention", "seam_mask", "chunked_attention",
-           "register_seam", "capture_pass", "length_batches", "transported_norms", "reduce_rows", "Captured",
+           "register_seam", "capture_pass", "length_batches", "BATCH_TOKENS", "transported_norms", "reduce_rows", "Captured",
            "forward_batches", "block_rows", "fused_block_rows", "batch_fields", "batch_inputs"]
 
 IMPLEMENTATION = "routestats"
@@ -254,15 +254,25 @@ class Condition:
                 "ablate": ",".join(f"{a}.{b}" for a, b in self.ablate) or "none"}
 
 
-def length_batches(lengths: Sequence[int], batch_size: int, padding: str = "none") -> list[list[int]]:
+BATCH_TOKENS = 4096  # the most tokens a batch of records holds (one record may hold more)
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, padding: str = "none",
+                   tokens: int = BATCH_TOKENS) -> list[list[int]]:
     """Record indices in batches: ``none`` groups records of one length (no padding at all, so
     every record's attention is bitwise what it is alone); ``longest`` sorts by length and pads
-    to each batch's longest.
+    to each batch's longest. A batch holds at most ``batch_size`` records and ``tokens`` tokens
+    (padding included; a longer record is a batch of its own): batching long records buys no
+    throughput, since each matrix product is already large, and costs page faults and cache misses
+    on activations past glibc's largest heap block (32 MB) -- a 4,096-token record of SmolLM2's layer shape
+    captured in batches of three took 16 % more CPU than alone (``benchmarks/bench_capture.py --per-forward``).
 
     >>> length_batches([3, 5, 3, 3, 5], 2)
     [[0, 2], [3], [1, 4]]
     >>> length_batches([3, 5, 4], 2, "longest")
     [[0, 2], [1]]
+    >>> length_batches([3000, 3000, 1000, 1000, 1000, 1000, 1000], 8)  # at most 4,096 tokens a batch
+    [[2, 3, 4, 5], [6], [0], [1]]
     """
     if batch_size < 1:
         raise RoutestatsError(f"--batch-size must be at least 1, got {batch_size}")
@@ -271,7 +281,8 @@ def length_batches(lengths: Sequence[int], batch_size: int, padding: str = "none
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
     out: list[list[int]] = []
     for i in order:
-        if out and len(out[-1]) < batch_size and (padding == "longest" or lengths[out[-1][0]] == lengths[i]):
+        if (out and len(out[-1]) < batch_size and (len(out[-1]) + 1) * lengths[i] <= tokens
+                and (padding == "longest" or lengths[out[-1][0]] == lengths[i])):
             out[-1].append(i)
         else:
             out.append([i])
