@@ -284,7 +284,8 @@ CAPTURE_OPTIONS = {  # python -m runners capture: declared here so that the comm
     "layers": typer.Option(None, help="Store only these layers, e.g. 0,1,5 (default: all)."),
     "forms": typer.Option("reductions", help="Attention forms: reductions and/or matrices (matrices are large; they add the word-level explorer, rollout and norm-weighted SFM)."),
     "dtype": typer.Option("float32", help="Storage dtype: float16 or float32."),
-    "batch_size": typer.Option(8, help="Records per forward pass."),
+    "batch_size": typer.Option(8, help="Records per forward pass (a batch holds at most 4,096 tokens; a longer "
+                                          "record is a batch of its own)."),
     "padding": typer.Option("none", help="none (batch records of one length: bitwise as one at a time) or "
         "longest (pad to the batch's longest, padding sliced off)."),
     "device": typer.Option("cpu", help="cpu or cuda[:N]."),
