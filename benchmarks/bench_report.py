@@ -162,6 +162,120 @@ def record_statistics(data: Path, out: Path, env: dict) -> str:
     return res.stdout.strip().splitlines()[-1]
 
 
+def measure_report(data: Path, exe: str, repeats: int) -> tuple[dict, list[str], list[str], str]:
+    """The report of ``data`` and its floors, interleaved ``repeats`` times: (the best (CPU, wall) of each, the files
+    the report verified, the pieces of files it read in part, the statistics it computed as JSON)."""
+    env = {"ROUTESTATS_CACHE": "off"}
+    rows: dict[str, list] = {"report": [], "hash": [], "scan": [], "stats": [], "start": []}
+    files: list[str] = []
+    pieces: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r"
+        rec = record_statistics(data, out, env)
+        for _ in range(repeats):
+            rows["report"].append(child_cpu([exe, "report", str(data), "-o", str(out), "--force", *SAME], env))
+            if not files:
+                files, pieces = verified_files(out)
+            rows["hash"].append(child_cpu([sys.executable, "-c", HASH, *files, *pieces]))
+            rows["scan"].append(child_cpu([sys.executable, "-c", SCAN, *[f for f in files if f.endswith(".parquet")]],
+                                          FLOOR_ENV))
+            rows["stats"].append(child_cpu([sys.executable, "-c", STATS_FLOOR, rec], FLOOR_ENV))
+            rows["start"].append(child_cpu([sys.executable, "-c", "pass"]))
+    return {k: min(v) for k, v in rows.items()}, files, pieces, rec
+
+
+def verified_files(out: Path) -> tuple[list[str], list[str]]:
+    """The files a report verified (= read), from the provenance JSON its page embeds, and the 8 MiB pieces of the
+    files it read in part (the word map's example: the hash floor hashes the same pieces)."""
+    page = (out / "report.html").read_text()
+    prov = json.loads(html_lib.unescape(page.split('<pre class="mono">', 1)[1].split("</pre>", 1)[0]))
+    files: list[str] = []
+    pieces: list[str] = []
+    for role in ("baseline", "variant"):
+        r = prov["runs"][role]
+        files += [str(Path(r["path"]) / p) for p in r["files"]]
+        for p, read in r.get("files_read_in_part", {}).items():
+            piece = 8 << 20  # routestats.rundir.schema.VERIFY_PART_BYTES (nothing imported here)
+            pieces += [f"{Path(r['path']) / p}@{i * piece}+{piece}" for i in read["pieces"]]
+    return files, pieces
+
+
+def print_floors(best: dict, files: list[str], pieces: list[str], rec: str, repeats: int) -> None:
+    size = sum(os.path.getsize(f) for f in files) / 1e6
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; best of {repeats}; "
+          f"the report read {len(files)} files, {size:.0f} MB: {', '.join(sorted({Path(f).name for f in files}))}"
+          + (f"; and {len(pieces)} verified 8 MiB pieces of files read in part (hash floor: those pieces; "
+             "scan floor: not counted)" if pieces else ""))
+    rep = best["report"][0]
+    for name, label in (("report", "routestats report, cache off"), ("hash", "hash floor: SHA-256 of those files"),
+                        ("scan", "read floor: bare scan of those Parquet files"),
+                        ("stats", "statistics floor: the canonical draws + products"), ("start", "python -c pass")):
+        cpu, wall = best[name]
+        print(f"{label:48s} {cpu:7.2f} s CPU {wall:7.2f} s wall   report / this = {rep / cpu:5.1f}x")
+    hashing = best["hash"][0] - best["start"][0]  # the hash work itself, without the interpreter start
+    print(f"verification (hash floor minus python start) = {hashing:.2f} s CPU = {100 * hashing / rep:.1f} % "
+          "of the report's CPU")
+    calls = json.loads(rec)
+    print("statistics the report computed: " + ", ".join(f"{len(v)} {k} calls" for k, v in calls.items()))
+
+
+def measure_small_and_warm(data: Path, exe: str, n_small: int, repeats: int) -> dict:
+    """The fixed cost (a 2 x ``n_small`` pair's report) and its floors, the warm re-reports, peak RSS, --help."""
+    from bench_storage import write_runs
+
+    env = {"ROUTESTATS_CACHE": "off"}
+    small = Path(str(data) + f"-small{n_small}")
+    if not (small / "saab" / "run.json").is_file():
+        write_runs(small, n_small, forms=("matrices", "reductions"))
+    got = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r"
+        got["fixed"] = min(child_cpu([exe, "report", str(small), "-o", str(out), "--force", *SAME], env)[0]
+                           for _ in range(repeats))
+        small_files = [str(p) for p in small.rglob("reductions.parquet")] + [str(p) for p in
+                                                                             small.rglob("examples.parquet")]
+        got["scan"] = min(child_cpu([sys.executable, "-c", SCAN, *small_files], FLOOR_ENV)[0] for _ in range(repeats))
+        small_rec = record_statistics(small, out, env)
+        got["stats"] = min(child_cpu([sys.executable, "-c", STATS_FLOOR, small_rec], FLOOR_ENV)[0]
+                           for _ in range(repeats))
+        warm_env = {"ROUTESTATS_CACHE": str(Path(tmp) / "cache")}
+        again = [exe, "report", str(data), "-o", str(out), "--force", *SAME]
+        child_cpu(again, warm_env)  # fills the caches
+        # the same command again: the report cache answers (every input file's stamp unchanged)
+        got["warm"] = min(child_cpu(again, warm_env)[0] for _ in range(repeats))
+        # another setting: the report is computed again, from the metrics cache (reductions not re-read)
+        got["warm_changed"] = min(child_cpu([*again, "--seed", str(7 + i)], warm_env)[0] for i in range(repeats))
+        got["rss"] = peak_rss_mb(again, env)
+    got["help"] = min(child_cpu([exe, "--help"])[0] for _ in range(5))
+    return got
+
+
+def print_targets(best: dict, small: dict, n: int, n_small: int) -> None:
+    """Each target of the [report-floor] issue against its floor."""
+    rep = best["report"][0]
+    work_floor = best["scan"][0] + best["stats"][0] - best["start"][0]  # one interpreter start, not two
+    marginal = (rep - small["fixed"]) / (n - n_small) * 1e3
+    read_each = (best["scan"][0] - small["scan"]) / (n - n_small) * 1e3
+    stats_each = (best["stats"][0] - small["stats"]) / (n - n_small) * 1e3
+    print()
+    print(f"{'target':68s} {'measured':>10s} {'floor':>10s} {'ratio':>7s} {'goal':>8s}")
+    for label, got, floor, goal in (
+            (f"2 x {n} report CPU (s) vs reading its files", rep, best["scan"][0], None),
+            (f"2 x {n} report CPU (s) vs reading + its statistics' floor", rep, work_floor, 2.0),
+            (f"fixed cost: 2 x {n_small} report CPU (s)", small["fixed"], None, 2.0),
+            ("marginal CPU per example (ms) vs reading its inputs", marginal, read_each, None),
+            ("marginal CPU per example (ms) vs reading + statistics' floor", marginal, read_each + stats_each, None),
+            (f"warm re-report (cache hit), 2 x {n} (s)", small["warm"], None, 0.5),
+            (f"another --seed (metrics cache; floor: the cold report), 2 x {n} (s)", small["warm_changed"], rep, None),
+            ("routestats --help CPU (s)", small["help"], None, 0.15)):
+        ratio = got / floor if floor else None
+        verdict = "" if goal is None else "met" if (ratio if floor else got) <= goal else "NOT met"
+        print(f"{label:68s} {got:10.3f} {('' if floor is None else f'{floor:.3f}'):>10s} "
+              f"{('' if ratio is None else f'{ratio:.2f}x'):>7s} {('' if goal is None else '<= ' + str(goal)):>8s} "
+              f"{verdict}")
+    print(f"{'peak RSS of the 2 x ' + str(n) + ' report (MB)':68s} {small['rss']:10.0f}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=2336)
@@ -178,94 +292,11 @@ def main(argv=None) -> None:
         write_runs(data, args.examples, forms=("matrices", "reductions"))
         print(f"wrote the 2 x {args.examples} pair in {time.perf_counter() - t0:.1f} s under {data}")
     exe = str(Path(sys.executable).with_name("routestats"))
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "r"
-        env = {"ROUTESTATS_CACHE": "off"}
-        rows = {"report": [], "hash": [], "scan": [], "stats": [], "start": []}
-        files: list[str] = []
-        pieces: list[str] = []
-        rec = record_statistics(data, out, env)
-        for i in range(args.repeats):
-            rows["report"].append(child_cpu([exe, "report", str(data), "-o", str(out), "--force", *SAME], env))
-            if not files:
-                page = (out / "report.html").read_text()
-                # the provenance JSON the report embeds lists exactly the files it verified (= read)
-                prov = json.loads(html_lib.unescape(page.split('<pre class="mono">', 1)[1].split("</pre>", 1)[0]))
-                for role in ("baseline", "variant"):
-                    r = prov["runs"][role]
-                    files += [str(Path(r["path"]) / p) for p in r["files"]]
-                    # files read in part (the word map's example): the floor hashes the same pieces
-                    for p, read in r.get("files_read_in_part", {}).items():
-                        piece = 8 << 20  # routestats.rundir.schema.VERIFY_PART_BYTES (nothing imported here)
-                        pieces += [f"{Path(r['path']) / p}@{i * piece}+{piece}" for i in read["pieces"]]
-            rows["hash"].append(child_cpu([sys.executable, "-c", HASH, *files, *pieces]))
-            rows["scan"].append(child_cpu([sys.executable, "-c", SCAN, *[f for f in files if f.endswith(".parquet")]],
-                                          FLOOR_ENV))
-            rows["stats"].append(child_cpu([sys.executable, "-c", STATS_FLOOR, rec], FLOOR_ENV))
-            rows["start"].append(child_cpu([sys.executable, "-c", "pass"]))
-    best = {k: min(v) for k, v in rows.items()}
-    size = sum(os.path.getsize(f) for f in files) / 1e6
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; best of {args.repeats}; "
-          f"the report read {len(files)} files, {size:.0f} MB: {', '.join(sorted({Path(f).name for f in files}))}"
-          + (f"; and {len(pieces)} verified 8 MiB pieces of files read in part (hash floor: those pieces; "
-             "scan floor: not counted)" if pieces else ""))
-    rep = best["report"][0]
-    for name, label in (("report", "routestats report, cache off"), ("hash", "hash floor: SHA-256 of those files"),
-                        ("scan", "read floor: bare scan of those Parquet files"),
-                        ("stats", "statistics floor: the canonical draws + products"), ("start", "python -c pass")):
-        cpu, wall = best[name]
-        print(f"{label:48s} {cpu:7.2f} s CPU {wall:7.2f} s wall   report / this = {rep / cpu:5.1f}x")
-    hashing = best["hash"][0] - best["start"][0]  # the hash work itself, without the interpreter start
-    print(f"verification (hash floor minus python start) = {hashing:.2f} s CPU = {100 * hashing / rep:.1f} % "
-          "of the report's CPU")
-    calls = json.loads(rec)
-    print("statistics the report computed: " + ", ".join(f"{len(v)} {k} calls" for k, v in calls.items()))
-    work_floor = best["scan"][0] + best["stats"][0] - best["start"][0]  # one interpreter start, not two
-    # the other targets of the speed issue, each against its floor
-    small = Path(str(data) + f"-small{args.small}")
-    if not (small / "saab" / "run.json").is_file():
-        write_runs(small, args.small, forms=("matrices", "reductions"))
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "r"
-        fixed = min(child_cpu([exe, "report", str(small), "-o", str(out), "--force", *SAME], env)[0]
-                    for _ in range(args.repeats))
-        small_files = [str(p) for p in small.rglob("reductions.parquet")] + [str(p) for p in small.rglob("examples.parquet")]
-        small_scan = min(child_cpu([sys.executable, "-c", SCAN, *small_files], FLOOR_ENV)[0] for _ in range(args.repeats))
-        small_rec = record_statistics(small, out, env)
-        small_stats = min(child_cpu([sys.executable, "-c", STATS_FLOOR, small_rec], FLOOR_ENV)[0]
-                          for _ in range(args.repeats))
-        cache = Path(tmp) / "cache"
-        warm_env = {"ROUTESTATS_CACHE": str(cache)}
-        child_cpu([exe, "report", str(data), "-o", str(out), "--force", *SAME], warm_env)  # fills the caches
-        # the same command again: the report cache answers (every input file's stamp unchanged)
-        warm = min(child_cpu([exe, "report", str(data), "-o", str(out), "--force", *SAME], warm_env)[0]
-                   for _ in range(args.repeats))
-        # another setting: the report is computed again, from the metrics cache (reductions not re-read)
-        warm_changed = min(child_cpu([exe, "report", str(data), "-o", str(out), "--force", *SAME, "--seed", str(7 + i)],
-                                     warm_env)[0] for i in range(args.repeats))
-        rss = peak_rss_mb([exe, "report", str(data), "-o", str(out), "--force", *SAME], env)
-    helpcpu = min(child_cpu([exe, "--help"])[0] for _ in range(5))
-    n = args.examples
-    marginal = (rep - fixed) / (n - args.small) * 1e3
-    read_each = (best["scan"][0] - small_scan) / (n - args.small) * 1e3
-    stats_each = (best["stats"][0] - small_stats) / (n - args.small) * 1e3
-    print()
-    print(f"{'target':68s} {'measured':>10s} {'floor':>10s} {'ratio':>7s} {'goal':>8s}")
-    for label, got, floor, goal in (
-            (f"2 x {n} report CPU (s) vs reading its files", rep, best["scan"][0], 4.0),
-            (f"2 x {n} report CPU (s) vs reading + its statistics' floor", rep, work_floor, None),
-            (f"2 x {n} report CPU (s), absolute", rep, None, 3.5),
-            (f"fixed cost: 2 x {args.small} report CPU (s)", fixed, None, 2.0),
-            ("marginal CPU per example (ms) vs reading its inputs", marginal, read_each, 2.0),
-            ("marginal CPU per example (ms) vs reading + statistics' floor", marginal, read_each + stats_each, None),
-            (f"warm re-report (cache hit), 2 x {n} (s)", warm, None, 1.5),
-            (f"another --seed (metrics cache; floor: the cold report), 2 x {n} (s)", warm_changed, rep, None),
-            ("routestats --help CPU (s)", helpcpu, None, 0.15)):
-        ratio = got / floor if floor else None
-        verdict = "" if goal is None else "met" if (ratio if floor else got) <= goal else "NOT met"
-        print(f"{label:68s} {got:10.3f} {('' if floor is None else f'{floor:.3f}'):>10s} "
-              f"{('' if ratio is None else f'{ratio:.2f}x'):>7s} {('' if goal is None else '<= ' + str(goal)):>8s} {verdict}")
-    print(f"{'peak RSS of the 2 x ' + str(n) + ' report (MB)':68s} {rss:10.0f}")
+    best, files, pieces, rec = measure_report(data, exe, args.repeats)
+    print_floors(best, files, pieces, rec, args.repeats)
+    small = measure_small_and_warm(data, exe, args.small, args.repeats)
+    print_targets(best, small, args.examples, args.small)
+
 
 if __name__ == "__main__":
     main()
