@@ -194,14 +194,24 @@ def long_setup(model: str, n: int):
 MODES = ("bare-sdpa", "bare-eager", "capture-fused", "capture-fused64", "capture-chunked", "capture-eager")
 
 
-def long_context(lengths, model: str, threads: int, eager_max: int, modes=MODES) -> list[dict]:
-    """Each mode at each length in its own process (its own peak RSS): the bare forward with SDPA (no weights:
-    the floor of the work) and with eager attention returning the weights (the obvious alternative), and
-    capture with fused (the model's own precision, float32, and float64 kernels), chunked and eager attention."""
+def child_json(code: str, *args, **env) -> dict:
+    """Run ``code`` (formatted with the repository root) in a fresh interpreter with ``args`` and the environment
+    variables ``env``; the JSON object of its last line of output (its error's tail ends the benchmark)."""
     import json
     import subprocess
     import sys
 
+    got = subprocess.run([sys.executable, "-c", code.format(root=str(ROOT)), *map(str, args)], capture_output=True,
+                         text=True, cwd=ROOT, env={**os.environ, **env})
+    if got.returncode:
+        raise SystemExit(got.stderr[-2000:])
+    return json.loads(got.stdout.strip().splitlines()[-1])
+
+
+def long_context(lengths, model: str, threads: int, eager_max: int, modes=MODES) -> list[dict]:
+    """Each mode at each length in its own process (its own peak RSS): the bare forward with SDPA (no weights:
+    the floor of the work) and with eager attention returning the weights (the obvious alternative), and
+    capture with fused (the model's own precision, float32, and float64 kernels), chunked and eager attention."""
     rows = []
     for n in lengths:
         for mode in MODES:
@@ -209,12 +219,9 @@ def long_context(lengths, model: str, threads: int, eager_max: int, modes=MODES)
                 rows.append({"n": n, "mode": mode, "seconds": None, "rss_mb": None, "peak_mb": None})
                 continue
             out = tempfile.mkdtemp()
-            got = subprocess.run([sys.executable, "-c", ONE.format(root=str(ROOT)), mode, str(n), model, str(threads),
-                                  out + "/cap"], capture_output=True, text=True, cwd=ROOT)
+            got = child_json(ONE, mode, n, model, threads, out + "/cap")
             shutil.rmtree(out, ignore_errors=True)
-            if got.returncode:
-                raise SystemExit(got.stderr[-2000:])
-            rows.append({"n": n, "mode": mode, **json.loads(got.stdout.strip().splitlines()[-1])})
+            rows.append({"n": n, "mode": mode, **got})
             print(f"  {n:>6} {mode:<16} {rows[-1]['seconds']:8.2f} s {rows[-1]['rss_mb']:8.0f} MB rise "
                   f"{rows[-1]['peak_mb']:8.0f} MB peak", flush=True)
     return rows
@@ -294,19 +301,10 @@ def per_forward(lengths, model: str, modes=PER_FORWARD, repeats: int = 2) -> lis
     forward in the same process, one thread, each mode in its own process (``bare``: the bare forward alone):
     ``plain`` (the baseline pass alone: one forward a record) and ``bias`` (baseline and ``--bias 1.0``: two), at
     the default kernel (the model's precision) and ``..64`` (``--kernel-dtype float64``)."""
-    import json
-    import subprocess
-    import sys
-
     rows = []
     for n in lengths:
         for mode in modes:
-            got = subprocess.run([sys.executable, "-c", MARGINAL.format(root=str(ROOT)), mode, str(n), model, "1",
-                                  str(repeats)],
-                                 capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-            if got.returncode:
-                raise SystemExit(got.stderr[-2000:])
-            rows.append({"n": n, "mode": mode, **json.loads(got.stdout.strip().splitlines()[-1])})
+            rows.append({"n": n, "mode": mode, **child_json(MARGINAL, mode, n, model, 1, repeats, OMP_NUM_THREADS="1")})
             print(f"  {n:>6} {mode:<8} {rows[-1]['per_record']:8.2f} s CPU a record (bare forward "
                   f"{rows[-1]['bare_per_record']:.2f})", flush=True)
     return rows
