@@ -695,11 +695,14 @@ def test_ctrl_c_of_training_says_what_is_kept_and_how_to_go_on(tmp_path):
     seen = ""
     deadline = time.monotonic() + 240
     while "run 1 of 2" not in seen and time.monotonic() < deadline:  # training has begun
-        seen += proc.stdout.readline()
+        line = proc.stdout.readline()
+        if not line:  # the command ended before training began (its last words say why): not waited out
+            break
+        seen += line
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=120)
     lines = (seen + rest).strip().splitlines()
-    assert proc.returncode == 130
+    assert proc.returncode == 130, (proc.returncode, lines[-8:])
     assert lines[-1].startswith("interrupted: each run resumes from its last checkpoint and complete runs are skipped; "
                                 "to go on, run again: python -m runners saab --preset tiny --seed 3 --out "), lines[-3:]
     assert list((out / "baseline" / "checkpoints").glob("step_*.pt"))
