@@ -690,8 +690,14 @@ def test_ctrl_c_of_training_says_what_is_kept_and_how_to_go_on(tmp_path):
 
     out = tmp_path / "pair"
     cmd = [sys.executable, "-m", "runners", "saab", "--preset", "tiny", "--seed", "3", "--out", str(out), "--threads", "1"]
+    def as_at_a_terminal():  # the child's SIGINT at its default, unblocked, as a terminal's foreground job has it,
+        # whatever the test runner inherited: a suite started in the background of a non-interactive shell ignores
+        # SIGINT (POSIX), its children too, and the command trained on through the signal (exit 0, or past 120 s)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=as_at_a_terminal)
     seen = ""
     deadline = time.monotonic() + 240
     while "run 1 of 2" not in seen and time.monotonic() < deadline:  # training has begun
