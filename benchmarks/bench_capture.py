@@ -51,7 +51,7 @@ def main(argv=None) -> dict:
     from runners.pretrained.records import read_records
     from runners.pretrained.seam import Condition
     from runners.pretrained.load import load_model
-    from runners.pretrained.seam import length_batches
+    from runners.pretrained.batches import length_batches
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", type=Path, default=None, help="model folder (default: the packaged MiniLM)")

@@ -396,7 +396,7 @@ def test_the_bias_never_writes_into_the_callers_mask():
 def test_a_batch_holds_at_most_its_records_and_tokens():
     # issue [capture-floor]: at most batch_size records and BATCH_TOKENS tokens a batch (a longer record alone);
     # every record once; without padding, one length a batch (brute-force checks over drawn lengths)
-    from runners.pretrained.seam import BATCH_TOKENS, length_batches
+    from runners.pretrained.batches import BATCH_TOKENS, length_batches
 
     rng = np.random.default_rng(7)
     for _ in range(200):

@@ -31,8 +31,8 @@ import torch
 
 from routestats.errors import RoutestatsError
 
-__all__ = ["fused_attention", "fused_rows", "widen", "plain_mask", "carry_bias", "rounded_into", "FUSED_DTYPE",
-           "ROUNDING"]
+__all__ = ["fused_attention", "fused_rows", "grouped_kernel", "widen", "plain_mask", "carry_bias", "rounded_into",
+           "FUSED_DTYPE", "ROUNDING"]
 
 FUSED_DTYPE = torch.float64  # widen's default; a capture passes its kernel's (Pass.kernel): by default the model's
 # own precision (runners.pretrained.capture.model_kernel), proven within twice the model's own eager gap to the
@@ -108,6 +108,24 @@ def carry_bias(kp, fields_k, d: int, n_fields: int):
     return kp
 
 
+def grouped_kernel(qp, kp, wide, add, scaling: float, causal: bool):
+    """(output, lse) of :func:`_kernel` for query heads ``qp`` (b, H, rows, w) over ``kp`` / ``wide`` of H heads, or
+    of H_kv heads whose H / H_kv query heads are grouped (query head h reads key/value head h // (H / H_kv)). With
+    no mask rows each key/value head is served to its group as a stride-0 view (b x H_kv batches of H / H_kv heads):
+    the same bits as repeating it, 5 % less kernel, no copy; mask rows are per batch element, so there the heads are
+    repeated."""
+    b, H, rows, w = qp.shape
+    Hk = kp.shape[1]
+    if Hk != H and add is not None:
+        kp, wide, Hk = kp.repeat_interleave(H // Hk, dim=1), wide.repeat_interleave(H // Hk, dim=1), H
+    if Hk == H:
+        return _kernel(qp, kp, wide, add, scaling, causal)
+    g = (b * Hk, H // Hk, rows, w)
+    out, lse = _kernel(qp.view(g), kp.reshape(b * Hk, 1, *kp.shape[2:]).expand(g[:2] + kp.shape[2:]),
+                       wide.reshape(b * Hk, 1, *wide.shape[2:]).expand(g[:2] + wide.shape[2:]), add, scaling, causal)
+    return out.reshape(b, H, rows, -1), lse.reshape(b, H, rows)
+
+
 def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_fields: int, dv: int,
                causal: bool = False, carried: bool = False):
     """The output rows and reductions of one block of queries ``q`` (b, H, rows, d) against the layer's widened
@@ -150,18 +168,7 @@ def fused_rows(q, kp, wide, fields_q, fields_k, mask, bias_w, scaling: float, n_
         same = (fields_q[:, :, None] == fields_k[:, None, :]) & (fields_q[:, :, None] >= 0)
         bias = same[:, None].to(dt) * float(bias_w)
         add = bias if add is None else add + bias  # never in place: mask.to(dt) may be the caller's own mask
-    Hk = kp.shape[1]
-    if Hk != H and add is not None:  # mask rows are per batch element: one key/value head a query head
-        kp, wide, Hk = kp.repeat_interleave(H // Hk, dim=1), wide.repeat_interleave(H // Hk, dim=1), H
-    if Hk != H:  # grouped query heads, no mask: each key/value head served to its query heads as a stride-0 view
-        # (b x H_kv batches of H / H_kv heads), never repeated: the same bits, 5 % less kernel, no copies
-        g = (b * Hk, H // Hk, rows, qp.shape[-1])
-        out, lse = _kernel(qp.view(g), kp.reshape(b * Hk, 1, *kp.shape[2:]).expand(g[:2] + kp.shape[2:]),
-                           wide.reshape(b * Hk, 1, *wide.shape[2:]).expand(g[:2] + wide.shape[2:]), add, scaling,
-                           causal)
-        out, lse = out.reshape(b, H, rows, -1), lse.reshape(b, H, rows)
-    else:
-        out, lse = _kernel(qp, kp, wide, add, scaling, causal)
+    out, lse = grouped_kernel(qp, kp, wide, add, scaling, causal)
     field_mass = out[..., dv + d:dv + d + n_fields]
     first_mass, row_mass = out[..., -2], out[..., -1]
     # q . (p @ K) in the kernel's arithmetic (its own rounding, which the probe bounds), then float64: casting both

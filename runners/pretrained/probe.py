@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from runners.pretrained.fielding import Encoded
-from runners.pretrained.seam import Condition, Pass, batch_fields, batch_inputs, capture_pass, reduce_rows
+from runners.pretrained.batches import batch_fields, batch_inputs
+from runners.pretrained.seam import Condition, Pass, capture_pass, reduce_rows
 
 __all__ = ["ChunkProbe", "chunk_probe", "kernel_bound", "FUSED_EAGER_ATOL", "KERNEL_ATOL", "OWN_MULTIPLE",
            "OWN_FLOOR"]
