@@ -3,7 +3,6 @@ the initialisation analysis (METHODS 3.4, 3.8); rho and p are ``scipy.stats.spea
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,10 +12,10 @@ from scipy import special
 from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
 from routestats.stats.inference import holm, percentile_ci
+from routestats.stats.slope import slope_hc2
 from routestats.stats.work import note
 
-__all__ = ["average_ranks", "spearman", "SpearmanResult", "spearman_ci", "spearman_permutation_p", "spearman_robust_p",
-           "spearman_influence_se"]
+__all__ = ["average_ranks", "spearman", "SpearmanResult", "spearman_ci", "spearman_permutation_p"]
 
 
 def average_ranks(v) -> np.ndarray:
@@ -99,67 +98,6 @@ def spearman_permutation_p(x, y, permutations: int, seed: int) -> np.ndarray:
     return np.where(constant, np.nan, p)
 
 
-def _upper_share(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """(1/n) sum_j w_j ([a_j > a_i] + [a_j = a_i] / 2) for every i: the weight above each value, ties halved.
-    ``w`` (n, k): one column per weight vector; O(n log n)."""
-    n = len(a)
-    order = np.argsort(a, kind="stable")
-    sa = a[order]
-    c = np.vstack([np.zeros((1, w.shape[1])), np.cumsum(w[order], axis=0)])
-    left, right = np.searchsorted(sa, a, side="left"), np.searchsorted(sa, a, side="right")
-    return (c[-1] - c[right] + 0.5 * (c[right] - c[left])) / n
-
-
-def spearman_robust_p(x, y, rho=None) -> np.ndarray:
-    """Two-sided p of Spearman's rho of ``x`` with each column of ``y`` against rho = 0, studentised by rho's
-    influence function, so that it holds when the spread of y changes with x (no change in its centre): a
-    dependence the permutation p (:func:`spearman_permutation_p`, exact only under independence) reads as an
-    association (the length family rejected 3.1 % of such nulls at its 1.7 % share, issue [true-words-3]).
-
-    With u = F(x) - 1/2 and v = G(y) - 1/2 (average ranks / n), rho = 12 E[u v] and its influence at
-    (x_i, y_i) is 12 (u_i v_i - m + A_i + B_i), m = mean(u v), A_i = (1/n) sum_j v_j [x_j >= x_i] - m and
-    B_i = (1/n) sum_j u_j [y_j >= y_i] - m (ties halved): the last two are what ranking adds, which studentising
-    the ranks alone leaves out. se^2 = var(influence) / n x n / (n - 4) (the small-sample inflation measured to
-    hold the size at n 12-40), against t with n - 2 df. NaN below 5 pairs or for a constant column. ``rho``: each
-    column's rho where the caller has it (:func:`spearman_ci`), else computed here.
-
-    >>> rng = np.random.default_rng(0)
-    >>> x = rng.uniform(0, 1, 200)
-    >>> p = spearman_robust_p(x, np.column_stack([x + rng.normal(0, 1, 200), rng.normal(0, 1, 200)]))
-    >>> bool(p[0] < 0.01 < 0.05 < p[1])   # an association is found, an independent column is not
-    True
-    """
-    xv = np.asarray(x, dtype=np.float64)
-    Y = np.asarray(y, dtype=np.float64)
-    Y = Y[:, None] if Y.ndim == 1 else Y
-    n, k = Y.shape
-    if n < 5 or k == 0:
-        return np.full(k, np.nan)
-    rho = np.array([spearman(xv, Y[:, j])[0] for j in range(k)]) if rho is None else np.asarray(rho, np.float64)
-    se = spearman_influence_se(xv, Y) * math.sqrt(n / (n - 4))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = 2 * special.stdtr(n - 2, -np.abs(rho / se))
-    return np.where(np.isfinite(rho) & (se > 0), p, np.nan)
-
-
-def spearman_influence_se(x, y) -> np.ndarray:
-    """The standard error of Spearman's rho of ``x`` with each column of ``y`` from its influence function
-    (sqrt(var(influence) / n); :func:`spearman_robust_p` says which), without a small-sample factor: tested against
-    the jackknife's (leave-one-out rhos of ``scipy.stats.spearmanr``)."""
-    xv = np.asarray(x, dtype=np.float64)
-    Y = np.asarray(y, dtype=np.float64)
-    Y = Y[:, None] if Y.ndim == 1 else Y
-    n, k = Y.shape
-    u = (average_ranks(xv) - (n + 1) / 2) / n
-    V = np.column_stack([(average_ranks(Y[:, j]) - (n + 1) / 2) / n for j in range(k)])
-    uv = u[:, None] * V
-    m = uv.mean(axis=0)
-    a = _upper_share(xv, V) - m
-    b = np.column_stack([_upper_share(Y[:, j], u[:, None])[:, 0] for j in range(k)]) - m
-    influence = 12 * (uv - m + a + b)
-    return np.sqrt(influence.var(axis=0, ddof=1) / n)
-
-
 def _tie_groups(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sort order, start of each run of equal values in that order, and each element's run index."""
     order = np.argsort(v, kind="stable")
@@ -227,7 +165,7 @@ class SpearmanResult:
     p_t: np.ndarray | None = None  # the t approximation's p (scipy's) where p_raw is a permutation p
     permutations: int = 0
     p_permutation: np.ndarray | None = None  # with permutations: p_raw is the larger of these two
-    p_robust: np.ndarray | None = None
+    p_robust: np.ndarray | None = None  # the least-squares slope's p, HC2 with Bell-McCaffrey df (stats.slope)
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame(
@@ -248,7 +186,7 @@ class SpearmanResult:
                 "p_permutation": self.p_raw if self.p_permutation is None else self.p_permutation,
                 "p_robust": self.p_raw if self.p_robust is None else self.p_robust,
                 "method": "Spearman (average ranks) + percentile bootstrap"
-                          + (" + the larger of a permutation p and a studentised p" if self.permutations else ""),
+                          + (" + the larger of a permutation p and an HC2 slope p" if self.permutations else ""),
             }
         )
 
@@ -258,8 +196,12 @@ def spearman_ci(x, y, *, resampling: Resampling | None = None, resamples: int | 
     """Spearman rho of x with each column of y, bootstrap CI and Holm (METHODS 3.4).
 
     rho and its two-sided p are :func:`spearman` (``scipy.stats.spearmanr``'s values); with ``permutations``
-    the p is the larger of :func:`spearman_permutation_p` and :func:`spearman_robust_p` instead (``p_t`` keeps the
-    t approximation; ``p_permutation`` and ``p_robust`` the two). The bootstrap follows the
+    the p is the larger of :func:`spearman_permutation_p` (exact under independence) and the p of the least-squares
+    slope of y on x with an HC2 standard error on Bell-McCaffrey df (:func:`routestats.stats.slope.slope_hc2`: it
+    tests y's mean against x, and holds where y's spread, not its mean, changes with x); where that p is undefined
+    (a row of leverage 1) the permutation p alone, and 1 where rho and the slope are of opposite signs (the two
+    disagree on the direction a sentence would state). ``p_t`` keeps the t approximation; ``p_permutation`` and
+    ``p_robust`` the two. The bootstrap follows the
     reference: one ``default_rng(seed + 17)`` shared across columns in order; per column,
     ``resamples`` calls of ``integers(0, n, size=n)``; rho recomputed by ranking the
     resampled x and y (average ranks) and taking Pearson, vectorised over resamples (computed
@@ -297,7 +239,9 @@ def spearman_ci(x, y, *, resampling: Resampling | None = None, resamples: int | 
     labels = tuple(range(k)) if labels is None else tuple(labels)
     p_t, p_perm, p_rob = p, None, None
     if permutations:  # exact under independence, and valid where y's spread changes with x: the larger of the two
-        p_perm, p_rob = spearman_permutation_p(xv, Y, int(permutations), int(seed)), spearman_robust_p(xv, Y, rho)
-        p = np.where(np.isnan(p_perm), np.nan, np.fmax(p_perm, p_rob))
+        slope, _se, p_rob, _df = slope_hc2(xv, Y)
+        p_perm = spearman_permutation_p(xv, Y, int(permutations), int(seed))
+        # a direction is claimed only where rho and the slope agree on it: opposite signs give p 1
+        p = np.where(np.isnan(p_perm), np.nan, np.where(np.sign(slope) * np.sign(rho) < 0, 1.0, np.fmax(p_perm, p_rob)))
     return SpearmanResult(labels, n, rho, p, holm(p), lo, hi, kept, int(resamples), int(seed), p_t,
                           int(permutations or 0), p_perm, p_rob)
