@@ -8,7 +8,8 @@ centred differences, scaled by the spread factor: ``pilot`` 1, the default ``upp
 bound), and measures the power each planned n achieves on the population itself (the same headline test,
 ``--truth-sims`` fresh samples of n drawn from 40,000 population rows). Also the n the population needs for 80 %.
 
-Prints, per population: the pilot plans' mean achieved power (claim: 0.80), the default's share of plans at or
+Prints, per population: the pilot plans' mean achieved power (claim: 0.80) with its standard error over the
+pilots (8 pilots leave it about ± 0.03), the default's share of plans at or
 above 0.80, and its mean n over the n the population needs; each twice: with each layer's spread as the pilot drew
 it, and pooled across layers as ``routestats plan`` does (:func:`routestats.stats.power.layer_spreads`). Run:
 ``python benchmarks/bench_plan.py [--pilots 8] [--sims 400]``; the settings of the test are stated in the output.
@@ -26,6 +27,7 @@ from routestats.settings import Resampling
 from routestats.stats import power as P
 
 K = 4  # layers
+KINDS = ("normal", "skewed", "t3", "correlated", "unequal", "zeros")
 
 
 def population(kind: str, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -63,7 +65,7 @@ def main() -> None:
     ap.add_argument("--sims", type=int, default=400, help="simulations per n in the plan's search")
     ap.add_argument("--truth-sims", type=int, default=1000, help="fresh samples per achieved power")
     ap.add_argument("--delta", type=float, default=0.008)
-    ap.add_argument("--kinds", default="normal,skewed,t3,correlated,unequal,zeros")
+    ap.add_argument("--kinds", default=",".join(KINDS))
     args = ap.parse_args()
     r = Resampling(resamples=500, permutations=2000, seed=1001)
     alpha = 0.05 / 3  # a pair report's layer family sharing alpha with two others
@@ -72,10 +74,10 @@ def main() -> None:
     print(f"load {os.getloadavg()[0]:.2f}; {K} layers, Δ {args.delta} in each, α {alpha:.4f} (Holm), "
           f"{r.resamples} resamples, {r.permutations} sign patterns; {args.sims} sims per n in the search, "
           f"{args.truth_sims} for each achieved power")
-    print(f"{'population':11s} {'n needed':>8s} | {'pilot: mean achieved':>20s} {'n':>11s} | "
+    print(f"{'population':11s} {'n needed':>8s} | {'pilot: mean achieved ± SE':>25s} {'n':>11s} | "
           f"{'default: >=0.80':>15s} {'mean achieved':>13s} {'n/needed':>8s}")
-    for i_kind, kind in enumerate(args.kinds.split(",")):
-        rng = np.random.default_rng([2026, i_kind])
+    for kind in args.kinds.split(","):
+        rng = np.random.default_rng([2026, KINDS.index(kind)])  # a population's pilots whatever else is run
         truth = population(kind, 40_000, rng)
         achieved = lambda n: P.power_target(P.headline_power(  # noqa: E731
             truth, delta, n, alpha=alpha, sims=args.truth_sims, resampling=r, seed=7))
@@ -94,7 +96,9 @@ def main() -> None:
             up = np.array([a for _, _, a in res[tag[1]]])
             n_up = np.array([n for _, n, _ in res[tag[1]]], dtype=float)
             n_pi = np.array([n for _, n, _ in res[tag[0]]], dtype=float)
-            print(f"{kind:11s} {need:8d} | {pw.mean():20.3f} {int(n_pi.min()):5d}-{int(n_pi.max()):<5d} | "
+            # the SE is the pilots' spread: what another set of as many pilots would move the mean by
+            se = pw.std(ddof=1) / np.sqrt(len(pw))
+            print(f"{kind:11s} {need:8d} | {pw.mean():18.3f} ± {se:.3f} {int(n_pi.min()):5d}-{int(n_pi.max()):<5d} | "
                   f"{(up >= 0.8).sum():>9d} of {len(up):<3d} {up.mean():13.3f} {n_up.mean() / need:8.2f}  "
                   f"{'layers pooled' if 'pooled' in tag[0] else 'as drawn'}", flush=True)
     print(f"{time.process_time() - t0:.0f} s CPU")

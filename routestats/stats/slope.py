@@ -20,8 +20,8 @@ def slope_hc2(x, y) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
 
     With h_i the leverages, e the residuals and w = (x - mean x) / Sxx (b = w . y), the HC2 variance is
     sum_i w_i^2 e_i^2 / (1 - h_i); the df is (tr M)^2 / tr(M^2) for M = diag(a) (I - H) diag(a),
-    a_i = w_i / sqrt(1 - h_i), H the hat matrix -- the Satterthwaite df of that variance were the errors homoscedastic. With a
-    two-valued x, b is the difference of the two means, the HC2 variance is Welch's s1^2/n1 + s2^2/n2, and the
+    a_i = w_i / sqrt(1 - h_i), H the hat matrix -- the Satterthwaite df of that variance were the errors
+    homoscedastic. With a two-valued x, b is the difference of the two means, the HC2 variance is Welch's s1^2/n1 + s2^2/n2, and the
     df is Welch's at equal variances. Returns ``(b, se, p, df)``; p is NaN where x or a column is constant, where
     one row is alone at its x and every other row shares one x (leverage 1), or where fewer than 3 rows are given.
 

@@ -41,7 +41,8 @@ def length_tables(ctx: PairContext, f: dict) -> tuple[Table, ...]:
                   f"({s.length_resamples:,} resamples), p the larger of a permutation p ({s.permutations:,} pairings of "
                   f"the lengths) and the p of Δ's least-squares slope on length with an HC2 standard error on "
                   f"Bell–McCaffrey df (which holds where Δ's spread, not its mean, changes with length; the CSV's "
-                  f"p_permutation and p_robust; the paper's t approximation is p_t), Holm over layers; "
+                  f"p_permutation and p_robust; p is 1 where ρ and the slope differ in sign; the paper's t "
+                  f"approximation is p_t), Holm over layers; "
                   f"{_censored(f['length_association'])}. "
                   "An association within one model, not an effect of length.",
                   (Column("Layer", "layer", "int"), Column("n", "n", "int"), Column("ρ", "rho"),
