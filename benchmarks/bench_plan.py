@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--truth-sims", type=int, default=1000, help="fresh samples per achieved power")
     ap.add_argument("--delta", type=float, default=0.008)
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--pooled", action="store_true", help="only the plans routestats plan makes (layers pooled)")
     args = ap.parse_args()
     r = Resampling(resamples=500, permutations=2000, seed=1001)
     alpha = 0.05 / 3  # a pair report's layer family sharing alpha with two others
@@ -88,10 +89,12 @@ def main() -> None:
             pilot = truth[rng.integers(0, len(truth), m)]
             pooled = P.layer_spreads(pilot)  # what routestats plan does; "as drawn": each layer's own pilot SD
             for mode, factor in (("pilot", 1.0), ("upper", P.upper_spread(m)), ("pilot_pooled", pooled),
-                                 ("upper_pooled", P.upper_spread(m) * pooled)):
+                                 ("upper_pooled", P.upper_spreads(pilot)[0] * pooled)):
+                if args.pooled and "pooled" not in mode:
+                    continue
                 n = planned_n(pilot, delta, factor, alpha, r, args.sims, 5000)
                 res[mode].append((m, n, achieved(n) if n else float("nan")))
-        for tag in (("pilot", "upper"), ("pilot_pooled", "upper_pooled")):
+        for tag in (("pilot", "upper"), ("pilot_pooled", "upper_pooled"))[int(args.pooled):]:
             pw = np.array([a for _, _, a in res[tag[0]]])
             up = np.array([a for _, _, a in res[tag[1]]])
             n_up = np.array([n for _, n, _ in res[tag[1]]], dtype=float)

@@ -41,7 +41,8 @@ from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
 from routestats.stats.inference import holm, paired_inference, signflip_floor, signflip_floor_drawn
 
-__all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "layer_spreads", "smallest_reachable_n",
+__all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "layer_spreads", "pooling", "upper_spreads",
+           "smallest_reachable_n",
            "UPPER_SPREAD_LEVEL",
            "seed_power", "search_n", "drawn_floor", "power_target", "normal_guess", "detectable_change",
            "MAX_SIM_VALUES"]
@@ -119,19 +120,72 @@ def layer_spreads(pilot) -> np.ndarray:
     >>> bool(np.all(np.abs(layer_spreads(unequal) - 1) < 0.1))
     True
     """
+    s2, B = pooling(pilot)
+    if B == 0:
+        return np.ones(len(s2))
+    return np.exp(B * (np.log(s2.mean()) - np.log(s2)) / 2)
+
+
+def pooling(pilot) -> tuple[np.ndarray, float]:
+    """Each layer's pilot variance (ddof 1) and the weight B of :func:`layer_spreads` (0: each layer keeps its own)."""
     x = np.asarray(pilot, dtype=np.float64)
     m, k = x.shape
     c = x - x.mean(axis=0)
     s2 = (c * c).sum(axis=0) / max(m - 1, 1)
     if k < 2 or m < 4 or not (s2 > 0).all():
-        return np.ones(k)
+        return s2, 0.0
     g2 = (c ** 4).mean(axis=0) / (c * c).mean(axis=0) ** 2 - 3.0  # excess kurtosis, then its small-sample correction
     kappa = 3.0 + float((((m + 1) * g2 + 6) * (m - 1) / ((m - 2) * (m - 3))).mean())  # G2 (Joanes & Gill 1998)
     v = max((kappa - (m - 3) / (m - 1)) / m, 1e-12)
     L = np.log(s2)
     tau2 = max(0.0, float(L.var(ddof=1)) - v)
-    B = v / (v + tau2)
-    return np.exp(B * (np.log(s2.mean()) - L) / 2)
+    return s2, v / (v + tau2)
+
+
+def upper_spreads(pilot, level: float = UPPER_SPREAD_LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, the factor that takes the spread a plan simulates (the pilot's SD pooled by
+    :func:`layer_spreads`) to its one-sided ``level`` upper confidence bound, and the effective df it is read on.
+
+    The spread is known as well as the rows it is estimated from: a layer pooled with others is estimated from all
+    of them, so its bound is narrower than one layer's m - 1 df give, unless the layers move together; and
+    heavy-tailed or many-zero rows estimate a variance worse than normal rows do. With L_j = log s_j^2 and the
+    pooled L~_j = (1 - B) L_j + B log(mean s^2), var(L~_j) is the larger of two estimates from the pilot's rows:
+    the delta method on each example's squared deviations (which carries their kurtosis and the layers'
+    dependence) and normal theory with the layers' sample correlations (var L_j = 2 / (m - 1), cov = 2 r^2 /
+    (m - 1)), so that neither a kurtosis nor a correlation understated by a small pilot narrows the bound. The
+    factor is sqrt(d / chi2_{1 - level}(d)) on d = 2 / var(L~_j) df: with one normal layer exactly
+    :func:`upper_spread` (d = m - 1). Fewer than 4 examples or a constant layer: :func:`upper_spread` for all.
+
+    >>> rng = np.random.default_rng(1)
+    >>> one = rng.normal(0, 1, (32, 1))
+    >>> f, d = upper_spreads(one)   # one layer: never narrower than chi-square on m - 1 df
+    >>> bool(f[0] >= upper_spread(32) - 1e-12 and d[0] <= 31)
+    True
+    >>> f, d = upper_spreads(rng.normal(0, 1, (32, 4)))   # four independent layers, pooled: about 4 (m - 1) df
+    >>> bool(np.all(f < upper_spread(32)) and np.all(d > 62))
+    True
+    """
+    from scipy import special
+
+    x = np.asarray(pilot, dtype=np.float64)
+    m, k = x.shape
+    s2, B = pooling(x)
+    if m < 4 or not (s2 > 0).all():
+        return np.full(k, upper_spread(max(m, 2), level)), np.full(k, float(max(m - 1, 1)))
+    c = x - x.mean(axis=0)
+    q = np.column_stack([c * c, (c * c) @ (s2 / s2.sum())])  # squared deviations; their s2-weighted mean
+    mu = q.mean(axis=0)
+    delta = np.cov(q, rowvar=False, ddof=1).reshape(k + 1, k + 1) / ((m - 1) * np.outer(mu, mu))
+    r2 = np.corrcoef(c, rowvar=False).reshape(k, k) ** 2
+    w = s2 / s2.sum()
+    normal = np.empty((k + 1, k + 1))
+    normal[:k, :k] = r2
+    normal[:k, k] = normal[k, :k] = r2 @ w
+    normal[k, k] = w @ r2 @ w
+    V = np.maximum(delta, 2 * normal / (m - 1))
+    var = (1 - B) ** 2 * np.diag(V)[:k] + B ** 2 * V[k, k] + 2 * B * (1 - B) * V[:k, k]
+    d = 2.0 / np.maximum(var, 1e-12)
+    return np.sqrt(d / special.chdtri(d, level)), d
 
 
 def smallest_reachable_n(n_layers: int, alpha: float, resampling: Resampling | None = None) -> int | None:

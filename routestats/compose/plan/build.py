@@ -105,6 +105,32 @@ class PlanQuestion:
             return f"the pilot's spread at its {P.UPPER_SPREAD_LEVEL:.0%} upper confidence bound (× {f:.3f})"
         return "the pilot's spread as observed" if self.spread == "pilot" else f"{f:g} × the pilot's spread"
 
+    def example_spreads(self, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per layer of a pilot pair's differences ``D``: the factor on its (pooled) spread and the df of its
+        bound (:func:`routestats.stats.power.upper_spreads` by default; NaN df where no bound is taken)."""
+        k = D.shape[1]
+        if self.spread == "upper":
+            return P.upper_spreads(D)
+        return np.full(k, self.spread_factor(len(D))), np.full(k, np.nan)
+
+    def example_spread_label(self, row) -> str:
+        """:meth:`spread_label` for a pilot pair, whose bound is each layer's, on its effective df.
+
+        >>> PlanQuestion(delta=0.01).example_spread_label({"spread_factor_min": 1.061, "spread_factor_max": 1.07,
+        ...     "spread_df_min": 96.2, "spread_df_max": 104.9, "pilot_examples": 32})
+        "the pilot's spread at its 80% upper confidence bound (× 1.061–1.070 by layer, on 96–105 effective df, \
+where one normal layer of 32 examples has 31)"
+        """
+        if self.spread != "upper":
+            return self.spread_label(int(row["pilot_examples"]))
+        lo, hi = float(row["spread_factor_min"]), float(row["spread_factor_max"])
+        dlo, dhi = float(row["spread_df_min"]), float(row["spread_df_max"])
+        f = f"{lo:.3f}" if round(lo, 3) == round(hi, 3) else f"{lo:.3f}–{hi:.3f} by layer"
+        d = f"{dlo:.0f}" if round(dlo) == round(dhi) else f"{dlo:.0f}–{dhi:.0f}"
+        m = int(row["pilot_examples"])
+        return (f"the pilot's spread at its {P.UPPER_SPREAD_LEVEL:.0%} upper confidence bound (× {f}, on {d} "
+                f"effective df, where one normal layer of {m} examples has {m - 1})")
+
 
 @dataclass(frozen=True)
 class PlanContext:
@@ -121,7 +147,7 @@ class PlanContext:
         p, q, s = self.pilot, self.question, self.settings
         D = p.D.to_numpy()
         delta = q.deltas(D.shape[1])
-        factor = q.spread_factor(len(D))
+        factor, df = q.example_spreads(D)
         layers = P.layer_spreads(D)  # equally variable layers share one spread: no hardest layer by chance
         k = D.shape[1]
         reach = P.smallest_reachable_n(k, p.alpha, s.resampling)
@@ -148,7 +174,10 @@ class PlanContext:
                "target": q.power, "delta_min": float(np.abs(delta[delta != 0]).min()),
                "delta_asked": float(delta[0]) if np.all(delta == delta[0]) else np.nan,
                "delta_max": float(np.abs(delta).max()), "uniform": bool(np.all(delta == delta[0])),
-               "spread_factor": factor, "layer_spread_min": float(layers.min()),
+               "spread_factor_min": float(factor.min()), "spread_factor_max": float(factor.max()),
+               "spread_df_min": float(np.nanmin(df)) if np.isfinite(df).any() else np.nan,
+               "spread_df_max": float(np.nanmax(df)) if np.isfinite(df).any() else np.nan,
+               "layer_spread_min": float(layers.min()),
                "layer_spread_max": float(layers.max()), "sims": q.sims, "max_examples": q.max_examples,
                "n_reachable": reach,
                "floor_reachable": k * P.drawn_floor(reach, s.resampling),
@@ -245,7 +274,7 @@ def examples_section(ctx: PlanContext) -> Section | None:
                     (Column("n", "n", "int"), Column("Layer", "layer", "text"), Column("Δ", "delta", "num", 4),
                      Column("Power", "power", "num", 3), Column("MC SE", "se", "num", 3)))
     return Section(tables=(t_plan, t_curve), figures=(fig,),
-                   claims=tuple(example_claims(plan, ctx.pilot, q.spread_label(ctx.pilot.n_examples)
+                   claims=tuple(example_claims(plan, ctx.pilot, q.example_spread_label(plan.iloc[0])
                                                + _pooled_label(plan.iloc[0]), fig)))
 
 
