@@ -76,7 +76,7 @@ def spread_nulls(n: int, nulls: int, layers: int = 4, seed: int = 0):
 
 def test_under_a_spread_that_grows_with_length_the_slope_p_holds_its_level_where_permutation_does_not():
     # 600 nulls x 4 layers of 60 examples: at alpha 0.05 the permutation p rejected 6.8 % of such nulls, the slope's
-    # HC2 p 5.1 % (measured on these draws; 7-8 % and 5.0-5.5 % at n 40-200); binomial SD at 2,400 p's is 0.45 pp
+    # HC2 p 5.1 % (measured on these draws); binomial SD at 2,400 p's is 0.45 pp
     robust, perm = [], []
     for i, (length, d) in enumerate(spread_nulls(60, 600)):
         robust.append(slope_hc2(length, d)[2])

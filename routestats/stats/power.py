@@ -173,7 +173,8 @@ def upper_spreads(pilot, level: float = UPPER_SPREAD_LEVEL) -> tuple[np.ndarray,
     if m < 4 or not (s2 > 0).all():
         return np.full(k, upper_spread(max(m, 2), level)), np.full(k, float(max(m - 1, 1)))
     c = x - x.mean(axis=0)
-    q = np.column_stack([c * c, (c * c) @ (s2 / s2.sum())])  # squared deviations; their s2-weighted mean
+    # each example's squared deviations, and their sum over layers: log(mean s^2) is the log of the sum's mean
+    q = np.column_stack([c * c, (c * c).sum(axis=1)])
     mu = q.mean(axis=0)
     delta = np.cov(q, rowvar=False, ddof=1).reshape(k + 1, k + 1) / ((m - 1) * np.outer(mu, mu))
     r2 = np.corrcoef(c, rowvar=False).reshape(k, k) ** 2
