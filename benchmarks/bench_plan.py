@@ -4,15 +4,17 @@ For each of six planted populations of paired differences (examples x 4 layers, 
 df, layers sharing a common factor, unequal spreads across layers, many exact zeros), draws ``--pilots`` pilots of
 20-64 examples, plans the n for 80 % power at a true change ``--delta`` in every layer the way ``routestats plan``
 does (:func:`routestats.stats.power.search_n` over :func:`~routestats.stats.power.headline_power` from the pilot's
-centred differences, scaled by the spread factor: ``pilot`` 1, the default ``upper`` its 97.5 % upper confidence
+centred differences, scaled by the spread factor: ``pilot`` 1, the default ``upper`` its 80 % upper confidence
 bound), and measures the power each planned n achieves on the population itself (the same headline test,
 ``--truth-sims`` fresh samples of n drawn from 40,000 population rows). Also the n the population needs for 80 %.
 
 Prints, per population: the pilot plans' mean achieved power (claim: 0.80) with its standard error over the
 pilots (8 pilots leave it about ± 0.03), the default's share of plans at or
 above 0.80, and its mean n over the n the population needs; each twice: with each layer's spread as the pilot drew
-it, and pooled across layers as ``routestats plan`` does (:func:`routestats.stats.power.layer_spreads`). Run:
-``python benchmarks/bench_plan.py [--pilots 8] [--sims 400]``; the settings of the test are stated in the output.
+it and chi-square on m - 1 df (the reference before pooling), and as ``routestats plan`` does it, pooled across
+layers (:func:`routestats.stats.power.layer_spreads`) with each layer's bound on its effective df
+(:func:`routestats.stats.power.upper_spreads`); ``--pooled`` prints only the latter. Run:
+``python benchmarks/bench_plan.py [--pilots 32] [--sims 400] [--pooled]``; the test's settings are in the output.
 """
 
 from __future__ import annotations
