@@ -1,8 +1,9 @@
 """One figure of a report, drawn for a paper: a column (3.3 in) or a two-column (7 in) width, 8–9 pt text,
 vector PDF (or SVG, PNG) -- ``routestats figure NAME RUN -o fig.pdf``.
 
-The figure is drawn by its own drawer (:data:`reports.drawing.REGISTRY`, the same as the report's) inside
-seaborn's ``paper`` context (imported here, lazily: the report itself keeps the copied theme of
+A page figure (the pair and run reports') is laid out afresh by its own drawer at the paper's width with the paper's
+text sizes (:func:`paper_canvas`). Any other figure is drawn by its own drawer (:data:`reports.drawing.REGISTRY`, the
+same as the report's) inside seaborn's ``paper`` context (imported here, lazily: the report itself keeps the copied theme of
 :mod:`reports.theme`, which spares every report seaborn's import), then set to the page width and every text
 to 8 pt (ticks, legends, annotations) or 9 pt (axis labels, titles), so it is read at the size printed.
 
@@ -20,7 +21,8 @@ from pathlib import Path
 from routestats.errors import RoutestatsError
 from routestats.rundir.atomic import usual_mode
 
-__all__ = ["COLUMN_IN", "WIDE_IN", "names", "find", "panels", "paper_figure", "fit_page", "write_figure"]
+__all__ = ["COLUMN_IN", "WIDE_IN", "names", "find", "panels", "paper_figure", "paper_canvas", "fit_page",
+           "write_figure"]
 
 COLUMN_IN = 3.3  # one column of a two-column paper (ACL, NeurIPS, ICML: 3.25-3.33 in)
 WIDE_IN = 7.0  # both columns
@@ -70,15 +72,15 @@ def panels(fig) -> int:
 def paper_figure(figure, width: float | None = None, height: float | None = None):
     """Draw ``figure`` at ``width`` inches (default: a column for a one-panel figure, both columns for several;
     height: its own aspect within 0.62–1.2 x the width) with 8–9 pt text, markers and lines scaled with it."""
+    from reports.drawing import CANVAS_KINDS, draw
+
+    if figure.kind in CANVAS_KINDS:
+        return paper_canvas(figure, width, height)
     import matplotlib.pyplot as plt
     import seaborn as sns
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
 
-    from reports.drawing import draw
-
-    if figure.kind == "word_map":  # its text changes size below: laid out by matplotlib, after that
-        figure = dataclasses.replace(figure, params={**figure.params, "layout": "constrained"})
     with sns.plotting_context("paper"), sns.axes_style("ticks"):
         fig = draw(figure)
     w, h = fig.get_size_inches()
@@ -116,6 +118,29 @@ def paper_figure(figure, width: float | None = None, height: float | None = None
     fig.tight_layout(pad=0.3)
     fit_page(fig)
     return fig
+
+
+ONE_PANEL = frozenset({"answer_layers", "flow_measures"})  # drawn a column wide by default; the others both columns
+
+
+def paper_canvas(figure, width: float | None = None, height: float | None = None):
+    """A page figure (:data:`reports.drawing.CANVAS_KINDS`) laid out afresh at ``width`` inches with 8-9 pt text
+    (:func:`reports.chart.paper`); its height follows from its width. A taller ``height`` leaves room below it; a
+    shorter one is refused in one line, with the height it needs."""
+    from reports.chart import paper
+    from reports.drawing import draw
+
+    width = width or (COLUMN_IN if figure.kind in ONE_PANEL else WIDE_IN)
+    c = draw(dataclasses.replace(figure, params={**figure.params, "style": paper(width)}))
+    if c.problems():
+        raise RoutestatsError(f"the figure does not fit {width:g} in with 8-9 pt text ({c.problems()[0]}); give it "
+                              f"more room (--width {WIDE_IN:g} for both columns)")
+    if height is not None:
+        if height * 72 < c.height - 0.01:
+            raise RoutestatsError(f"the figure needs {c.height / 72:.2f} in at {width:g} in wide with 8-9 pt text; "
+                                  f"give it that --height or more (or leave --height out)")
+        c.height = height * 72
+    return c
 
 
 def fit_page(fig, pad: float = 0.03) -> None:
@@ -182,7 +207,11 @@ def write_figure(figure, out: str | Path, width: float | None = None, height: fl
         raise RoutestatsError(f"{out.parent}: no such folder")
     fig = paper_figure(figure, width, height)
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=300, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
+    if hasattr(fig, "marks"):  # a canvas: its own SVG, or matplotlib's PDF and PNG of the same marks
+        buf.write(fig.svg(points=True).encode() if fmt == "svg" else b"")
+        fig = None if fmt == "svg" else fig.figure()
+    if fig is not None:
+        fig.savefig(buf, format=fmt, dpi=300, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     with os.fdopen(fd, "wb") as fh:
         fh.write(buf.getvalue())

@@ -9,7 +9,8 @@ of its kind (:data:`reports.drawing.REGISTRY`) and writes
   that inputs them all) and ``OUT/tables/*.csv`` (every table, shown or not);
 * ``OUT/claims.csv`` — every sentence the report considered (printed or not), with the table and
   rows it rests on and its preconditions (:func:`claims_table`);
-* ``OUT/figures/*.png`` (and ``*.pdf`` / ``*.svg`` copies when ``figures`` asks);
+* ``OUT/figures/*.svg`` of the pair page's figures (embedded in the page as they are) and ``*.png`` of the other
+  reports' figures, with ``*.png`` / ``*.pdf`` / ``*.svg`` copies of every figure when ``figures`` asks;
 * ``OUT/report.md`` with the ``markdown`` format.
 
 The folder is written atomically: everything goes into a hidden sibling
@@ -30,7 +31,6 @@ from typing import Callable, Sequence
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from reports import figures as F
 from reports.drawing import draw_all
 from reports.explorer import WIDGETS
 from reports.formatting import embedded, format_cells, page_cells, table_context
@@ -44,6 +44,7 @@ from routestats.report import Report, Table
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 FORMATS = ("html", "latex", "markdown")
 DEFAULT_FORMATS = ("html", "latex")
+FIGURE_FORMATS = ("png", "pdf", "svg")
 
 
 @functools.cache
@@ -187,8 +188,8 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
             figs = []
             for f in sec.figures:
                 got = figures.get((s, f.name))
-                if isinstance(got, str):  # an interactive widget's HTML
-                    figs.append({"title": f.name, "html": got})
+                if isinstance(got, str):  # an interactive widget's HTML, or a drawing's SVG
+                    figs.append({"title": f.name, "html": got if f.kind in WIDGETS else f"<figure>{got}</figure>"})
                 elif got:
                     figs.append({"title": f.name, "png": embedded(got)})
             if not (shown or figs or sec.text or sec.skipped):
@@ -199,6 +200,7 @@ def build_context(report: Report, figures: dict | None = None) -> dict:
         parts.append({"slug": s, "label": rep.title, "subtitle": rep.subtitle, "answer": rep.answer,
                       "terms": rep.used_terms(rep.first_screen),
                       "answer_png": embedded(key) if isinstance(key, bytes) else None,
+                      "answer_svg": key if isinstance(key, str) else None,
                       "findings": _sentences(rep, "finding", s, prefix, numbers),
                       "headline": _sentences(rep, "headline", s, prefix, numbers),
                       "blocks": blocks, "methods": rep.methods, "provenance_rows": provenance_rows(dict(rep.provenance)),
@@ -265,16 +267,17 @@ def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FOR
     ``keep(folder, written)``, when given, is called with the finished temporary folder just before
     it is renamed into place (the report cache files a copy of exactly what this call wrote).
 
-    Figures are PNG (embedded in the HTML); ``figures`` adds vector copies of every figure
-    (``pdf``, ``svg``; default none: drawing them is most of a report's cost). See
+    The pair page's figures are SVG and the other reports' PNG (embedded in the HTML as they are); ``figures`` adds
+    copies of every figure in those formats (``png``, ``pdf``, ``svg``; default none: a PNG or PDF is drawn by
+    matplotlib, most of a report's cost where it is). See
     :func:`reports.folder.check_output` for ``force`` and ``inputs``.
     """
     bad = set(formats) - set(FORMATS)
     if bad:
         raise ValueError(f"unknown format(s) {sorted(bad)}; choose from {FORMATS}")
-    vector = tuple(f for f in (figures or ()) if f != "png")
-    if set(vector) - set(F.VECTOR_FORMATS):
-        raise ValueError(f"figure formats are png, {', '.join(F.VECTOR_FORMATS)}; got {sorted(set(vector))}")
+    vector = tuple(dict.fromkeys(figures or ()))
+    if set(vector) - set(FIGURE_FORMATS):
+        raise ValueError(f"figure formats are {', '.join(FIGURE_FORMATS)}; got {sorted(set(vector))}")
     return write_folder(out, lambda tmp: _render_into(report, tmp, formats, progress, vector), force, inputs, keep)
 
 

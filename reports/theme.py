@@ -16,12 +16,9 @@ from cycler import cycler
 from matplotlib import colormaps
 from matplotlib.colors import to_rgb
 
-_HEX = {
-    "deep": ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974",
-             "#64b5cd"],
-    "colorblind": ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
-                   "#56b4e9"],
-}
+from reports.canvas import PALETTES
+
+_HEX = PALETTES
 
 RC = {
     "axes.axisbelow": True,

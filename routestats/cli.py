@@ -290,8 +290,9 @@ def report(
     flow: Optional[str] = typer.Option(None, "--flow", help="Norm-weighted and rollout SFM from the full matrices: on, "
                                                             f"off or auto (when they total at most "
                                                             f"{D.flow_max_mb} MB) [default: {D.flow}]."),
-    figures: Optional[str] = typer.Option(None, "--figures", help="Comma list of vector copies of every figure "
-                                                                  "besides the PNG: pdf, svg [default: none]."),
+    figures: Optional[str] = typer.Option(None, "--figures", help="Comma list of copies of every figure "
+                                                                  "besides the page's own (SVG for a pair, PNG "
+                                                                  "otherwise): png, pdf, svg [default: none]."),
     word_example: Optional[int] = typer.Option(None, "--word-example", help="The example_id of the word-level map "
                                                "and explorer [default: the stated rule's choice]."),
 ) -> None:

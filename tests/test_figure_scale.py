@@ -2,7 +2,9 @@
 
 Every figure of a pair report is drawn from synthetic pairs of those shapes, and every figure of a
 study (3 seeds at 4 and 30 layers; a tree with sweep and shuffled conditions) and of a MoFA tree (2 and
-30 layers), and checked at the pixel level, as the page shows it (``reports.axes.DISPLAY_PX`` wide at most, PNG at 130 dpi):
+30 layers), and checked at the pixel level, as the page shows it (``reports.axes.DISPLAY_PX`` wide at most: a PNG at
+130 dpi, or a page figure's SVG at 4/3 px a point). A page figure (a :class:`reports.canvas.Canvas`) is checked as
+matplotlib draws the same marks, with matplotlib's own font metrics, not the layout's estimate of them:
 
 * no text smaller than 9 px on the page;
 * every text (titles, tick labels, legend entries, colour-bar labels) inside the canvas;
@@ -58,12 +60,24 @@ def figures(request, tmp_path_factory):
     rep = rs.analyse(d, resamples=100, permutations=100)
     figs = [f for s in rep.sections for f in s.figures if f.kind != "attention_explorer"]
     assert len(figs) >= FIGURES_AT_LEAST[kind]
-    drawn = [(f.name, draw(f)) for f in figs]
+    drawn = [(f.name, _as_figure(draw(f))) for f in figs]
     yield request.param, drawn
     import matplotlib.pyplot as plt
 
     for _, fig in drawn:
         plt.close(fig)
+
+
+def _as_figure(drawing):
+    """A matplotlib figure to measure: the drawing itself, or a canvas's marks replayed (remembering the canvas)."""
+    if not hasattr(drawing, "marks"):
+        return drawing
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = drawing.figure()
+    FigureCanvasAgg(fig)
+    fig.drawn_from = drawing
+    return fig
 
 
 def _texts(fig):
@@ -83,14 +97,17 @@ def _texts(fig):
             yield t, t.get_window_extent(renderer)
 
 
-def _scale(fig) -> float:
-    return min(1.0, DISPLAY_PX / (fig.get_figwidth() * DPI))
+def _px_per_pt(fig) -> float:
+    """CSS pixels a point of the figure is on the page: a PNG at DPI, a canvas's SVG at 4/3, both scaled down to the
+    page's width."""
+    per_pt = 4 / 3 if hasattr(fig, "drawn_from") else DPI / 72
+    return per_pt * min(1.0, DISPLAY_PX / (fig.get_figwidth() * 72 * per_pt))
 
 
 def test_no_text_below_9_px_on_the_page(figures):
     shape, figs = figures
-    small = [(name, t.get_text()[:20], round(t.get_fontsize() * DPI / 72 * _scale(fig), 1))
-             for name, fig in figs for t, _ in _texts(fig) if t.get_fontsize() * DPI / 72 * _scale(fig) < MIN_PX]
+    small = [(name, t.get_text()[:20], round(t.get_fontsize() * _px_per_pt(fig), 1))
+             for name, fig in figs for t, _ in _texts(fig) if t.get_fontsize() * _px_per_pt(fig) < MIN_PX]
     assert not small, f"{shape}: text under {MIN_PX} px on the page: {small[:8]}"
 
 
@@ -112,13 +129,20 @@ def test_tick_labels_never_run_together(figures):
         fig.canvas.draw()
         r = fig.canvas.get_renderer()
         drawn = {id(t) for t, _ in _texts(fig)}
-        for ax in fig.axes:
-            for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
-                boxes = [lab.get_window_extent(r) for lab in labels if id(lab) in drawn]
-                for a, b in itertools.combinations(boxes, 2):
-                    if a.overlaps(b) and a.intersection(a, b).width > 1 and a.intersection(a, b).height > 1:
-                        clashes.append(name)
-                        break
+        groups = [ax.get_xticklabels() for ax in fig.axes] + [ax.get_yticklabels() for ax in fig.axes]
+        if hasattr(fig, "drawn_from"):  # a canvas's axes: the texts it drew under one group name (in drawing order)
+            named = {}
+            for t, (*_, group) in zip(fig.texts, fig.drawn_from.texts):
+                if group:
+                    named.setdefault(group, []).append(t)
+            groups = list(named.values())
+            assert groups, name
+        for labels in groups:
+            boxes = [lab.get_window_extent(r) for lab in labels if id(lab) in drawn]
+            for a, b in itertools.combinations(boxes, 2):
+                if a.overlaps(b) and a.intersection(a, b).width > 1 and a.intersection(a, b).height > 1:
+                    clashes.append(name)
+                    break
     assert not clashes, f"{shape}: overlapping tick labels in {sorted(set(clashes))}"
 
 
@@ -138,6 +162,8 @@ def test_unmeasured_cells_are_hatched_not_coloured(tmp_path):
     (f2f,) = [f for s in rep.sections for f in s.figures if f.kind == "field_heatmaps"]
     nan_cells = int(f2f.frames["field_to_field"]["mass"].isna().sum())
     assert nan_cells > 0
-    fig = draw(f2f)
+    fig = _as_figure(draw(f2f))
     hatched = [p for p in fig.findobj(Rectangle) if p.get_hatch() == "///"]
     assert len(hatched) == nan_cells  # one hatched patch per cell that was not measured
+    svg = draw(f2f).svg()
+    assert svg.count('fill="url(#rs-hatch)"') == nan_cells  # and so on the page

@@ -18,13 +18,20 @@ def rep():
 
 
 @pytest.mark.parametrize("name, width", [("answer", COLUMN_IN), ("profile", WIDE_IN), ("head_sfm", WIDE_IN),
-                                         ("profile", COLUMN_IN), ("word_map", WIDE_IN)])
+                                         ("profile", COLUMN_IN), ("word_map", WIDE_IN), ("lengths", COLUMN_IN),
+                                         ("training", COLUMN_IN)])
 def test_a_figure_fits_its_width_with_eight_to_nine_point_text(rep, name, width, tmp_path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
 
-    # one panel: a column by default; several: both columns by default, a column when asked. The word map is laid
-    # out by matplotlib's constrained layout (colour bars beside the panels they scale), which paper_figure keeps
-    fig = paper_figure(find(rep, name), width=None if name != "profile" or width == WIDE_IN else width)
+    # one panel: a column by default; several: both columns by default, a column when asked (profile and lengths then
+    # stack their two panels). The page's figures are laid out afresh at the width (a Canvas); the training figure is
+    # matplotlib's, resized. Either is checked as matplotlib draws it: its own font metrics, not the layout's estimate
+    fig = paper_figure(find(rep, name), width=None if name not in ("profile", "lengths") or width == WIDE_IN
+                       else width)
+    if hasattr(fig, "marks"):
+        fig = fig.figure()
+        FigureCanvasAgg(fig)
     assert tuple(fig.get_size_inches())[0] == pytest.approx(width)
     sizes = {t.get_fontsize() for t in fig.findobj(Text) if t.get_text()}
     assert sizes and sizes <= {8.0, 9.0}
@@ -38,6 +45,19 @@ def test_a_figure_fits_its_width_with_eight_to_nine_point_text(rep, name, width,
     # the PDF page is the width asked: 3.3 in = 237.6 pt (its MediaBox, in points)
     media = re.search(rb"/MediaBox \[\s*0 0 ([\d.]+) ([\d.]+)\s*\]", pdf)
     assert float(media.group(1)) == pytest.approx(width * 72, abs=0.01)
+
+
+def test_a_page_figure_too_wide_for_a_column_is_refused_and_a_height_is_a_floor(rep, tmp_path):
+    # three heat maps of six heads side by side do not fit 3.3 in with 8 pt text: refused, naming the remedy
+    with pytest.raises(RoutestatsError, match=r"does not fit 3.3 in with 8-9 pt text .*--width 7 for both columns"):
+        paper_figure(find(rep, "head_sfm"), width=COLUMN_IN)
+    # the page figures take their height from their width: a taller --height leaves room, a shorter one is refused
+    natural = paper_figure(find(rep, "answer")).height / 72
+    assert paper_figure(find(rep, "answer"), height=natural + 1).height == pytest.approx((natural + 1) * 72)
+    with pytest.raises(RoutestatsError, match=rf"needs {natural:.2f} in at 3.3 in wide"):
+        paper_figure(find(rep, "answer"), height=natural - 0.5)
+    svg = write_figure(find(rep, "answer"), tmp_path / "a.svg").read_text()
+    assert 'width="237.6pt"' in svg  # a paper's SVG is sized in points: 3.3 in x 72
 
 
 def test_a_mistyped_figure_name_gets_a_suggestion(rep, tmp_path):

@@ -112,7 +112,9 @@ def test_report_cli_writes_everything(synth_pair, tmp_path):
     assert r.exit_code == 0, r.output
     out = tmp_path / "out"
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") >= 5  # figures embedded
+    # figures embedded: the page's own drawings inline as SVG (at least the profile, paired examples, field-to-field,
+    # head SFM, lengths and word map of this pair), each inside its <figure>
+    assert html.count("<figure><svg viewBox=") >= 5
     assert "http://" not in html and "https://" not in html  # self-contained
     # the first screen says what SFM is, right under the headline
     top = html.split('id="headline"', 1)[1].split('class="findings"', 1)[0]
@@ -121,7 +123,9 @@ def test_report_cli_writes_everything(synth_pair, tmp_path):
     for name in ("layers", "effects", "adjusted", "performance", "entropy_effects", "gradients"):
         assert (out / "tables" / f"{name}.tex").is_file() and (out / "tables" / f"{name}.csv").is_file()
     assert (out / "tables" / "tables.tex").is_file()
-    assert (out / "figures" / "profile.png").is_file() and not (out / "figures" / "profile.pdf").exists()
+    # the page's figures as it embeds them, no PNG or PDF copy unless --figures asks
+    assert (out / "figures" / "profile.svg").is_file() and not (out / "figures" / "profile.pdf").exists()
+    assert not (out / "figures" / "profile.png").exists()
     # progress with stderr not a terminal: time-stamped stage lines, each run's reading of its attention
     # (most of a large report's time) named before the first table
     stages = [line.split("] ", 1)[1] for line in r.stderr.splitlines() if line.startswith("[")]
@@ -338,14 +342,15 @@ def test_single_run_gets_a_descriptive_report(synth_pair, tmp_path):
     np.testing.assert_array_equal(rep.frame("layers")["sfm"], want["sfm"])
 
 
-def test_every_figure_exports_as_svg(tmp_path):
-    # `routestats report --figures svg`: a vector copy of every drawn figure, well-formed SVG
+def test_every_figure_exports_as_svg_and_png(tmp_path):
+    # `routestats report --figures png,svg`: both copies of every drawn figure (the page's canvas figures and the
+    # training figures drawn by matplotlib alike), the SVG well-formed
     import xml.etree.ElementTree as ET
 
     from routestats.cli import app
 
     res = CliRunner().invoke(app, ["report", str(demo_run_dir()), "-o", str(tmp_path / "o"), "--format", "html",
-                                   "--figures", "svg", "--resamples", "100", "--permutations", "100"])
+                                   "--figures", "png,svg", "--resamples", "100", "--permutations", "100"])
     assert res.exit_code == 0, res.output
     pngs = sorted(p.stem for p in (tmp_path / "o" / "figures").glob("*.png"))
     svgs = sorted(p.stem for p in (tmp_path / "o" / "figures").glob("*.svg"))

@@ -1,0 +1,254 @@
+"""Axes on a :class:`reports.canvas.Canvas`: a panel maps data to points, with nice ticks, grid, labels, titles,
+error bars, heat maps (unmeasured cells hatched), colour bars and legends, in seaborn's whitegrid look.
+
+A :class:`Style` carries the sizes: :data:`PAGE` for the report page, :func:`paper` for a column of a paper.
+
+>>> nice_ticks(0.0, 1.0)
+[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+>>> tick_labels([0.0, 0.025, 0.05])
+['0', '0.025', '0.050']
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from reports.canvas import GRID, INK, Canvas, colormap, rgb_hex, text_width
+
+__all__ = ["Style", "PAGE", "paper", "Panel", "nice_ticks", "tick_labels", "layer_ticks", "axes", "errorbars", "heat",
+           "colorbar", "legend", "ylabel_room", "hex_colors", "registrar", "style_of"]
+
+
+def registrar(table: dict):
+    """A decorator ``drawer(kind)`` that enters ``fn(frames, params)`` (returning a drawing) into ``table`` (each
+    drawing module keeps its own; :mod:`reports.drawing` joins them explicitly)."""
+
+    def drawer(kind: str):
+        def deco(fn):
+            if kind in table:
+                raise ValueError(f"two drawers for figure kind {kind!r}")
+            table[kind] = fn
+            return fn
+
+        return deco
+
+    return drawer
+
+
+@dataclass(frozen=True)
+class Style:
+    """Sizes in points: the figure's full ``width``, tick and legend ``text``, axis ``label``, panel ``title``,
+    line ``line`` width, dot ``dot`` radius, the ``least`` size a text may shrink to (9 CSS px on the page), and
+    whether every figure ``fill`` s the width exactly (a paper's) or may be narrower (the page's)."""
+
+    width: float = 825.0  # the page's main column, 1,100 CSS px (reports.axes.DISPLAY_PX)
+    text: float = 8.5
+    label: float = 9.5
+    title: float = 10.0
+    line: float = 1.4
+    dot: float = 2.6
+    least: float = 6.75
+    fill: bool = False
+
+
+PAGE = Style()
+
+
+def style_of(params) -> Style:
+    """The style a drawer's ``params`` ask for (``params["style"]``), the page's by default."""
+    return params.get("style", PAGE)
+
+
+def paper(width_in: float) -> Style:
+    """A paper's figure ``width_in`` inches wide: 8 pt text, 9 pt labels, thinner marks.
+
+    >>> paper(3.3).width
+    237.6
+    """
+    return Style(width=round(width_in * 72, 3), text=8.0, label=9.0, title=9.0, line=0.9, dot=1.7, least=8.0,
+                 fill=True)
+
+
+def hex_colors(rgbs) -> list[str]:
+    """``#rrggbb`` of each RGB triple."""
+    return [rgb_hex(c) for c in rgbs]
+
+
+def nice_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
+    """Round values (1, 2, 2.5 or 5 times a power of ten apart) inside [lo, hi], at most ``most`` of them.
+
+    >>> nice_ticks(-0.13, 0.42, 5)
+    [-0.1, 0.0, 0.1, 0.2, 0.3, 0.4]
+    """
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
+        return [float(lo)] if np.isfinite(lo) else []
+    raw = (hi - lo) / max(1, most - 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        step = m * mag
+        first, last = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
+        if last - first + 1 <= most + 1:
+            return [round(k * step, 12) + 0.0 for k in range(first, last + 1)]
+    return [lo, hi]
+
+
+def tick_labels(values) -> list[str]:
+    """Labels with as many decimals as the finest tick needs (no '0.30000000000000004')."""
+    values = [float(v) for v in values]
+    dec = 0
+    for v in values:
+        while dec < 6 and abs(round(v, dec) - v) > 1e-9 * max(1.0, abs(v)):
+            dec += 1
+    return [f"{v:.{dec}f}".replace("-", "−") if v != 0 else "0" for v in values]
+
+
+def layer_ticks(layers, most: int = 15) -> list[int]:
+    """The labelled layers: every layer, or multiples of :func:`reports.axes.layer_step` on long axes."""
+    from reports.axes import layer_step
+
+    layers = sorted(int(x) for x in layers)
+    step = layer_step(len(layers), most)
+    return [x for x in layers if x % step == 0] or layers[:1]
+
+
+def ylabel_room(style: Style, labels, axis_label: bool = True) -> float:
+    """Points left of a panel for its tick labels (and its rotated axis label)."""
+    widest = max((text_width(t, style.text) for t in labels), default=0.0)
+    return widest + 5 + (style.label * 1.3 + 4 if axis_label else 0)
+
+
+@dataclass(frozen=True)
+class Panel:
+    """A data rectangle on ``canvas``: top-left (x, y), size (w, h), and the data ranges it shows."""
+
+    canvas: Canvas
+    x: float
+    y: float
+    w: float
+    h: float
+    xlim: tuple
+    ylim: tuple
+
+    def X(self, v):
+        """Points across of data x."""
+        lo, hi = self.xlim
+        return self.x + (np.asarray(v, dtype=float) - lo) / (hi - lo) * self.w
+
+    def Y(self, v):
+        """Points down of data y."""
+        lo, hi = self.ylim
+        return self.y + self.h - (np.asarray(v, dtype=float) - lo) / (hi - lo) * self.h
+
+
+def padded(lo: float, hi: float, frac: float = 0.06) -> tuple:
+    """A range with a margin (a point range where lo = hi)."""
+    if not np.isfinite(lo) or not np.isfinite(hi):
+        return (0.0, 1.0)
+    if hi <= lo:
+        d = abs(lo) * 0.1 or 0.1
+        return (lo - d, hi + d)
+    d = (hi - lo) * frac
+    return (lo - d, hi + d)
+
+
+def axes(p: Panel, style: Style, *, xticks=(), xlabels=None, yticks=(), ylabels=None, xlabel="", ylabel="",
+         title="", grid: bool = True, zero: bool = False, group: str = "") -> None:
+    """The panel's frame, grid at the ticks, tick labels, axis labels and title; ``zero`` a dashed line at y 0."""
+    c = p.canvas
+    xlabels = tick_labels(xticks) if xlabels is None else xlabels
+    ylabels = tick_labels(yticks) if ylabels is None else ylabels
+    for v in xticks:
+        if grid:
+            c.line(float(p.X(v)), p.y, float(p.X(v)), p.y + p.h, GRID, 0.8)
+    for v in yticks:
+        if grid:
+            c.line(p.x, float(p.Y(v)), p.x + p.w, float(p.Y(v)), GRID, 0.8)
+    if zero and p.ylim[0] < 0 < p.ylim[1]:
+        c.line(p.x, float(p.Y(0)), p.x + p.w, float(p.Y(0)), "#4d4d4d", 0.9, dash=(4, 3))
+    c.rect(p.x, p.y, p.w, p.h, stroke=GRID, width=1.0)
+    for v, s in zip(xticks, xlabels):
+        c.text(float(p.X(v)), p.y + p.h + 3, s, style.text, anchor="middle", valign="top", group=f"{group}x")
+    for v, s in zip(yticks, ylabels):
+        c.text(p.x - 4, float(p.Y(v)), s, style.text, anchor="end", group=f"{group}y")
+    if xlabel:
+        c.text(p.x + p.w / 2, p.y + p.h + 5 + style.text * 1.2, xlabel, style.label, anchor="middle", valign="top")
+    if ylabel:
+        widest = max((text_width(s, style.text) for s in ylabels), default=0.0)
+        c.text(p.x - widest - 8, p.y + p.h / 2, ylabel, style.label, anchor="middle", valign="bottom", rotate=90)
+    if title:
+        c.text(p.x + p.w / 2, p.y - 5, title, style.title, anchor="middle", valign="bottom")
+
+
+def errorbars(p: Panel, xs, est, low, high, color: str, style: Style, cap: float = 3.0) -> None:
+    """Estimates as dots with their intervals as vertical lines (caps ``cap`` points wide; 0: none)."""
+    xs, est, low, high = (np.asarray(v, dtype=float) for v in (xs, est, low, high))
+    X, lo, hi = p.X(xs), p.Y(low), p.Y(high)
+    segs = [(x, a, x, b) for x, a, b in zip(X, lo, hi) if np.isfinite(a) and np.isfinite(b)]
+    if cap:
+        segs += [(x - cap, y, x + cap, y) for x, a, b in zip(X, lo, hi) for y in (a, b) if np.isfinite(y)]
+    if segs:
+        p.canvas.segments(segs, color, style.line)
+    p.canvas.dots(X, p.Y(est), style.dot * 1.2, color)
+
+
+def heat(c: Canvas, x: float, y: float, cw: float, ch: float, data, *, vmin: float, vmax: float, cmap: str,
+         annot: bool = False, fmt: str = "{:.2f}", size: float = 8.0) -> None:
+    """Cells of ``data`` (rows down, columns across) from (x, y), each ``cw`` x ``ch`` points, coloured on
+    ``cmap`` over [vmin, vmax]; NaN cells hatched grey with a dash (not measured: never a colour that reads as a
+    value); ``annot`` writes each value in black or white, whichever reads on its colour."""
+    data = np.asarray(data, dtype=float)
+    span = vmax - vmin if vmax > vmin else 1.0
+    rgb = colormap(cmap, (np.nan_to_num(data, nan=vmin) - vmin) / span)
+    if data.size:
+        c.image(x, y, cw * data.shape[1], ch * data.shape[0], rgb)
+    for i, j in zip(*np.nonzero(np.isnan(data))):
+        c.rect(x + j * cw, y + i * ch, cw, ch, hatch=True)
+    if annot:
+        for (i, j), v in np.ndenumerate(data):
+            r, g, b = rgb[i, j]
+            ink = "#666666" if np.isnan(v) else ("black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
+            c.text(x + (j + 0.5) * cw, y + (i + 0.5) * ch, "–" if np.isnan(v) else fmt.format(v).replace("-", "−"),
+                   size, ink, anchor="middle")
+
+
+def colorbar(c: Canvas, x: float, y: float, w: float, h: float, *, vmin: float, vmax: float, cmap: str,
+             style: Style, label: str = "") -> None:
+    """A vertical colour bar (``vmax`` on top) with ticks on its right and ``label`` beside them."""
+    n = 64
+    c.image(x, y, w, h, colormap(cmap, (np.arange(n)[::-1, None] + 0.5) / n))  # vmax at the top
+    ticks = nice_ticks(vmin, vmax, 5)
+    labels = tick_labels(ticks)
+    for v, s in zip(ticks, labels):
+        yy = y + h - (v - vmin) / (vmax - vmin) * h if vmax > vmin else y + h / 2
+        c.line(x + w, yy, x + w + 3, yy, INK, 0.8)
+        c.text(x + w + 5, yy, s, style.text, group="bar")
+    if label:
+        widest = max((text_width(s, style.text) for s in labels), default=0.0)
+        c.text(x + w + 9 + widest, y + h / 2, label, style.text, anchor="middle", valign="top", rotate=90)
+
+
+def legend(c: Canvas, x: float, y: float, entries, style: Style, columns: int = 1, anchor: str = "start") -> float:
+    """Legend entries (label, colour, mark: ``line``, ``dot``, ``bar`` (an interval) or
+    ``bar_fill`` (a filled box)) in ``columns`` columns from (x, y)
+    (``anchor`` middle: centred on x); returns its height."""
+    size = style.text
+    rows = -(-len(entries) // columns)
+    col_w = [max(text_width(e[0], size) for e in entries[k::columns]) + 24 for k in range(min(columns, len(entries)))]
+    left = x - sum(col_w) / 2 if anchor == "middle" else x
+    for i, (label, color, mark) in enumerate(entries):
+        r, k = divmod(i, columns)
+        ex, ey = left + sum(col_w[:k]), y + (r + 0.5) * size * 1.5
+        if mark == "line":
+            c.line(ex, ey, ex + 14, ey, color, style.line * 1.3)
+        elif mark == "bar_fill":
+            c.rect(ex + 2, ey - size * 0.4, 10, size * 0.8, fill=color)
+        elif mark == "bar":
+            c.line(ex + 7, ey - size * 0.45, ex + 7, ey + size * 0.45, color, style.line)
+            c.dots([ex + 7], [ey], style.dot * 1.2, color)
+        else:
+            c.dots([ex + 7], [ey], style.dot * 1.2, color)
+        c.text(ex + 18, ey, label, size)
+    return rows * size * 1.5
