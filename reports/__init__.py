@@ -1,6 +1,7 @@
 """Rendering of any :class:`routestats.report.Report`: Jinja2 templates (HTML, LaTeX), Markdown, CSV
-and matplotlib figures (seaborn's look, :mod:`reports.theme`) over finished frames. Nothing in this
-package computes a statistic, and the analysis core never imports it (the edge is one-way).
+and figures (the pair and run pages' drawn as SVG by :mod:`reports.canvas`, the others by matplotlib) over
+finished frames. Nothing in this package computes a statistic, and the analysis core never imports it (the edge is
+one-way).
 
 Entry points (imported lazily, so ``import reports`` is cheap)::
 

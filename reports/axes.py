@@ -1,5 +1,5 @@
 """Axes that read at any size: layer axes thinned to a nice step, a colour bar of layers instead of a
-long legend, log step axes, integer count axes, and the page width a figure is shown at."""
+long legend, log step axes, and the page width a figure is shown at."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 
 from reports.canvas import PALETTES, colormap, hex_rgb
 
-__all__ = ["DISPLAY_PX", "MAX_TICKS", "MAX_LEGEND_LAYERS", "layer_colors", "step_axis", "integer_ticks", "layer_step",
+__all__ = ["DISPLAY_PX", "MAX_TICKS", "MAX_LEGEND_LAYERS", "layer_colors", "step_axis", "layer_step",
            "layer_ticks", "layer_key"]
 
 
@@ -27,13 +27,6 @@ def step_axis(ax, steps) -> None:
     else:
         ax.set_xscale("symlog")
         ax.set_xlim(left=0)  # steps are never negative
-
-
-def integer_ticks(axis) -> None:
-    """Count axes show whole numbers only."""
-    from matplotlib.ticker import MaxNLocator
-
-    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 DISPLAY_PX = 1100  # the width a figure is shown at in the report page (main column less its padding)

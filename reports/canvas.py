@@ -150,9 +150,10 @@ class Canvas:
         self.marks.append(("path", [tuple(s) for s in np.asarray(segs, dtype=float).reshape(-1, 4)], color, width,
                            None, alpha))
 
-    def polyline(self, xs, ys, color=INK, width=1.5, alpha=1.0) -> None:
-        """A line through the points, in order (NaN points break it)."""
-        self.marks.append(("poly", np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), color, width, alpha))
+    def polyline(self, xs, ys, color=INK, width=1.5, alpha=1.0, dash=None) -> None:
+        """A line through the points, in order (NaN points break it); ``dash`` (on, off) points."""
+        self.marks.append(("poly", np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), color, width, alpha,
+                           dash))
 
     def dots(self, xs, ys, radius=2.0, color=INK, alpha=1.0) -> None:
         """Filled round dots of one colour and size."""
@@ -269,7 +270,7 @@ def _svg_path(segs, color, width, dash, alpha) -> str:
     return f'<path d="{d}" stroke="{color}" stroke-width="{width:g}" fill="none"{_dash(dash)}{_opacity(alpha)}/>'
 
 
-def _svg_poly(xs, ys, color, width, alpha) -> str:
+def _svg_poly(xs, ys, color, width, alpha, dash) -> str:
     parts, pen = [], "M"
     for x, y in zip(xs, ys):
         if np.isnan(x) or np.isnan(y):
@@ -278,7 +279,7 @@ def _svg_poly(xs, ys, color, width, alpha) -> str:
         parts.append(f"{pen}{_n(x)} {_n(y)}")
         pen = "L"
     return (f'<path d="{"".join(parts)}" stroke="{color}" stroke-width="{width:g}" fill="none" '
-            f'stroke-linejoin="round"{_opacity(alpha)}/>')
+            f'stroke-linejoin="round"{_dash(dash)}{_opacity(alpha)}/>')
 
 
 def _svg_dots(xs, ys, r, color, alpha) -> str:
@@ -324,10 +325,11 @@ def _mpl_path(fig, pt, segs, color, width, dash, alpha) -> None:
                                   linestyles=(0, dash) if dash else "solid"))
 
 
-def _mpl_poly(fig, pt, xs, ys, color, width, alpha) -> None:
+def _mpl_poly(fig, pt, xs, ys, color, width, alpha, dash) -> None:
     from matplotlib.lines import Line2D
 
-    fig.add_artist(Line2D(xs, ys, color=color, lw=width, alpha=alpha, transform=pt, solid_joinstyle="round"))
+    fig.add_artist(Line2D(xs, ys, color=color, lw=width, alpha=alpha, transform=pt, solid_joinstyle="round",
+                          ls=(0, dash) if dash else "-"))
 
 
 def _mpl_dots(fig, pt, xs, ys, r, color, alpha) -> None:

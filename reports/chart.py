@@ -16,10 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reports.axes import MAX_LEGEND_LAYERS, layer_colors, layer_step
 from reports.canvas import GRID, INK, Canvas, colormap, rgb_hex, text_width
 
-__all__ = ["Style", "PAGE", "paper", "Panel", "nice_ticks", "tick_labels", "layer_ticks", "axes", "errorbars", "heat",
-           "colorbar", "legend", "ylabel_room", "hex_colors", "registrar", "style_of"]
+__all__ = ["Style", "PAGE", "paper", "Panel", "SCALES", "log_ticks", "log_labels", "nice_ticks", "tick_labels", "layer_ticks", "axes", "errorbars", "heat",
+           "colorbar", "legend", "ylabel_room", "hex_colors", "registrar", "style_of", "layer_hex", "MAX_LEGEND_LAYERS",
+           "layer_strip"]
 
 
 def registrar(table: dict):
@@ -96,8 +98,15 @@ def nice_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
 
 
 def tick_labels(values) -> list[str]:
-    """Labels with as many decimals as the finest tick needs (no '0.30000000000000004')."""
+    """Labels with as many decimals as the finest tick needs (no '0.30000000000000004'); 10,000 and beyond as
+    1e4, 2e4, ...
+
+    >>> tick_labels([0.0, 5000.0, 20000.0])
+    ['0', '5000', '2e4']
+    """
     values = [float(v) for v in values]
+    if max((abs(v) for v in values), default=0.0) >= 1e4 and all(float(v).is_integer() for v in values):
+        return [_sci(v) for v in values]
     dec = 0
     for v in values:
         while dec < 6 and abs(round(v, dec) - v) > 1e-9 * max(1.0, abs(v)):
@@ -105,10 +114,25 @@ def tick_labels(values) -> list[str]:
     return [f"{v:.{dec}f}".replace("-", "−") if v != 0 else "0" for v in values]
 
 
+def log_labels(values) -> list[str]:
+    """Labels of a log axis: each value as short as it reads (1, 0.1, 0.01; 1e4 beyond 10,000).
+
+    >>> log_labels([0.01, 0.1, 1.0, 10.0, 20000.0])
+    ['0.01', '0.1', '1', '10', '2e4']
+    """
+    return [_sci(v) if abs(v) >= 1e4 else f"{float(v):g}" for v in values]
+
+
+def _sci(v: float) -> str:
+    if v == 0 or abs(v) < 1e4:
+        return f"{v:.0f}".replace("-", "−")
+    k = int(np.floor(np.log10(abs(v))))
+    m = v / 10 ** k
+    return (f"{m:g}e{k}" if abs(m - round(m, 1)) < 1e-9 else f"{v:.0f}").replace("-", "−")
+
+
 def layer_ticks(layers, most: int = 15) -> list[int]:
     """The labelled layers: every layer, or multiples of :func:`reports.axes.layer_step` on long axes."""
-    from reports.axes import layer_step
-
     layers = sorted(int(x) for x in layers)
     step = layer_step(len(layers), most)
     return [x for x in layers if x % step == 0] or layers[:1]
@@ -120,9 +144,13 @@ def ylabel_room(style: Style, labels, axis_label: bool = True) -> float:
     return widest + 5 + (style.label * 1.3 + 4 if axis_label else 0)
 
 
+SCALES = {"linear": lambda v: v, "log": np.log10, "log1p": lambda v: np.log10(1 + v)}  # log1p: counts from 0
+
+
 @dataclass(frozen=True)
 class Panel:
-    """A data rectangle on ``canvas``: top-left (x, y), size (w, h), and the data ranges it shows."""
+    """A data rectangle on ``canvas``: top-left (x, y), size (w, h), the data ranges it shows, and each axis's
+    scale (:data:`SCALES`: ``linear``, ``log``, or ``log1p`` for steps that start at 0)."""
 
     canvas: Canvas
     x: float
@@ -131,16 +159,38 @@ class Panel:
     h: float
     xlim: tuple
     ylim: tuple
+    xscale: str = "linear"
+    yscale: str = "linear"
 
     def X(self, v):
         """Points across of data x."""
-        lo, hi = self.xlim
-        return self.x + (np.asarray(v, dtype=float) - lo) / (hi - lo) * self.w
+        f = SCALES[self.xscale]
+        lo, hi = f(np.asarray(self.xlim, dtype=float))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.x + (f(np.asarray(v, dtype=float)) - lo) / (hi - lo) * self.w
 
     def Y(self, v):
         """Points down of data y."""
-        lo, hi = self.ylim
-        return self.y + self.h - (np.asarray(v, dtype=float) - lo) / (hi - lo) * self.h
+        f = SCALES[self.yscale]
+        lo, hi = f(np.asarray(self.ylim, dtype=float))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.y + self.h - (f(np.asarray(v, dtype=float)) - lo) / (hi - lo) * self.h
+
+
+def log_ticks(lo: float, hi: float, zero: bool = False) -> list[float]:
+    """Powers of ten inside [lo, hi] (with 2 and 5 times them where fewer than three powers fit); ``zero`` puts 0
+    first (a log1p axis from step 0).
+
+    >>> log_ticks(1, 5000), log_ticks(3, 40), log_ticks(0, 900, zero=True)
+    ([1.0, 10.0, 100.0, 1000.0], [5.0, 10.0, 20.0], [0.0, 1.0, 10.0, 100.0])
+    """
+    lo_pos = max(lo, 1e-300) if not zero else max(lo, 1.0)
+    k0, k1 = int(np.floor(np.log10(lo_pos))), int(np.ceil(np.log10(max(hi, lo_pos))))
+    powers = [10.0 ** k for k in range(k0, k1 + 1) if lo_pos * (1 - 1e-9) <= 10.0 ** k <= hi * (1 + 1e-9)]
+    if len(powers) < 3:
+        powers = sorted(m * 10.0 ** k for k in range(k0, k1 + 1) for m in (1, 2, 5)
+                        if lo_pos * (1 - 1e-9) <= m * 10.0 ** k <= hi * (1 + 1e-9))
+    return ([0.0] if zero and lo <= 0 else []) + powers
 
 
 def padded(lo: float, hi: float, frac: float = 0.06) -> tuple:
@@ -231,7 +281,7 @@ def colorbar(c: Canvas, x: float, y: float, w: float, h: float, *, vmin: float, 
 
 
 def legend(c: Canvas, x: float, y: float, entries, style: Style, columns: int = 1, anchor: str = "start") -> float:
-    """Legend entries (label, colour, mark: ``line``, ``dot``, ``bar`` (an interval) or
+    """Legend entries (label, colour, mark: ``line``, ``dash`` (a dashed line), ``dot``, ``bar`` (an interval) or
     ``bar_fill`` (a filled box)) in ``columns`` columns from (x, y)
     (``anchor`` middle: centred on x); returns its height."""
     size = style.text
@@ -243,6 +293,8 @@ def legend(c: Canvas, x: float, y: float, entries, style: Style, columns: int = 
         ex, ey = left + sum(col_w[:k]), y + (r + 0.5) * size * 1.5
         if mark == "line":
             c.line(ex, ey, ex + 14, ey, color, style.line * 1.3)
+        elif mark == "dash":
+            c.line(ex, ey, ex + 14, ey, color, style.line * 1.3, dash=(3, 2))
         elif mark == "bar_fill":
             c.rect(ex + 2, ey - size * 0.4, 10, size * 0.8, fill=color)
         elif mark == "bar":
@@ -252,3 +304,20 @@ def legend(c: Canvas, x: float, y: float, entries, style: Style, columns: int = 
             c.dots([ex + 7], [ey], style.dot * 1.2, color)
         c.text(ex + 18, ey, label, size)
     return rows * size * 1.5
+
+
+def layer_hex(n: int) -> list[str]:
+    """The colours of ``n`` layers (:func:`reports.axes.layer_colors`) as ``#rrggbb``."""
+    return hex_colors(layer_colors(n))
+
+
+def layer_strip(c: Canvas, x: float, y: float, h: float, layers, colors, s: Style) -> None:
+    """Beyond 8 layers: a strip of the layers' colours (first layer at the bottom), thinned labels beside it."""
+    n = len(layers)
+    ticks = set(layer_ticks(layers, 10))
+    for k, (layer, col) in enumerate(zip(layers, colors)):
+        yy = y + h - (k + 1) * h / n
+        c.rect(x, yy, 9, h / n + 0.05, fill=col)
+        if int(layer) in ticks:
+            c.text(x + 13, yy + h / n / 2, str(layer), s.text, group="strip")
+    c.text(x + 40, y + h / 2, "layer", s.text, anchor="middle", valign="top", rotate=90)

@@ -1,8 +1,9 @@
 """Every figure kind and how it is drawn, and the drawing of a report's figures.
 
-The pair and run reports' page figures (:mod:`reports.pair_figures`, :mod:`reports.heat_figures`) are drawn on a :class:`reports.canvas.Canvas`, with
+The pair and run reports' page figures (:mod:`reports.pair_figures`, :mod:`reports.heat_figures`,
+:mod:`reports.training`) are drawn on a :class:`reports.canvas.Canvas`, with
 no plotting library: the page embeds their SVG, and PNG or PDF copies replay the same marks through matplotlib.
-The other reports' drawers (:mod:`reports.training`, :mod:`reports.study`,
+The other reports' drawers (:mod:`reports.study`,
 :mod:`reports.mofa`, :mod:`reports.regime`, :mod:`reports.plan`) return matplotlib figures; they, and matplotlib,
 are imported only when a figure of theirs is drawn. The tables are joined here by explicit imports (no module
 registers into another's table).
@@ -12,13 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports import heat_figures, pair_figures
+from reports import heat_figures, pair_figures, training
 from reports.canvas import SVG_NS, Canvas
 
 __all__ = ["REGISTRY", "CANVAS_KINDS", "registry", "draw", "draw_all", "save_drawing"]
-
-CANVAS = {**pair_figures.DRAWERS, **heat_figures.DRAWERS}  # the page's kinds: drawn without matplotlib
-CANVAS_KINDS = frozenset(CANVAS)
 
 
 def _join(*tables: dict) -> dict:
@@ -31,11 +29,16 @@ def _join(*tables: dict) -> dict:
     return out
 
 
+# the page's kinds: drawn without matplotlib
+CANVAS = _join(pair_figures.DRAWERS, heat_figures.DRAWERS, training.DRAWERS)
+CANVAS_KINDS = frozenset(CANVAS)
+
+
 def registry() -> dict:
     """Every figure kind -> its drawer (imports the matplotlib drawers)."""
-    from reports import mofa, plan, regime, study, training
+    from reports import mofa, plan, regime, study
 
-    return _join(pair_figures.DRAWERS, heat_figures.DRAWERS, training.DRAWERS, study.DRAWERS, mofa.DRAWERS, regime.DRAWERS, plan.DRAWERS)
+    return _join(CANVAS, study.DRAWERS, mofa.DRAWERS, regime.DRAWERS, plan.DRAWERS)
 
 
 def __getattr__(name):

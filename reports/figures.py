@@ -1,6 +1,6 @@
 """What the matplotlib drawers share (Agg, seaborn's look: :mod:`reports.theme`): :func:`save` writes a figure's
 PNG (+ vector copies) and returns the PNG bytes for embedding; :func:`heat` a labelled heat map; :func:`plain`
-escapes user text. The drawers live in ``reports/training.py``, ``reports/study.py``, ``reports/mofa.py``,
+escapes user text. The drawers live in ``reports/study.py``, ``reports/mofa.py``,
 ``reports/regime.py`` and ``reports/plan.py`` (each registers into its own table with
 :func:`reports.chart.registrar`); the pair and run pages' figures are drawn without matplotlib
 (:mod:`reports.pair_figures`).
@@ -21,7 +21,6 @@ import pandas as pd  # noqa: E402
 from reports.chart import registrar  # noqa: E402,F401  (the drawer modules' F.registrar)
 from reports.theme import RC  # noqa: E402
 
-from reports.pair_figures import ROLE_COLORS as PALETTE, SHORT  # noqa: E402,F401  (the training figures' colours)
 matplotlib.rcParams.update(RC)
 
 

@@ -20,20 +20,32 @@ from html import escape
 from reports.formatting import embedded, format_cells
 from reports.render import answer_figure
 
-__all__ = ["report_html", "table_html", "figure_png"]
+__all__ = ["report_html", "table_html", "figure_png", "figure_html"]
 
 
 def figure_png(figure, dpi: int = 110) -> bytes:
-    """One :class:`routestats.report.Figure` drawn to PNG bytes (no file)."""
+    """One :class:`routestats.report.Figure` drawn to PNG bytes (no file; a page figure's marks through matplotlib)."""
     import matplotlib.pyplot as plt
 
     from reports.drawing import draw
 
     fig = draw(figure)
+    if hasattr(fig, "marks"):  # a canvas
+        fig = fig.figure()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
     return buf.getvalue()
+
+
+def figure_html(figure, style: str) -> str:
+    """One figure for a notebook cell: a page figure as its inline SVG (no matplotlib), any other as a PNG."""
+    from reports.drawing import CANVAS_KINDS, draw
+
+    if figure.kind in CANVAS_KINDS:
+        svg = draw(figure).svg().replace('style="max-width:100%;height:auto"', f'style="{style};height:auto"', 1)
+        return svg.replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)
+    return f"<img style='{style}' alt='the answer per layer' src='data:image/png;base64,{embedded(figure_png(figure))}'>"
 
 
 def table_html(table) -> str:
@@ -51,8 +63,7 @@ def table_html(table) -> str:
 def report_html(rep) -> str:
     """The report's first screen, findings and table list, for a notebook cell."""
     fig = answer_figure(rep)
-    img = (f"<img style='max-width:440px;float:right;margin:0 0 8px 16px' alt='the answer per layer' "
-           f"src='data:image/png;base64,{embedded(figure_png(fig))}'>" if fig is not None else "")
+    img = figure_html(fig, "max-width:440px;float:right;margin:0 0 8px 16px") if fig is not None else ""
     out = [f"<div><h3>{escape(rep.title)}</h3><p style='color:#5b6670'>{escape(rep.subtitle)}</p>", img]
     if rep.answer:
         out.append(f"<p style='font-size:1.25em;font-weight:700'>{escape(rep.answer)}</p>")

@@ -21,8 +21,8 @@ import dataclasses
 import numpy as np
 
 from reports.canvas import Canvas, text_width
-from reports.chart import (Panel, Style, axes, errorbars, layer_ticks, legend, nice_ticks, padded, registrar, style_of,
-                           tick_labels, ylabel_room)
+from reports.chart import (Panel, Style, axes, errorbars, layer_hex, layer_strip, layer_ticks, legend, nice_ticks, padded,
+                           registrar, style_of, tick_labels, ylabel_room)
 
 __all__ = ["DRAWERS", "ROLE_COLORS", "SHORT", "MOST_MARKS", "canvas_for"]
 
@@ -277,13 +277,6 @@ def paired_dots(frames, params) -> Canvas:
     return c
 
 
-def _layer_hex(n: int) -> list:
-    from reports.axes import layer_colors
-    from reports.chart import hex_colors
-
-    return hex_colors(layer_colors(n))
-
-
 @drawer("lengths")
 def lengths(frames, params) -> Canvas:
     """Evaluated lengths (histogram) and each example's Δ SFM against its length, with a running mean per layer."""
@@ -292,7 +285,7 @@ def lengths(frames, params) -> Canvas:
     one = ex.drop_duplicates("example_id")
     counts, edges = np.histogram(one["length"], bins=min(30, max(5, one["length"].nunique())))
     layers = sorted(ex["layer"].unique())
-    colors = _layer_hex(len(layers))
+    colors = layer_hex(len(layers))
     window = int(ex["window"].iloc[0])
     ya = (0.0, max(1.0, counts.max() * 1.06))
     yb = _yrange(ex["diff"], zero=True)
@@ -327,19 +320,7 @@ def lengths(frames, params) -> Canvas:
     elif len(layers) <= 8:
         legend(c, kx, b.y + ph / 2 - len(layers) * s.text * 0.75, entries, s)
     else:
-        _layer_strip(c, kx, b.y, ph, layers, colors, s)
+        layer_strip(c, kx, b.y, ph, layers, colors, s)
     if note:
         c.text(b.x, height - s.text * 0.8 - 2, note, s.text, "#595959")
     return c
-
-
-def _layer_strip(c: Canvas, x: float, y: float, h: float, layers, colors, s: Style) -> None:
-    """Beyond 8 layers: a strip of the layers' colours (first layer at the bottom), thinned labels beside it."""
-    n = len(layers)
-    ticks = set(layer_ticks(layers, 10))
-    for k, (layer, col) in enumerate(zip(layers, colors)):
-        yy = y + h - (k + 1) * h / n
-        c.rect(x, yy, 9, h / n + 0.05, fill=col)
-        if int(layer) in ticks:
-            c.text(x + 13, yy + h / n / 2, str(layer), s.text, group="strip")
-    c.text(x + 40, y + h / 2, "layer", s.text, anchor="middle", valign="top", rotate=90)

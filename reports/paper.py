@@ -120,7 +120,8 @@ def paper_figure(figure, width: float | None = None, height: float | None = None
     return fig
 
 
-ONE_PANEL = frozenset({"answer_layers", "flow_measures"})  # drawn a column wide by default; the others both columns
+# drawn a column wide by default; the others both columns
+ONE_PANEL = frozenset({"answer_layers", "flow_measures", "trajectories", "gradient_ratios", "training_curves"})
 
 
 def paper_canvas(figure, width: float | None = None, height: float | None = None):

@@ -1,79 +1,127 @@
-"""Figures of a pair's training: SFM trajectories over checkpoints, the gradient-norm ratio and the training
-loss (drawn from the report's frames; registered in :data:`DRAWERS`, joined by :mod:`reports.drawing`)."""
+"""Figures of a pair's training, on a :class:`reports.canvas.Canvas` like the rest of the pair's page: SFM trajectories
+over checkpoints, the gradient-norm ratio and the training loss (drawn from the report's frames; registered in
+:data:`DRAWERS`, joined by :mod:`reports.drawing`).
+
+>>> import pandas as pd
+>>> steps = pd.DataFrame({"role": ["baseline", "variant"] * 2, "step": [0, 0, 100, 100],
+...                       "trailing_mean": [1.0, 1.1, 1.2, 1.3], "lower_layer": 0, "upper_layer": 3})
+>>> c = DRAWERS["gradient_ratios"]({"steps": steps}, {})
+>>> sorted(t[5] for t in c.texts if t[6] == "x")  # steps from 0: a log axis of 1 + step, labelled in steps
+['0', '1', '10', '100']
+"""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-import pandas as pd
+import numpy as np
 
-from reports.axes import MAX_LEGEND_LAYERS, layer_colors, layer_key, step_axis
-from reports.figures import PALETTE, SHORT, registrar
+from reports.canvas import Canvas, text_width
+from reports.chart import (MAX_LEGEND_LAYERS, Panel, axes, layer_hex, layer_strip, legend, log_labels, log_ticks,
+                           nice_ticks, padded, registrar, style_of, tick_labels, ylabel_room)
+from reports.pair_figures import ROLE_COLORS, SHORT, canvas_for
+
+__all__ = ["DRAWERS"]
 
 DRAWERS: dict = {}  # the training figures of the one-pair report
 drawer = registrar(DRAWERS)
 
 
+def _step_axis(steps) -> tuple:
+    """(range, scale, ticks) of a training-step axis: log from the first step, or log of 1 + step from step 0
+    (checkpoints crowd the start)."""
+    lo, hi = float(np.min(steps)), float(np.max(steps))
+    hi = max(hi, lo + 1)
+    if lo >= 1:
+        return (lo / 1.15, hi * 1.15), "log", log_ticks(lo, hi)
+    return (0.0, hi * 1.15 + 0.15), "log1p", log_ticks(0.0, hi, zero=True)
+
+
+def _one_panel(s, xlim, xscale, ylim, yticks, key_w: float, legend_room: float = 0.0, yscale: str = "linear"):
+    """A canvas with one panel and ``key_w`` points for a key on its right."""
+    left = ylabel_room(s, tick_labels(yticks))
+    width = min(s.width, 640.0)
+    ph = 190.0 if s.width > 400 else 120.0
+    top = s.title * 1.4 + 8
+    c = canvas_for(s, width, top + ph + 5 + 2 * s.text * 1.25 + 10 + legend_room)
+    return c, Panel(c, left, top, c.width - left - key_w - 8, ph, xlim, ylim, xscale, yscale)
+
+
 @drawer("trajectories")
-def _trajectories(frames, params):
-    return trajectories(frames["trajectory"], params.get("labels", {}))
-
-
-def trajectories(traj: pd.DataFrame, labels: dict):
+def trajectories(frames, params) -> Canvas:
     """SFM per layer over checkpoint steps; baseline dashed, variant solid."""
-    from matplotlib.lines import Line2D
-
-    fig, ax = plt.subplots(figsize=(8.5, 3.8))
+    s = style_of(params)
+    traj = frames["trajectory"]
     layers = sorted(traj["layer"].unique())
-    colors = layer_colors(len(layers))
-    for c, layer in zip(colors, layers):
-        for role, ls in (("baseline", "--"), ("variant", "-")):
+    colors = layer_hex(len(layers))
+    xlim, xscale, xt = _step_axis(traj["step"])
+    ylim = padded(float(traj["sfm"].min()), float(traj["sfm"].max()))
+    yt = nice_ticks(*ylim, 6)
+    styles = [("baseline", "#4d4d4d", "dash"), ("variant", "#4d4d4d", "line")]
+    entries = [(f"layer {x}", col, "line") for x, col in zip(layers, colors)] if len(layers) <= MAX_LEGEND_LAYERS else []
+    key_w = max(text_width(e[0], s.text) for e in entries + styles) + 30 + (50 if not entries else 0)
+    c, p = _one_panel(s, xlim, xscale, ylim, yt, key_w)
+    axes(p, s, xticks=xt, xlabels=log_labels(xt), yticks=yt, xlabel="training step", ylabel="same-field mass",
+         title="SFM trajectories")
+    for col, layer in zip(colors, layers):
+        for role, dash in (("baseline", (4, 3)), ("variant", None)):
             t = traj[(traj["role"] == role) & (traj["layer"] == layer)].sort_values("step")
-            ax.plot(t["step"], t["sfm"], ls=ls, marker="o", ms=3, color=c)
-    step_axis(ax, traj["step"])
-    ax.set(xlabel="training step", ylabel="same-field mass", title="SFM trajectories")
-    styles = [Line2D([], [], color="0.3", ls="--", label="baseline"), Line2D([], [], color="0.3", ls="-", label="variant")]
-    if len(layers) <= MAX_LEGEND_LAYERS:
-        handles = [Line2D([], [], color=c, marker="o", label=f"layer {layer}") for c, layer in zip(colors, layers)]
-        ax.legend(handles=handles + styles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    else:  # many layers: a colour bar for them, the two line styles in a small legend
-        layer_key(ax, colors, layers)
-        ax.legend(handles=styles, fontsize=8, loc="best")
-    fig.tight_layout()
-    return fig
+            c.polyline(p.X(t["step"]), p.Y(t["sfm"]), col, s.line, dash=dash)
+            c.dots(p.X(t["step"]), p.Y(t["sfm"]), s.dot * 0.8, col)
+    kx = p.x + p.w + 12
+    if entries:
+        legend(c, kx, p.y + p.h / 2 - len(entries + styles) * s.text * 0.75, entries + styles, s)
+    else:  # many layers: a strip of their colours, the two line styles beside it
+        layer_strip(c, kx, p.y, p.h, layers, colors, s)
+        legend(c, kx + 50, p.y + p.h / 2 - s.text * 1.5, styles, s)
+    return c
 
 
 @drawer("gradient_ratios")
-def _gradient_ratios(frames, params):
-    return gradient_ratios(frames["steps"], params.get("labels", {}))
-
-
-def gradient_ratios(steps: pd.DataFrame, labels: dict):
+def gradient_ratios(frames, params) -> Canvas:
     """Trailing-mean gradient-norm ratio per step for both models (dashed line at 1)."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.4))
-    for role in ("baseline", "variant"):
-        t = steps[steps["role"] == role]
-        ax.plot(t["step"], t["trailing_mean"], color=PALETTE[role], label=SHORT[role])
-    ax.axhline(1.0, color="0.3", ls="--", lw=1)
+    s = style_of(params)
+    steps = frames["steps"]
+    xlim, xscale, xt = _step_axis(steps["step"])
+    v = steps["trailing_mean"].to_numpy(float)
+    ylim = padded(float(min(np.nanmin(v), 1.0)), float(max(np.nanmax(v), 1.0)))
+    yt = nice_ticks(*ylim, 6)
+    entries = [(SHORT[r], ROLE_COLORS[r], "line") for r in ("baseline", "variant")]
+    c, p = _one_panel(s, xlim, xscale, ylim, yt, max(text_width(e[0], s.text) for e in entries) + 30)
     lo, up = int(steps["lower_layer"].iloc[0]), int(steps["upper_layer"].iloc[0])
-    ax.set(xlabel="training step", ylabel=f"‖∇QKV L{up}‖ / ‖∇QKV L{lo}‖", title="Gradient-norm ratio (trailing mean)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    axes(p, s, xticks=xt, xlabels=log_labels(xt), yticks=yt, xlabel="training step",
+         ylabel=f"‖∇QKV L{up}‖ / ‖∇QKV L{lo}‖", title="Gradient-norm ratio (trailing mean)")
+    c.line(p.x, float(p.Y(1.0)), p.x + p.w, float(p.Y(1.0)), "#4d4d4d", 0.9, dash=(4, 3))
+    for role in ("baseline", "variant"):
+        t = steps[steps["role"] == role].sort_values("step")
+        c.polyline(p.X(t["step"]), p.Y(t["trailing_mean"]), ROLE_COLORS[role], s.line)
+    legend(c, p.x + p.w + 12, p.y + p.h / 2 - s.text * 1.5, entries, s)
+    return c
 
 
 @drawer("training_curves")
-def _training_curves(frames, params):
-    return training_curves({r: g for r, g in frames["curves"].groupby("role")}, params.get("labels", {}))
-
-
-def training_curves(metrics: dict, labels: dict):
-    """Training loss per step for both models."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.2))
-    for role, m in metrics.items():
-        t = m[m["phase"] == "train"]
-        ax.plot(t["step"], t["loss"], color=PALETTE[role], lw=1, label=SHORT[role],
-                ls="--" if role == "variant" else "-")  # nearly equal curves: the dash keeps both visible
-    ax.set(yscale="log", xlabel="training step", ylabel="MSM loss", title="Training loss")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+def training_curves(frames, params) -> Canvas:
+    """Training loss per step for both models, on a log axis where every loss is positive."""
+    s = style_of(params)
+    curves = frames["curves"]
+    train = curves[curves["phase"] == "train"]
+    xlim, xscale, xt = _step_axis(train["step"])
+    loss = train["loss"].to_numpy(float)
+    loss = loss[np.isfinite(loss)]
+    lo, hi = (float(loss.min()), float(loss.max())) if loss.size else (1.0, 10.0)
+    if lo > 0:
+        yscale, ylim, yt = "log", (lo / 1.15, hi * 1.15), log_ticks(lo / 1.15, hi * 1.15)
+    else:
+        yscale, ylim = "linear", padded(lo, hi)
+        yt = nice_ticks(*ylim, 6)
+    roles = [r for r in ("baseline", "variant") if (train["role"] == r).any()]
+    entries = [(SHORT[r], ROLE_COLORS[r], "dash" if r == "variant" else "line") for r in roles]
+    c, p = _one_panel(s, xlim, xscale, ylim, yt, max(text_width(e[0], s.text) for e in entries) + 30, yscale=yscale)
+    axes(p, s, xticks=xt, xlabels=log_labels(xt), yticks=yt, ylabels=log_labels(yt) if yscale == "log" else None,
+         xlabel="training step", ylabel="MSM loss",
+         title="Training loss")
+    for role in roles:
+        t = train[train["role"] == role].sort_values("step")
+        # nearly equal curves: the dash keeps both visible
+        c.polyline(p.X(t["step"]), p.Y(t["loss"]), ROLE_COLORS[role], s.line * 0.8,
+                   dash=(4, 3) if role == "variant" else None)
+    legend(c, p.x + p.w + 12, p.y + p.h / 2 - s.text * 1.5, entries, s)
+    return c

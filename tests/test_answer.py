@@ -40,7 +40,7 @@ def test_the_pair_answer_is_short_bold_and_beside_its_figure(tmp_path):
     reports.write(rep, tmp_path / "out", ("html",))
     box = first_screen((tmp_path / "out" / "report.html").read_text())
     assert '<p class="answer">SFM rose in all 4 layers, within one initialisation (32 examples).</p>' in box
-    assert '<figure class="answer-figure"><img' in box
+    assert '<figure class="answer-figure"><svg viewBox=' in box  # the page's own drawing, inline
     assert box.index('class="answer"') < box.index('class="more"')  # the brief answer first, then the sentences
 
 
