@@ -303,6 +303,8 @@ EXEMPT = {
     "largest_contrast": "where its interval includes 0 it orders nothing (where it excludes 0, the order is judged)",
     "length_adjusted": "the fitted slope at the sample's median length, its sign checked against its row; the "
                        "scenarios plant no length dependence to judge it by, except in null layers (judged there)",
+    "length_not_claimed": "a non-rejection ('no length association is claimed', with the layer closest to the "
+                          "threshold): true whatever the population; its ρ and p_Holm are checked against their cells",
     "layers_listed": "navigation: says where the per-layer rows are",
     "same_sign": "a statement about the seeds' sample means (one sign, and how many layers reach α, both recomputed "
                  "from the rows); it claims no population direction (the answer beside it does, and is judged)",

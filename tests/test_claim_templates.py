@@ -170,6 +170,30 @@ def test_a_length_association_of_both_signs_is_a_dependence_said_as_such():
                                     "layers") and c[0].rows == (0, 1) and c[0].holds
 
 
+def test_a_length_association_not_claimed_is_said_with_the_layer_closest_to_the_threshold():
+    """A length table with small raw p but none past Holm at the family's share printed no sentence at all, while the
+    length-adjusted slopes beside it excluded 0 (the bundled demo). It says it is not claimed, and why."""
+    assoc = pd.DataFrame({"layer": [0, 1, 2], "n": 15, "rho": [0.52, -0.61, 0.3], "ci_low": [0.1, -0.85, -0.2],
+                          "ci_high": [0.8, -0.2, 0.7], "p_adj": [0.039, 0.0145, 0.4], "capped": "exclude",
+                          "n_capped": 0})
+    out = P.length_claims(assoc, None, 0.0125, families=4)
+    dep, no = out
+    assert not dep.holds and no.holds and no.rows == (1,)
+    # written out from the frame: layer 1 has the smallest p_Holm, 0.0145, printed as fmt_p does (0.015: 3 decimals,
+    # on the same side of 0.0125 as the value), ρ -0.61
+    assert no.sentence == ("No length association is claimed: no layer's Spearman ρ of Δ with evaluated length reaches "
+                           "p_Holm < 0.0125 (3 layers; α 0.05 shared by 4 headline families) with its interval "
+                           "excluding 0; the closest is layer 1, ρ −0.61 with p_Holm = 0.015, on 15 examples.")
+    # with examples at the cap left out, it says so (as the association's own sentence does)
+    capped = P.length_claims(assoc.assign(n_capped=17), None, 0.0125, families=4)[1]
+    assert capped.sentence.endswith("on 15 examples below the cap (17 at the cap left out).")
+    # on the builder's input: layer 1 past the threshold is claimed, and the not-claimed sentence is withheld
+    dep, no = P.length_claims(assoc.assign(p_adj=[0.039, 0.001, 0.4]), None, 0.0125, families=4)
+    assert dep.holds and not no.holds
+    # and below 8 examples neither is said
+    assert not P.length_claims(assoc.assign(n=6), None, 0.0125, families=4)[1].holds
+
+
 def test_pretrained_and_within_study_scope():
     eff = effects([0.1], [0.001], [0.05], [0.15])
     pre = printed(pair(report(effects=eff), pretrained=True))
@@ -415,8 +439,8 @@ def test_the_length_adjusted_sentence_never_prints_without_the_association_it_fo
                           "ci_high": [-0.4, -0.3], "p_adj": [0.001, 0.002], "capped": "exclude", "n_capped": 0})
     adj = pd.DataFrame({"layer": [1, 2], "reference_length": 30.0, "delta_at_reference": [0.01, 0.05],
                         "slope_per_10": [-0.04, -0.01]})
-    dep, la = P.length_claims(assoc, adj, 0.05)
+    dep, la = P.length_claims(assoc, adj, 0.05)[:2]
     assert not dep.holds and not la.holds
     assert dict(la.checks)["the association had at least 8 examples"] is False
-    dep, la = P.length_claims(assoc.assign(n=8), adj, 0.05)  # at 8 both print
+    dep, la = P.length_claims(assoc.assign(n=8), adj, 0.05)[:2]  # at 8 both print
     assert dep.holds and la.holds

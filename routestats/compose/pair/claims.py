@@ -13,17 +13,18 @@ import pandas as pd
 from routestats.compose.claims import (ci_text, direction_claim, layers_phrase, missed_change_claims, p_after,
                                        rows_of, signed, span)
 from routestats.claim import Check, Claim, verdicts
-from routestats.report import at_floor, at_printed_floor, floor_text, fmt_num
+from routestats.report import at_floor, at_printed_floor, floor_text, fmt_num, fmt_p
 from routestats.stats.inference import SMALL_N, percentile_coverage, signflip_floor
 
 __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "LENGTH_MIN_N", "shape_claims", "unnamed_claims",
            "sink_claims", "early_claims", "scope_claim", "censoring_claims", "small_sample_claims", "length_claims",
-           "length_adjusted_claim", "effects_claims", "effect_findings", "distance_claims", "adjusted_claims"]
+           "length_adjusted_claim", "length_not_claimed", "effects_claims", "effect_findings", "distance_claims",
+           "adjusted_claims"]
 
 # headline and findings in this rank (a kind not listed follows in section order)
 CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "missed_change", "small_sample_intervals", "no_evidence_shape", "differs_across_layers", "largest_contrast", "unnamed_shift",
                "first_key_sink", "learned_sink", "early_share", "needs_bias_off", "direct_learned", "scope", "censoring",
-               "depends_on_length", "length_adjusted", "layers_listed", "layer_effect", "highest_layer", "highest_tie",
+               "depends_on_length", "length_adjusted", "length_not_claimed", "layers_listed", "layer_effect", "highest_layer", "highest_tie",
                "profile_distance", "adjusted_counts")
 
 SINK = 0.3  # a layer whose first key holds this share of the attention has an attention sink worth saying
@@ -305,7 +306,30 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
                  verdicts=strong_gates)]
     if adjusted is not None and len(adjusted):
         out.append(length_adjusted_claim(adjusted, strong, bins, n))
+    out.append(length_not_claimed(assoc, len(strong), alpha, families))
     return out
+
+
+def length_not_claimed(assoc: pd.DataFrame, associated: int, alpha: float, families: int = 1) -> Claim:
+    """Where no layer's length association is claimed, that it is not and why: the layer closest to the family's
+    threshold with its ρ and p_Holm (the length-adjusted slopes beside the table are estimates, not this test)."""
+    best = assoc.loc[[assoc["p_adj"].idxmin()]] if assoc["p_adj"].notna().any() else assoc.iloc[:1]
+    b = best.iloc[0]
+    family = f"{len(assoc)} layers" + (f"; α {alpha * families:g} shared by {families} headline families"
+                                       if families > 1 else "")
+    said = fmt_p(b["p_adj"], alpha=alpha)  # a digit more where rounding would cross this family's threshold
+    said = said if said.startswith("<") else f"= {said}"
+    capped = (f" below the cap ({int(b['n_capped'])} at the cap left out)"
+              if b.get("capped") == "exclude" and b.get("n_capped", 0) else "")
+    rho = fmt_num(b["rho"], 2).replace("-", "−")
+    return Claim("length_not_claimed", f"No length association is claimed: no layer's Spearman ρ of Δ with evaluated "
+                 f"length reaches p_Holm < {alpha:.3g} ({family}) with its interval excluding 0; the closest is layer "
+                 f"{int(b['layer'])}, ρ {rho} with p_Holm {said}, on {int(b['n'])} examples{capped}.",
+                 "finding", "length_association", rows_of(best),
+                 requires=(Check("no layer is associated", "associated == 0", on="design"),
+                           Check("at least 8 examples", f"n >= {LENGTH_MIN_N}"),
+                           Check("a p_Holm to quote", "p_adj == p_adj")),
+                 evidence=best, design={"associated": associated})
 
 
 def length_adjusted_claim(adjusted: pd.DataFrame, strong: pd.DataFrame, bins: pd.DataFrame | None, n: int) -> Claim:
