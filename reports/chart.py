@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.axes import MAX_LEGEND_LAYERS, layer_colors, layer_step
+from reports.axes import MAX_LEGEND_LAYERS, labelled_layers, layer_colors
 from reports.canvas import GRID, INK, Canvas, colormap, rgb_hex, text_width
 
-__all__ = ["Style", "PAGE", "paper", "Panel", "SCALES", "log_ticks", "log_labels", "nice_ticks", "tick_labels", "layer_ticks", "axes", "errorbars", "heat",
-           "colorbar", "legend", "ylabel_room", "hex_colors", "registrar", "style_of", "layer_hex", "MAX_LEGEND_LAYERS",
-           "layer_strip"]
+__all__ = ["Style", "PAGE", "paper", "style_of", "Panel", "SCALES", "canvas_for", "one_panel", "step_range",
+           "log_ticks", "log_labels", "nice_ticks", "tick_labels", "axes", "errorbars", "heat", "colorbar", "legend", "ylabel_room",
+           "hex_colors", "layer_hex", "layer_strip", "registrar", "MAX_LEGEND_LAYERS"]
 
 
 def registrar(table: dict):
@@ -129,13 +129,6 @@ def _sci(v: float) -> str:
     k = int(np.floor(np.log10(abs(v))))
     m = v / 10 ** k
     return (f"{m:g}e{k}" if abs(m - round(m, 1)) < 1e-9 else f"{v:.0f}").replace("-", "−")
-
-
-def layer_ticks(layers, most: int = 15) -> list[int]:
-    """The labelled layers: every layer, or multiples of :func:`reports.axes.layer_step` on long axes."""
-    layers = sorted(int(x) for x in layers)
-    step = layer_step(len(layers), most)
-    return [x for x in layers if x % step == 0] or layers[:1]
 
 
 def ylabel_room(style: Style, labels, axis_label: bool = True) -> float:
@@ -314,10 +307,36 @@ def layer_hex(n: int) -> list[str]:
 def layer_strip(c: Canvas, x: float, y: float, h: float, layers, colors, s: Style) -> None:
     """Beyond 8 layers: a strip of the layers' colours (first layer at the bottom), thinned labels beside it."""
     n = len(layers)
-    ticks = set(layer_ticks(layers, 10))
+    ticks = set(labelled_layers(layers, 10))
     for k, (layer, col) in enumerate(zip(layers, colors)):
         yy = y + h - (k + 1) * h / n
         c.rect(x, yy, 9, h / n + 0.05, fill=col)
         if int(layer) in ticks:
             c.text(x + 13, yy + h / n / 2, str(layer), s.text, group="strip")
     c.text(x + 40, y + h / 2, "layer", s.text, anchor="middle", valign="top", rotate=90)
+
+
+def step_range(steps) -> tuple:
+    """(range, scale, ticks) of a training-step axis: log from the first step, or log of 1 + step from step 0
+    (checkpoints crowd the start)."""
+    lo, hi = float(np.min(steps)), float(np.max(steps))
+    hi = max(hi, lo + 1)
+    if lo >= 1:
+        return (lo / 1.15, hi * 1.15), "log", log_ticks(lo, hi)
+    return (0.0, hi * 1.15 + 0.15), "log1p", log_ticks(0.0, hi, zero=True)
+
+
+def canvas_for(s: Style, width: float, height: float) -> Canvas:
+    """The figure's canvas: its own ``width`` on the page (no wider than the page), exactly the width asked for a
+    paper (``s.fill``)."""
+    return Canvas(s.width if s.fill else min(width, s.width), height)
+
+
+def one_panel(s, xlim, xscale, ylim, yticks, key_w: float, legend_room: float = 0.0, yscale: str = "linear"):
+    """A canvas with one panel and ``key_w`` points for a key on its right."""
+    left = ylabel_room(s, tick_labels(yticks))
+    width = min(s.width, 640.0)
+    ph = 190.0 if s.width > 400 else 120.0
+    top = s.title * 1.4 + 8
+    c = canvas_for(s, width, top + ph + 5 + 2 * s.text * 1.25 + 10 + legend_room)
+    return c, Panel(c, left, top, c.width - left - key_w - 8, ph, xlim, ylim, xscale, yscale)

@@ -1,19 +1,18 @@
 """Every figure kind and how it is drawn, and the drawing of a report's figures.
 
-The pair and run reports' page figures (:mod:`reports.pair_figures`, :mod:`reports.heat_figures`,
-:mod:`reports.training`) are drawn on a :class:`reports.canvas.Canvas`, with
-no plotting library: the page embeds their SVG, and PNG or PDF copies replay the same marks through matplotlib.
-The other reports' drawers (:mod:`reports.study`,
-:mod:`reports.mofa`, :mod:`reports.regime`, :mod:`reports.plan`) return matplotlib figures; they, and matplotlib,
-are imported only when a figure of theirs is drawn. The tables are joined here by explicit imports (no module
-registers into another's table).
+The pair, run and study reports' figures (:mod:`reports.pair_figures`, :mod:`reports.heat_figures`,
+:mod:`reports.training`, :mod:`reports.study`) are drawn on a :class:`reports.canvas.Canvas`, with no plotting
+library: the page embeds their SVG, and PNG or PDF copies replay the same marks through matplotlib. The other
+reports' drawers (:mod:`reports.mofa`, :mod:`reports.regime`, :mod:`reports.plan`) return matplotlib figures; they,
+and matplotlib, are imported only when a figure of theirs is drawn. The tables are joined here by explicit imports
+(no module registers into another's table).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from reports import heat_figures, pair_figures, training
+from reports import heat_figures, pair_figures, study, training
 from reports.canvas import SVG_NS, Canvas
 
 __all__ = ["REGISTRY", "CANVAS_KINDS", "registry", "draw", "draw_all", "save_drawing"]
@@ -30,15 +29,15 @@ def _join(*tables: dict) -> dict:
 
 
 # the page's kinds: drawn without matplotlib
-CANVAS = _join(pair_figures.DRAWERS, heat_figures.DRAWERS, training.DRAWERS)
+CANVAS = _join(pair_figures.DRAWERS, heat_figures.DRAWERS, training.DRAWERS, study.DRAWERS)
 CANVAS_KINDS = frozenset(CANVAS)
 
 
 def registry() -> dict:
     """Every figure kind -> its drawer (imports the matplotlib drawers)."""
-    from reports import mofa, plan, regime, study
+    from reports import mofa, plan, regime
 
-    return _join(CANVAS, study.DRAWERS, mofa.DRAWERS, regime.DRAWERS, plan.DRAWERS)
+    return _join(CANVAS, mofa.DRAWERS, regime.DRAWERS, plan.DRAWERS)
 
 
 def __getattr__(name):
@@ -60,8 +59,8 @@ def draw(figure):
 
 def save_drawing(drawing, folder: Path, name: str, vector: tuple = ()):
     """Write a drawing under ``folder``; return what the page embeds: a canvas's SVG markup (a str, without the
-    namespace a file needs; written as ``name.svg``, with a PNG or PDF copy per ``vector`` format) or a matplotlib figure's PNG bytes (with its
-    vector copies)."""
+    namespace a file needs; written as ``name.svg``, with a PNG or PDF copy per ``vector`` format) or a matplotlib
+    figure's PNG bytes (with its vector copies)."""
     if isinstance(drawing, Canvas):
         wanted = ("svg",) + tuple(f for f in vector if f != "svg")
         return drawing.save(folder, name, wanted)["svg"].decode().replace(" " + SVG_NS, "", 1)  # inline in the page

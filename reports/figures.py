@@ -1,8 +1,8 @@
 """What the matplotlib drawers share (Agg, seaborn's look: :mod:`reports.theme`): :func:`save` writes a figure's
 PNG (+ vector copies) and returns the PNG bytes for embedding; :func:`heat` a labelled heat map; :func:`plain`
-escapes user text. The drawers live in ``reports/study.py``, ``reports/mofa.py``,
+escapes user text. The drawers live in ``reports/mofa.py``,
 ``reports/regime.py`` and ``reports/plan.py`` (each registers into its own table with
-:func:`reports.chart.registrar`); the pair and run pages' figures are drawn without matplotlib
+:func:`reports.chart.registrar`); the pair, run and study pages' figures are drawn without matplotlib
 (:mod:`reports.pair_figures`).
 """
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from reports.axes import labelled_layers
 from reports.canvas import GRID, INK, Canvas, text_width
-from reports.chart import Style, colorbar, heat, layer_ticks, registrar, style_of, ylabel_room
-from reports.pair_figures import SHORT, canvas_for
+from reports.chart import Style, canvas_for, colorbar, heat, registrar, style_of, ylabel_room
+from reports.pair_figures import SHORT
 
 __all__ = ["DRAWERS"]
 
@@ -92,7 +93,7 @@ def _field_compact(f2f: pd.DataFrame, layers, s: Style) -> Canvas:
     block = top + ch * len(pairs) + s.text * 1.3 + 8
     height = len(roles) * block + s.label * 1.3 + 6
     c = canvas_for(s, left + cw * len(layers) + bar_room, height)
-    ticks = set(layer_ticks(layers))
+    ticks = set(labelled_layers(layers))
     for k, role in enumerate(roles):
         m = t[t["role"] == role].pivot(index="pair", columns="layer", values="mass").reindex(index=pairs,
                                                                                            columns=layers)
@@ -129,7 +130,7 @@ def head_heatmaps(frames, params) -> Canvas:
     height = top + ch * len(layers) + s.text * 1.3 + 5 + s.label * 1.3 + 6
     unit = left + cw * len(heads) + bar_room + gap
     c = canvas_for(s, unit * len(roles) + 8, height)
-    yt, xt = set(layer_ticks(layers, 15)), set(layer_ticks(heads, 6 if big else 15))
+    yt, xt = set(labelled_layers(layers, 15)), set(labelled_layers(heads, 6 if big else 15))
     for k, role in enumerate(roles):
         m = hs[hs["role"] == role].pivot(index="layer", columns="head", values="sfm").reindex(index=layers,
                                                                                              columns=heads)

@@ -45,7 +45,8 @@ def figure_html(figure, style: str) -> str:
     if figure.kind in CANVAS_KINDS:
         svg = draw(figure).svg().replace('style="max-width:100%;height:auto"', f'style="{style};height:auto"', 1)
         return svg.replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)
-    return f"<img style='{style}' alt='the answer per layer' src='data:image/png;base64,{embedded(figure_png(figure))}'>"
+    png = embedded(figure_png(figure))
+    return f"<img style='{style}' alt='the answer per layer' src='data:image/png;base64,{png}'>"
 
 
 def table_html(table) -> str:

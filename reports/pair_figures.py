@@ -1,4 +1,5 @@
-"""The figures of a pair's (and a single run's) report page, drawn on a :class:`reports.canvas.Canvas` from the report's finished frames
+"""The figures of a pair's (and a single run's) report page, drawn on a :class:`reports.canvas.Canvas` from the
+report's finished frames
 (no plotting library: the page's seven figures cost 1.7 s of matplotlib per report, docs/performance.md).
 
 Each drawer takes ``(frames, params)``; ``params["style"]`` (a :class:`reports.chart.Style`) sets the width and text
@@ -20,11 +21,12 @@ import dataclasses
 
 import numpy as np
 
+from reports.axes import labelled_layers
 from reports.canvas import Canvas, text_width
-from reports.chart import (Panel, Style, axes, errorbars, layer_hex, layer_strip, layer_ticks, legend, nice_ticks, padded,
-                           registrar, style_of, tick_labels, ylabel_room)
+from reports.chart import (Panel, Style, axes, canvas_for, errorbars, layer_hex, layer_strip, legend, nice_ticks,
+                           padded, registrar, style_of, tick_labels, ylabel_room)
 
-__all__ = ["DRAWERS", "ROLE_COLORS", "SHORT", "MOST_MARKS", "canvas_for"]
+__all__ = ["DRAWERS", "ROLE_COLORS", "SHORT", "MOST_MARKS"]
 
 DRAWERS: dict = {}
 ROLE_COLORS = {"baseline": "#4C72B0", "variant": "#DD8452"}
@@ -36,12 +38,6 @@ MOST_MARKS = 3000  # examples drawn per layer in a scatter or a slope plot; beyo
 
 
 drawer = registrar(DRAWERS)
-
-
-def canvas_for(s: Style, width: float, height: float) -> Canvas:
-    """The figure's canvas: its own ``width`` on the page (no wider than the page), exactly the width asked for a
-    paper (``s.fill``)."""
-    return Canvas(s.width if s.fill else min(width, s.width), height)
 
 
 def _sample(n: int) -> np.ndarray:
@@ -84,7 +80,7 @@ def answer_layers(frames, params) -> Canvas:
     c = canvas_for(s, width, height)
     p = Panel(c, left, 8, width - left - 8, ph, _layer_x(e["layer"]), ylim)
     n = len(e)
-    axes(p, s, xticks=layer_ticks(e["layer"], 10), yticks=yt, xlabel="layer", zero=True,
+    axes(p, s, xticks=labelled_layers(e["layer"], 10), yticks=yt, xlabel="layer", zero=True,
          ylabel=f"Δ {params.get('metric', 'SFM')} ({params.get('conf', '95%')} interval)")
     if has_pts:
         jitter = np.random.default_rng(0).uniform(-0.12, 0.12, len(pts))
@@ -135,7 +131,7 @@ def profile(frames, params) -> Canvas:
     lx = _layer_x(layers["layer"].unique())
     c, a, b, ta, tb = _two_panels(s, lx, lx, _yrange(layers["sfm"]),
                                   _yrange(effects["ci_low"], effects["ci_high"], zero=True), leg_h)
-    ticks = layer_ticks(layers["layer"].unique())
+    ticks = labelled_layers(layers["layer"].unique())
     axes(a, s, xticks=ticks, yticks=ta, xlabel="layer", ylabel="same-field mass", title="Layer profile", group="a")
     axes(b, s, xticks=ticks, yticks=tb, xlabel="layer", ylabel="Δ SFM (variant − baseline)", zero=True,
          title="Paired difference, 95% CI", group="b")
@@ -155,7 +151,7 @@ def run_profile(frames, params) -> Canvas:
     t = frames["layers"].sort_values("layer")
     lx = _layer_x(t["layer"])
     c, a, b, ta, tb = _two_panels(s, lx, lx, _yrange(t["sfm"]), _yrange(t["entropy"]))
-    ticks = layer_ticks(t["layer"])
+    ticks = labelled_layers(t["layer"])
     axes(a, s, xticks=ticks, yticks=ta, xlabel="layer", ylabel="same-field mass", title="Layer profile", group="a")
     axes(b, s, xticks=ticks, yticks=tb, xlabel="layer", ylabel="entropy (nats)", title="Attention entropy", group="b")
     _line(c, a, t["layer"], t["sfm"], ROLE_COLORS["baseline"], s)
@@ -179,14 +175,16 @@ def flow_measures(frames, params) -> Canvas:
     top = s.title * 1.4 + 8
     c = canvas_for(s, width, top + ph + 5 + 2 * s.text * 1.25 + 10)
     p = Panel(c, left, top, width - left - key_w - 8, ph, _layer_x(e["layer"].unique()), ylim)
-    axes(p, s, xticks=layer_ticks(e["layer"].unique()), yticks=yt, xlabel="layer", ylabel="Δ SFM (variant − baseline)",
+    axes(p, s, xticks=labelled_layers(e["layer"].unique()), yticks=yt, xlabel="layer",
+         ylabel="Δ SFM (variant − baseline)",
          zero=True, title="Three routing measures, paired CIs")
     step = 0.8 / len(measures)
     for k, m in enumerate(measures):
         t = e[e["measure"] == m].sort_values("layer")
         x = t["layer"].to_numpy(float) + (k - (len(measures) - 1) / 2) * step
         errorbars(p, x, t["mean_diff"], t["ci_low"], t["ci_high"], colors[m], s, cap=3)
-    legend(c, p.x + p.w + 12, top + ph / 2 - len(measures) * s.text * 0.75, [(m, colors[m], "bar") for m in measures], s)
+    legend(c, p.x + p.w + 12, top + ph / 2 - len(measures) * s.text * 0.75,
+           [(m, colors[m], "bar") for m in measures], s)
     return c
 
 
@@ -215,7 +213,7 @@ def mass_split(frames, params) -> Canvas:
     for j, role in enumerate(roles):
         t = m[m["role"] == role].sort_values("layer")
         p = Panel(c, left + j * (pw + gap), top, pw, ph, lx, (0.0, 1.05))
-        axes(p, s, xticks=layer_ticks(t["layer"]), yticks=yt, ylabels=None if j == 0 else [""] * len(yt),
+        axes(p, s, xticks=labelled_layers(t["layer"]), yticks=yt, ylabels=None if j == 0 else [""] * len(yt),
              xlabel="layer", ylabel="attention mass" if j == 0 else "", title=str(labels.get(role, role)),
              group=f"p{j}")
         x = t["layer"].to_numpy(float)

@@ -1,10 +1,10 @@
 """One figure of a report, drawn for a paper: a column (3.3 in) or a two-column (7 in) width, 8–9 pt text,
 vector PDF (or SVG, PNG) -- ``routestats figure NAME RUN -o fig.pdf``.
 
-A page figure (the pair and run reports') is laid out afresh by its own drawer at the paper's width with the paper's
-text sizes (:func:`paper_canvas`). Any other figure is drawn by its own drawer (:data:`reports.drawing.REGISTRY`, the
-same as the report's) inside seaborn's ``paper`` context (imported here, lazily: the report itself keeps the copied theme of
-:mod:`reports.theme`, which spares every report seaborn's import), then set to the page width and every text
+A page figure (the pair, run and study reports') is laid out afresh by its own drawer at the paper's width with the
+paper's text sizes (:func:`paper_canvas`). Any other figure is drawn by its own drawer (:data:`reports.drawing.REGISTRY`,
+the same as the report's) inside seaborn's ``paper`` context (imported here, lazily: the report itself keeps the copied
+theme of :mod:`reports.theme`, which spares every report seaborn's import), then set to the page width and every text
 to 8 pt (ticks, legends, annotations) or 9 pt (axis labels, titles), so it is read at the size printed.
 
 >>> names(_demo())

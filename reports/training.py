@@ -15,34 +15,14 @@ from __future__ import annotations
 import numpy as np
 
 from reports.canvas import Canvas, text_width
-from reports.chart import (MAX_LEGEND_LAYERS, Panel, axes, layer_hex, layer_strip, legend, log_labels, log_ticks,
-                           nice_ticks, padded, registrar, style_of, tick_labels, ylabel_room)
-from reports.pair_figures import ROLE_COLORS, SHORT, canvas_for
+from reports.chart import (MAX_LEGEND_LAYERS, axes, layer_hex, layer_strip, legend, log_labels, log_ticks, nice_ticks,
+                           one_panel, padded, registrar, step_range, style_of)
+from reports.pair_figures import ROLE_COLORS, SHORT
 
 __all__ = ["DRAWERS"]
 
 DRAWERS: dict = {}  # the training figures of the one-pair report
 drawer = registrar(DRAWERS)
-
-
-def _step_axis(steps) -> tuple:
-    """(range, scale, ticks) of a training-step axis: log from the first step, or log of 1 + step from step 0
-    (checkpoints crowd the start)."""
-    lo, hi = float(np.min(steps)), float(np.max(steps))
-    hi = max(hi, lo + 1)
-    if lo >= 1:
-        return (lo / 1.15, hi * 1.15), "log", log_ticks(lo, hi)
-    return (0.0, hi * 1.15 + 0.15), "log1p", log_ticks(0.0, hi, zero=True)
-
-
-def _one_panel(s, xlim, xscale, ylim, yticks, key_w: float, legend_room: float = 0.0, yscale: str = "linear"):
-    """A canvas with one panel and ``key_w`` points for a key on its right."""
-    left = ylabel_room(s, tick_labels(yticks))
-    width = min(s.width, 640.0)
-    ph = 190.0 if s.width > 400 else 120.0
-    top = s.title * 1.4 + 8
-    c = canvas_for(s, width, top + ph + 5 + 2 * s.text * 1.25 + 10 + legend_room)
-    return c, Panel(c, left, top, c.width - left - key_w - 8, ph, xlim, ylim, xscale, yscale)
 
 
 @drawer("trajectories")
@@ -52,13 +32,14 @@ def trajectories(frames, params) -> Canvas:
     traj = frames["trajectory"]
     layers = sorted(traj["layer"].unique())
     colors = layer_hex(len(layers))
-    xlim, xscale, xt = _step_axis(traj["step"])
+    xlim, xscale, xt = step_range(traj["step"])
     ylim = padded(float(traj["sfm"].min()), float(traj["sfm"].max()))
     yt = nice_ticks(*ylim, 6)
     styles = [("baseline", "#4d4d4d", "dash"), ("variant", "#4d4d4d", "line")]
-    entries = [(f"layer {x}", col, "line") for x, col in zip(layers, colors)] if len(layers) <= MAX_LEGEND_LAYERS else []
+    entries = [(f"layer {x}", col, "line") for x, col in zip(layers, colors)] \
+        if len(layers) <= MAX_LEGEND_LAYERS else []
     key_w = max(text_width(e[0], s.text) for e in entries + styles) + 30 + (50 if not entries else 0)
-    c, p = _one_panel(s, xlim, xscale, ylim, yt, key_w)
+    c, p = one_panel(s, xlim, xscale, ylim, yt, key_w)
     axes(p, s, xticks=xt, xlabels=log_labels(xt), yticks=yt, xlabel="training step", ylabel="same-field mass",
          title="SFM trajectories")
     for col, layer in zip(colors, layers):
@@ -80,12 +61,12 @@ def gradient_ratios(frames, params) -> Canvas:
     """Trailing-mean gradient-norm ratio per step for both models (dashed line at 1)."""
     s = style_of(params)
     steps = frames["steps"]
-    xlim, xscale, xt = _step_axis(steps["step"])
+    xlim, xscale, xt = step_range(steps["step"])
     v = steps["trailing_mean"].to_numpy(float)
     ylim = padded(float(min(np.nanmin(v), 1.0)), float(max(np.nanmax(v), 1.0)))
     yt = nice_ticks(*ylim, 6)
     entries = [(SHORT[r], ROLE_COLORS[r], "line") for r in ("baseline", "variant")]
-    c, p = _one_panel(s, xlim, xscale, ylim, yt, max(text_width(e[0], s.text) for e in entries) + 30)
+    c, p = one_panel(s, xlim, xscale, ylim, yt, max(text_width(e[0], s.text) for e in entries) + 30)
     lo, up = int(steps["lower_layer"].iloc[0]), int(steps["upper_layer"].iloc[0])
     axes(p, s, xticks=xt, xlabels=log_labels(xt), yticks=yt, xlabel="training step",
          ylabel=f"‖∇QKV L{up}‖ / ‖∇QKV L{lo}‖", title="Gradient-norm ratio (trailing mean)")
@@ -103,7 +84,7 @@ def training_curves(frames, params) -> Canvas:
     s = style_of(params)
     curves = frames["curves"]
     train = curves[curves["phase"] == "train"]
-    xlim, xscale, xt = _step_axis(train["step"])
+    xlim, xscale, xt = step_range(train["step"])
     loss = train["loss"].to_numpy(float)
     loss = loss[np.isfinite(loss)]
     lo, hi = (float(loss.min()), float(loss.max())) if loss.size else (1.0, 10.0)
@@ -114,7 +95,7 @@ def training_curves(frames, params) -> Canvas:
         yt = nice_ticks(*ylim, 6)
     roles = [r for r in ("baseline", "variant") if (train["role"] == r).any()]
     entries = [(SHORT[r], ROLE_COLORS[r], "dash" if r == "variant" else "line") for r in roles]
-    c, p = _one_panel(s, xlim, xscale, ylim, yt, max(text_width(e[0], s.text) for e in entries) + 30, yscale=yscale)
+    c, p = one_panel(s, xlim, xscale, ylim, yt, max(text_width(e[0], s.text) for e in entries) + 30, yscale=yscale)
     axes(p, s, xticks=xt, xlabels=log_labels(xt), yticks=yt, ylabels=log_labels(yt) if yscale == "log" else None,
          xlabel="training step", ylabel="MSM loss",
          title="Training loss")

@@ -47,7 +47,7 @@ def test_importing_the_figures_sets_what_seaborn_set_theme_sets():
 def test_titles_placed_at_the_top_are_where_the_automatic_placement_puts_them(tmp_path):
     """axes.titley = 1.0 skips the automatic placement's search of every sibling axes' tick labels (0.4 s of the word
     map); no figure draws ticks above an axes, so the pixels are the automatic ones: every matplotlib figure of a
-    report of the demo study (a pair's page figures are drawn without matplotlib) drawn both ways, compared pixel for
+    MoFA report (a pair's and a study's figures are drawn without matplotlib) drawn both ways, compared pixel for
     pixel (a figure with top ticks would differ here)."""
     import matplotlib
     from PIL import Image
@@ -56,7 +56,10 @@ def test_titles_placed_at_the_top_are_where_the_automatic_placement_puts_them(tm
     from reports.drawing import CANVAS_KINDS, REGISTRY, draw
     from reports.figures import save
 
-    rep = rs.analyse("data/demo_study", resamples=200, permutations=200, seed=3)
+    from tests.conftest import synthetic_mofa_tree
+
+    synthetic_mofa_tree(tmp_path / "mofa")
+    rep = rs.analyse(tmp_path / "mofa", resamples=200, permutations=200, seed=3)
     figures = [f for r in rep.all_reports() for sec in r.sections for f in sec.figures
                if f.kind in REGISTRY and f.kind not in CANVAS_KINDS]
     assert len(figures) >= 3
@@ -122,16 +125,18 @@ def test_a_pair_report_does_not_import_scipy_stats():
     assert out.strip().splitlines()[-1] == "False"
 
 
-def test_a_pair_report_is_drawn_without_importing_matplotlib(tmp_path):
-    # the pair page's figures (training ones included) are canvases written as SVG: matplotlib's import and drawing were
-    # 1.7 s of a 2 x 64 report's 3 s (docs/performance.md). A PNG copy asked for is matplotlib's (drawn by workers).
-    code = ("import sys, routestats as rs, reports; rep = rs.analyse('data/demo_run', resamples=50, permutations=50); "
+@pytest.mark.parametrize("tree, least", [("data/demo_run", 10), ("data/demo_study", 4)])
+def test_a_pair_or_study_report_is_drawn_without_importing_matplotlib(tmp_path, tree, least):
+    # the pair page's figures (training ones included) and the study's are canvases written as SVG: matplotlib's import
+    # and drawing were 1.7 s of a 2 x 64 report's 3 s (docs/performance.md). A PNG copy asked for is matplotlib's
+    # (drawn by workers).
+    code = (f"import sys, routestats as rs, reports; rep = rs.analyse({tree!r}, resamples=50, permutations=50); "
             "reports.write(rep, sys.argv[1], ('html',), figures=sys.argv[2:]); "
             "print(sorted(m for m in ('matplotlib', 'seaborn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    assert len(list((tmp_path / "a" / "figures").glob("*.svg"))) >= 10
+    assert len(list((tmp_path / "a" / "figures").glob("*.svg"))) >= least
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "b"), "png"], capture_output=True, text=True,
                          check=True)
     pngs = sorted(p.stem for p in (tmp_path / "b" / "figures").glob("*.png"))
-    assert len(pngs) >= 10 and pngs == sorted(p.stem for p in (tmp_path / "b" / "figures").glob("*.svg"))
+    assert len(pngs) >= least and pngs == sorted(p.stem for p in (tmp_path / "b" / "figures").glob("*.svg"))

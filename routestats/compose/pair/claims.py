@@ -24,7 +24,8 @@ __all__ = ["CLAIM_ORDER", "SINK", "MAX_LAYER_FINDINGS", "LENGTH_MIN_N", "shape_c
 # headline and findings in this rank (a kind not listed follows in section order)
 CLAIM_ORDER = ("rose", "fell", "mixed", "no_evidence", "pair_floor", "missed_change", "small_sample_intervals", "no_evidence_shape", "differs_across_layers", "largest_contrast", "unnamed_shift",
                "first_key_sink", "learned_sink", "early_share", "needs_bias_off", "direct_learned", "scope", "censoring",
-               "depends_on_length", "length_adjusted", "length_not_claimed", "layers_listed", "layer_effect", "highest_layer", "highest_tie",
+               "depends_on_length", "length_adjusted", "length_not_claimed",
+               "layers_listed", "layer_effect", "highest_layer", "highest_tie",
                "profile_distance", "adjusted_counts")
 
 SINK = 0.3  # a layer whose first key holds this share of the attention has an attention sink worth saying
