@@ -96,14 +96,16 @@ NARROW = 400.0  # points: narrower figures (a paper's column) stack their two pa
 
 
 def _two_panels(s: Style, xa: tuple, xb: tuple, ya: tuple, yb: tuple, legend_room: float = 0.0, right: float = 0.0,
-                share: float = 0.5) -> tuple:
+                share: float = 0.5, first_legend: bool = False) -> tuple:
     """A canvas of two panels (data ranges ``xa`` x ``ya`` and ``xb`` x ``yb``): side by side, the first ``share`` of
     the width, ``right`` points kept on their right (of both); stacked where the figure is narrower than :data:`NARROW`.
-    ``legend_room`` points are kept below them. Returns (canvas, first panel, second panel, their y ticks)."""
+    ``legend_room`` points are kept below them, or, stacked with ``first_legend``, between them (a legend of the first
+    panel's lines goes under that panel: :func:`_below` points under its frame either way). Returns (canvas, first
+    panel, second panel, their y ticks)."""
     ta, tb = nice_ticks(*ya, 6), nice_ticks(*yb, 6)
     la, lb = ylabel_room(s, tick_labels(ta)), ylabel_room(s, tick_labels(tb))
     top = s.title * 1.4 + 8
-    below = 5 + 2 * s.text * 1.25 + 10  # tick labels and the axis label
+    below = _below(s)
     if s.width >= NARROW:
         room = s.width - la - lb - 24 - right - 8
         ph = min(190.0, room * 0.31)
@@ -114,7 +116,13 @@ def _two_panels(s: Style, xa: tuple, xb: tuple, ya: tuple, yb: tuple, legend_roo
     pw = s.width - left - right - 8
     ph = pw * 0.55
     c = Canvas(s.width, 2 * (top + ph + below) + legend_room)
-    return c, Panel(c, left, top, pw, ph, xa, ya), Panel(c, left, 2 * top + ph + below, pw, ph, xb, yb), ta, tb
+    second = 2 * top + ph + below + (legend_room if first_legend else 0.0)
+    return c, Panel(c, left, top, pw, ph, xa, ya), Panel(c, left, second, pw, ph, xb, yb), ta, tb
+
+
+def _below(s: Style) -> float:
+    """Points under a panel's frame for its tick labels and axis label: where a legend under it starts."""
+    return 5 + 2 * s.text * 1.25 + 10
 
 
 def _line(c: Canvas, p: Panel, xs, ys, color: str, s: Style) -> None:
@@ -130,7 +138,7 @@ def profile(frames, params) -> Canvas:
     leg_h = s.text * 1.5 + 4
     lx = _layer_x(layers["layer"].unique())
     c, a, b, ta, tb = _two_panels(s, lx, lx, _yrange(layers["sfm"]),
-                                  _yrange(effects["ci_low"], effects["ci_high"], zero=True), leg_h)
+                                  _yrange(effects["ci_low"], effects["ci_high"], zero=True), leg_h, first_legend=True)
     ticks = labelled_layers(layers["layer"].unique())
     axes(a, s, xticks=ticks, yticks=ta, xlabel="layer", ylabel="same-field mass", title="Layer profile", group="a")
     axes(b, s, xticks=ticks, yticks=tb, xlabel="layer", ylabel="Δ SFM (variant − baseline)", zero=True,
@@ -139,7 +147,7 @@ def profile(frames, params) -> Canvas:
         t = layers[layers["role"] == role].sort_values("layer")
         _line(c, a, t["layer"], t["sfm"], ROLE_COLORS[role], s)
     errorbars(b, effects["layer"], effects["mean_diff"], effects["ci_low"], effects["ci_high"], "#55A868", s, cap=4)
-    legend(c, a.x + a.w / 2, c.height - leg_h, [(SHORT[r], ROLE_COLORS[r], "line") for r in ROLE_COLORS], s,
+    legend(c, a.x + a.w / 2, a.y + a.h + _below(s), [(SHORT[r], ROLE_COLORS[r], "line") for r in ROLE_COLORS], s,
            columns=2, anchor="middle")
     return c
 

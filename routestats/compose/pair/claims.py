@@ -329,8 +329,8 @@ def length_not_claimed(assoc: pd.DataFrame, associated: int, alpha: float, famil
                  "finding", "length_association", rows_of(best),
                  requires=(Check("no layer is associated", "associated == 0", on="design"),
                            Check("at least 8 examples", f"n >= {LENGTH_MIN_N}"),
-                           Check("a p_Holm to quote", "p_adj == p_adj")),
-                 evidence=best, design={"associated": associated})
+                           Check("a layer with a p_Holm to quote", "quotable >= 1", on="design")),
+                 evidence=best, design={"associated": associated, "quotable": int(assoc["p_adj"].notna().sum())})
 
 
 def length_adjusted_claim(adjusted: pd.DataFrame, strong: pd.DataFrame, bins: pd.DataFrame | None, n: int) -> Claim:
