@@ -238,10 +238,11 @@ def errorbars(p: Panel, xs, est, low, high, color: str, style: Style, cap: float
 
 
 def heat(c: Canvas, x: float, y: float, cw: float, ch: float, data, *, vmin: float, vmax: float, cmap: str,
-         annot: bool = False, fmt: str = "{:.2f}", size: float = 8.0) -> None:
+         annot: bool = False, fmt: str = "{:.2f}", size: float = 8.0, labels=None) -> None:
     """Cells of ``data`` (rows down, columns across) from (x, y), each ``cw`` x ``ch`` points, coloured on
     ``cmap`` over [vmin, vmax]; NaN cells hatched grey with a dash (not measured: never a colour that reads as a
-    value); ``annot`` writes each value in black or white, whichever reads on its colour."""
+    value); ``annot`` writes each value (or ``labels[i][j]``, another table's value) in black or white, whichever
+    reads on its colour."""
     data = np.asarray(data, dtype=float)
     span = vmax - vmin if vmax > vmin else 1.0
     rgb = colormap(cmap, (np.nan_to_num(data, nan=vmin) - vmin) / span)
@@ -253,8 +254,8 @@ def heat(c: Canvas, x: float, y: float, cw: float, ch: float, data, *, vmin: flo
         for (i, j), v in np.ndenumerate(data):
             r, g, b = rgb[i, j]
             ink = "#666666" if np.isnan(v) else ("black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
-            c.text(x + (j + 0.5) * cw, y + (i + 0.5) * ch, "–" if np.isnan(v) else fmt.format(v).replace("-", "−"),
-                   size, ink, anchor="middle")
+            said = labels[i][j] if labels is not None else "–" if np.isnan(v) else fmt.format(v).replace("-", "−")
+            c.text(x + (j + 0.5) * cw, y + (i + 0.5) * ch, said, size, ink, anchor="middle")
 
 
 def colorbar(c: Canvas, x: float, y: float, w: float, h: float, *, vmin: float, vmax: float, cmap: str,

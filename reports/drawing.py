@@ -1,9 +1,9 @@
 """Every figure kind and how it is drawn, and the drawing of a report's figures.
 
-The pair, run and study reports' figures (:mod:`reports.pair_figures`, :mod:`reports.heat_figures`,
-:mod:`reports.training`, :mod:`reports.study`) are drawn on a :class:`reports.canvas.Canvas`, with no plotting
+The pair, run, study and MoFA reports' figures (:mod:`reports.pair_figures`, :mod:`reports.heat_figures`,
+:mod:`reports.training`, :mod:`reports.study`, :mod:`reports.mofa`) are drawn on a :class:`reports.canvas.Canvas`, with no plotting
 library: the page embeds their SVG, and PNG or PDF copies replay the same marks through matplotlib. The other
-reports' drawers (:mod:`reports.mofa`, :mod:`reports.regime`, :mod:`reports.plan`) return matplotlib figures; they,
+reports' drawers (:mod:`reports.regime`, :mod:`reports.plan`) return matplotlib figures; they,
 and matplotlib, are imported only when a figure of theirs is drawn. The tables are joined here by explicit imports
 (no module registers into another's table).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports import heat_figures, pair_figures, study, training
+from reports import heat_figures, mofa, pair_figures, study, training
 from reports.canvas import SVG_NS, Canvas
 
 __all__ = ["REGISTRY", "CANVAS_KINDS", "registry", "draw", "draw_all", "save_drawing"]
@@ -29,15 +29,15 @@ def _join(*tables: dict) -> dict:
 
 
 # the page's kinds: drawn without matplotlib
-CANVAS = _join(pair_figures.DRAWERS, heat_figures.DRAWERS, training.DRAWERS, study.DRAWERS)
+CANVAS = _join(pair_figures.DRAWERS, heat_figures.DRAWERS, training.DRAWERS, study.DRAWERS, mofa.DRAWERS)
 CANVAS_KINDS = frozenset(CANVAS)
 
 
 def registry() -> dict:
     """Every figure kind -> its drawer (imports the matplotlib drawers)."""
-    from reports import mofa, plan, regime
+    from reports import plan, regime
 
-    return _join(CANVAS, mofa.DRAWERS, regime.DRAWERS, plan.DRAWERS)
+    return _join(CANVAS, regime.DRAWERS, plan.DRAWERS)
 
 
 def __getattr__(name):

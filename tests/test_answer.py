@@ -80,7 +80,7 @@ def test_the_mofa_answer_counts_each_ratios_lowest_domains_from_the_perplexities
     # 0 = the domain's lowest mean: each domain's lowest ratio mean of the relative PPL is exactly 0
     assert rel.groupby(["domain", "ratio"])["relative"].mean().groupby(level="domain").min().abs().max() < 1e-12
     reports.write(rep, tmp_path / "out", ("html", "markdown"))
-    assert '<figure class="answer-figure"><img' in first_screen((tmp_path / "out" / "report.html").read_text())
+    assert '<figure class="answer-figure"><svg viewBox=' in first_screen((tmp_path / "out" / "report.html").read_text())
     assert f"**{rep.answer}**" in (tmp_path / "out" / "report.md").read_text()
 
 

@@ -47,8 +47,8 @@ def test_importing_the_figures_sets_what_seaborn_set_theme_sets():
 def test_titles_placed_at_the_top_are_where_the_automatic_placement_puts_them(tmp_path):
     """axes.titley = 1.0 skips the automatic placement's search of every sibling axes' tick labels (0.4 s of the word
     map); no figure draws ticks above an axes, so the pixels are the automatic ones: every matplotlib figure of a
-    MoFA report (a pair's and a study's figures are drawn without matplotlib) drawn both ways, compared pixel for
-    pixel (a figure with top ticks would differ here)."""
+    regime report (a pair's, a study's and a MoFA report's figures are drawn without matplotlib) drawn both ways,
+    compared pixel for pixel (a figure with top ticks would differ here)."""
     import matplotlib
     from PIL import Image
 
@@ -56,10 +56,11 @@ def test_titles_placed_at_the_top_are_where_the_automatic_placement_puts_them(tm
     from reports.drawing import CANVAS_KINDS, REGISTRY, draw
     from reports.figures import save
 
-    from tests.conftest import synthetic_mofa_tree
+    from routestats.compose.regime.build import build_regime_report
+    from routestats.settings import AnalysisSettings
+    from tests.test_regime_report import write_points
 
-    synthetic_mofa_tree(tmp_path / "mofa")
-    rep = rs.analyse(tmp_path / "mofa", resamples=200, permutations=200, seed=3)
+    rep = build_regime_report(write_points(tmp_path / "regime"), AnalysisSettings(probes=64, seed=0))
     figures = [f for r in rep.all_reports() for sec in r.sections for f in sec.figures
                if f.kind in REGISTRY and f.kind not in CANVAS_KINDS]
     assert len(figures) >= 3
