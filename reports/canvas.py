@@ -31,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Canvas", "text_width", "colormap", "rgb_hex", "hex_rgb", "png_bytes", "FONT", "INK", "GRID", "PALETTES"]
+__all__ = ["Canvas", "inline", "text_width", "colormap", "rgb_hex", "hex_rgb", "png_bytes", "FONT", "INK", "GRID", "PALETTES"]
 
 SVG_NS = 'xmlns="http://www.w3.org/2000/svg"'  # a file's; an SVG inline in HTML goes without it
+PAGE_STYLE = "max-width:100%;height:auto"  # an SVG of the page shrinks with it, keeping its aspect
 FONT = "DejaVu Sans, Verdana, Arial, Helvetica, sans-serif"
 INK = "#262626"  # seaborn's text colour (.15)
 GRID = "#cccccc"  # seaborn whitegrid's grid and axes edge (.8)
@@ -214,11 +215,12 @@ class Canvas:
         return out
 
     def svg(self, points: bool = False) -> str:
-        """The page as an SVG element: on a web page 4/3 CSS pixels a point (scaled down with the page's width), or
-        sized in points (``points``: a paper's figure file)."""
+        """The page as an SVG file's text: on a web page 4/3 CSS pixels a point (scaled down with the page's width,
+        :data:`PAGE_STYLE`), or sized in points (``points``: a paper's figure file). :func:`inline` makes it an element
+        of an HTML page."""
         w, h = self.width, self.height
         size = f'width="{_n(w)}pt" height="{_n(h)}pt"' if points else \
-            f'width="{_n(w * 4 / 3)}" height="{_n(h * 4 / 3)}" style="max-width:100%;height:auto"'
+            f'width="{_n(w * 4 / 3)}" height="{_n(h * 4 / 3)}" style="{PAGE_STYLE}"'
         out = [f'<svg {SVG_NS} viewBox="0 0 {_n(w)} {_n(h)}" {size} font-family="{FONT}">',
                '<defs><pattern id="rs-hatch" width="4" height="4" patternUnits="userSpaceOnUse" '
                'patternTransform="rotate(45)"><rect width="4" height="4" fill="#ededed"/>'
@@ -259,6 +261,22 @@ class Canvas:
             (folder / f"{name}.{fmt}").write_bytes(data)
             out[fmt] = data
         return out
+
+
+def inline(svg: str, style: str | None = None) -> str:
+    """An SVG file's text (:meth:`Canvas.svg`) as an element of an HTML page: without the namespace a file needs (and
+    a page's self-containment test reads as a link), with ``style`` in place of the page's own when given.
+
+    >>> inline(Canvas(10, 10).svg(), "width:40px").split(" font-family")[0]
+    '<svg viewBox="0 0 10 10" width="13.3" height="13.3" style="width:40px;height:auto"'
+    """
+    svg = svg.replace(" " + SVG_NS, "", 1)
+    return svg if style is None else svg.replace(f'style="{PAGE_STYLE}"', f'style="{style};height:auto"', 1)
+
+
+# characters XML 1.0 does not allow (C0 controls but tab and newline, and the two non-characters): a word of a model's
+# text holding one would make the .svg file unreadable to a strict parser
+_NOT_XML = {c: "\ufffd" for c in [*range(0, 9), 11, 12, *range(14, 32), 0xFFFE, 0xFFFF]}
 
 
 def _dash(dash) -> str:
@@ -319,7 +337,8 @@ def _svg_text(x, y, s, size, color, anchor, valign, rotate, bold) -> str:
     turn = f' transform="rotate(-90 {_n(x)} {_n(y)})"' if rotate else ""
     weight = ' font-weight="bold"' if bold else ""
     return (f'<text x="{_n(x)}" y="{_n(y)}" font-size="{size:g}" fill="{color}" text-anchor="{anchor}" '
-            f'dominant-baseline="{_BASELINE[valign]}"{turn}{weight}>{html.escape(s, quote=False)}</text>')
+            f'dominant-baseline="{_BASELINE[valign]}"{turn}{weight}>{html.escape(s.translate(_NOT_XML), quote=False)}'
+            '</text>')
 
 
 _SVG = {"path": _svg_path, "poly": _svg_poly, "polygon": _svg_polygon, "dots": _svg_dots, "rect": _svg_rect,

@@ -20,7 +20,7 @@ from reports.axes import MAX_LEGEND_LAYERS, labelled_layers, layer_colors
 from reports.canvas import GRID, INK, Canvas, colormap, rgb_hex, text_width
 
 __all__ = ["Style", "PAGE", "paper", "style_of", "Panel", "SCALES", "canvas_for", "one_panel", "step_range",
-           "log_ticks", "log_labels", "nice_ticks", "tick_labels", "axes", "errorbars", "heat", "colorbar", "legend", "ylabel_room",
+           "log_ticks", "log_labels", "value_range", "nice_ticks", "tick_labels", "axes", "errorbars", "heat", "colorbar", "legend", "ylabel_room",
            "hex_colors", "layer_hex", "layer_strip", "registrar", "MAX_LEGEND_LAYERS"]
 
 
@@ -44,7 +44,7 @@ def registrar(table: dict):
 class Style:
     """Sizes in points: the figure's full ``width``, tick and legend ``text``, axis ``label``, panel ``title``,
     line ``line`` width, dot ``dot`` radius, the ``least`` size a text may shrink to (9 CSS px on the page), and
-    whether every figure ``fill`` s the width exactly (a paper's) or may be narrower (the page's)."""
+    ``fill``: whether every figure takes exactly the width (a paper's) or may be narrower (the page's)."""
 
     width: float = 825.0  # the page's main column, 1,100 CSS px (reports.axes.DISPLAY_PX)
     text: float = 8.5
@@ -195,6 +195,17 @@ def padded(lo: float, hi: float, frac: float = 0.06) -> tuple:
         return (lo - d, hi + d)
     d = (hi - lo) * frac
     return (lo - d, hi + d)
+
+
+def value_range(*arrays, zero: bool = False) -> tuple:
+    """The padded range of the finite values of ``arrays`` (with 0 inside it when ``zero``); (0, 1) when none is finite.
+
+    >>> [round(v, 3) for v in value_range([0.2, 0.4], zero=True)]  # 0 to 0.4, padded by 6 % of 0.4 each side
+    [-0.024, 0.424]
+    """
+    v = np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays] + ([np.zeros(1)] if zero else []))
+    v = v[np.isfinite(v)]
+    return padded(float(v.min()), float(v.max())) if len(v) else (0.0, 1.0)
 
 
 def axes(p: Panel, style: Style, *, xticks=(), xlabels=None, yticks=(), ylabels=None, xlabel="", ylabel="",

@@ -1,10 +1,10 @@
 """Every figure kind and how it is drawn, and the drawing of a report's figures.
 
 The pair, run, study and MoFA reports' figures (:mod:`reports.pair_figures`, :mod:`reports.heat_figures`,
-:mod:`reports.training`, :mod:`reports.study`, :mod:`reports.mofa`) are drawn on a :class:`reports.canvas.Canvas`, with no plotting
-library: the page embeds their SVG, and PNG or PDF copies replay the same marks through matplotlib. The other
-reports' drawers (:mod:`reports.regime`, :mod:`reports.plan`) return matplotlib figures; they,
-and matplotlib, are imported only when a figure of theirs is drawn. The tables are joined here by explicit imports
+:mod:`reports.training`, :mod:`reports.study`, :mod:`reports.mofa`) are drawn on a :class:`reports.canvas.Canvas`,
+with no plotting library: the page embeds their SVG, and PNG or PDF copies replay the same marks through matplotlib.
+The other reports' drawers (:mod:`reports.regime`, :mod:`reports.plan`) return matplotlib figures; they, and
+matplotlib, are imported only when a figure of theirs is drawn. The tables are joined here by explicit imports
 (no module registers into another's table).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reports import heat_figures, mofa, pair_figures, study, training
-from reports.canvas import SVG_NS, Canvas
+from reports.canvas import Canvas, inline
 
 __all__ = ["REGISTRY", "CANVAS_KINDS", "registry", "draw", "draw_all", "save_drawing"]
 
@@ -63,7 +63,7 @@ def save_drawing(drawing, folder: Path, name: str, vector: tuple = ()):
     figure's PNG bytes (with its vector copies)."""
     if isinstance(drawing, Canvas):
         wanted = ("svg",) + tuple(f for f in vector if f != "svg")
-        return drawing.save(folder, name, wanted)["svg"].decode().replace(" " + SVG_NS, "", 1)  # inline in the page
+        return inline(drawing.save(folder, name, wanted)["svg"].decode())
     from reports.figures import save
 
     return save(drawing, folder, name, tuple(f for f in vector if f != "png"))

@@ -15,8 +15,8 @@ import numpy as np
 
 from reports.axes import labelled_layers
 from reports.canvas import PALETTES, Canvas, text_width
-from reports.chart import (Panel, axes, canvas_for, colorbar, heat, hex_colors, legend, nice_ticks, padded, registrar,
-                           style_of, tick_labels, ylabel_room)
+from reports.chart import (axes, canvas_for, colorbar, heat, hex_colors, legend, nice_ticks, padded, Panel, registrar,
+                           style_of, tick_labels, value_range, ylabel_room)
 
 __all__ = ["DRAWERS"]
 
@@ -69,7 +69,7 @@ def answer(frames, params) -> Canvas:
     order = [str(x) for x in params["order"]]
     domains = list(dict.fromkeys(r["domain"]))
     colors = [PALETTES["colorblind"][k % 10] for k in range(len(domains))]
-    ylim = padded(float(min(0.0, 100 * r["relative"].min())), float(max(0.0, 100 * r["relative"].max())))
+    ylim = value_range(100 * r["relative"], zero=True)
     yt = nice_ticks(*ylim, 5)
     key_w = max(text_width(str(d), s.text) for d in domains) + 30
     width = min(s.width, 330.0) if not s.fill else s.width
@@ -101,7 +101,7 @@ def pca(frames, params) -> Canvas:
     s = style_of(params)
     sc = frames["scores"].sort_values("pc1")
     names = [str(d) for d in sc["domain"]]
-    xlim = padded(float(min(0.0, sc["pc1"].min())), float(max(0.0, sc["pc1"].max())))
+    xlim = value_range(sc["pc1"], zero=True)
     left = max((text_width(n, s.text) for n in names), default=0.0) + 10
     bh = 16.0
     top = s.title * 1.4 + 6

@@ -43,8 +43,9 @@ def figure_html(figure, style: str) -> str:
     from reports.drawing import CANVAS_KINDS, draw
 
     if figure.kind in CANVAS_KINDS:
-        svg = draw(figure).svg().replace('style="max-width:100%;height:auto"', f'style="{style};height:auto"', 1)
-        return svg.replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)
+        from reports.canvas import inline
+
+        return inline(draw(figure).svg(), style)
     png = embedded(figure_png(figure))
     return f"<img style='{style}' alt='the answer per layer' src='data:image/png;base64,{png}'>"
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from reports.axes import labelled_layers
 from reports.canvas import Canvas, text_width
-from reports.chart import (Panel, Style, axes, canvas_for, errorbars, layer_hex, layer_strip, legend, nice_ticks,
-                           padded, registrar, style_of, tick_labels, ylabel_room)
+from reports.chart import (axes, canvas_for, errorbars, layer_hex, layer_strip, legend, nice_ticks, padded, Panel,
+                           registrar, Style, style_of, tick_labels, value_range, ylabel_room)
 
 __all__ = ["DRAWERS", "ROLE_COLORS", "SHORT", "MOST_MARKS"]
 
@@ -45,12 +45,6 @@ def _sample(n: int) -> np.ndarray:
     return np.arange(n) if n <= MOST_MARKS else np.unique(np.linspace(0, n - 1, MOST_MARKS).round().astype(int))
 
 
-def _yrange(*arrays, zero: bool = False) -> tuple:
-    v = np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays] + ([np.zeros(1)] if zero else []))
-    v = v[np.isfinite(v)]
-    return padded(float(v.min()), float(v.max())) if len(v) else (0.0, 1.0)
-
-
 def _layer_x(layers) -> tuple:
     layers = [int(x) for x in layers]
     return (min(layers) - 0.6, max(layers) + 0.6)
@@ -66,7 +60,7 @@ def answer_layers(frames, params) -> Canvas:
     pts = frames.get("points")
     has_pts = pts is not None and len(pts)
     width = min(s.width, 330.0)
-    ylim = _yrange(e["low"], e["high"], pts["estimate"] if has_pts else [], zero=True)
+    ylim = value_range(e["low"], e["high"], pts["estimate"] if has_pts else [], zero=True)
     yt = nice_ticks(*ylim, 5)
     left = ylabel_room(s, tick_labels(yt)) + 2
     verdicts = [v for v in VERDICT_COLORS if (e["asserted"] == v).any()]
@@ -137,8 +131,9 @@ def profile(frames, params) -> Canvas:
     layers, effects = frames["layers"], frames["effects"].sort_values("layer")
     leg_h = s.text * 1.5 + 4
     lx = _layer_x(layers["layer"].unique())
-    c, a, b, ta, tb = _two_panels(s, lx, lx, _yrange(layers["sfm"]),
-                                  _yrange(effects["ci_low"], effects["ci_high"], zero=True), leg_h, first_legend=True)
+    c, a, b, ta, tb = _two_panels(s, lx, lx, value_range(layers["sfm"]),
+                                  value_range(effects["ci_low"], effects["ci_high"], zero=True), leg_h,
+                                  first_legend=True)
     ticks = labelled_layers(layers["layer"].unique())
     axes(a, s, xticks=ticks, yticks=ta, xlabel="layer", ylabel="same-field mass", title="Layer profile", group="a")
     axes(b, s, xticks=ticks, yticks=tb, xlabel="layer", ylabel="Δ SFM (variant − baseline)", zero=True,
@@ -158,7 +153,7 @@ def run_profile(frames, params) -> Canvas:
     s = style_of(params)
     t = frames["layers"].sort_values("layer")
     lx = _layer_x(t["layer"])
-    c, a, b, ta, tb = _two_panels(s, lx, lx, _yrange(t["sfm"]), _yrange(t["entropy"]))
+    c, a, b, ta, tb = _two_panels(s, lx, lx, value_range(t["sfm"]), value_range(t["entropy"]))
     ticks = labelled_layers(t["layer"])
     axes(a, s, xticks=ticks, yticks=ta, xlabel="layer", ylabel="same-field mass", title="Layer profile", group="a")
     axes(b, s, xticks=ticks, yticks=tb, xlabel="layer", ylabel="entropy (nats)", title="Attention entropy", group="b")
@@ -174,7 +169,7 @@ def flow_measures(frames, params) -> Canvas:
     e = frames["effects"]
     measures = list(dict.fromkeys(e["measure"]))
     colors = dict(zip(measures, ("#4C72B0", "#C44E52", "#8172B3")))
-    ylim = _yrange(e["ci_low"], e["ci_high"], zero=True)
+    ylim = value_range(e["ci_low"], e["ci_high"], zero=True)
     yt = nice_ticks(*ylim, 6)
     left = ylabel_room(s, tick_labels(yt))
     key_w = max(text_width(m, s.text) for m in measures) + 30
@@ -248,7 +243,7 @@ def paired_dots(frames, params) -> Canvas:
     layers = sorted(d["layer"].unique())
     cols = min(len(layers), 6)
     rows = -(-len(layers) // cols)
-    ylim = _yrange(d["baseline"], d["variant"])
+    ylim = value_range(d["baseline"], d["variant"])
     yt = nice_ticks(*ylim, 6)
     left = ylabel_room(s, tick_labels(yt))
     gap = 12
@@ -294,7 +289,7 @@ def lengths(frames, params) -> Canvas:
     colors = layer_hex(len(layers))
     window = int(ex["window"].iloc[0])
     ya = (0.0, max(1.0, counts.max() * 1.06))
-    yb = _yrange(ex["diff"], zero=True)
+    yb = value_range(ex["diff"], zero=True)
     xlim = padded(float(edges[0]), float(edges[-1]), 0.03)
     xt = [v for v in nice_ticks(*xlim, 6) if xlim[0] <= v <= xlim[1]]
     entries = [(f"layer {x}", col, "line") for x, col in zip(layers, colors)]

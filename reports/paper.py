@@ -1,7 +1,7 @@
 """One figure of a report, drawn for a paper: a column (3.3 in) or a two-column (7 in) width, 8–9 pt text,
 vector PDF (or SVG, PNG) -- ``routestats figure NAME RUN -o fig.pdf``.
 
-A page figure (the pair, run and study reports') is laid out afresh by its own drawer at the paper's width with the
+A page figure (the pair, run, study and MoFA reports') is laid out afresh by its own drawer at the paper's width with the
 paper's text sizes (:func:`paper_canvas`). Any other figure is drawn by its own drawer (:data:`reports.drawing.REGISTRY`,
 the same as the report's) inside seaborn's ``paper`` context (imported here, lazily: the report itself keeps the copied
 theme of :mod:`reports.theme`, which spares every report seaborn's import), then set to the page width and every text
@@ -208,10 +208,10 @@ def write_figure(figure, out: str | Path, width: float | None = None, height: fl
         raise RoutestatsError(f"{out.parent}: no such folder")
     fig = paper_figure(figure, width, height)
     buf = io.BytesIO()
-    if hasattr(fig, "marks"):  # a canvas: its own SVG, or matplotlib's PDF and PNG of the same marks
-        buf.write(fig.svg(points=True).encode() if fmt == "svg" else b"")
-        fig = None if fmt == "svg" else fig.figure()
-    if fig is not None:
+    if hasattr(fig, "marks") and fmt == "svg":  # a canvas: its own SVG
+        buf.write(fig.svg(points=True).encode())
+    else:  # matplotlib's PDF or PNG (of a canvas's marks), or a matplotlib figure in any format
+        fig = fig.figure() if hasattr(fig, "marks") else fig
         fig.savefig(buf, format=fmt, dpi=300, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     with os.fdopen(fd, "wb") as fh:

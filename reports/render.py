@@ -9,8 +9,8 @@ of its kind (:data:`reports.drawing.REGISTRY`) and writes
   that inputs them all) and ``OUT/tables/*.csv`` (every table, shown or not);
 * ``OUT/claims.csv`` — every sentence the report considered (printed or not), with the table and
   rows it rests on and its preconditions (:func:`claims_table`);
-* ``OUT/figures/*.svg`` of the pair page's figures (embedded in the page as they are) and ``*.png`` of the other
-  reports' figures, with ``*.png`` / ``*.pdf`` / ``*.svg`` copies of every figure when ``figures`` asks;
+* ``OUT/figures/*.svg`` of the pair, run, study and MoFA reports' figures (embedded in the page as they are) and
+  ``*.png`` of the regime and plan reports' figures, with ``*.png`` / ``*.pdf`` / ``*.svg`` copies of every figure when ``figures`` asks;
 * ``OUT/report.md`` with the ``markdown`` format.
 
 The folder is written atomically: everything goes into a hidden sibling
@@ -267,9 +267,9 @@ def render(report: Report, out: str | Path, formats: Sequence[str] = DEFAULT_FOR
     ``keep(folder, written)``, when given, is called with the finished temporary folder just before
     it is renamed into place (the report cache files a copy of exactly what this call wrote).
 
-    The pair page's figures are SVG and the other reports' PNG (embedded in the HTML as they are); ``figures`` adds
-    copies of every figure in those formats (``png``, ``pdf``, ``svg``; default none: a PNG or PDF is drawn by
-    matplotlib, most of a report's cost where it is). See
+    The pair, run, study and MoFA reports' figures are SVG and the regime and plan reports' PNG (embedded in the HTML
+    as they are); ``figures`` adds copies of every figure in those formats (``png``, ``pdf``, ``svg``; default none: a
+    PNG or PDF is drawn by matplotlib, most of a report's cost where it is). See
     :func:`reports.folder.check_output` for ``force`` and ``inputs``.
     """
     bad = set(formats) - set(FORMATS)

@@ -16,19 +16,13 @@ import numpy as np
 
 from reports.axes import labelled_layers
 from reports.canvas import PALETTES, Canvas, text_width
-from reports.chart import (MAX_LEGEND_LAYERS, Panel, axes, canvas_for, layer_hex, layer_strip, legend,
-                           log_labels, nice_ticks, one_panel, padded, registrar, step_range, style_of, ylabel_room)
+from reports.chart import (MAX_LEGEND_LAYERS, axes, canvas_for, layer_hex, layer_strip, legend, log_labels, nice_ticks,
+                           one_panel, padded, Panel, registrar, step_range, style_of, value_range, ylabel_room)
 
 __all__ = ["DRAWERS"]
 
 DRAWERS: dict = {}
 drawer = registrar(DRAWERS)
-
-
-def _yrange(*arrays) -> tuple:
-    v = np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays] + [np.zeros(1)])
-    v = v[np.isfinite(v)]
-    return padded(float(v.min()), float(v.max()))
 
 
 def _layer_key(c: Canvas, p: Panel, layers, colors, s, extra=()) -> None:
@@ -52,7 +46,7 @@ def seeds(frames, params) -> Canvas:
     lines, mean = frames["lines"], frames["mean"]
     groups = list(lines.groupby(["dataset", "seed"]))
     labels = [f"{ds} seed {seed}" if params.get("several_datasets") else f"seed {seed}" for (ds, seed), _ in groups]
-    ylim = _yrange(lines["delta"], mean["delta"])
+    ylim = value_range(lines["delta"], mean["delta"], zero=True)
     yt = nice_ticks(*ylim, 6)
     c, p = one_panel(s, (lines["layer"].min() - 0.4, lines["layer"].max() + 0.4), "linear", ylim, yt,
                      _key_width(s, labels + ["mean over seeds"]))
@@ -79,7 +73,7 @@ def sweep(frames, params) -> Canvas:
     points, mean = frames["points"], frames["mean"]
     layers = sorted(points["layer"].unique())
     colors = layer_hex(len(layers))
-    ylim = _yrange(points["delta"], mean["delta"])
+    ylim = value_range(points["delta"], mean["delta"], zero=True)
     yt = nice_ticks(*ylim, 6)
     xlim = padded(float(points["w_f"].min()), float(points["w_f"].max()))
     c, p = one_panel(s, xlim, "linear", ylim, yt, _key_width(s, [f"layer {x}" for x in layers]) if len(layers) <= 8
@@ -103,7 +97,7 @@ def shuffled(frames, params) -> Canvas:
     bands = frames["bands"]
     conds = (("SAAB", "#DD8452"), ("shuffled", "#8172B3"))
     labels = [f"{label} − baseline (mean over seeds)" for label, _ in conds]
-    ylim = _yrange(bands["min"], bands["max"], bands["mean"])
+    ylim = value_range(bands["min"], bands["max"], bands["mean"], zero=True)
     yt = nice_ticks(*ylim, 6)
     c, p = one_panel(s, (bands["layer"].min() - 0.4, bands["layer"].max() + 0.4), "linear", ylim, yt,
                      _key_width(s, labels))
@@ -128,7 +122,7 @@ def trajectories(frames, params) -> Canvas:
     layers = sorted(lines["layer"].unique())
     colors = layer_hex(len(layers))
     xlim, xscale, xt = step_range(lines["step"])
-    ylim = _yrange(lines["delta"], mean["delta"])
+    ylim = value_range(lines["delta"], mean["delta"], zero=True)
     yt = nice_ticks(*ylim, 6)
     c, p = one_panel(s, xlim, xscale, ylim, yt, _key_width(s, [f"layer {x}" for x in layers]) if len(layers) <= 8
                      else 60.0)
@@ -160,7 +154,7 @@ def forest(frames, params) -> Canvas:
     ph = max(40.0, s.text * 1.9 * len(labels))
     row_h = top + ph + 5 + 2 * s.text * 1.25 + 10
     c = canvas_for(s, s.width, rows * row_h)
-    xlim = _yrange(f["ci_low"], f["ci_high"], f["estimate"])
+    xlim = value_range(f["ci_low"], f["ci_high"], f["estimate"], zero=True)
     xt = nice_ticks(*xlim, 4)  # "−0.0125 −0.0100" ran together in a narrow panel
     for k, layer in enumerate(layers):
         i, j = divmod(k, cols)

@@ -51,10 +51,12 @@ def test_the_svg_is_well_formed_and_escapes_text():
     c.rect(0, 0, 10, 10, hatch=True)
     c.dots([1, np.nan, 3], [1, 2, np.nan], 2, "#ff0000")
     c.text(5, 5, "a < b & c", rotate=90)
+    c.text(5, 5, "tab\there bell\x07")  # a word of a model's text may hold a control character XML does not allow
     c.image(0, 0, 10, 10, np.zeros((2, 2, 3)))
     root = ET.fromstring(c.svg())
     texts = [e.text for e in root.iter() if e.tag.endswith("text")]
-    assert texts == ["a < b & c"]  # the parser reads back the text as written
+    # the parser reads back the text as written; the one character XML cannot hold becomes U+FFFD
+    assert texts == ["a < b & c", "tab\there bell\ufffd"]
     (dots,) = [e for e in root.iter() if e.tag.endswith("path")]
     assert dots.get("d") == "M1.0 1.0h0"  # points with a NaN coordinate are left out
 
@@ -76,6 +78,7 @@ def test_nice_ticks_are_round_evenly_spaced_and_inside_the_range(lo, rel, most):
 
 
 def test_tick_labels_share_their_decimals_and_use_a_true_minus():
+    # expected: written out by hand, each list at the decimals of its finest tick, U+2212 for the minus, "0" for zero
     assert tick_labels([-0.1, 0.0, 0.1, 0.2]) == ["−0.1", "0", "0.1", "0.2"]
     assert tick_labels([0.0, 0.3, 0.6000000000000001]) == ["0", "0.3", "0.6"]
 
