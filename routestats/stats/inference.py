@@ -66,6 +66,7 @@ __all__ = [
     "holm",
     "cohen_dz",
     "paired_inference",
+    "paired_inferences",
     "PairedInference",
     "signflip_count",
     "signflip_floor",
@@ -209,17 +210,31 @@ def signflip_count(d: np.ndarray, bits: np.ndarray) -> np.ndarray:
 
     The permuted mean is (2 * bits @ d - sum(d)) / n, evaluated as one matrix product.
     """
-    n = d.shape[0]
-    total = d.sum(axis=0)
-    obs = np.abs(total) / n
-    tol = _REL_TIE * np.abs(d).max(axis=0)
-    count = np.zeros(d.shape[1], dtype=np.int64)
+    return signflip_counts([d], bits)[0]
+
+
+def signflip_counts(ds, bits: np.ndarray) -> list[np.ndarray]:
+    """:func:`signflip_count` of each table of ``ds`` (each (n, k_i), the same n) against the same sign
+    patterns, each block of patterns converted to float64 once for every table (each table's counts are
+    bitwise its own call's: the same blocks, the same product).
+
+    >>> bits = np.array([[1, 1, 1], [0, 1, 1], [1, 0, 1], [0, 0, 0]], dtype=np.uint8)
+    >>> a, b = np.array([[1.0], [2.0], [3.0]]), np.array([[1.0, -1.0], [-1.0, 1.0], [0.5, 0.5]])
+    >>> [c.tolist() for c in signflip_counts([a, b], bits)], signflip_count(b, bits).tolist()
+    ([[2], [4, 4]], [4, 4])
+    """
+    n = ds[0].shape[0]
+    totals = [d.sum(axis=0) for d in ds]
+    obs = [np.abs(t) / n for t in totals]
+    tol = [_REL_TIE * np.abs(d).max(axis=0) for d in ds]
+    counts = [np.zeros(d.shape[1], dtype=np.int64) for d in ds]
     for s, e in row_blocks(len(bits), n):
         block = bits[s:e].astype(np.float64)
-        stat = np.abs(2.0 * (block @ d) - total) / n
+        for d, total, o, t, count in zip(ds, totals, obs, tol, counts):
+            stat = np.abs(2.0 * (block @ d) - total) / n
+            count += (stat >= o - t).sum(axis=0)
         del block  # before the next one is made
-        count += (stat >= obs - tol).sum(axis=0)
-    return count
+    return counts
 
 
 def bootstrap_means(d: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -269,12 +284,21 @@ def bootstrap_count_chunks(n: int, resamples: int, seed: int):
 
 
 def _means_from_counts(d: np.ndarray, chunks, resamples: int) -> np.ndarray:
-    n, k = d.shape
-    note("boot_tables", n, k, resamples)
-    means = np.empty((resamples, k))
+    return _means_many([d], chunks, resamples)[0]
+
+
+def _means_many(ds, chunks, resamples: int) -> list[np.ndarray]:
+    """Bootstrap means of each table of ``ds`` (the same n) from the same count chunks, each chunk
+    converted to float64 once for every table (each table's means bitwise its own call's)."""
+    means = []
+    for d in ds:
+        note("boot_tables", d.shape[0], d.shape[1], resamples)
+        means.append(np.empty((resamples, d.shape[1])))
     s = 0
     for cnt in chunks:  # uint counts are exact: as float64 they are what bootstrap_means multiplies
-        means[s : s + len(cnt)] = (cnt.astype(np.float64) @ d) / n
+        c = cnt.astype(np.float64)
+        for d, m in zip(ds, means):
+            m[s : s + len(cnt)] = (c @ d) / d.shape[0]
         s += len(cnt)
     return means
 
@@ -350,17 +374,25 @@ def _shared_streamed(d, resamples, permutations, rng, confidence):
 
 
 def _shared(d, resamples, permutations, seed, confidence):
-    n, k = d.shape
-    note("signs", n, k, permutations, seed)
+    return _shared_many([d], resamples, permutations, seed, confidence)[0]
+
+
+def _shared_many(ds, resamples, permutations, seed, confidence) -> list[tuple]:
+    """(lo, hi, count) of the ``shared`` mode for each table of ``ds`` (the same examples), from one set of
+    draws converted once per chunk for every table; each table's numbers bitwise its own call's."""
+    n = ds[0].shape[0]
+    for d in ds:
+        note("signs", n, d.shape[1], permutations, seed)
     draws = _shared_draws(n, resamples, permutations, seed)
     if draws is None:
-        return _shared_streamed(d, resamples, permutations, np.random.default_rng(seed), confidence)
+        return [_shared_streamed(d, resamples, permutations, np.random.default_rng(seed), confidence) for d in ds]
     counts, signs = draws
-    lo, hi = percentile_ci(_means_from_counts(d, counts, resamples), confidence)
-    count = np.zeros(k, dtype=np.int64)
+    cis = [percentile_ci(m, confidence) for m in _means_many(ds, counts, resamples)]
+    totals = [np.zeros(d.shape[1], dtype=np.int64) for d in ds]
     for raw in signs:
-        count += signflip_count(d, _signs(raw, n))
-    return lo, hi, count
+        for total, c in zip(totals, signflip_counts(ds, _signs(raw, n))):
+            total += c
+    return [(lo, hi, total) for (lo, hi), total in zip(cis, totals)]
 
 
 @dataclass(frozen=True)
@@ -453,22 +485,51 @@ def paired_inference(
     """
     r = Resampling.of(resampling, resamples=resamples, permutations=permutations, seed=seed, mode=mode,
                       confidence=confidence)
+    return paired_inferences([d], resampling=r, labels=[labels])[0]
+
+
+def paired_inferences(ds, *, resampling: Resampling | None = None, labels=None) -> list[PairedInference]:
+    """:func:`paired_inference` of each of several families of the same examples, in one pass over their draws.
+
+    In the ``shared`` mode every family of one example set uses the same draws; here each chunk of them is
+    converted to float64 once for all the families, not once a family. Each result is bitwise what its own
+    :func:`paired_inference` call gives (the same draws, chunks and products).
+
+    >>> rng = np.random.default_rng(0)
+    >>> a, b = rng.normal(size=(30, 2)), rng.normal(0.5, 1, size=(30, 3))
+    >>> r = Resampling(resamples=500, permutations=500)
+    >>> both = paired_inferences([a, b], resampling=r)
+    >>> bool(np.array_equal(both[1].p_raw, paired_inference(b, resampling=r).p_raw))
+    True
+    """
+    r = Resampling.of(resampling)
     resamples, permutations, seed, mode, confidence = r.resamples, r.permutations, r.seed, r.mode, r.confidence
-    a = as_matrix(d)  # Resampling checked mode, counts and confidence
-    n, k = a.shape
-    labels = tuple(range(k)) if labels is None else tuple(labels)
-    if len(labels) != k:
-        raise RoutestatsError(f"{len(labels)} labels for {k} columns")
+    mats = [as_matrix(d) for d in ds]  # Resampling checked mode, counts and confidence
+    labels = [None] * len(mats) if labels is None else list(labels)
+    labels = [tuple(range(a.shape[1])) if lab is None else tuple(lab) for a, lab in zip(mats, labels)]
+    for a, lab in zip(mats, labels):
+        if len(lab) != a.shape[1]:
+            raise RoutestatsError(f"{len(lab)} labels for {a.shape[1]} columns")
     if mode == "shared":
-        lo, hi, count = _shared(a, resamples, permutations, int(seed), confidence)
+        by_n: dict = {}
+        for i, a in enumerate(mats):
+            by_n.setdefault(a.shape[0], []).append(i)
+        drawn = [None] * len(mats)
+        for idx in by_n.values():
+            for i, res in zip(idx, _shared_many([mats[i] for i in idx], resamples, permutations, int(seed), confidence)):
+                drawn[i] = res
     elif mode == "numpy":
-        lo, hi, count = numpy_mode(a, resamples, permutations, np.random.default_rng(seed), confidence)
+        drawn = [numpy_mode(a, resamples, permutations, np.random.default_rng(seed), confidence) for a in mats]
     else:
-        lo, hi, count = python_mode(a, resamples, permutations, seed, confidence)
-    p = (count + 1) / (permutations + 1)
+        drawn = [python_mode(a, resamples, permutations, seed, confidence) for a in mats]
+    return [_inference(a, lab, lo, hi, count, r) for a, lab, (lo, hi, count) in zip(mats, labels, drawn)]
+
+
+def _inference(a: np.ndarray, labels: tuple, lo, hi, count, r: Resampling) -> PairedInference:
+    p = (count + 1) / (r.permutations + 1)
     return PairedInference(
         labels=labels,
-        n=n,
+        n=a.shape[0],
         mean_diff=a.mean(axis=0),
         median_diff=np.median(a, axis=0),
         sd_diff=a.std(axis=0, ddof=1),
@@ -478,9 +539,9 @@ def paired_inference(
         ci_high=np.asarray(hi, dtype=np.float64),
         p_raw=p,
         p_adj=holm(p),
-        mode=mode,
-        seed=int(seed),
-        resamples=int(resamples),
-        permutations=int(permutations),
-        confidence=float(confidence),
+        mode=r.mode,
+        seed=int(r.seed),
+        resamples=int(r.resamples),
+        permutations=int(r.permutations),
+        confidence=float(r.confidence),
     )

@@ -35,9 +35,9 @@ from routestats.metrics.definitions import metric as registered_metric
 from routestats.metrics.routing import adjusted_sfm, metric_values, sfm
 from routestats.rundir.collection import RunPair
 from routestats.settings import Resampling
-from routestats.stats.inference import paired_inference
+from routestats.stats.inference import paired_inferences
 
-__all__ = ["paired_differences", "paired_effects", "highest_layers"]
+__all__ = ["paired_differences", "paired_effects", "effects_of_differences", "highest_layers"]
 
 
 def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, step: int | None = None,
@@ -144,11 +144,33 @@ def paired_effects(
         rolled-out attention (``rollout_effects``; METHODS III 3.5-3.6); the last two need matrices.
     """
     diffs = paired_differences(p, metric, adjusted, step, examples, trivial, keys, weighting)
-    if diffs.empty:
-        raise RoutestatsError(_why_no_differences(diffs, metric, adjusted))
-    layers = sorted(diffs["layer"].unique())
-    res = paired_inference(_family(diffs, layers), resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
-                           mode=mode, confidence=confidence, labels=layers)
+    r = Resampling.of(resampling, resamples=resamples, permutations=permutations, seed=seed, mode=mode,
+                      confidence=confidence)
+    return effects_of_differences(p, [(diffs, metric, adjusted, weighting)], step=step, examples=examples,
+                                  resampling=r)[0]
+
+
+def effects_of_differences(p: RunPair, items, *, step: int | None = None, examples=None,
+                           resampling: Resampling | None = None) -> list[pd.DataFrame]:
+    """The :func:`paired_effects` tables of several :func:`paired_differences` frames of one pair, their
+    inference in one pass over the shared draws (:func:`routestats.stats.inference.paired_inferences`; each
+    table bitwise what :func:`paired_effects` gives it alone).
+
+    ``items``: ``(diffs, metric, adjusted, weighting)`` for each table, ``diffs`` as :func:`paired_differences`
+    made it with those arguments; ``step`` and ``examples`` as they were given to it. A ``diffs`` with no rows
+    is refused with the one line that says why.
+    """
+    for diffs, metric, adjusted, _w in items:
+        if diffs.empty:
+            raise RoutestatsError(_why_no_differences(diffs, metric, adjusted))
+    layers = [sorted(diffs["layer"].unique()) for diffs, *_ in items]
+    results = paired_inferences([_family(diffs, lay) for (diffs, *_), lay in zip(items, layers)],
+                                resampling=resampling, labels=layers)
+    return [_effects_frame(p, diffs, lay, res, metric, adjusted, weighting, step, examples)
+            for (diffs, metric, adjusted, weighting), lay, res in zip(items, layers, results)]
+
+
+def _effects_frame(p: RunPair, diffs, layers, res, metric, adjusted, weighting, step, examples) -> pd.DataFrame:
     out = res.to_frame().rename(columns={"label": "layer", "p_adj": "p_holm", "p_adj_floor": "p_holm_floor"})
     means = diffs.groupby("layer")[["baseline", "variant"]].mean()
     out.insert(0, "metric", metric + ("_adj" if adjusted else "") + ("" if weighting == "attention" else f"_{weighting}"))
@@ -218,25 +240,27 @@ def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,
           role  layer  runner_up  difference
     0  variant      1          2         0.3
     """
-    rows = []
+    rows, tests = [], []
     for role, t in layers.groupby("role", sort=False):
         t = t.sort_values("sfm", ascending=False, kind="stable")
         a = int(t["layer"].iloc[0])
         row = {"role": role, "layer": a, "sfm": float(t["sfm"].iloc[0]), "layers": len(t)}
+        rows.append(row)
         if per_example is not None and len(t) > 1 and role in per_example:
             w = per_example.pivot(index="example_id", columns="layer", values=role).dropna()
             others = [int(x) for x in t["layer"].iloc[1:]]
-            if w.empty or not {a, *others} <= set(w.columns):  # no example defines every layer: no runner-up test
-                rows.append(row)
-                continue
-            res = paired_inference(w[[a]].to_numpy() - w[others].to_numpy(), labels=others,
-                                   resampling=resampling).to_frame().set_index("label")
-            b = others[0]
-            row.update(runner_up=b, runner_up_sfm=float(t["sfm"].iloc[1]), difference=float(res.loc[b, "mean_diff"]),
-                       ci_low=float(res.loc[b, "ci_low"]), ci_high=float(res.loc[b, "ci_high"]),
-                       p_adj=min(1.0, float(res["p_raw"].max()) * len(others)),
-                       above_all=bool((res["mean_diff"] > 0).all()), others=len(others), n=len(w))
-        rows.append(row)
+            if not w.empty and {a, *others} <= set(w.columns):  # else no example defines every layer: no test
+                tests.append((row, t, w[[a]].to_numpy() - w[others].to_numpy(), others))
+    # the models' tests in one pass over their shared draws (each bitwise its own call)
+    results = paired_inferences([d for _, _, d, _ in tests], resampling=resampling,
+                                labels=[others for *_, others in tests]) if tests else []
+    for (row, t, d, others), res in zip(tests, results):
+        res = res.to_frame().set_index("label")
+        b = others[0]
+        row.update(runner_up=b, runner_up_sfm=float(t["sfm"].iloc[1]), difference=float(res.loc[b, "mean_diff"]),
+                   ci_low=float(res.loc[b, "ci_low"]), ci_high=float(res.loc[b, "ci_high"]),
+                   p_adj=min(1.0, float(res["p_raw"].max()) * len(others)),
+                   above_all=bool((res["mean_diff"] > 0).all()), others=len(others), n=len(d))
     # the columns are there (empty) when no model has a runner-up: one layer, or no per-example values
     return pd.DataFrame(rows).reindex(columns=list(dict.fromkeys(
         ["role", "layer", "sfm", "layers", "runner_up", "runner_up_sfm", "difference", "ci_low", "ci_high", "p_adj",

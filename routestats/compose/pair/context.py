@@ -26,7 +26,8 @@ from routestats.metrics.routing import layer_summary, profile_distance
 from routestats.report import Figure, Table, guarded, section  # noqa: F401  (section helpers, re-exported)
 from routestats.rundir.collection import RunPair
 from routestats.settings import AnalysisSettings
-from routestats.studies.effects import paired_differences, paired_effects
+from routestats.metrics.definitions import paired_metrics
+from routestats.studies.effects import effects_of_differences, paired_differences
 
 __all__ = ["PairContext", "pair_context", "section", "guarded"]
 
@@ -161,14 +162,42 @@ class PairContext:
         return dict(resampling=s.resampling, examples=s.examples, step=self.step, trivial=s.trivial_queries)
 
     def effects(self, metric: str = "sfm", **kw) -> pd.DataFrame:
-        """The paired-effects table of ``metric`` (keyword variants: adjusted, weighting), computed once."""
+        """The paired-effects table of ``metric`` (keyword variants: ``adjusted``, ``weighting``), computed once.
+
+        The first request also computes the tables every pair report asks for (:func:`planned_effects`) that
+        are not computed yet, their inference in one pass over the shared draws (the numbers are each table's
+        own); a planned table that fails is left to the section that asks for it, which says why."""
+        if set(kw) - {"adjusted", "weighting"}:
+            raise TypeError(f"effects() takes adjusted and weighting, got {sorted(kw)}")
         key = (metric, tuple(sorted(kw.items())))
         memo = self.__dict__.setdefault("_effects", {})
         if key not in memo:
-            extra = {"keys": self.settings.keys} if metric == "sfm" and kw.get("weighting", "attention") == "attention" \
-                else {}
-            memo[key] = paired_effects(self.pair, metric=metric, **self.inference, **extra, **kw)
+            keys, items = [key], [self._differences(key)]  # the asked table's errors are raised
+            for k in planned_effects():
+                if k not in memo and k != key:
+                    try:
+                        items.append(self._differences(k))
+                    except Exception:  # noqa: BLE001 -- its own section asks again and reports it
+                        continue
+                    if items[-1][0].empty:
+                        items.pop()
+                        continue
+                    keys.append(k)
+            s = self.settings
+            memo.update(zip(keys, effects_of_differences(self.pair, items, step=self.step, examples=s.examples,
+                                                         resampling=s.resampling)))
         return memo[key]
+
+    def _differences(self, key) -> tuple:
+        """``(diffs, metric, adjusted, weighting)`` of an :meth:`effects` key (SFM's are :attr:`diffs`)."""
+        metric, kw = key[0], dict(key[1])
+        adjusted, weighting = bool(kw.get("adjusted", False)), kw.get("weighting", "attention")
+        if metric == "sfm" and not adjusted and weighting == "attention":
+            return self.diffs, metric, adjusted, weighting  # made by pair_context with these arguments
+        s = self.settings
+        keys = s.keys if metric == "sfm" and weighting == "attention" else "all"
+        return (paired_differences(self.pair, metric, adjusted, self.step, s.examples, s.trivial_queries, keys,
+                                   weighting), metric, adjusted, weighting)
 
     def per_role(self, fn: Callable, *args, **kw) -> pd.DataFrame:
         """``fn(run, *args, **kw)`` for the baseline and the variant, stacked with a leading ``role``."""
@@ -191,6 +220,16 @@ class PairContext:
 
     def figure(self, name: str, kind: str, **frames) -> Figure:
         return Figure(name, kind, frames, {"labels": self.labels})
+
+
+def planned_effects() -> tuple:
+    """The :meth:`PairContext.effects` keys every pair report asks for: SFM (profile, effects), each other paired
+    metric (its section) and the opportunity-adjusted SFM.
+
+    >>> planned_effects()[:2]
+    (('sfm', ()), ('entropy', ()))
+    """
+    return (("sfm", ()), *((m.name, ()) for m in paired_metrics() if m.name != "sfm"), ("sfm", (("adjusted", True),)))
 
 
 def pair_context(p: RunPair, settings: AnalysisSettings | None = None, say: Callable[[str], None] | None = None,
