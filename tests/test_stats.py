@@ -5,6 +5,7 @@ import math
 import random
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -458,3 +459,27 @@ def test_seeded_bootstrap_means_is_bootstrap_means_bitwise_kept_or_fresh():
         assert np.array_equal(inf.seeded_bootstrap_means(d, 1000, 77), want)  # from the kept counts
         assert not np.array_equal(inf.seeded_bootstrap_means(d, 1000, 78), want)  # another seed, other resamples
     inf._DRAWS.clear()
+
+
+@pytest.mark.parametrize("budget", [None, 1000])
+def test_paired_inferences_are_each_familys_own_call_bitwise(monkeypatch, budget):
+    # families analysed together (one pass over the shared draws, each chunk converted once) give every number
+    # their own paired_inference call gives, bitwise; families of another n and draws too large to keep
+    # (budget 1000 bytes: streamed) included. The expected values are the one-family calls themselves.
+    from routestats.settings import Resampling
+    from routestats.stats import inference as I
+
+    if budget is not None:
+        monkeypatch.setattr(I, "_DRAW_BUDGET", budget)
+    rng = np.random.default_rng(11)
+    fams = [rng.standard_normal((120, 3)), rng.normal(0.3, 1, (120, 1)), rng.integers(-2, 3, (120, 4)) * 0.25,
+            rng.standard_normal((45, 2))]
+    r = Resampling(resamples=1500, permutations=2500, seed=77)
+    I._DRAWS.clear()
+    together = I.paired_inferences(fams, resampling=r, labels=[None, ["x"], None, ["a", "b"]])
+    for d, got, lab in zip(fams, together, [None, ["x"], None, ["a", "b"]]):
+        I._DRAWS.clear()
+        alone = I.paired_inference(d, resampling=r, labels=lab)
+        pd.testing.assert_frame_equal(got.to_frame(), alone.to_frame(), check_exact=True)
+    with pytest.raises(rs.RoutestatsError, match="1 labels for 3 columns"):
+        I.paired_inferences(fams[:1], resampling=r, labels=[["only"]])
