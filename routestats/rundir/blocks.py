@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from routestats.errors import RoutestatsError, RunFormatError
 from routestats.rundir import schema as S
+from routestats.rundir.reductions import field_total
 
 __all__ = ["ExampleAttention", "ExampleReductions", "check_grid", "check_probabilities", "decoding", "parquet_file", "read_table",
            "RowGroupColumns", "ExampleRows", "check_reductions"]
@@ -467,7 +468,7 @@ def check_reductions(fname, ex, layer, head, head_type, red, n, dtype) -> None:
     if over.size and over.max() > 0:
         i, q = np.unravel_index(int(over.argmax()), over.shape)
         fail(f"row_mass (at most n = {n})", i, q, mass[i, q])
-    excess = fmass.sum(axis=-1) - mass * (1 + tol) - tol
+    excess = field_total(fmass) - mass * (1 + tol) - tol
     if excess.size and excess.max() > 0:
         i, q = np.unravel_index(int(excess.argmax()), excess.shape)
         fail("the summed field_mass (at most row_mass)", i, q, fmass[i, q].sum())

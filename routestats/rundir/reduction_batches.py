@@ -10,6 +10,7 @@ import numpy as np
 
 from routestats.rundir import schema as S
 from routestats.rundir.blocks import ExampleReductions, RowGroupColumns
+from routestats.rundir.reductions import field_total
 
 __all__ = ["reductions_group", "ReductionBatch", "batch_by_length"]
 
@@ -109,7 +110,7 @@ def _values_ok(flat: dict, soft, n_row, n_ex, n_rows: int, n_fields: int, dtype:
             return False
         if (row_max - n_row * (1 + tol)).max() > 0:
             return False
-    if (flat["field_mass"].reshape(-1, n_fields).sum(axis=-1) - mass * (1 + tol) - tol).max(initial=-1.0) > 0:
+    if (field_total(flat["field_mass"].reshape(-1, n_fields)) - mass * (1 + tol) - tol).max(initial=-1.0) > 0:
         return False
     first = flat.get("first_mass")
     if first is not None and first.size and \
