@@ -76,3 +76,19 @@ def test_entropy_effects_and_errors(tmp_path, rng):
         rs.paired_effects(p, metric="entropy", adjusted=True)
     with pytest.raises(rs.RoutestatsError, match="metric must be one of"):
         rs.paired_effects(p, metric="bogus")
+
+
+def test_paired_differences_are_computed_once_and_every_caller_gets_its_own_copy(tmp_path, rng):
+    # the per-pair memo: the same arguments give an equal frame (the first call's), a caller that writes into
+    # its frame changes no other caller's, and other arguments (examples as a list or tuple alike) are their own
+    fields = [[4, 3, 3], [4, 4, 3], [4, 3, 3, 3], [4, 4, 3, 3]]
+    p, _, _ = _pair(tmp_path, rng, fields)
+    first = rs.paired_differences(p)
+    first.loc[:, "diff"] = 99.0  # a caller's own edit
+    again = rs.paired_differences(p)
+    assert (again["diff"] != 99.0).all()
+    np.testing.assert_allclose(again["diff"], again["variant"] - again["baseline"], atol=0)
+    some = rs.paired_differences(p, examples=[0, 2])
+    assert sorted(set(some["example_id"])) == [0, 2]
+    assert rs.paired_differences(p, examples=(0, 2)).equals(some)
+    assert rs.paired_differences(p, examples=[1, 3])["example_id"].nunique() == 2

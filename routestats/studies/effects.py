@@ -54,6 +54,17 @@ def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, 
     """
     if not isinstance(p, RunPair):
         raise TypeError("paired_differences needs a RunPair (use routestats.pair(baseline, variant))")
+    # computed once per pair and arguments (the report's sections ask for the same frame several times); each
+    # caller gets its own copy
+    key = (metric, bool(adjusted), step, examples if examples is None or isinstance(examples, str)
+           else tuple(int(e) for e in examples), trivial, keys, weighting)
+    memo = p.__dict__.setdefault("_paired_differences", {})
+    if key not in memo:
+        memo[key] = _paired_differences(p, metric, adjusted, step, examples, trivial, keys, weighting)
+    return memo[key].copy()
+
+
+def _paired_differences(p: RunPair, metric, adjusted, step, examples, trivial, keys, weighting) -> pd.DataFrame:
     registered_metric(metric)  # any metric of the registry (routestats.metrics.definitions)
     if adjusted and metric != "sfm":
         raise RoutestatsError("opportunity adjustment applies to SFM only")
