@@ -476,10 +476,64 @@ def test_paired_inferences_are_each_familys_own_call_bitwise(monkeypatch, budget
             rng.standard_normal((45, 2))]
     r = Resampling(resamples=1500, permutations=2500, seed=77)
     I._DRAWS.clear()
+    I._RESULTS.clear()
     together = I.paired_inferences(fams, resampling=r, labels=[None, ["x"], None, ["a", "b"]])
     for d, got, lab in zip(fams, together, [None, ["x"], None, ["a", "b"]]):
         I._DRAWS.clear()
+        I._RESULTS.clear()  # drawn afresh, not the kept result
         alone = I.paired_inference(d, resampling=r, labels=lab)
         pd.testing.assert_frame_equal(got.to_frame(), alone.to_frame(), check_exact=True)
     with pytest.raises(rs.RoutestatsError, match="1 labels for 3 columns"):
         I.paired_inferences(fams[:1], resampling=r, labels=[["only"]])
+
+
+def test_kept_results_are_found_by_content_with_the_callers_labels_and_own_arrays():
+    # a family analysed before (same differences, same procedure) is not drawn again: the result is the kept one,
+    # with this call's labels and arrays a caller may edit; other differences or another seed are drawn afresh.
+    # Expected values: a fresh call with the memo cleared.
+    from routestats.settings import Resampling
+    from routestats.stats import inference as I
+
+    d = np.random.default_rng(3).standard_normal((40, 2))
+    r = Resampling(resamples=600, permutations=600, seed=5)
+    I._RESULTS.clear()
+    first = I.paired_inference(d, resampling=r, labels=["a", "b"])
+    first.p_raw[:] = -1.0  # a caller's edit
+    drawn = []
+    monkey = I._shared_many
+    I._shared_many = lambda ds, *a: drawn.append(len(ds)) or monkey(ds, *a)
+    try:
+        again = I.paired_inference(d.copy(), resampling=r, labels=["x", "y"])
+        other = I.paired_inference(d, resampling=Resampling(resamples=600, permutations=600, seed=6))
+        moved = I.paired_inference(d + 1e-9, resampling=r)
+    finally:
+        I._shared_many = monkey
+    assert drawn == [1, 1]  # the seed-6 and the moved family; the same content was found
+    assert again.labels == ("x", "y") and (again.p_raw > 0).all()
+    I._RESULTS.clear()
+    fresh = I.paired_inference(d, resampling=r, labels=["x", "y"])
+    pd.testing.assert_frame_equal(again.to_frame(), fresh.to_frame(), check_exact=True)
+    assert not np.array_equal(other.ci_low, fresh.ci_low) and not np.array_equal(moved.mean_diff, fresh.mean_diff)
+
+
+def test_a_pair_report_draws_its_planned_families_together_and_no_family_twice():
+    # the pair context analyses its planned paired families ahead, in one pass over the shared draws (three effects
+    # tables, two highest-layer tests, the layer contrasts); each section then finds its result, so no family's
+    # draws are made twice in a report
+    import hashlib
+
+    from routestats.rundir.synthetic import demo_run_dir
+    from routestats.stats import inference as I
+
+    I._RESULTS.clear()
+    passes = []
+    monkey = I._shared_many
+    I._shared_many = lambda ds, *a: passes.append([hashlib.sha1(d.tobytes()).hexdigest() for d in ds]) \
+        or monkey(ds, *a)
+    try:
+        rs.analyse(demo_run_dir(), resamples=300, permutations=300, length_resamples=50)
+    finally:
+        I._shared_many = monkey
+    assert len(passes[0]) == 6
+    drawn = [h for p in passes for h in p]
+    assert len(drawn) == len(set(drawn))

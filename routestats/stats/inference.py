@@ -46,7 +46,8 @@ differences) is 2/16 = 0.125, of which 0.1354 is a 2,000-draw estimate.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, field
+import hashlib
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -493,7 +494,9 @@ def paired_inferences(ds, *, resampling: Resampling | None = None, labels=None) 
 
     In the ``shared`` mode every family of one example set uses the same draws; here each chunk of them is
     converted to float64 once for all the families, not once a family. Each result is bitwise what its own
-    :func:`paired_inference` call gives (the same draws, chunks and products).
+    :func:`paired_inference` call gives (the same draws, chunks and products). The newest results are kept by
+    the content of their differences and the procedure, so a family analysed ahead with others of its examples
+    (a report's context does this) is not drawn again when a section asks for it.
 
     >>> rng = np.random.default_rng(0)
     >>> a, b = rng.normal(size=(30, 2)), rng.normal(0.5, 1, size=(30, 3))
@@ -510,19 +513,50 @@ def paired_inferences(ds, *, resampling: Resampling | None = None, labels=None) 
     for a, lab in zip(mats, labels):
         if len(lab) != a.shape[1]:
             raise RoutestatsError(f"{len(lab)} labels for {a.shape[1]} columns")
+    keys = [_result_key(a, r) for a in mats]
+    todo = [i for i, key in enumerate(keys) if key not in _RESULTS]
     if mode == "shared":
         by_n: dict = {}
-        for i, a in enumerate(mats):
-            by_n.setdefault(a.shape[0], []).append(i)
-        drawn = [None] * len(mats)
+        for i in todo:
+            by_n.setdefault(mats[i].shape[0], []).append(i)
         for idx in by_n.values():
             for i, res in zip(idx, _shared_many([mats[i] for i in idx], resamples, permutations, int(seed), confidence)):
-                drawn[i] = res
+                _keep(keys[i], _inference(mats[i], labels[i], *res, r))
     elif mode == "numpy":
-        drawn = [numpy_mode(a, resamples, permutations, np.random.default_rng(seed), confidence) for a in mats]
+        for i in todo:
+            _keep(keys[i], _inference(mats[i], labels[i], *numpy_mode(mats[i], resamples, permutations,
+                                                                     np.random.default_rng(seed), confidence), r))
     else:
-        drawn = [python_mode(a, resamples, permutations, seed, confidence) for a in mats]
-    return [_inference(a, lab, lo, hi, count, r) for a, lab, (lo, hi, count) in zip(mats, labels, drawn)]
+        for i in todo:
+            _keep(keys[i], _inference(mats[i], labels[i], *python_mode(mats[i], resamples, permutations, seed,
+                                                                      confidence), r))
+    return [_copy(_RESULTS[key], lab) for key, lab in zip(keys, labels)]
+
+
+# results by the content of their differences and the procedure (see _result_key): a family a report analyses
+# more than once, or that was analysed ahead with others of its examples (one pass over their draws), is not drawn
+# again; the few newest are kept
+_RESULTS: dict = {}
+_RESULTS_KEEP = 64
+
+
+def _result_key(a: np.ndarray, r: Resampling) -> tuple:
+    """The content of a family's differences (their bytes' SHA-1, shape) and the procedure that analyses them."""
+    return (hashlib.sha1(np.ascontiguousarray(a).view(np.uint8)).hexdigest(), a.shape, int(r.resamples),
+            int(r.permutations), int(r.seed), r.mode, float(r.confidence))
+
+
+def _keep(key: tuple, res: PairedInference) -> None:
+    _RESULTS.pop(key, None)
+    _RESULTS[key] = res
+    while len(_RESULTS) > _RESULTS_KEEP:
+        _RESULTS.pop(next(iter(_RESULTS)))  # oldest first
+
+
+def _copy(res: PairedInference, labels: tuple) -> PairedInference:
+    """A kept result with the caller's labels and arrays of its own (a caller's edit reaches no other)."""
+    arrays = {k: v.copy() for k, v in vars(res).items() if isinstance(v, np.ndarray)}
+    return replace(res, labels=labels, **arrays)
 
 
 def _inference(a: np.ndarray, labels: tuple, lo, hi, count, r: Resampling) -> PairedInference:

@@ -33,7 +33,7 @@ from routestats.settings import Resampling
 from routestats.stats.inference import paired_inference, percentile_ci, row_blocks, seeded_bootstrap_means, signflip_floor
 from routestats.stats.work import note
 
-__all__ = ["profile_shape", "layer_contrasts", "profile_distance_ci"]
+__all__ = ["profile_shape", "layer_contrasts", "contrast_family", "profile_distance_ci"]
 
 _TIE = 1e-12
 
@@ -158,6 +158,21 @@ def _sign_blocks(n: int, block: int = 4096):
         yield bits * 2.0 - 1.0
 
 
+def contrast_family(D, layers=None) -> tuple[np.ndarray, list[str], list[tuple[int, int]]]:
+    """The family :func:`layer_contrasts` tests: every Delta_b - Delta_a (a < b) as columns, their names and the
+    (a, b) column pairs.
+
+    >>> C, names, pairs = contrast_family(np.array([[0.1, 0.3, 0.2], [0.2, 0.2, 0.5]]), [4, 5, 6])
+    >>> names, pairs
+    (['L5 − L4', 'L6 − L4', 'L6 − L5'], [(0, 1), (0, 2), (1, 2)])
+    """
+    D = _matrix(D)
+    layers = list(range(D.shape[1])) if layers is None else list(layers)
+    pairs = [(i, j) for i in range(len(layers)) for j in range(i + 1, len(layers))]
+    C = np.column_stack([D[:, j] - D[:, i] for i, j in pairs])
+    return C, [f"L{layers[j]} − L{layers[i]}" for i, j in pairs], pairs
+
+
 def layer_contrasts(D, layers=None, resamples: int | None = None, permutations: int | None = None,
                     seed: int | None = None, mode: str | None = None, confidence: float | None = None,
                     resampling: Resampling | None = None) -> pd.DataFrame:
@@ -169,9 +184,7 @@ def layer_contrasts(D, layers=None, resamples: int | None = None, permutations: 
     """
     D = _matrix(D)
     layers = list(range(D.shape[1])) if layers is None else list(layers)
-    pairs = [(i, j) for i in range(len(layers)) for j in range(i + 1, len(layers))]
-    C = np.column_stack([D[:, j] - D[:, i] for i, j in pairs])
-    names = [f"L{layers[j]} − L{layers[i]}" for i, j in pairs]
+    C, names, pairs = contrast_family(D, layers)
     res = paired_inference(C, resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
                            mode=mode, confidence=confidence, labels=names)
     out = res.to_frame().rename(columns={"label": "contrast", "p_adj": "p_holm", "p_adj_floor": "p_holm_floor"})

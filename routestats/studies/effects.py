@@ -35,9 +35,9 @@ from routestats.metrics.definitions import metric as registered_metric
 from routestats.metrics.routing import adjusted_sfm, metric_values, sfm
 from routestats.rundir.collection import RunPair
 from routestats.settings import Resampling
-from routestats.stats.inference import paired_inferences
+from routestats.stats.inference import paired_inference, paired_inferences
 
-__all__ = ["paired_differences", "paired_effects", "effects_of_differences", "highest_layers"]
+__all__ = ["paired_differences", "paired_effects", "effects_family", "highest_layers", "highest_layer_families"]
 
 
 def paired_differences(p: RunPair, metric: str = "sfm", adjusted: bool = False, step: int | None = None,
@@ -155,33 +155,11 @@ def paired_effects(
         rolled-out attention (``rollout_effects``; METHODS III 3.5-3.6); the last two need matrices.
     """
     diffs = paired_differences(p, metric, adjusted, step, examples, trivial, keys, weighting)
-    r = Resampling.of(resampling, resamples=resamples, permutations=permutations, seed=seed, mode=mode,
-                      confidence=confidence)
-    return effects_of_differences(p, [(diffs, metric, adjusted, weighting)], step=step, examples=examples,
-                                  resampling=r)[0]
-
-
-def effects_of_differences(p: RunPair, items, *, step: int | None = None, examples=None,
-                           resampling: Resampling | None = None) -> list[pd.DataFrame]:
-    """The :func:`paired_effects` tables of several :func:`paired_differences` frames of one pair, their
-    inference in one pass over the shared draws (:func:`routestats.stats.inference.paired_inferences`; each
-    table bitwise what :func:`paired_effects` gives it alone).
-
-    ``items``: ``(diffs, metric, adjusted, weighting)`` for each table, ``diffs`` as :func:`paired_differences`
-    made it with those arguments; ``step`` and ``examples`` as they were given to it. A ``diffs`` with no rows
-    is refused with the one line that says why.
-    """
-    for diffs, metric, adjusted, _w in items:
-        if diffs.empty:
-            raise RoutestatsError(_why_no_differences(diffs, metric, adjusted))
-    layers = [sorted(diffs["layer"].unique()) for diffs, *_ in items]
-    results = paired_inferences([_family(diffs, lay) for (diffs, *_), lay in zip(items, layers)],
-                                resampling=resampling, labels=layers)
-    return [_effects_frame(p, diffs, lay, res, metric, adjusted, weighting, step, examples)
-            for (diffs, metric, adjusted, weighting), lay, res in zip(items, layers, results)]
-
-
-def _effects_frame(p: RunPair, diffs, layers, res, metric, adjusted, weighting, step, examples) -> pd.DataFrame:
+    if diffs.empty:
+        raise RoutestatsError(_why_no_differences(diffs, metric, adjusted))
+    d, layers = effects_family(diffs)
+    res = paired_inference(d, resampling=resampling, resamples=resamples, permutations=permutations, seed=seed,
+                           mode=mode, confidence=confidence, labels=layers)
     out = res.to_frame().rename(columns={"label": "layer", "p_adj": "p_holm", "p_adj_floor": "p_holm_floor"})
     means = diffs.groupby("layer")[["baseline", "variant"]].mean()
     out.insert(0, "metric", metric + ("_adj" if adjusted else "") + ("" if weighting == "attention" else f"_{weighting}"))
@@ -208,11 +186,19 @@ def _why_no_differences(diffs: pd.DataFrame, metric: str, adjusted: bool) -> str
     return "no paired differences: the selection holds no examples"
 
 
-def _family(diffs: pd.DataFrame, layers) -> np.ndarray:
-    """The (examples x layers) matrix of paired differences: one Holm family."""
+def effects_family(diffs: pd.DataFrame) -> tuple[np.ndarray, list]:
+    """The (examples x layers) matrix of a :func:`paired_differences` frame's differences, one Holm family, and
+    its layers (ascending): what :func:`paired_effects` tests.
+
+    >>> f = pd.DataFrame({"example_id": [0, 1, 0, 1], "layer": [0, 0, 1, 1], "diff": [0.1, 0.2, 0.3, 0.4]})
+    >>> d, layers = effects_family(f)
+    >>> d.tolist(), [int(x) for x in layers]
+    ([[0.1, 0.3], [0.2, 0.4]], [0, 1])
+    """
+    layers = sorted(diffs["layer"].unique())
     if diffs.groupby("layer").size().nunique() != 1:
         raise RoutestatsError("layers hold different example counts; cannot form one paired family")
-    return np.column_stack([diffs.loc[diffs["layer"] == layer, "diff"].to_numpy() for layer in layers])
+    return np.column_stack([diffs.loc[diffs["layer"] == layer, "diff"].to_numpy() for layer in layers]), layers
 
 
 def _mean_opportunity(p: RunPair, examples) -> float:
@@ -251,17 +237,7 @@ def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,
           role  layer  runner_up  difference
     0  variant      1          2         0.3
     """
-    rows, tests = [], []
-    for role, t in layers.groupby("role", sort=False):
-        t = t.sort_values("sfm", ascending=False, kind="stable")
-        a = int(t["layer"].iloc[0])
-        row = {"role": role, "layer": a, "sfm": float(t["sfm"].iloc[0]), "layers": len(t)}
-        rows.append(row)
-        if per_example is not None and len(t) > 1 and role in per_example:
-            w = per_example.pivot(index="example_id", columns="layer", values=role).dropna()
-            others = [int(x) for x in t["layer"].iloc[1:]]
-            if not w.empty and {a, *others} <= set(w.columns):  # else no example defines every layer: no test
-                tests.append((row, t, w[[a]].to_numpy() - w[others].to_numpy(), others))
+    rows, tests = _highest_tests(layers, per_example)
     # the models' tests in one pass over their shared draws (each bitwise its own call)
     results = paired_inferences([d for _, _, d, _ in tests], resampling=resampling,
                                 labels=[others for *_, others in tests]) if tests else []
@@ -276,3 +252,31 @@ def highest_layers(layers: pd.DataFrame, per_example: pd.DataFrame | None,
     return pd.DataFrame(rows).reindex(columns=list(dict.fromkeys(
         ["role", "layer", "sfm", "layers", "runner_up", "runner_up_sfm", "difference", "ci_low", "ci_high", "p_adj",
          "above_all", "others", "n", *(k for r in rows for k in r)])))
+
+
+def _highest_tests(layers: pd.DataFrame, per_example: pd.DataFrame | None) -> tuple[list, list]:
+    """Each model's row of :func:`highest_layers` and its test: (row, the model's layers by SFM, the differences
+    top − every other layer (examples x others), the other layers)."""
+    rows, tests = [], []
+    for role, t in layers.groupby("role", sort=False):
+        t = t.sort_values("sfm", ascending=False, kind="stable")
+        a = int(t["layer"].iloc[0])
+        row = {"role": role, "layer": a, "sfm": float(t["sfm"].iloc[0]), "layers": len(t)}
+        rows.append(row)
+        if per_example is not None and len(t) > 1 and role in per_example:
+            w = per_example.pivot(index="example_id", columns="layer", values=role).dropna()
+            others = [int(x) for x in t["layer"].iloc[1:]]
+            if not w.empty and {a, *others} <= set(w.columns):  # else no example defines every layer: no test
+                tests.append((row, t, w[[a]].to_numpy() - w[others].to_numpy(), others))
+    return rows, tests
+
+
+def highest_layer_families(layers: pd.DataFrame, per_example: pd.DataFrame | None) -> list[np.ndarray]:
+    """The difference families :func:`highest_layers` tests (one a model: top − every other layer), in its order.
+
+    >>> lay = pd.DataFrame({"role": ["variant"] * 2, "layer": [0, 1], "sfm": [0.5, 0.9]})
+    >>> ex = pd.DataFrame({"example_id": [0, 1, 0, 1], "layer": [0, 0, 1, 1], "variant": [0.5, 0.4, 0.9, 0.8]})
+    >>> [f.round(12).tolist() for f in highest_layer_families(lay, ex)]
+    [[[0.4], [0.4]]]
+    """
+    return [d for _, _, d, _ in _highest_tests(layers, per_example)[1]]

@@ -16,18 +16,21 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from routestats.compose.pair.inputs import init_vs_final
 from routestats.errors import RoutestatsError
+from routestats.metrics.definitions import paired_metrics
 from routestats.metrics.examples import resolve_example_sets, select_examples
 from routestats.metrics.passes import head_pass, reduce_attention, trivial_default
 from routestats.metrics.routing import layer_summary, profile_distance
 from routestats.report import Figure, Table, guarded, section  # noqa: F401  (section helpers, re-exported)
 from routestats.rundir.collection import RunPair
 from routestats.settings import AnalysisSettings
-from routestats.metrics.definitions import paired_metrics
-from routestats.studies.effects import effects_of_differences, paired_differences
+from routestats.stats.inference import as_matrix, paired_inferences
+from routestats.stats.profile import contrast_family
+from routestats.studies.effects import effects_family, highest_layer_families, paired_differences, paired_effects
 
 __all__ = ["PairContext", "pair_context", "section", "guarded"]
 
@@ -162,42 +165,49 @@ class PairContext:
         return dict(resampling=s.resampling, examples=s.examples, step=self.step, trivial=s.trivial_queries)
 
     def effects(self, metric: str = "sfm", **kw) -> pd.DataFrame:
-        """The paired-effects table of ``metric`` (keyword variants: ``adjusted``, ``weighting``), computed once.
-
-        The first request also computes the tables every pair report asks for (:func:`planned_effects`) that
-        are not computed yet, their inference in one pass over the shared draws (the numbers are each table's
-        own); a planned table that fails is left to the section that asks for it, which says why."""
-        if set(kw) - {"adjusted", "weighting"}:
-            raise TypeError(f"effects() takes adjusted and weighting, got {sorted(kw)}")
+        """The paired-effects table of ``metric`` (keyword variants: adjusted, weighting), computed once."""
         key = (metric, tuple(sorted(kw.items())))
         memo = self.__dict__.setdefault("_effects", {})
         if key not in memo:
-            keys, items = [key], [self._differences(key)]  # the asked table's errors are raised
-            for k in planned_effects():
-                if k not in memo and k != key:
-                    try:
-                        items.append(self._differences(k))
-                    except Exception:  # noqa: BLE001 -- its own section asks again and reports it
-                        continue
-                    if items[-1][0].empty:
-                        items.pop()
-                        continue
-                    keys.append(k)
-            s = self.settings
-            memo.update(zip(keys, effects_of_differences(self.pair, items, step=self.step, examples=s.examples,
-                                                         resampling=s.resampling)))
+            extra = {"keys": self.settings.keys} if metric == "sfm" and kw.get("weighting", "attention") == "attention" \
+                else {}
+            memo[key] = paired_effects(self.pair, metric=metric, **self.inference, **extra, **kw)
         return memo[key]
 
-    def _differences(self, key) -> tuple:
-        """``(diffs, metric, adjusted, weighting)`` of an :meth:`effects` key (SFM's are :attr:`diffs`)."""
+    def analyse_ahead(self) -> None:
+        """Analyse, in one pass over their shared draws, the paired families of these examples that the sections
+        will ask for: the effects tables every pair report shows (:func:`planned_effects`), the highest-layer tests
+        and the layer contrasts. Their results are kept by content (:func:`routestats.stats.paired_inferences`), so
+        each section's own call finds its result, bitwise what it would have drawn; a family that cannot be formed
+        here is left to its section, which says why."""
+        s = self.settings
+        if s.resampling.mode != "shared":
+            return  # the reference modes draw per family: nothing to share
+        builders = [functools.partial(self._effects_family, key) for key in planned_effects()]
+        builders += [lambda: highest_layer_families(self.layers, self.diffs),
+                     lambda: [contrast_family(self.D.to_numpy(), list(self.D.columns))[0]]]
+        families = []
+        for build in builders:
+            try:
+                got = build()
+                families += [as_matrix(d) for d in (got if isinstance(got, list) else [got])]
+            except Exception:  # noqa: BLE001 -- its section forms it again and reports what is wrong
+                continue
+        if families:
+            paired_inferences(families, resampling=s.resampling)
+
+    def _effects_family(self, key) -> np.ndarray:
+        """The differences family of an :meth:`effects` key (SFM's from :attr:`diffs`)."""
         metric, kw = key[0], dict(key[1])
         adjusted, weighting = bool(kw.get("adjusted", False)), kw.get("weighting", "attention")
-        if metric == "sfm" and not adjusted and weighting == "attention":
-            return self.diffs, metric, adjusted, weighting  # made by pair_context with these arguments
         s = self.settings
-        keys = s.keys if metric == "sfm" and weighting == "attention" else "all"
-        return (paired_differences(self.pair, metric, adjusted, self.step, s.examples, s.trivial_queries, keys,
-                                   weighting), metric, adjusted, weighting)
+        if metric == "sfm" and not adjusted and weighting == "attention":
+            diffs = self.diffs  # made by pair_context with these arguments
+        else:
+            keys = s.keys if metric == "sfm" and weighting == "attention" else "all"  # as effects() asks
+            diffs = paired_differences(self.pair, metric, adjusted, self.step, s.examples, s.trivial_queries, keys,
+                                       weighting)
+        return effects_family(diffs)[0]
 
     def per_role(self, fn: Callable, *args, **kw) -> pd.DataFrame:
         """``fn(run, *args, **kw)`` for the baseline and the variant, stacked with a leading ``role``."""
@@ -249,4 +259,6 @@ def pair_context(p: RunPair, settings: AnalysisSettings | None = None, say: Call
     ids = select_examples(p.baseline, s.examples)
     n = len(p.baseline.examples(["example_id"])) if ids is None else len(ids)
     diffs = paired_differences(p, step=step, examples=s.examples, trivial=s.trivial_queries, keys=s.keys)
-    return PairContext(p, s, step, n, layers, diffs, say, within_study, bias_off)
+    ctx = PairContext(p, s, step, n, layers, diffs, say, within_study, bias_off)
+    ctx.analyse_ahead()
+    return ctx
