@@ -391,15 +391,16 @@ def test_spearman_and_ranks_bitwise_scipy():
         assert all(np.isnan(v) for v in spearman(x, y)) and np.isnan(want.statistic) and np.isnan(want.pvalue)
 
 
-def test_resampled_spearman_equals_scipy_per_resample():
+@pytest.mark.parametrize("x_ties,y_ties", [(True, True), (True, False), (False, True), (False, False)])
+def test_resampled_spearman_equals_scipy_per_resample(x_ties, y_ties):
     from scipy import stats as sst
 
     from routestats.stats.spearman import _spearman_resamples
 
     rng = np.random.default_rng(3)
     n = 40
-    x = rng.integers(5, 15, n).astype(float)  # many ties, as with lengths
-    y = np.round(rng.standard_normal(n), 1)
+    x = rng.integers(5, 15, n).astype(float) if x_ties else rng.standard_normal(n)  # ties as with lengths, or none
+    y = np.round(rng.standard_normal(n), 1) if y_ties else rng.standard_normal(n)
     idx = rng.integers(0, n, size=(60, n))
     got = _spearman_resamples(x, y, idx)
     # expected: scipy.stats.spearmanr on each resample, one at a time

@@ -108,22 +108,20 @@ def _tie_groups(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order, starts, group
 
 
-def _resampled_average_ranks(counts: np.ndarray, ties) -> np.ndarray:
-    """Average rank of every original element inside each resample, from the resample's counts.
+def _run_counts(counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """How often each run of equal values is drawn in each resample (B, runs), from the element counts in sorted
+    order (``starts``: each run's first sorted position), as float64 (exact: integers)."""
+    g = counts if len(starts) == counts.shape[1] else np.add.reduceat(counts, starts, axis=1)
+    return g.astype(np.float64)
 
-    An element's rank among the resampled values is (# resampled values below it) +
-    (# resampled values equal to it + 1) / 2; copies of one element share it. O(B n), no sort.
-    """
-    order, starts, group = ties
-    g = counts[:, order].astype(np.float64)
-    if len(starts) < len(order):  # ties: one count per run of equal values
-        g = np.add.reduceat(g, starts, axis=1)
-    below = np.cumsum(g, axis=1)
-    below -= g
-    g += 1
-    g *= 0.5
-    g += below
-    return g[:, group]
+
+def _rank_deviations(g: np.ndarray, n: int) -> np.ndarray:
+    """Each run's average rank inside each resample less the mean rank (n + 1) / 2, from its counts ``g`` (B, runs):
+    (# resampled values below it) + (its count + 1) / 2, as cum - (g - 1) / 2. Integers or halves: exact."""
+    d = np.cumsum(g, axis=1)
+    d -= 0.5 * g
+    d += 0.5 - (n + 1) / 2
+    return d
 
 
 def _spearman_resamples(x: np.ndarray, y: np.ndarray, idx: np.ndarray, ties=None) -> np.ndarray:
@@ -131,19 +129,26 @@ def _spearman_resamples(x: np.ndarray, y: np.ndarray, idx: np.ndarray, ties=None
 
     Equal to ranking each resample and correlating (``scipy.stats.spearmanr`` per resample; tested),
     but computed from the multiplicity of each original pair: ranks of repeated pairs coincide,
-    so the Pearson sums become sums over the n originals weighted by their counts. ``ties``
-    (``(_tie_groups(x), _tie_groups(y))``) is reused across calls when given.
+    so the Pearson sums become sums over the n originals weighted by their counts, taken in y's sorted order
+    (y's ranks are then a running sum; x's are one per run of equal x). Every rank deviation is an integer or a
+    half and every product a multiple of 1/4 below 2^53, so the sums are exact in any order. O(B n), no sort.
+    ``ties`` (``(_tie_groups(x), _tie_groups(y))``) is reused across calls when given.
     """
     B, n = idx.shape
     tx, ty = (_tie_groups(x), _tie_groups(y)) if ties is None else ties
     note("spearman", B, n)
     counts = np.bincount((idx + n * np.arange(B)[:, None]).ravel(), minlength=B * n).reshape(B, n)
-    m = (n + 1) / 2  # the mean of average ranks of n values
-    dx = _resampled_average_ranks(counts, tx) - m
-    dy = _resampled_average_ranks(counts, ty) - m
-    c = counts.astype(np.float64)
+    (ox, sx, gx), (oy, sy, gy) = tx, ty
+    cy = counts[:, oy]  # counts in y's sorted order
+    dy = _rank_deviations(_run_counts(cy, sy), n)
+    if len(sy) < n:  # ties in y: each sorted position takes its run's rank
+        dy = dy[:, gy[oy]]
+    gxc = _run_counts(counts[:, ox], sx)  # (B, runs of x)
+    dx_run = _rank_deviations(gxc, n)
+    dx = dx_run[:, gx[oy]]  # x's rank deviation at each of y's sorted positions
+    c = cy.astype(np.float64)
     cov = np.einsum("bi,bi,bi->b", c, dx, dy)
-    den = np.sqrt(np.einsum("bi,bi,bi->b", c, dx, dx) * np.einsum("bi,bi,bi->b", c, dy, dy))
+    den = np.sqrt(np.einsum("bg,bg,bg->b", gxc, dx_run, dx_run) * np.einsum("bi,bi,bi->b", c, dy, dy))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den > 0, cov / np.where(den > 0, den, 1.0), np.nan)
 
