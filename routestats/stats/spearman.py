@@ -131,7 +131,8 @@ def _spearman_resamples(x: np.ndarray, y: np.ndarray, idx: np.ndarray, ties=None
     but computed from the multiplicity of each original pair: ranks of repeated pairs coincide,
     so the Pearson sums become sums over the n originals weighted by their counts, taken in y's sorted order
     (y's ranks are then a running sum; x's are one per run of equal x). Every rank deviation is an integer or a
-    half and every product a multiple of 1/4 below 2^53, so the sums are exact in any order. O(B n), no sort.
+    half and every product a multiple of 1/4, whose sums stay below 2^53 / 4 up to n of about 200,000: exact in any
+    order there. O(B n), no sort.
     ``ties`` (``(_tie_groups(x), _tie_groups(y))``) is reused across calls when given.
     """
     B, n = idx.shape
