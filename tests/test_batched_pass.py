@@ -171,6 +171,11 @@ MUTATIONS = {
     "rownorm entropy negative": (_set("entropy_rownorm", 1, -0.5), r"entropy_rownorm \(must lie in"),
     "NaN entropy": (_set("entropy", 2, np.nan), "holds a non-finite or negative value"),
     "negative first mass": (_set("first_mass", 0, -0.1), "holds a non-finite or negative value"),
+    # on a sigmoid head (layer 1, head 2; row mass 0.5): one weight above its row's mass, and one above 1 in a row
+    # whose mass is 3 (each of the chunk check's two conditions alone)
+    "first mass above its row's mass": (_set("first_mass", 1, 0.7), r"first_mass \(at most 1 and at most row_mass"),
+    "first mass above 1": (lambda t: (_scale("row_mass", 6.0)(t), _set("first_mass", 1, 1.5)(t)) and None,
+                           r"first_mass \(at most 1 and at most row_mass"),
     "unknown head type": (_retype, "holds 'Softmax'"),
     "wrong n": (_renumber, "column 'n' of example_id 7 is 99"),
     "repeated row": (_repeat, "has a repeated"),
@@ -180,7 +185,8 @@ MUTATIONS = {
 @pytest.mark.parametrize("name", list(MUTATIONS))
 def test_chunk_checks_refuse_what_the_per_example_checks_refuse(tmp_path, rng, monkeypatch, name):
     fn, needle = MUTATIONS[name]
-    run = _write(tmp_path / "r", rng, [6] * 12)
+    sigmoid = name.startswith("first mass above")
+    run = _write(tmp_path / "r", rng, [6] * 12, head_types=["softmax", "softmax", "sigmoid"] if sigmoid else None)
     _edit(run, lambda t: None)  # rewritten in row groups of 9 rows, as the mutated file will be
     seen = []
     from routestats.rundir import reduction_batches

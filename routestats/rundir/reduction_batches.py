@@ -113,8 +113,8 @@ def _values_ok(flat: dict, soft, n_row, n_ex, n_rows: int, n_fields: int, dtype:
     if (field_total(flat["field_mass"].reshape(-1, n_fields)) - mass * (1 + tol) - tol).max(initial=-1.0) > 0:
         return False
     first = flat.get("first_mass")
-    if first is not None and first.size and \
-            np.maximum(first - (1 + tol), first - mass * (1 + tol) - tol).max() > 0:
+    # the per-example check's max(first - (1 + tol), first - mass (1 + tol) - tol) > 0, exactly: fl(a - b) > 0 iff a > b
+    if first is not None and first.size and (first.max() > 1 + tol or (first - mass * (1 + tol)).max() > tol):
         return False
     caps = {n: np.log(max(n, 1)) * (1 + tol) + 1e-6 for n in set(n_ex.tolist())}  # as check_reductions has it
     cap_row = np.repeat(np.array([caps[n] for n in n_ex.tolist()]), n_rows)
