@@ -131,6 +131,7 @@ def test_report_cli_writes_everything(synth_pair, tmp_path):
     stages = [line.split("] ", 1)[1] for line in r.stderr.splitlines() if line.startswith("[")]
     assert stages[0].startswith("reading the baseline's attention (") and stages[0].endswith(" examples)")
     assert stages[1].startswith("reading the variant's attention (") and stages[2] == "layer summary", stages
+    assert stages[3] == "paired tests of 6 tables (one pass over their shared draws)", stages  # analysed ahead
     r = runner.invoke(app, ["report", str(d), "-o", str(tmp_path / "pdf"), "--resamples", "200", "--permutations",
                             "200", "--figures", "pdf"])
     assert r.exit_code == 0 and (tmp_path / "pdf" / "figures" / "profile.pdf").is_file()  # for papers, on request

@@ -194,6 +194,7 @@ class PairContext:
             except Exception:  # noqa: BLE001 -- its section forms it again and reports what is wrong
                 continue
         if families:
+            self.say(f"paired tests of {len(families)} tables (one pass over their shared draws)")
             paired_inferences(families, resampling=s.resampling)
 
     def _effects_family(self, key) -> np.ndarray:
