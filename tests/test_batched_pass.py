@@ -216,3 +216,25 @@ def test_rows_out_of_grid_order_are_read_as_sorted(tmp_path, rng):
     want = routing.sfm(run)
     _edit(run, lambda t: t.iloc[::-1].reset_index(drop=True).sort_values("example_id", kind="stable"))
     pd.testing.assert_frame_equal(routing.sfm(rs.load_run(run.path)), want)
+
+
+@pytest.mark.parametrize("n_fields", [1, 2, 4, 5, 9])
+def test_own_field_mass_is_each_querys_own_column_in_query_order(rng, n_fields):
+    # each query's mass on its own field, by a plain loop (the expected values), for the few-field and the
+    # many-field selections alike; its memory layout (E, n, rows) is what makes the sums run in query order
+    from routestats.rundir.reductions import _own_and_f2f
+
+    E, rows, n = 3, 4, 11
+    fm = rng.random((E, rows, n, n_fields))
+    src = np.zeros((E, n, n_fields), dtype=bool)
+    field = rng.integers(-1, n_fields, (E, n))  # -1: not a named field (not a valid query)
+    for e in range(E):
+        for q in range(n):
+            if field[e, q] >= 0:
+                src[e, q, field[e, q]] = True
+    valid = src.any(axis=-1)
+    own, _, _ = _own_and_f2f(fm, src, valid)
+    want = np.array([[[fm[e, r, q, field[e, q]] if field[e, q] >= 0 else fm[e, r, q, 0] for q in range(n)]
+                      for r in range(rows)] for e in range(E)])
+    assert np.array_equal(own, want)
+    assert own.transpose(0, 2, 1).flags["C_CONTIGUOUS"]

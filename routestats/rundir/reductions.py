@@ -189,7 +189,14 @@ def _own_and_f2f(fm, src, valid):
     idx = np.where(valid, src.argmax(axis=-1), 0)  # (E, n)
     # mass of each query on its own field, laid out (E, n, rows) in memory as the per-example fancy index
     # fm[:, arange(n), idx] lays it out: the sums over queries then accumulate in query order
-    own = np.take_along_axis(fm.transpose(0, 2, 1, 3), idx[:, :, None, None], axis=-1)[..., 0].transpose(0, 2, 1)
+    fmt = fm.transpose(0, 2, 1, 3)
+    if 0 < fm.shape[-1] <= 4:  # a few fields: chosen field by field, a third of take_along_axis's time (the same values)
+        own = fmt[..., 0].copy()
+        for f in range(1, fm.shape[-1]):
+            np.copyto(own, fmt[..., f], where=(idx == f)[:, :, None])
+        own = own.transpose(0, 2, 1)
+    else:
+        own = np.take_along_axis(fmt, idx[:, :, None, None], axis=-1)[..., 0].transpose(0, 2, 1)
     counts = src.sum(axis=-2)  # (E, F)
     # sum over each source field's queries, in query order, of their mass on every field: (F x n) @ (n x F)
     # per (example, row); the 0/1 weights make every product exact (a tenth of einsum's time, the same bits)
