@@ -248,3 +248,13 @@ def set_tokens(run_path, tokens):
     df["content_sha256"] = [S.content_hash(tk, g) for tk, g in zip(df["tokens"], df["field_ids"])]
     pq.write_table(pa.Table.from_pandas(df, schema=t.schema, preserve_index=False), path)
     return reseal(run_path)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_paired_results():
+    """Each test computes its paired results itself: none kept by an earlier test (routestats.stats.inference keeps
+    the newest by content), so that a test of how results are computed cannot pass on another's kept result."""
+    from routestats.stats import inference
+
+    inference._RESULTS.clear()
+    yield

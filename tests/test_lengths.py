@@ -165,7 +165,7 @@ def test_linear_length_fit_against_statsmodels_and_a_resample_loop():
         assert f["delta"][layer] == pytest.approx(D[:, layer].mean(), abs=1e-15)
     # bootstrap: the shared mode's resamples (counts per example), each expanded into its drawn examples
     # and refitted with np.polyfit
-    from routestats.stats.inference import bootstrap_count_chunks
+    from routestats.stats.draws import bootstrap_count_chunks
 
     boot = []
     for cnt in bootstrap_count_chunks(40, 300, 11):

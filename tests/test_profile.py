@@ -100,23 +100,26 @@ def test_profile_distance_ci():
 
 
 def test_blocked_sign_products_draw_the_same_signs(monkeypatch):
-    # at whole-split scale the sign-pattern products run in row blocks (routestats.stats.inference.row_blocks);
+    # at whole-split scale the sign-pattern products run in row blocks (routestats.stats.draws.row_blocks);
     # the draws must be the same stream: with 1,000-value blocks the counts equal those of one product
     rng = np.random.default_rng(3)
     D = rng.standard_normal((40, 4)) * 0.1 + np.array([0.0, 0.02, 0.01, -0.03])
     want_profile = profile_shape(D, permutations=3000, seed=5)
     want = paired_inference(D, resamples=200, permutations=3000, seed=5).to_frame()
-    import routestats.stats.inference as inf
+    import routestats.stats.draws as inf
+    from routestats.stats import inference
 
     monkeypatch.setattr(inf, "_BLOCK_VALUES", 1000)
     monkeypatch.setattr(inf, "_SPLIT_VALUES", 1000)
     assert len(list(inf.row_blocks(4096, 40))) == 164  # really blocked: 1000 // 40 = 25 rows, ceil(4096 / 25)
     got_profile = profile_shape(D, permutations=3000, seed=5)
+    inference._RESULTS.clear()  # computed again, in blocks, not the kept result
     got = paired_inference(D, resamples=200, permutations=3000, seed=5).to_frame()
     assert got_profile["p"].tolist() == want_profile["p"].tolist()
     assert got["p_raw"].tolist() == want["p_raw"].tolist()
     monkeypatch.setattr(inf, "_DRAW_BUDGET", 0)  # too large to keep: drawn as they are used, block by block
     inf._DRAWS.clear()
+    inference._RESULTS.clear()
     streamed = paired_inference(D, resamples=200, permutations=3000, seed=5).to_frame()
     assert streamed[["ci_low", "ci_high", "p_raw"]].equals(want[["ci_low", "ci_high", "p_raw"]])
     assert 0 < want_profile["p"].iloc[0] < 1  # a p-value the draws decide (not a floor or 1)
@@ -127,7 +130,7 @@ def test_profile_signs_are_the_integers_stream_of_the_reference(monkeypatch):
     # numpy's rng.integers(0, 2, size=(P, n)) in one call (what profile_shape drew until session 7),
     # here with an odd n and odd row blocks, so that half-used 64-bit words carry over between blocks
     from routestats.stats.profile import _CoinStream
-    import routestats.stats.inference as inf
+    import routestats.stats.draws as inf
 
     rng = np.random.default_rng(8)
     D = rng.standard_normal((41, 3)) * 0.1 + np.array([0.0, 0.03, -0.01])

@@ -414,28 +414,28 @@ def test_resampled_spearman_equals_scipy_per_resample(x_ties, y_ties):
 def test_shared_draws_are_reused_bitwise_and_bounded(monkeypatch):
     # a report's tables reuse one set of bootstrap counts and sign bits per (n, resamples, permutations, seed):
     # the numbers are bitwise those of drawing afresh, and draws over the budget are streamed, not kept
-    from routestats.stats import inference as I
+    from routestats.stats import draws as I
 
     rng = np.random.default_rng(5)
     d = rng.standard_normal((300, 3))
     I._DRAWS.clear()
     fresh = I._shared_streamed(d, 2000, 3000, np.random.default_rng(1001), 0.95)
-    first = I._shared(d, 2000, 3000, 1001, 0.95)
+    first = I.shared_tables([d], 2000, 3000, 1001, 0.95)[0]
     assert (300, 2000, 3000, 1001) in I._DRAWS
-    again = I._shared(d[:, ::-1].copy(), 2000, 3000, 1001, 0.95)  # other columns, same examples: reused draws
+    again = I.shared_tables([d[:, ::-1].copy()], 2000, 3000, 1001, 0.95)[0]  # other columns, same examples: reused
     for a, b in zip(fresh, first):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(again[0], first[0][::-1], rtol=1e-12)
     monkeypatch.setattr(I, "_DRAW_BUDGET", 1000)
     I._DRAWS.clear()
-    big = I._shared(d, 2000, 3000, 1001, 0.95)
+    big = I.shared_tables([d], 2000, 3000, 1001, 0.95)[0]
     assert not I._DRAWS  # too large to keep
     for a, b in zip(fresh, big):
         np.testing.assert_array_equal(a, b)
 
 
 def test_bootstrap_count_chunks_are_the_bootstrap_means_draws():
-    from routestats.stats.inference import bootstrap_count_chunks, bootstrap_means
+    from routestats.stats.draws import bootstrap_count_chunks, bootstrap_means
 
     d = np.random.default_rng(2).standard_normal((50, 2))
     means = bootstrap_means(d, 700, np.random.default_rng(9))
@@ -447,19 +447,19 @@ def test_bootstrap_count_chunks_are_the_bootstrap_means_draws():
 def test_seeded_bootstrap_means_is_bootstrap_means_bitwise_kept_or_fresh():
     # expected: bootstrap_means with a fresh default_rng(seed) -- the reference the profile distance and
     # the forest plot used before; equal with == whether the counts are drawn afresh or were kept
-    from routestats.stats import inference as inf
+    from routestats.stats import draws, inference as inf
 
     rng = np.random.default_rng(5)
     for n in (7, 300, 2336):
         d = rng.normal(0.01, 0.05, (n, 3))
         want = inf.bootstrap_means(d, 1000, np.random.default_rng(77))
-        inf._DRAWS.clear()
+        draws._DRAWS.clear()
         assert np.array_equal(inf.seeded_bootstrap_means(d, 1000, 77), want)  # drawn afresh
         inf.paired_inference(d[:, :1], resamples=1000, permutations=50, seed=77)  # keeps the draws of (n, seed)
-        assert any(key[0] == n and key[3] == 77 for key in inf._DRAWS)
+        assert any(key[0] == n and key[3] == 77 for key in draws._DRAWS)
         assert np.array_equal(inf.seeded_bootstrap_means(d, 1000, 77), want)  # from the kept counts
         assert not np.array_equal(inf.seeded_bootstrap_means(d, 1000, 78), want)  # another seed, other resamples
-    inf._DRAWS.clear()
+    draws._DRAWS.clear()
 
 
 @pytest.mark.parametrize("budget", [None, 1000])
@@ -468,19 +468,20 @@ def test_paired_inferences_are_each_familys_own_call_bitwise(monkeypatch, budget
     # their own paired_inference call gives, bitwise; families of another n and draws too large to keep
     # (budget 1000 bytes: streamed) included. The expected values are the one-family calls themselves.
     from routestats.settings import Resampling
+    from routestats.stats import draws
     from routestats.stats import inference as I
 
     if budget is not None:
-        monkeypatch.setattr(I, "_DRAW_BUDGET", budget)
+        monkeypatch.setattr(draws, "_DRAW_BUDGET", budget)
     rng = np.random.default_rng(11)
     fams = [rng.standard_normal((120, 3)), rng.normal(0.3, 1, (120, 1)), rng.integers(-2, 3, (120, 4)) * 0.25,
             rng.standard_normal((45, 2))]
     r = Resampling(resamples=1500, permutations=2500, seed=77)
-    I._DRAWS.clear()
+    draws._DRAWS.clear()
     I._RESULTS.clear()
     together = I.paired_inferences(fams, resampling=r, labels=[None, ["x"], None, ["a", "b"]])
     for d, got, lab in zip(fams, together, [None, ["x"], None, ["a", "b"]]):
-        I._DRAWS.clear()
+        draws._DRAWS.clear()
         I._RESULTS.clear()  # drawn afresh, not the kept result
         alone = I.paired_inference(d, resampling=r, labels=lab)
         pd.testing.assert_frame_equal(got.to_frame(), alone.to_frame(), check_exact=True)
@@ -488,7 +489,7 @@ def test_paired_inferences_are_each_familys_own_call_bitwise(monkeypatch, budget
         I.paired_inferences(fams[:1], resampling=r, labels=[["only"]])
 
 
-def test_kept_results_are_found_by_content_with_the_callers_labels_and_own_arrays():
+def test_kept_results_are_found_by_content_with_the_callers_labels_and_own_arrays(monkeypatch):
     # a family analysed before (same differences, same procedure) is not drawn again: the result is the kept one,
     # with this call's labels and arrays a caller may edit; other differences or another seed are drawn afresh.
     # Expected values: a fresh call with the memo cleared.
@@ -501,14 +502,12 @@ def test_kept_results_are_found_by_content_with_the_callers_labels_and_own_array
     first = I.paired_inference(d, resampling=r, labels=["a", "b"])
     first.p_raw[:] = -1.0  # a caller's edit
     drawn = []
-    monkey = I._shared_many
-    I._shared_many = lambda ds, *a: drawn.append(len(ds)) or monkey(ds, *a)
-    try:
-        again = I.paired_inference(d.copy(), resampling=r, labels=["x", "y"])
-        other = I.paired_inference(d, resampling=Resampling(resamples=600, permutations=600, seed=6))
-        moved = I.paired_inference(d + 1e-9, resampling=r)
-    finally:
-        I._shared_many = monkey
+    monkey = I.shared_tables
+    monkeypatch.setattr(I, "shared_tables", lambda ds, *a: drawn.append(len(ds)) or monkey(ds, *a))
+    again = I.paired_inference(d.copy(), resampling=r, labels=["x", "y"])
+    other = I.paired_inference(d, resampling=Resampling(resamples=600, permutations=600, seed=6))
+    moved = I.paired_inference(d + 1e-9, resampling=r)
+    monkeypatch.undo()
     assert drawn == [1, 1]  # the seed-6 and the moved family; the same content was found
     assert again.labels == ("x", "y") and (again.p_raw > 0).all()
     I._RESULTS.clear()
@@ -517,7 +516,7 @@ def test_kept_results_are_found_by_content_with_the_callers_labels_and_own_array
     assert not np.array_equal(other.ci_low, fresh.ci_low) and not np.array_equal(moved.mean_diff, fresh.mean_diff)
 
 
-def test_a_pair_report_draws_its_planned_families_together_and_no_family_twice():
+def test_a_pair_report_draws_its_planned_families_together_and_no_family_twice(monkeypatch):
     # the pair context analyses its planned paired families ahead, in one pass over the shared draws (three effects
     # tables, two highest-layer tests, the layer contrasts); each section then finds its result, so no family's
     # draws are made twice in a report
@@ -528,13 +527,10 @@ def test_a_pair_report_draws_its_planned_families_together_and_no_family_twice()
 
     I._RESULTS.clear()
     passes = []
-    monkey = I._shared_many
-    I._shared_many = lambda ds, *a: passes.append([hashlib.sha1(d.tobytes()).hexdigest() for d in ds]) \
-        or monkey(ds, *a)
-    try:
-        rs.analyse(demo_run_dir(), resamples=300, permutations=300, length_resamples=50)
-    finally:
-        I._shared_many = monkey
+    monkey = I.shared_tables
+    monkeypatch.setattr(I, "shared_tables", lambda ds, *a: passes.append([hashlib.sha1(d.tobytes()).hexdigest()
+                                                                           for d in ds]) or monkey(ds, *a))
+    rs.analyse(demo_run_dir(), resamples=300, permutations=300, length_resamples=50)
     assert len(passes[0]) == 6
     drawn = [h for p in passes for h in p]
     assert len(drawn) == len(set(drawn))

@@ -30,7 +30,8 @@ from scipy import special
 
 from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
-from routestats.stats.inference import paired_inference, percentile_ci, row_blocks, seeded_bootstrap_means, signflip_floor
+from routestats.stats.draws import row_blocks, seeded_bootstrap_means
+from routestats.stats.inference import paired_inference, percentile_ci, signflip_floor
 from routestats.stats.work import note
 
 __all__ = ["profile_shape", "layer_contrasts", "contrast_family", "profile_distance_ci"]

@@ -23,7 +23,8 @@ from routestats.studies.effects import paired_differences
 from routestats.errors import RoutestatsError
 from routestats.rundir.collection import RunPair
 from routestats.settings import Resampling
-from routestats.stats.inference import bootstrap_count_chunks, percentile_ci
+from routestats.stats.draws import bootstrap_count_chunks
+from routestats.stats.inference import percentile_ci
 from routestats.stats.spearman import spearman_ci
 
 __all__ = [
@@ -169,7 +170,7 @@ def linear_length_fit(x, D, reference: float, resamples: int | None = None, seed
                       confidence: float | None = None, resampling: Resampling | None = None) -> pd.DataFrame:
     """Per column of ``D`` (examples x layers) the least-squares line d = a + b (x - reference),
     with percentile bootstrap intervals (resampling examples with the shared mode's draws,
-    :func:`routestats.stats.inference.bootstrap_count_chunks`: the same resamples as the paired
+    :func:`routestats.stats.draws.bootstrap_count_chunks`: the same resamples as the paired
     tables of these examples, for every column). Returns one row per column: ``delta`` (the raw mean),
     ``delta_at_reference`` (a), ``ci_low``/``ci_high``, ``slope_per_10`` (10 b) and its interval;
     resamples whose lengths are all equal (no slope) are dropped and counted in ``resamples_kept``.

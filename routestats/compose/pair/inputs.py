@@ -83,7 +83,8 @@ def share_interval(early: np.ndarray, final: np.ndarray, r) -> tuple[np.ndarray,
     shared mode's resample counts of these examples and seed (the draws the paired tables already made: no new
     random work), each resample's ratio of weighted means; resamples whose final mean is 0 are left out. A share
     is stated only with this interval, and "outside 0-100 %" only where it excludes that range."""
-    from routestats.stats.inference import bootstrap_count_chunks, percentile_ci
+    from routestats.stats.draws import bootstrap_count_chunks
+    from routestats.stats.inference import percentile_ci
 
     n = len(final)
     ratios = []
