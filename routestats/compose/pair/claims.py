@@ -307,13 +307,14 @@ def length_claims(assoc: pd.DataFrame, adjusted: pd.DataFrame | None, alpha: flo
                  verdicts=strong_gates)]
     if adjusted is not None and len(adjusted):
         out.append(length_adjusted_claim(adjusted, strong, bins, n))
-    out.append(length_not_claimed(assoc, len(strong), alpha, families))
+    out.append(length_not_claimed(assoc, alpha, families))
     return out
 
 
-def length_not_claimed(assoc: pd.DataFrame, associated: int, alpha: float, families: int = 1) -> Claim:
+def length_not_claimed(assoc: pd.DataFrame, alpha: float, families: int = 1) -> Claim:
     """Where no layer's length association is claimed, that it is not and why: the layer closest to the family's
-    threshold with its ρ and p_Holm (the length-adjusted slopes beside the table are estimates, not this test)."""
+    threshold with its ρ and p_Holm (the length-adjusted slopes beside the table are estimates, not this test).
+    Its gate reads every layer's row itself: none reaches p_Holm < ``alpha`` with its interval excluding 0."""
     best = assoc.loc[[assoc["p_adj"].idxmin()]] if assoc["p_adj"].notna().any() else assoc.iloc[:1]
     b = best.iloc[0]
     family = f"{len(assoc)} layers" + (f"; α {alpha * families:g} shared by {families} headline families"
@@ -327,10 +328,11 @@ def length_not_claimed(assoc: pd.DataFrame, associated: int, alpha: float, famil
                  f"length reaches p_Holm < {alpha:.3g} ({family}) with its interval excluding 0; the closest is layer "
                  f"{int(b['layer'])}, ρ {rho} with p_Holm {said}, on {int(b['n'])} examples{capped}.",
                  "finding", "length_association", rows_of(best),
-                 requires=(Check("no layer is associated", "associated == 0", on="design"),
+                 requires=(Check("no layer is associated",
+                                 f"not (p_adj < {alpha!r} and (ci_low > 0 or ci_high < 0))"),
                            Check("at least 8 examples", f"n >= {LENGTH_MIN_N}"),
                            Check("a layer with a p_Holm to quote", "quotable >= 1", on="design")),
-                 evidence=best, design={"associated": associated, "quotable": int(assoc["p_adj"].notna().sum())})
+                 evidence=assoc, design={"quotable": int(assoc["p_adj"].notna().sum())})
 
 
 def length_adjusted_claim(adjusted: pd.DataFrame, strong: pd.DataFrame, bins: pd.DataFrame | None, n: int) -> Claim:
