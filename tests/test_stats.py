@@ -411,6 +411,29 @@ def test_resampled_spearman_equals_scipy_per_resample(x_ties, y_ties):
     assert np.isnan(_spearman_resamples(x, y, const)).all()
 
 
+def test_resampled_spearman_integer_sums_at_scale(monkeypatch):
+    # the Pearson sums are taken as int64 (twice the rank deviations); at n = 3,000 they reach ~1e10, far past
+    # where a float32 or an int32 would round or wrap: each resample's rho against scipy.stats.spearmanr on that
+    # resample, and bitwise against the float sums the code takes past INTEGER_SUMS_UP_TO (both exact here)
+    from scipy import stats as sst
+
+    import importlib
+
+    sp = importlib.import_module("routestats.stats.spearman")  # the module (the package exports a function of its name)
+    rng = np.random.default_rng(11)
+    n = 3000
+    x = rng.integers(10, 300, n).astype(float)  # lengths: many ties
+    y = rng.standard_normal(n) + 0.01 * x
+    idx = rng.integers(0, n, size=(4, n))
+    got = sp._spearman_resamples(x, y, idx)
+    want = np.array([sst.spearmanr(x[i], y[i]).statistic for i in idx])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    # the largest n summed as integers: a sum is at most n^3 (n counts times products of twice-deviations <= n^2)
+    assert sp.INTEGER_SUMS_UP_TO ** 3 < 2 ** 63
+    monkeypatch.setattr(sp, "INTEGER_SUMS_UP_TO", 10)
+    np.testing.assert_array_equal(sp._spearman_resamples(x, y, idx), got)
+
+
 def test_shared_draws_are_reused_bitwise_and_bounded(monkeypatch):
     # a report's tables reuse one set of bootstrap counts and sign bits per (n, resamples, permutations, seed):
     # the numbers are bitwise those of drawing afresh, and draws over the budget are streamed, not kept

@@ -108,19 +108,18 @@ def _tie_groups(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order, starts, group
 
 
-def _run_counts(counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """How often each run of equal values is drawn in each resample (B, runs), from the element counts in sorted
-    order (``starts``: each run's first sorted position), as float64 (exact: integers)."""
-    g = counts if len(starts) == counts.shape[1] else np.add.reduceat(counts, starts, axis=1)
-    return g.astype(np.float64)
+# every Pearson sum below is at most n^3 in size (n counts, each product of two twice-deviations at most n^2):
+# below 2^62 up to this n, so int64 sums cannot overflow
+INTEGER_SUMS_UP_TO = 1_600_000
 
 
-def _rank_deviations(g: np.ndarray, n: int) -> np.ndarray:
-    """Each run's average rank inside each resample less the mean rank (n + 1) / 2, from its counts ``g`` (B, runs):
-    (# resampled values below it) + (its count + 1) / 2, as cum - (g - 1) / 2. Integers or halves: exact."""
-    d = np.cumsum(g, axis=1)
-    d -= 0.5 * g
-    d += 0.5 - (n + 1) / 2
+def _twice_rank_deviations(cum: np.ndarray, g: np.ndarray, n: int) -> np.ndarray:
+    """Twice each run's average rank inside each resample less the mean rank (n + 1) / 2, from the running count
+    ``cum`` (B, runs; the resampled values up to and including the run) and the run's count ``g``: the rank is
+    (# below) + (g + 1) / 2, so twice its deviation is 2 cum - g - n, an integer (int64: exact)."""
+    d = cum * 2
+    d -= g
+    d -= n
     return d
 
 
@@ -130,9 +129,11 @@ def _spearman_resamples(x: np.ndarray, y: np.ndarray, idx: np.ndarray, ties=None
     Equal to ranking each resample and correlating (``scipy.stats.spearmanr`` per resample; tested),
     but computed from the multiplicity of each original pair: ranks of repeated pairs coincide,
     so the Pearson sums become sums over the n originals weighted by their counts, taken in y's sorted order
-    (y's ranks are then a running sum; x's are one per run of equal x). Every rank deviation is an integer or a
-    half and every product a multiple of 1/4, whose sums stay below 2^53 / 4 up to n of about 200,000: exact in any
-    order there. O(B n), no sort.
+    (y's ranks are then a running count; x's are one per run of equal x, from the running count at each run's
+    end in x's sorted order). Counts and twice the rank deviations are integers, summed as integers (a running
+    sum over integers is several times as fast as over floats, and no array is converted): the three Pearson
+    sums, each 4 times its value, are exact, and below 2^53 up to n of about 200,000, so exactly what summing
+    the halves and quarters as floats gave (rho bitwise unchanged; 4 cancels in rho). O(B n), no sort.
     ``ties`` (``(_tie_groups(x), _tie_groups(y))``) is reused across calls when given.
     """
     B, n = idx.shape
@@ -140,16 +141,26 @@ def _spearman_resamples(x: np.ndarray, y: np.ndarray, idx: np.ndarray, ties=None
     note("spearman", B, n)
     counts = np.bincount((idx + n * np.arange(B)[:, None]).ravel(), minlength=B * n).reshape(B, n)
     (ox, sx, gx), (oy, sy, gy) = tx, ty
-    cy = counts[:, oy]  # counts in y's sorted order
-    dy = _rank_deviations(_run_counts(cy, sy), n)
-    if len(sy) < n:  # ties in y: each sorted position takes its run's rank
-        dy = dy[:, gy[oy]]
-    gxc = _run_counts(counts[:, ox], sx)  # (B, runs of x)
-    dx_run = _rank_deviations(gxc, n)
-    dx = dx_run[:, gx[oy]]  # x's rank deviation at each of y's sorted positions
-    c = cy.astype(np.float64)
-    cov = np.einsum("bi,bi,bi->b", c, dx, dy)
-    den = np.sqrt(np.einsum("bg,bg,bg->b", gxc, dx_run, dx_run) * np.einsum("bi,bi,bi->b", c, dy, dy))
+    # np.take, not counts[:, oy]: the fancy index lays its result out by columns, and a running sum along rows of
+    # that layout takes 6 times as long
+    cy = np.take(counts, oy, axis=1)  # counts in y's sorted order
+    cum_y = np.cumsum(cy, axis=1)
+    if len(sy) < n:  # ties in y: each run's running count at its end and its count; each position takes its run's
+        ends = np.r_[sy[1:], n] - 1
+        cum_run = np.take(cum_y, ends, axis=1)
+        dy = np.take(_twice_rank_deviations(cum_run, np.diff(cum_run, axis=1, prepend=0), n), gy[oy], axis=1)
+    else:
+        dy = _twice_rank_deviations(cum_y, cy, n)
+    # (B, runs of x): the running count at each run's end
+    cum_x = np.take(np.cumsum(np.take(counts, ox, axis=1), axis=1), np.r_[sx[1:], n] - 1, axis=1)
+    gxc = np.diff(cum_x, axis=1, prepend=0)
+    dx_run = _twice_rank_deviations(cum_x, gxc, n)
+    dx = np.take(dx_run, gx[oy], axis=1)  # x's (twice) rank deviation at each of y's sorted positions
+    if n > INTEGER_SUMS_UP_TO:  # an integer sum could overflow: sum as floats instead
+        cy, dx, dy, gxc, dx_run = (v.astype(np.float64) for v in (cy, dx, dy, gxc, dx_run))
+    cov = np.einsum("bi,bi,bi->b", cy, dx, dy).astype(np.float64)
+    den = np.sqrt(np.einsum("bg,bg,bg->b", gxc, dx_run, dx_run).astype(np.float64)
+                  * np.einsum("bi,bi,bi->b", cy, dy, dy).astype(np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den > 0, cov / np.where(den > 0, den, 1.0), np.nan)
 
