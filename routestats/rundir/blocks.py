@@ -156,9 +156,12 @@ def check_decoded_size(meta, rg: int, fname: str) -> int:
     anything is decoded when it exceeds :func:`max_decoded_bytes`, or when a large group (over
     :data:`BOMB_FLOOR`) would decompress more than :func:`max_ratio`-fold (a small file of constant
     rows that would fill memory: refused with the memory still free)."""
-    decoded = max(meta.total_byte_size,
-                  sum(max(0, meta.column(c).total_uncompressed_size) for c in range(meta.num_columns)))
-    stored = sum(max(0, meta.column(c).total_compressed_size) for c in range(meta.num_columns))
+    uncompressed = stored = 0
+    for c in range(meta.num_columns):  # each column's metadata made once (an object per call)
+        col = meta.column(c)
+        uncompressed += max(0, col.total_uncompressed_size)
+        stored += max(0, col.total_compressed_size)
+    decoded = max(meta.total_byte_size, uncompressed)
     budget = max_decoded_bytes()
     if decoded > budget:
         raise RunFormatError(f"{fname}: row group {rg} decodes to {decoded / 2**20:,.0f} MB, more than the "
