@@ -239,3 +239,19 @@ def test_pass_frame_is_narrow_and_callers_get_int64(tmp_path, rng):
     # 2 layers x 3 heads, heads numbered 0-2 within each layer
     assert h["n_valid"].tolist() == [5] * 6 + [3] * 6 and h["head"].tolist() == [0, 1, 2] * 4
     assert str(rs.head_sfm(run)["head"].dtype) == "int64"
+
+
+@given(st.lists(st.lists(st.integers(-2, 6), max_size=12), max_size=8),
+       st.lists(st.integers(-1, 6), min_size=1, max_size=4, unique=True))
+@settings(max_examples=200, deadline=None)
+def test_field_counts_match_a_comparison_per_example(examples, named):
+    # the per-example counts behind the opportunity O_e, taken over all examples' positions at once, against the
+    # comparison of each example's ids with each named id (the code it replaced), including ids that are not named,
+    # named ids in any order and examples with no position
+    from routestats.metrics.routing import _field_counts
+
+    named = np.array(named)
+    got = _field_counts([np.array(g, dtype=np.int64) for g in examples], named)
+    want = np.array([[sum(1 for v in g if v == f) for f in named] for g in examples], dtype=np.int64).reshape(
+        len(examples), len(named))
+    assert got.dtype == np.int64 and np.array_equal(got, want)
