@@ -25,10 +25,10 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:  # pyarrow is imported where a table is written: hashing and writing JSON need none of it
+    import pyarrow as pa
 
 
 def _fsync_dir(path: Path) -> None:
@@ -100,6 +100,8 @@ def write_table_atomic(path: str | os.PathLike, table: pa.Table, **options) -> N
 
     opts = {**PARQUET_OPTIONS, **options}
     with atomic_path(path) as tmp:
+        import pyarrow.parquet as pq
+
         pq.write_table(table, tmp, **opts)
 
 
