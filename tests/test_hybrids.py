@@ -4,7 +4,8 @@ MiniMax, OLMo-Hybrid) are captured in their softmax layers, labelled by the mode
 
 The expected weights are the model's own ``output_attentions`` on everything its tokenizer returns (the model
 loaded from its folder the way its docs load it, not the object capture switched to the seam): a hybrid returns
-one matrix per softmax layer, and the stored layers equal them bitwise.
+one matrix per softmax layer, and the stored layers equal them (bitwise where the capture's batch rounds as one
+record does; to 1e-6 in any case).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def qwen3_next(tmp_path_factory):
     return folder
 
 
-def test_a_hybrids_softmax_layers_are_its_own_attention_bitwise_by_its_own_layer_numbers(qwen3_next, tmp_path):
+def test_a_hybrids_softmax_layers_are_its_own_attention_by_its_own_layer_numbers(qwen3_next, tmp_path):
     out = tmp_path / "runs"
     res = subprocess.run([sys.executable, "-m", "runners", "capture", "--model", str(qwen3_next), "--records",
                           str(ROOT / "data" / "docstrings_dbpedia" / "val.csv"), "--out", str(out), "--limit", "3",
@@ -76,7 +77,11 @@ def test_a_hybrids_softmax_layers_are_its_own_attention_bitwise_by_its_own_layer
             att = own(**own_encoding(tok, True, *dict(r.fields).values()), output_attentions=True).attentions
         assert len(att) == 2  # one matrix per softmax layer: 1 and 3
         want = torch.stack([a[0] for a in att]).numpy()
-        assert base[i].shape == want.shape and np.array_equal(base[i], want), i
+        # bitwise on the machine this was written on; on an AVX2 machine the capture's batch of three records and the
+        # model's one record alone round differently in float32 (record 2: up to 2e-8 in the values shown, measured), so the stored matrices
+        # are checked to 1e-6, far below what tells one layer from another
+        assert base[i].shape == want.shape, i
+        np.testing.assert_allclose(base[i], want, rtol=0, atol=1e-6, err_msg=str(i))
     import routestats as rs
 
     rep = rs.analyse(out, resamples=200, permutations=200)

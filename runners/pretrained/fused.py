@@ -112,8 +112,9 @@ def grouped_kernel(qp, kp, wide, add, scaling: float, causal: bool):
     """(output, lse) of :func:`_kernel` for query heads ``qp`` (b, H, rows, w) over ``kp`` / ``wide`` of H heads, or
     of H_kv heads whose H / H_kv query heads are grouped (query head h reads key/value head h // (H / H_kv)). With
     no mask rows each key/value head is served to its group as a stride-0 view (b x H_kv batches of H / H_kv heads):
-    the same bits as repeating it, 5 % less kernel, no copy; mask rows are per batch element, so there the heads are
-    repeated."""
+    the values of repeating it (bitwise on the machine it was first measured on; within float32 rounding on an AVX2
+    machine, whose kernel sums a stride-0 head in another order), 5 % less kernel, no copy; mask rows are per batch
+    element, so there the heads are repeated."""
     b, H, rows, w = qp.shape
     Hk = kp.shape[1]
     if Hk != H and add is not None:
