@@ -20,7 +20,10 @@ a fresh process, in CPU seconds (user + sys of the process and its children):
   (docs/methods.md: P random pairings of each length column) pays its P shuffles and one product (counted since
   the [report-floor] issue; earlier floors left it out, so their ratios were larger by its share). A lower bound on any
   implementation of the canonical procedures;
-* ``python -c pass`` (the interpreter start every command pays).
+* ``python -c pass`` (the interpreter start every command pays);
+* ``python -c 'import numpy, pandas'``: this machine's speed at imports, which most of the fixed cost is, so that the
+  goals given in seconds can be read across machines (0.55-0.7 s on the machine of session 18, where the 2 x 64 report
+  took 2.2-2.9 s).
 
 Ratios are printed against the floors, with the machine's load. Run:
 ``python benchmarks/bench_report.py [--examples 2336] [--data /tmp/bench-pair]``.
@@ -247,6 +250,8 @@ def measure_small_and_warm(data: Path, exe: str, n_small: int, repeats: int) -> 
         got["warm_changed"] = min(child_cpu([*again, "--seed", str(7 + i)], warm_env)[0] for i in range(repeats))
         got["rss"] = peak_rss_mb(again, env)
     got["help"] = min(child_cpu([exe, "--help"])[0] for _ in range(5))
+    # the machine's speed at what the fixed cost is mostly made of (imports): absolute goals read against it
+    got["reference"] = min(child_cpu([sys.executable, "-c", "import numpy, pandas"], FLOOR_ENV)[0] for _ in range(5))
     return got
 
 
@@ -274,6 +279,8 @@ def print_targets(best: dict, small: dict, n: int, n_small: int) -> None:
               f"{('' if ratio is None else f'{ratio:.2f}x'):>7s} {('' if goal is None else '<= ' + str(goal)):>8s} "
               f"{verdict}")
     print(f"{'peak RSS of the 2 x ' + str(n) + ' report (MB)':68s} {small['rss']:10.0f}")
+    ref = "this machine's speed: python -c 'import numpy, pandas' CPU (s)"
+    print(f"{ref:68s} {small['reference']:10.3f}")
 
 
 def compile_project() -> None:
