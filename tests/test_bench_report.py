@@ -52,4 +52,7 @@ def test_bench_report_runs_at_a_small_size(tmp_path):
     assert row and float(row.group(1)) > 0 and float(row.group(2)) > 0
     assert float(row.group(3)) == pytest.approx(float(row.group(1)) / float(row.group(2)), rel=0.01)
     assert re.search(r"peak RSS of the 2 x 160 report \(MB\)\s+\d+", out)
+    # the machine's speed at imports, against which the goals given in seconds are read
+    ref = re.search(r"this machine's speed: python -c 'import numpy, pandas' CPU \(s\)\s+([\d.]+)", out)
+    assert ref and float(ref.group(1)) > 0
     json.loads(json.dumps(calls))  # printable
