@@ -22,8 +22,7 @@ a fresh process, in CPU seconds (user + sys of the process and its children):
   implementation of the canonical procedures;
 * ``python -c pass`` (the interpreter start every command pays);
 * ``python -c 'import numpy, pandas'``: this machine's speed at imports, which most of the fixed cost is, so that the
-  goals given in seconds can be read across machines (0.55-0.7 s on the machine of session 18, where the 2 x 64 report
-  took 2.2-2.9 s).
+  goals given in seconds can be read across machines.
 
 Ratios are printed against the floors, with the machine's load. Run:
 ``python benchmarks/bench_report.py [--examples 2336] [--data /tmp/bench-pair]``.
