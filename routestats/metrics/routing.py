@@ -238,7 +238,7 @@ def field_to_field(run: Run, step: int | None = None, missing: str = "zero", exa
 
 def _field_counts(field_ids, named) -> np.ndarray:
     """(examples, F) int64: how many positions of each example lie in each named field, from every example's field
-    ids at once (one count over the examples' positions laid end to end, not a comparison a example).
+    ids at once (one count over the examples' positions laid end to end, not a comparison per example).
 
     >>> _field_counts([np.array([3, 3, 4, 0]), np.array([4]), np.array([], dtype=int)], np.array([3, 4])).tolist()
     [[2, 1], [0, 1], [0, 0]]
@@ -253,7 +253,7 @@ def _field_counts(field_ids, named) -> np.ndarray:
     order = np.argsort(named, kind="stable")
     pos = np.minimum(np.searchsorted(named[order], flat), F - 1)
     hit = named[order][pos] == flat  # the position's field is named: its column is order[pos]
-    return np.bincount(owner[hit] * F + order[pos[hit]], minlength=E * F).reshape(E, F).astype(np.int64)
+    return np.bincount(owner[hit] * F + order[pos[hit]], minlength=E * F).reshape(E, F).astype(np.int64, copy=False)
 
 
 def opportunity(run: Run, trivial: str | None = None) -> pd.DataFrame:
