@@ -6,13 +6,18 @@ frame of a report's claims (:func:`claims_frame`, what ``claims.csv`` holds). Se
 
 from __future__ import annotations
 
+import ast
 import functools
+import io
+import operator
+import tokenize
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
 
-__all__ = ["Check", "Claim", "evaluate", "row_verdicts", "verdicts", "claims_frame", "asserted_rows"]
+__all__ = ["Check", "Claim", "evaluate", "row_verdicts", "verdicts", "claims_frame", "asserted_rows", "expression_value"]
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,10 @@ def evaluate(check: Check, evidence: pd.DataFrame | None, design: Mapping[str, A
     """
     rows = evidence if evidence is not None else pd.DataFrame()
     if check.where:
-        rows = rows.query(check.where, engine="python") if len(rows) else rows
+        rows = rows.loc[expression_value(check.where, rows)] if len(rows) else rows
     if check.on == "design":
         env = pd.DataFrame([{**design, "rows": len(rows)}])
-        return bool(env.eval(check.test, engine="python").iloc[0])
+        return bool(expression_value(check.test, env).iloc[0])
     if not len(rows):
         return check.every in ("all", "same")
     verdict = row_verdicts(check, rows)
@@ -70,7 +75,70 @@ def evaluate(check: Check, evidence: pd.DataFrame | None, design: Mapping[str, A
 def row_verdicts(check: Check, rows: pd.DataFrame):
     """A row-wise check's value on each of ``rows`` (its test only: ``where`` and ``every`` are the caller's), as
     :func:`evaluate` reduces it and :func:`verdicts` reads it."""
-    return rows.eval(check.test, engine="python").astype(bool).to_numpy()
+    return expression_value(check.test, rows).astype(bool).to_numpy()
+
+
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+              ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+              ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.And: operator.and_, ast.Or: operator.or_,
+              ast.Not: operator.invert, ast.Invert: operator.invert, ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(expression: str) -> tuple[ast.expr, dict[str, str]]:
+    """A test's syntax tree, read once: pandas' expression syntax (``and``/``&``, ``or``/``|``, ``not``/``~``,
+    comparisons, arithmetic, ``abs``, `` `quoted` `` column names), each quoted name replaced by a placeholder
+    (the dict maps it back)."""
+    pieces = expression.split("`")
+    if len(pieces) % 2 == 0:
+        raise ValueError(f"test {expression!r}: an unclosed ` quote")
+    quoted = {f"_rs_quoted_{i}": name for i, name in enumerate(pieces[1::2])}
+    text = "".join(piece if i % 2 == 0 else f" _rs_quoted_{i // 2} " for i, piece in enumerate(pieces))
+    # pandas reads & and | as `and` and `or`, with their precedence (not the bitwise operators')
+    toks = [(tokenize.NAME, "and" if t.string == "&" else "or") if t.type == tokenize.OP and t.string in ("&", "|")
+            else (t.type, t.string) for t in tokenize.generate_tokens(io.StringIO(text).readline)]
+    return ast.parse(tokenize.untokenize(toks).strip(), mode="eval").body, quoted
+
+
+def _value(node: ast.expr, names: dict[str, str], frame: pd.DataFrame):
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        name = names.get(node.id, node.id)
+        if name not in frame.columns:
+            raise NameError(f"name {name!r} is not a column of the rows it tests ({', '.join(map(str, frame.columns))})")
+        return frame[name]
+    if isinstance(node, ast.BoolOp):
+        return functools.reduce(_OPERATORS[type(node.op)], (_value(v, names, frame) for v in node.values))
+    if isinstance(node, ast.UnaryOp):
+        return _OPERATORS[type(node.op)](_value(node.operand, names, frame))
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_value(node.left, names, frame), _value(node.right, names, frame))
+    if isinstance(node, ast.Compare) and all(type(op) in _OPERATORS for op in node.ops):
+        sides = [_value(x, names, frame) for x in (node.left, *node.comparators)]
+        # a < b < c is (a < b) and (b < c), as pandas reads it
+        return functools.reduce(operator.and_, (_OPERATORS[type(op)](a, b)
+                                                for op, a, b in zip(node.ops, sides, sides[1:])))
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "abs"
+            and len(node.args) == 1 and not node.keywords):
+        return np.abs(_value(node.args[0], names, frame))
+    raise ValueError(f"a check's test may not use {ast.unparse(node)!r}")
+
+
+def expression_value(expression: str, frame: pd.DataFrame):
+    """The value of a check's test (pandas' expression syntax) over the columns of ``frame``: what
+    ``frame.eval(expression, engine="python")`` gives, the same operators applied to the same column Series,
+    without parsing the expression again each time (pandas' parse is most of its cost: about 2.5 ms a call).
+
+    >>> f = pd.DataFrame({"p": [0.01, 0.2, float("nan")], "lo": [0.1, -0.1, 0.3], "word": ["rose", "", "rose"]})
+    >>> expression_value("p < 0.05 and `lo` > 0 and not (word != 'rose')", f).tolist()
+    [True, False, False]
+    >>> expression_value("abs(lo) >= 0.1 | p != p", f).tolist()
+    [True, True, True]
+    """
+    tree, names = _parsed(expression)
+    return _value(tree, names, frame)
 
 
 @dataclass(frozen=True)
