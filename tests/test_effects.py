@@ -92,3 +92,42 @@ def test_paired_differences_are_computed_once_and_every_caller_gets_its_own_copy
     assert sorted(set(some["example_id"])) == [0, 2]
     assert rs.paired_differences(p, examples=(0, 2)).equals(some)
     assert rs.paired_differences(p, examples=[1, 3])["example_id"].nunique() == 2
+
+
+def test_both_runs_side_by_side_are_what_pivot_table_gives():
+    # expected: pandas' pivot_table (dropna=False: every example in every layer), sorted by layer then example, on
+    # generated long tables: examples missing from a run or a layer, NaN values, unsorted rows
+    import pandas as pd
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from routestats.studies.effects import _wide_by_layer
+
+    cells = st.lists(st.tuples(st.sampled_from(["baseline", "variant"]), st.integers(0, 6), st.integers(0, 3),
+                               st.one_of(st.floats(0, 1), st.just(float("nan")))), min_size=1, max_size=40,
+                     unique_by=lambda c: c[:3])
+
+    @settings(max_examples=200, deadline=None)
+    @given(cells)
+    def check(rows):
+        long = pd.DataFrame(rows, columns=["role", "example_id", "layer", "sfm"])
+        if long["role"].nunique() < 2:
+            return
+        want = (long.pivot_table(index=["example_id", "layer"], columns="role", values="sfm", dropna=False,
+                                 sort=False).reset_index().sort_values(["layer", "example_id"], kind="stable")
+                .reset_index(drop=True))
+        want.columns.name = None
+        pd.testing.assert_frame_equal(_wide_by_layer(long, "sfm"), want[["example_id", "layer", "baseline", "variant"]])
+
+    check()
+
+
+def test_a_run_with_two_values_for_one_example_and_layer_is_refused():
+    import pandas as pd
+
+    from routestats.studies.effects import _wide_by_layer
+
+    long = pd.DataFrame({"role": ["baseline", "baseline", "variant"], "example_id": [1, 1, 1], "layer": [0, 0, 0],
+                         "sfm": [0.1, 0.2, 0.3]})
+    with pytest.raises(rs.RoutestatsError, match="two values for one example and layer"):
+        _wide_by_layer(long, "sfm")
