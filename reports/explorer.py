@@ -114,14 +114,15 @@ def explorer_data(frames: dict) -> dict:
     out = {"words": words["word"].tolist(), "fields": words["field"].tolist(), "attention": {}}
     for role in ("baseline", "variant"):
         t = att[att["role"] == role]
+        layer, head = t["layer"].to_numpy(), t["head"].to_numpy()
+        q, k, w = t["query_index"].to_numpy(), t["key_index"].to_numpy(), t["weight"].to_numpy()
         out["attention"][role] = {}
-        for layer, g in t.groupby("layer"):
-            heads = sorted(g["head"].unique())
+        for lyr in np.unique(layer):  # each layer's heads in order, zero where a cell has no row
+            mine = layer == lyr
+            heads = np.unique(head[mine])
             m = np.zeros((len(heads), U, U))
-            for k, h in enumerate(heads):
-                gh = g[g["head"] == h]
-                m[k, gh["query_index"].to_numpy(), gh["key_index"].to_numpy()] = gh["weight"].to_numpy()
-            out["attention"][role][str(int(layer))] = np.round(m, 6).tolist()
+            m[np.searchsorted(heads, head[mine]), q[mine], k[mine]] = w[mine]
+            out["attention"][role][str(int(lyr))] = np.round(m, 6).tolist()
     return out
 
 

@@ -49,13 +49,22 @@ class WordMap:
         return {"words": words, "attention": att}
 
     def to_frame(self) -> pd.DataFrame:
-        rows = []
-        for (role, layer), m in self.matrices.items():
-            for i, q in enumerate(self.words):
-                for j, k in enumerate(self.words):
-                    rows.append((self.example_id, role, layer, i, q, j, k, float(m[i, j])))
-        return pd.DataFrame(rows, columns=["example_id", "role", "layer", "query_index", "query_word", "key_index",
-                                           "key_word", "weight"])
+        """One row per map, query word and key word (maps in their order, then queries, then keys): example_id,
+        role, layer, query_index, query_word, key_index, key_word, weight."""
+        columns = ["example_id", "role", "layer", "query_index", "query_word", "key_index", "key_word", "weight"]
+        U, maps = len(self.words), list(self.matrices.items())
+        if not U or not maps:
+            return pd.DataFrame([], columns=columns)
+        q, k = np.repeat(np.arange(U), U), np.tile(np.arange(U), U)
+        words = np.asarray(self.words, dtype=object)
+        return pd.DataFrame({
+            "example_id": np.full(U * U * len(maps), self.example_id, dtype=np.int64),
+            "role": np.repeat([role for (role, _), _ in maps], U * U).tolist(),
+            "layer": np.repeat(np.asarray([layer for (_, layer), _ in maps], dtype=np.int64), U * U),
+            "query_index": np.tile(q, len(maps)), "query_word": np.tile(words[q], len(maps)).tolist(),
+            "key_index": np.tile(k, len(maps)), "key_word": np.tile(words[k], len(maps)).tolist(),
+            "weight": np.concatenate([np.asarray(m[:U, :U], dtype=np.float64).ravel() for _, m in maps]),
+        }, columns=columns)
 
 
 def select_token_map_example(run: Run, min_length: int = 20, max_length: int = 30,
