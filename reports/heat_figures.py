@@ -58,14 +58,16 @@ def field_heatmaps(frames, params) -> Canvas:
     cw, ch = side / len(dests), min(side / len(names), 46.0)
     row_h = top + ch * len(names) + 8
     c = canvas_for(s, left + len(roles) * side + gap * (len(roles) - 1) + 8, len(layers) * row_h + bottom)
+    scale = {role: _scale(f2f, "mass", role) for role in roles}
+    role_of, layer_of, mass = f2f["role"].to_numpy(), f2f["layer"].to_numpy(), f2f["mass"].to_numpy(float)
+    src, dst = pd.Index(names).get_indexer(f2f["source_name"]), pd.Index(dests).get_indexer(f2f["destination_name"])
     for i, layer in enumerate(layers):
         for j, role in enumerate(roles):
-            t = f2f[(f2f["role"] == role) & (f2f["layer"] == layer)]
-            m = t.pivot(index="source_name", columns="destination_name", values="mass").reindex(index=names,
-                                                                                                   columns=dests)
+            mine = (role_of == role) & (layer_of == layer)  # one row per source and destination: a matrix, NaN unseen
+            m = np.full((len(names), len(dests)), np.nan)
+            m[src[mine], dst[mine]] = mass[mine]
             x, y = left + j * (side + gap), i * row_h + top
-            heat(c, x, y, cw, ch, m.to_numpy(float), annot=text_width("−0.00", s.text) <= cw - 2, size=s.text,
-                 **_scale(f2f, "mass", role))
+            heat(c, x, y, cw, ch, m, annot=text_width("−0.00", s.text) <= cw - 2, size=s.text, **scale[role])
             c.text(x + side / 2, y - 5, f"L{layer} {SHORT[role]}", s.title, anchor="middle", valign="bottom")
             if j == 0:
                 for r, n in enumerate(names):
