@@ -488,19 +488,10 @@ def regime(
 
 
 def main() -> None:
-    """Console entry point (usage errors in one line: :func:`routestats.usage.run_app`).
+    """Console entry point (usage errors in one line: :func:`routestats.usage.run_console`)."""
+    from routestats.usage import run_console
 
-    When the command is done its objects are frozen (:func:`gc.freeze`): the interpreter's collections at exit then
-    skip them, and the operating system frees their memory with the process. Those collections scanned every object
-    numpy, pandas, pyarrow and scipy made at import, about 0.1 s CPU at the end of every command."""
-    import gc
-
-    from routestats.usage import run_app
-
-    try:
-        run_app(app)
-    finally:
-        gc.freeze()
+    run_console(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

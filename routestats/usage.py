@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["printable", "run_app", "usage_line", "version_option"]
+__all__ = ["printable", "run_app", "run_console", "usage_line", "version_option"]
 
 
 def printable(text) -> str:
@@ -75,6 +75,18 @@ def run_app(app, args: list[str] | None = None, prog: str | None = None) -> None
         typer.echo("interrupted", err=True)
         code = 130
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def run_console(app) -> None:
+    """:func:`run_app` as a console script's whole process: when it is done, its objects are frozen (:func:`gc.freeze`),
+    so that the collections at exit, which scanned every object the imports made (0.05 s CPU after a report), skip
+    them; the operating system frees them with the process. Not for a process that goes on (a test's)."""
+    import gc
+
+    try:
+        run_app(app)
+    finally:
+        gc.freeze()
 
 
 def _click_errors() -> tuple:

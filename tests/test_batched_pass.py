@@ -123,6 +123,29 @@ def test_batches_hold_one_length_and_every_example_once(tmp_path, rng):
             assert len(out) == 3
 
 
+
+@pytest.mark.parametrize("budget_bytes, most", [(0, 256), (2_000, 256), (20_000, 3), (1 << 30, 4), (1 << 30, 256)])
+def test_batches_from_row_groups_are_the_batches_of_one_example_at_a_time(tmp_path, rng, budget_bytes, most):
+    # the reference: batch_by_length fed one ExampleReductions at a time (each copied as it arrives, then stacked);
+    # the reader feeds it whole row groups (GroupReductions, copied out by length): the same batches, bit for bit
+    from routestats.rundir.reduction_batches import GroupReductions, batch_by_length
+
+    lengths = rng.choice([3, 4, 7, 11], size=40)
+    run = _write(tmp_path / "r", rng, lengths)
+    items = list(run._reduction_items(STEP, None, None))
+    assert any(isinstance(i, GroupReductions) and len(i) > 1 for i in items)  # the group path is taken
+    one_at_a_time = [blk for i in items for blk in (i if isinstance(i, GroupReductions) else [i])]
+    got = list(batch_by_length(items, budget_bytes, most))
+    want = list(batch_by_length(one_at_a_time, budget_bytes, most))
+    assert len(got) == len(want) and len(got) > 1
+    for g, w in zip(got, want):
+        for name in ("position", "example_id", "layer", "head", "head_type"):
+            np.testing.assert_array_equal(getattr(g, name), getattr(w, name))
+        assert g.reductions.keys() == w.reductions.keys()
+        for k in w.reductions:
+            assert g.reductions[k].dtype == w.reductions[k].dtype and g.reductions[k].flags.c_contiguous
+            np.testing.assert_array_equal(g.reductions[k], w.reductions[k])
+
 def _edit(run, fn):
     f = run.path / S.attention_file(STEP, "reductions")
     t = pq.read_table(f).to_pandas()

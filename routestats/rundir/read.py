@@ -35,7 +35,7 @@ from routestats.rundir.verify import run_file, verified_sha256
 from routestats.errors import IncompleteRunError, IntegrityError, RunFormatError, SchemaVersionError  # noqa: F401
 from routestats.rundir.manifest import check_schema, read_manifest
 from routestats.rundir.examples import validate_examples
-from routestats.rundir.reduction_batches import ReductionBatch, batch_by_length, reductions_group
+from routestats.rundir.reduction_batches import GroupReductions, ReductionBatch, batch_by_length, reductions_group
 
 __all__ = ["Run", "ExampleAttention", "ExampleReductions", "load_run", "is_bias_off"]
 
@@ -341,6 +341,15 @@ class Run:
         layers: Sequence[int] | None = None,
     ) -> Iterator[ExampleReductions]:
         """Stream per-query reductions one example at a time (form ``reductions``)."""
+        for item in self._reduction_items(step, examples, layers):
+            if isinstance(item, GroupReductions):
+                yield from item
+            else:
+                yield item
+
+    def _reduction_items(self, step, examples, layers) -> Iterator[ExampleReductions | GroupReductions]:
+        """The validated reductions in the file's order: a row group's examples together where the whole-group
+        checks pass (:func:`~routestats.rundir.reduction_batches.reductions_group`), else one example at a time."""
         path = self.attention_path(step, S.FORM_REDUCTIONS)
         pf = parquet_file(path)
         check_schema(str(path), pf.schema_arrow, S.REDUCTIONS_SCHEMA, S.REDUCTIONS_REQUIRED)
@@ -368,7 +377,8 @@ class Run:
             if first is not None:
                 yield first
             if blocks is not None:
-                yield from blocks
+                if len(blocks):
+                    yield blocks
                 continue
             for ex, s, e in segs:
                 with decoding(path):
@@ -381,7 +391,7 @@ class Run:
         """The validated reductions of :meth:`iter_reductions`, stacked into batches of examples of
         one length (:class:`~routestats.rundir.blocks.ReductionBatch`; ``position`` gives each
         example's place in the file), holding at most about ``budget_mb`` of examples at a time."""
-        yield from batch_by_length(self.iter_reductions(step, examples), int(budget_mb * (1 << 20)))
+        yield from batch_by_length(self._reduction_items(step, examples, None), int(budget_mb * (1 << 20)))
 
     def _lengths(self) -> dict[int, int]:
         t = self._examples_table

@@ -12,21 +12,21 @@ from routestats.rundir import schema as S
 from routestats.rundir.blocks import ExampleReductions, RowGroupColumns
 from routestats.rundir.reductions import field_total
 
-__all__ = ["reductions_group", "ReductionBatch", "batch_by_length"]
+__all__ = ["reductions_group", "GroupReductions", "ReductionBatch", "batch_by_length"]
 
 
 _RED_COLUMNS = S.REDUCTION_COLUMNS
 
 
-def reductions_group(fname, cols: RowGroupColumns, segs, lengths, n_fields, dtype, grid) -> list[ExampleReductions] | None:
-    """The examples of one row group (``segs`` from :func:`iter_block_groups`) as validated
-    :class:`ExampleReductions`, every check of :func:`reductions_block` and :func:`check_grid` done
-    at once over the group's flat columns; ``None`` when any check fails or the rows are not stored
-    in grid order, so that the caller takes the per-example path (which names the first problem
-    exactly as it always has, or reorders the rows).
+def reductions_group(fname, cols: RowGroupColumns, segs, lengths, n_fields, dtype, grid) -> "GroupReductions | None":
+    """The examples of one row group (``segs`` from :func:`iter_block_groups`) as validated reductions
+    (:class:`GroupReductions`: iterating it gives each example's :class:`ExampleReductions`), every check of
+    :func:`reductions_block` and :func:`check_grid` done at once over the group's flat columns; ``None`` when any
+    check fails or the rows are not stored in grid order, so that the caller takes the per-example path (which
+    names the first problem exactly as it always has, or reorders the rows).
 
     ``grid`` is the (layers, heads) grid the file's earlier examples hold (``None``: not known yet,
-    so take the per-example path). Arrays of the returned blocks are views into ``cols``."""
+    so take the per-example path). Its arrays are views into ``cols``."""
     layout = _layout(cols, segs, lengths, grid)
     if layout is None:
         return None
@@ -37,20 +37,69 @@ def reductions_group(fname, cols: RowGroupColumns, segs, lengths, n_fields, dtyp
     if flat is None or not _values_ok(flat, head_type == "softmax", n_row, n_ex, n_rows, n_fields, dtype,
                                       head_type == "sink"):
         return None
-    out, q = [], 0
     layer0 = np.repeat(grid[0], len(grid[1])).astype(np.int64)  # as the per-example path gives them
     head0 = np.tile(grid[1], len(grid[0])).astype(np.int64)
-    for i, (ex, s, e) in enumerate(segs):
-        n = int(n_ex[i])
-        size = n_rows * n
-        arrays = {}
-        for col in present:
-            width = n_fields if col == "field_mass" else 1
-            a = flat[col][q * width : (q + size) * width]
-            arrays[col] = a.reshape((n_rows, n, n_fields) if col == "field_mass" else (n_rows, n))
-        q += size
-        out.append(ExampleReductions(ex, layer0, head0, head_type[i * n_rows : (i + 1) * n_rows], **arrays))
-    return out
+    starts = np.concatenate([[0], np.cumsum(n_rows * n_ex)[:-1]]).astype(np.int64)  # each example's first query
+    return GroupReductions(np.array([ex for ex, _, _ in segs], dtype=np.int64), n_ex, layer0, head0,
+                           head_type.reshape(len(segs), n_rows), flat, starts, n_fields)
+
+
+@dataclass(frozen=True)
+class GroupReductions:
+    """The validated reductions of a row group's examples (:func:`reductions_group`), held as the group's flat
+    columns: ``n`` (E,) each example's length, ``starts`` (E,) its first query in the flat columns, ``flat``
+    column -> values (``field_mass``: ``n_fields`` values a query). Iterating gives each example's
+    :class:`ExampleReductions` (views); :meth:`by_length` copies them out, stacked by length."""
+
+    example_id: np.ndarray
+    n: np.ndarray
+    layer: np.ndarray
+    head: np.ndarray
+    head_type: np.ndarray  # (E, rows)
+    flat: dict
+    starts: np.ndarray
+    n_fields: int
+
+    def __len__(self) -> int:
+        return len(self.example_id)
+
+    def __iter__(self):
+        rows, F = len(self.layer), self.n_fields
+        for i, ex in enumerate(self.example_id.tolist()):
+            n, q = int(self.n[i]), int(self.starts[i])
+            arrays = {col: (v[q * F:(q + rows * n) * F].reshape(rows, n, F) if col == "field_mass"
+                            else v[q:q + rows * n].reshape(rows, n)) for col, v in self.flat.items()}
+            yield ExampleReductions(ex, self.layer, self.head, self.head_type[i], **arrays)
+
+    def nbytes(self, i: int) -> int:
+        """Bytes of example ``i``'s reductions (what its :class:`ExampleReductions` arrays hold)."""
+        per_query = sum(v.itemsize * (self.n_fields if col == "field_mass" else 1) for col, v in self.flat.items())
+        return len(self.layer) * int(self.n[i]) * per_query
+
+    def by_length(self) -> tuple[dict, np.ndarray]:
+        """The group's examples copied out and stacked by length: ({n: {column: (k, rows, n[, F]), "head_type":
+        (k, rows)}}, each example's place in its length's stack). Each length's stacks are arrays of their own (a
+        pending length keeps nothing else alive) and hold what :func:`numpy.stack` of those examples'
+        :class:`ExampleReductions` gives, in the group's order."""
+        rows, F = len(self.layer), self.n_fields
+        order = np.argsort(self.n, kind="stable")  # examples by length, in the group's order within a length
+        sizes = rows * self.n[order]  # queries of each example, in that order
+        ends = np.cumsum(sizes)
+        begin = ends - sizes
+        at = np.repeat(self.starts[order] - begin, sizes) + np.arange(int(ends[-1]))  # query positions, by length
+        head_type = self.head_type[order]
+        lengths, first = np.unique(self.n[order], return_index=True)
+        last = np.append(first[1:], len(order))
+        stacks = {}
+        for n, a, b in zip(lengths.tolist(), first.tolist(), last.tolist()):
+            mine, k = at[int(begin[a]):int(ends[b - 1])], b - a
+            # np.take: a fancy index of the (queries, F) field masses took ten times as long a row
+            stacks[n] = {"head_type": head_type[a:b].copy(), **{
+                col: (np.take(v.reshape(-1, F), mine, axis=0).reshape(k, rows, n, F) if col == "field_mass"
+                      else np.take(v, mine).reshape(k, rows, n)) for col, v in self.flat.items()}}
+        place = np.empty(len(order), dtype=np.int64)
+        place[order] = np.arange(len(order)) - np.repeat(first, last - first)
+        return stacks, place
 
 
 def _layout(cols: RowGroupColumns, segs, lengths, grid):
@@ -150,9 +199,11 @@ class ReductionBatch:
 
 
 def batch_by_length(blocks, budget_bytes: int = 32 << 20, most: int = 256):
-    """Group a stream of :class:`ExampleReductions` (one layer x head grid) into
+    """Group a stream of :class:`ExampleReductions` and :class:`GroupReductions` (one layer x head grid) into
     :class:`ReductionBatch` es of equal length, holding at most about ``budget_bytes`` of pending
     examples (the largest group is emitted first when it is exceeded) and ``most`` examples per batch.
+    A group's examples count one at a time, in the file's order, as single examples do; each length's examples
+    of a group are copied out together (a view would keep the whole row group alive while they wait).
 
     >>> import numpy as np
     >>> blk = lambda ex, n: ExampleReductions(ex, np.zeros(1), np.zeros(1), np.array(["softmax"]),
@@ -160,36 +211,60 @@ def batch_by_length(blocks, budget_bytes: int = 32 << 20, most: int = 256):
     >>> [(b.n, b.position.tolist()) for b in batch_by_length([blk(7, 3), blk(8, 5), blk(9, 3)])]
     [(3, [0, 2]), (5, [1])]
     """
-    pending: dict[int, list] = {}
+    pending: dict[int, list] = {}  # n -> [(position, example_id, source, index)]: a copied block, or a stack
     size: dict[int, int] = {}
     total = 0
+    pos = 0
 
     def emit(n):
         nonlocal total
         items = pending.pop(n)
         total -= size.pop(n)
-        first = items[0][1]
-        cols = [c for c in _RED_COLUMNS if getattr(first, c) is not None]
+        first = items[0][2]
+        layer, head = (first.layer, first.head) if isinstance(first, ExampleReductions) else first["grid"]
+        cols = [c for c in _RED_COLUMNS if _column(first, c) is not None]
+        runs = []  # consecutive items of one stack: one slice
+        for _, _, src, i in items:
+            if runs and runs[-1][0] is src and runs[-1][2] == i and i is not None:
+                runs[-1][2] += 1
+            else:
+                runs.append([src, i, None if i is None else i + 1])
+        parts = lambda c: [_column(src, c)[None] if i is None else _column(src, c)[i:j]  # noqa: E731
+                           for src, i, j in runs]
         return ReductionBatch(
-            np.array([p for p, _ in items], dtype=np.int64),
-            np.array([b.example_id for _, b in items], dtype=np.int64),
-            first.layer, first.head,
-            np.stack([b.head_type for _, b in items]),
-            {c: np.stack([getattr(b, c) for _, b in items]) for c in cols},
-        )
+            np.array([p for p, _, _, _ in items], dtype=np.int64),
+            np.array([e for _, e, _, _ in items], dtype=np.int64),
+            layer, head, np.concatenate(parts("head_type")), {c: np.concatenate(parts(c)) for c in cols})
 
-    for pos, blk in enumerate(blocks):
-        n = blk.row_mass.shape[-1]
-        nbytes = sum(getattr(blk, c).nbytes for c in _RED_COLUMNS if getattr(blk, c) is not None)
-        # a copy: a view would keep its whole row group alive while it waits
-        kept = ExampleReductions(blk.example_id, blk.layer, blk.head, blk.head_type,
-                                 **{c: (None if getattr(blk, c) is None else getattr(blk, c).copy()) for c in _RED_COLUMNS})
-        pending.setdefault(n, []).append((pos, kept))
+    def add(n, ex, src, i, nbytes):
+        nonlocal total, pos
+        pending.setdefault(n, []).append((pos, ex, src, i))
+        pos += 1
         size[n] = size.get(n, 0) + nbytes
         total += nbytes
         if len(pending[n]) >= most:
             yield emit(n)
         while total > budget_bytes and pending:
             yield emit(max(size, key=size.get))
+
+    for blk in blocks:
+        if isinstance(blk, GroupReductions):
+            stacks, place = blk.by_length()  # copied out: nothing pending keeps the row group alive
+            for st in stacks.values():
+                st["grid"] = (blk.layer, blk.head)
+            for i, (ex, n, j) in enumerate(zip(blk.example_id.tolist(), blk.n.tolist(), place.tolist())):
+                yield from add(n, ex, stacks[n], j, blk.nbytes(i))
+            continue
+        n = blk.row_mass.shape[-1]
+        nbytes = sum(getattr(blk, c).nbytes for c in _RED_COLUMNS if getattr(blk, c) is not None)
+        # a copy: a view would keep its whole row group alive while it waits
+        kept = ExampleReductions(blk.example_id, blk.layer, blk.head, blk.head_type,
+                                 **{c: (None if getattr(blk, c) is None else getattr(blk, c).copy()) for c in _RED_COLUMNS})
+        yield from add(n, blk.example_id, kept, None, nbytes)
     for n in sorted(pending):
         yield emit(n)
+
+
+def _column(src, name: str):
+    """Column ``name`` of a pending source: a copied :class:`ExampleReductions` or a stack of one group's examples."""
+    return getattr(src, name) if isinstance(src, ExampleReductions) else src.get(name)
