@@ -71,10 +71,10 @@ class GroupReductions:
                             else v[q:q + rows * n].reshape(rows, n)) for col, v in self.flat.items()}
             yield ExampleReductions(ex, self.layer, self.head, self.head_type[i], **arrays)
 
-    def nbytes(self, i: int) -> int:
-        """Bytes of example ``i``'s reductions (what its :class:`ExampleReductions` arrays hold)."""
+    def example_bytes(self) -> np.ndarray:
+        """(E,) bytes of each example's reductions (what its :class:`ExampleReductions` arrays hold)."""
         per_query = sum(v.itemsize * (self.n_fields if col == "field_mass" else 1) for col, v in self.flat.items())
-        return len(self.layer) * int(self.n[i]) * per_query
+        return len(self.layer) * self.n * per_query
 
     def by_length(self) -> tuple[dict, np.ndarray]:
         """The group's examples copied out and stacked by length: ({n: {column: (k, rows, n[, F]), "head_type":
@@ -218,23 +218,8 @@ def batch_by_length(blocks, budget_bytes: int = 32 << 20, most: int = 256):
 
     def emit(n):
         nonlocal total
-        items = pending.pop(n)
         total -= size.pop(n)
-        first = items[0][2]
-        layer, head = (first.layer, first.head) if isinstance(first, ExampleReductions) else first["grid"]
-        cols = [c for c in _RED_COLUMNS if _column(first, c) is not None]
-        runs = []  # consecutive items of one stack: one slice
-        for _, _, src, i in items:
-            if runs and runs[-1][0] is src and runs[-1][2] == i and i is not None:
-                runs[-1][2] += 1
-            else:
-                runs.append([src, i, None if i is None else i + 1])
-        parts = lambda c: [_column(src, c)[None] if i is None else _column(src, c)[i:j]  # noqa: E731
-                           for src, i, j in runs]
-        return ReductionBatch(
-            np.array([p for p, _, _, _ in items], dtype=np.int64),
-            np.array([e for _, e, _, _ in items], dtype=np.int64),
-            layer, head, np.concatenate(parts("head_type")), {c: np.concatenate(parts(c)) for c in cols})
+        return _batch(pending.pop(n))
 
     def add(n, ex, src, i, nbytes):
         nonlocal total, pos
@@ -252,8 +237,9 @@ def batch_by_length(blocks, budget_bytes: int = 32 << 20, most: int = 256):
             stacks, place = blk.by_length()  # copied out: nothing pending keeps the row group alive
             for st in stacks.values():
                 st["grid"] = (blk.layer, blk.head)
-            for i, (ex, n, j) in enumerate(zip(blk.example_id.tolist(), blk.n.tolist(), place.tolist())):
-                yield from add(n, ex, stacks[n], j, blk.nbytes(i))
+            for ex, n, j, nbytes in zip(blk.example_id.tolist(), blk.n.tolist(), place.tolist(),
+                                        blk.example_bytes().tolist()):
+                yield from add(n, ex, stacks[n], j, nbytes)
             continue
         n = blk.row_mass.shape[-1]
         nbytes = sum(getattr(blk, c).nbytes for c in _RED_COLUMNS if getattr(blk, c) is not None)
@@ -263,6 +249,27 @@ def batch_by_length(blocks, budget_bytes: int = 32 << 20, most: int = 256):
         yield from add(n, blk.example_id, kept, None, nbytes)
     for n in sorted(pending):
         yield emit(n)
+
+
+def _batch(items) -> ReductionBatch:
+    """The batch of pending ``items`` ((position, example_id, source, index) of one length, in the file's order):
+    consecutive examples of one group's stack are taken as one slice, a single example as itself."""
+    first = items[0][2]
+    layer, head = (first.layer, first.head) if isinstance(first, ExampleReductions) else first["grid"]
+    cols = [c for c in _RED_COLUMNS if _column(first, c) is not None]
+    runs = []  # [source, start, stop]: start None for a single example
+    for _, _, src, i in items:
+        if runs and runs[-1][0] is src and i is not None and runs[-1][2] == i:
+            runs[-1][2] += 1
+        else:
+            runs.append([src, i, None if i is None else i + 1])
+
+    def parts(c):
+        return [_column(src, c)[None] if i is None else _column(src, c)[i:j] for src, i, j in runs]
+
+    return ReductionBatch(np.array([p for p, _, _, _ in items], dtype=np.int64),
+                          np.array([e for _, e, _, _ in items], dtype=np.int64),
+                          layer, head, np.concatenate(parts("head_type")), {c: np.concatenate(parts(c)) for c in cols})
 
 
 def _column(src, name: str):
