@@ -17,7 +17,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-__all__ = ["Check", "Claim", "evaluate", "row_verdicts", "verdicts", "claims_frame", "asserted_rows", "expression_value"]
+__all__ = ["Check", "Claim", "evaluate", "row_verdicts", "verdicts", "claims_frame", "asserted_rows",
+           "expression_value"]
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ def _value(node: ast.expr, names: dict[str, str], frame: pd.DataFrame):
     if isinstance(node, ast.Name):
         name = names.get(node.id, node.id)
         if name not in frame.columns:
-            raise NameError(f"name {name!r} is not a column of the rows it tests ({', '.join(map(str, frame.columns))})")
+            raise NameError(f"name {name!r} is not a column of the rows it tests "
+                            f"({', '.join(map(str, frame.columns))})")
         return frame[name]
     if isinstance(node, ast.BoolOp):
         return functools.reduce(_OPERATORS[type(node.op)], (_value(v, names, frame) for v in node.values))

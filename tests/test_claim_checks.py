@@ -27,7 +27,8 @@ def numeric(depth: int = 2):
         return atom
     inner = numeric(depth - 1)
     return st.one_of(atom,
-                     st.tuples(inner, st.sampled_from(["+", "-", "*", "/"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+                     st.tuples(inner, st.sampled_from(["+", "-", "*", "/"]), inner)
+                     .map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
                      inner.map(lambda e: f"abs({e})"), inner.map(lambda e: f"-{e}"))
 
 

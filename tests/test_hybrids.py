@@ -77,9 +77,9 @@ def test_a_hybrids_softmax_layers_are_its_own_attention_by_its_own_layer_numbers
             att = own(**own_encoding(tok, True, *dict(r.fields).values()), output_attentions=True).attentions
         assert len(att) == 2  # one matrix per softmax layer: 1 and 3
         want = torch.stack([a[0] for a in att]).numpy()
-        # bitwise on the machine this was written on; on an AVX2 machine the capture's batch of three records and the
-        # model's one record alone round differently in float32 (record 2: up to 2e-8 in the values shown, measured), so the stored matrices
-        # are checked to 1e-6, far below what tells one layer from another
+        # bitwise on the machine this was written on; on an AVX2 machine the capture's batch of three records and
+        # the model's one record alone round differently in float32 (record 2: up to 2e-8 in the values shown,
+        # measured), so the stored matrices are checked to 1e-6, far below what tells one layer from another
         assert base[i].shape == want.shape, i
         np.testing.assert_allclose(base[i], want, rtol=0, atol=1e-6, err_msg=str(i))
     import routestats as rs
