@@ -87,6 +87,10 @@ def test_a_where_clause_keeps_the_rows_pandas_query_keeps(frame, expression):
             evaluate(check, frame, {})
         return
     assert evaluate(check, frame, {}) == (len(kept) > 0)
+    # the rows kept are query's: as many, and every one of them satisfies the clause (an inverted or shifted
+    # selection fails one of the two)
+    assert evaluate(Check("count", f"rows == {len(kept)}", where=where, on="design"), frame, {})
+    assert evaluate(Check("each", where, where=where), frame, {})
 
 
 def test_a_test_naming_no_column_is_refused():
