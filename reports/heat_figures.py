@@ -45,6 +45,11 @@ def field_heatmaps(frames, params) -> Canvas:
     source → destination pairs down."""
     s = style_of(params)
     f2f = frames["field_to_field"]
+    twice = f2f.duplicated(["role", "layer", "source_name", "destination_name"])
+    if twice.any():  # a cell is one number: two would leave the drawing to pick one
+        r = f2f[twice].iloc[0]
+        raise ValueError(f"field_to_field has two rows for {r['role']} layer {r['layer']}, "
+                         f"{r['source_name']} -> {r['destination_name']}")
     layers = sorted(f2f["layer"].unique())
     if len(layers) > 6:
         return _field_compact(f2f, layers, s)

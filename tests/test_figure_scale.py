@@ -14,9 +14,11 @@ matplotlib draws the same marks, with matplotlib's own font metrics, not the lay
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import routestats as rs
@@ -167,3 +169,9 @@ def test_unmeasured_cells_are_hatched_not_coloured(tmp_path):
     assert len(hatched) == nan_cells  # one hatched patch per cell that was not measured
     svg = draw(f2f).svg()
     assert svg.count('fill="url(#rs-hatch)"') == nan_cells  # and so on the page
+    # a cell is one number: a frame with one row twice is refused, not drawn with whichever came last
+    for frame in (f2f.frames["field_to_field"], f2f.frames["field_to_field"].query("layer < 4")):  # compact, panels
+        draw(dataclasses.replace(f2f, frames={**f2f.frames, "field_to_field": frame}))  # drawn once a row
+        twice = pd.concat([frame, frame.iloc[[5]].assign(mass=0.99)], ignore_index=True)
+        with pytest.raises(ValueError, match="two rows for"):
+            draw(dataclasses.replace(f2f, frames={**f2f.frames, "field_to_field": twice}))
