@@ -182,7 +182,7 @@ class SpearmanResult:
     p_t: np.ndarray | None = None  # the t approximation's p (scipy's) where p_raw is a permutation p
     permutations: int = 0
     p_permutation: np.ndarray | None = None  # with permutations: p_raw is the larger of these two
-    p_robust: np.ndarray | None = None  # the least-squares slope's p, HC2 with Bell-McCaffrey df (stats.slope)
+    p_robust: np.ndarray | None = None  # the least-squares slope's p, HC2 on Satterthwaite's df (stats.slope)
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame(
@@ -214,7 +214,8 @@ def spearman_ci(x, y, *, resampling: Resampling | None = None, resamples: int | 
 
     rho and its two-sided p are :func:`spearman` (``scipy.stats.spearmanr``'s values); with ``permutations``
     the p is the larger of :func:`spearman_permutation_p` (exact under independence) and the p of the least-squares
-    slope of y on x with an HC2 standard error on Bell-McCaffrey df (:func:`routestats.stats.slope.slope_hc2`: it
+    slope of y on x with an HC2 standard error on Satterthwaite's df from each third of x's own spread
+    (:func:`routestats.stats.slope.slope_hc2`: it
     tests y's mean against x, and holds where y's spread, not its mean, changes with x); where that p is undefined
     (a row of leverage 1) the permutation p alone, and 1 where rho and the slope are of opposite signs (the two
     disagree on the direction a sentence would state). ``p_t`` keeps the t approximation; ``p_permutation`` and
