@@ -54,9 +54,8 @@ def slope_hc2(x, y) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     se = np.sqrt((a[:, None] * e * e).sum(axis=0))
     third = length_thirds(xv)
     r2 = e * e / (1.0 - h)[:, None]
-    rows = np.bincount(third, minlength=3)
-    sums = np.stack([np.bincount(third, weights=r2[:, j], minlength=3) for j in range(k)], axis=1)
-    d = (sums / np.maximum(rows, 1)[:, None])[third]  # (n, k): the mean over each row's third
+    member = np.arange(3) == third[:, None]  # (n, 3): which third holds each row
+    d = ((member.T @ r2) / np.maximum(member.sum(axis=0), 1)[:, None])[third]  # (n, k): the mean over its third
     u = np.column_stack([np.full(n, 1.0 / np.sqrt(n)), xc / np.sqrt(sxx)])
     df = satterthwaite_df(a, u, d)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -93,7 +92,8 @@ def satterthwaite_df(a, u, d) -> np.ndarray:
     M = np.block([[F, -eye], [-eye, np.zeros_like(eye)]])
     L = np.einsum("ij,jk,ik->i", R, M, R)  # diag(R M R')
     t1 = (d * (a + L)[:, None]).sum(axis=0)
-    Q = np.einsum("ni,nk,nj->kij", R, d, R)  # R' D R for each column
+    r = R.shape[1]
+    Q = ((R[:, :, None] * R[:, None, :]).reshape(len(a), r * r).T @ d).T.reshape(-1, r, r)  # R' D R a column
     MQ = M[None] @ Q
     t2 = ((d * d) * (a * a + 2 * a * L)[:, None]).sum(axis=0) + np.einsum("kij,kji->k", MQ, MQ)
     with np.errstate(divide="ignore", invalid="ignore"):
