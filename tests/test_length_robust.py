@@ -40,6 +40,7 @@ def test_with_two_lengths_the_slope_test_is_welchs_test():
     a = (xc / (xc @ xc)) ** 2 / (1 - 1 / len(x) - xc ** 2 / (xc @ xc))
     df_equal = (1 / n0 + 1 / n1) ** 2 / (1 / (n0 ** 2 * (n0 - 1)) + 1 / (n1 ** 2 * (n1 - 1)))
     assert satterthwaite_df(a, u, np.ones((len(x), 1)))[0] == pytest.approx(df_equal, rel=1e-10)
+    assert satterthwaite_df(a, u, np.ones(len(x)))[0] == pytest.approx(df_equal, rel=1e-10)  # one pattern as (n,)
 
 
 @pytest.mark.parametrize("n", [5, 13, 60])

@@ -85,7 +85,7 @@ def satterthwaite_df(a, u, d) -> np.ndarray:
     tr((A P D P)^2) = sum_ij d_i d_j K_ij^2 = sum_i d_i^2 a_i^2 + 2 sum_i d_i^2 a_i L_ii + tr((M R' D R)^2), L = R M R'.
     """
     a = np.asarray(a, dtype=np.float64)
-    d = np.asarray(d, dtype=np.float64)
+    d = np.asarray(d, dtype=np.float64).reshape(len(a), -1)  # one variance pattern may come as (n,)
     R = np.column_stack([u, a[:, None] * u])
     F = u.T @ (a[:, None] * u)
     eye = np.eye(u.shape[1])
