@@ -15,7 +15,8 @@ drawer = F.registrar(DRAWERS)
 @drawer("power_curve")
 def power_curve(frames, params):
     """Power against the size (examples or seeds): one line per layer with its Monte Carlo error band, the
-    hardest layer or every layer at once in black, the target dashed, the pilot's and the planned size marked."""
+    hardest layer (what the plan reaches) in black, every layer at once dotted, the target dashed, the pilot's and
+    the planned size marked."""
     curve = frames["curve"]
     fig, ax = plt.subplots(figsize=(7, 3.8))
     layers = [l for l in curve["layer"].unique() if str(l).isdigit()]
@@ -23,10 +24,10 @@ def power_curve(frames, params):
         g = curve[curve["layer"] == layer].sort_values("n")
         ax.plot(g["n"], g["power"], color=c, marker="o", ms=3, lw=1.2, label=f"layer {layer}")
         ax.fill_between(g["n"], g["power"] - 2 * g["se"], g["power"] + 2 * g["se"], color=c, alpha=0.15, lw=0)
-    for name in ("every layer", "hardest layer"):
+    for name, style in (("hardest layer", "-"), ("every layer", ":")):
         g = curve[curve["layer"] == name].sort_values("n")
         if len(g):
-            ax.plot(g["n"], g["power"], color="black", lw=2, label=name)
+            ax.plot(g["n"], g["power"], color="black", lw=2, ls=style, label=name)
     ax.axhline(params["target"], color="0.3", ls="--", lw=1)
     ax.text(ax.get_xlim()[0], params["target"], f" target {params['target']:.0%}", va="bottom", fontsize=8)
     marks = (("pilot", params.get("pilot"), "0.5", ":"), ("planned", params.get("planned"), "#C44E52", "-"))

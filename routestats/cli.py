@@ -394,8 +394,10 @@ def plan(
     delta_per_layer: Optional[str] = typer.Option(None, "--delta-per-layer", help="Comma list: one change per layer."),
     power: float = typer.Option(0.8, "--power", help="The power to reach (of the hardest layer)."),
     alpha: Optional[float] = typer.Option(None, "--alpha", help=f"The report's alpha [default: {D.alpha}]."),
-    spread: str = typer.Option("upper", "--spread", help="The pilot's spread to plan from: upper (its 80% upper "
-                                                         "confidence bound), pilot (as observed) or a multiple of it."),
+    spread: str = typer.Option("upper", "--spread", help="The pilot's spread to plan from: upper (its upper "
+                                                         "confidence bound: 85% for a pair's layers, 80% for a "
+                                                         "study's seeds), pilot (as observed, the power averaged "
+                                                         "over its uncertainty) or a multiple of it."),
     sims: int = typer.Option(1000, "--sims", help="Simulated samples per size."),
     max_examples: int = typer.Option(4096, "--max-examples", help="The largest number of examples tried."),
     max_seeds: int = typer.Option(30, "--max-seeds", help="The largest number of seeds tried."),

@@ -63,6 +63,7 @@ def test_search_finds_the_smallest_n_of_a_monotone_curve():
     class At:  # a known power curve: 0.8 first reached at n = 137
         def __init__(self, n):
             self.n, self.delta, self.power = n, np.array([1.0]), np.array([min(1.0, n / 171.25)])
+            self.shared = 0.0
 
     n, seen = search_n(At, 0.8, 40, 3, 4096)
     assert n == 137 and {136, 137} <= {r.n for r in seen}
@@ -198,7 +199,8 @@ def test_api_plan_returns_a_tidy_curve():
     import routestats as rs
 
     df = rs.plan("data/demo_run", 0.02, sims=100, max_examples=300, settings=_settings())
-    assert isinstance(df, pd.DataFrame) and df["planned"].sum() == 6  # 4 layers + every + any at the planned n
+    # 4 layers + hardest + every + any at the planned n
+    assert isinstance(df, pd.DataFrame) and df["planned"].sum() == 7
     assert set(df.columns) >= {"n", "layer", "delta", "power", "se", "sims", "planned"}
 
 

@@ -7,13 +7,15 @@ for a planned number of examples ``n`` and a true change ``delta`` per layer:
 
 1. the pilot's per-example differences (examples x layers) are centred on their layer means (the null it
    carries), scaled by ``spread`` times sqrt(m / (m - 1)) (so that the population resampled has the pilot's SD as
-   the report states it, ddof 1; ``spread`` 1: that SD; :func:`upper_spread`: its upper confidence bound) and
+   the report states it, ddof 1; ``spread`` 1: that SD; :func:`upper_spreads`: its upper confidence bound; with
+   ``spread_df``, times one draw per sample of the spread the pilot leaves possible, :func:`spread_draws`) and
    shifted by ``delta``;
 2. ``sims`` samples of ``n`` whole examples (rows: the layers' dependence is kept) are drawn with replacement;
 3. each is analysed with :func:`routestats.stats.inference.paired_inference` -- the report's procedure and
    settings, one shared draw of signs and resamples for all samples of one size -- and Holm over its layers;
 4. a layer counts as detected when the claim's rule holds on the side of its ``delta`` (a layer whose
-   ``delta`` is 0 counts any claim: its rate is the false-positive rate).
+   ``delta`` is 0 counts any claim: its rate is the false-positive rate); a plan asks :func:`power_target` of the
+   layers' rates (the hardest, read with the layers pooled with it by ``shared``).
 
 The Monte Carlo error of each estimate is its binomial standard error, sqrt(p (1 - p) / sims).
 
@@ -40,16 +42,16 @@ import pandas as pd
 from routestats.errors import RoutestatsError
 from routestats.settings import Resampling
 from routestats.stats.inference import holm, paired_inference, signflip_floor, signflip_floor_drawn
+from routestats.stats.pilot_spread import (DELTA_CAP, EXAMPLE_SPREAD_LEVEL, POOL_CHANCE, UPPER_SPREAD_LEVEL,
+                                          layer_spreads, pooling, spread_df, spread_draws, spread_variances,
+                                          upper_spread, upper_spreads)
 
 __all__ = ["PowerAtN", "headline_power", "detected", "upper_spread", "layer_spreads", "pooling", "upper_spreads",
+           "spread_df", "spread_variances", "spread_draws",
            "smallest_reachable_n",
-           "UPPER_SPREAD_LEVEL",
+           "UPPER_SPREAD_LEVEL", "EXAMPLE_SPREAD_LEVEL", "POOL_CHANCE", "DELTA_CAP",
            "seed_power", "search_n", "drawn_floor", "power_target", "normal_guess", "detectable_change",
            "MAX_SIM_VALUES"]
-
-UPPER_SPREAD_LEVEL = 0.8
-"""The one-sided confidence of the pilot's upper spread bound (Browne 1995: plan from the 80 % upper
-confidence limit of a pilot's SD, so that about four plans in five are not optimistic)."""
 
 MAX_SIM_VALUES = 1 << 23  # the most simulated differences (64 MB of float64) analysed in one call
 
@@ -57,7 +59,8 @@ MAX_SIM_VALUES = 1 << 23  # the most simulated differences (64 MB of float64) an
 @dataclass(frozen=True)
 class PowerAtN:
     """Estimated power at one sample size: per layer (``power``, aligned with ``layers``), for every layer
-    with a nonzero ``delta`` at once (``power_all``) and for at least one (``power_any``)."""
+    with a nonzero ``delta`` at once (``power_all``) and for at least one (``power_any``); ``shared`` is the weight
+    with which a layer's power is read from the layers sharing its change (:func:`power_target`)."""
 
     n: int
     layers: tuple
@@ -66,6 +69,12 @@ class PowerAtN:
     power_all: float
     power_any: float
     sims: int
+    shared: float = 0.0
+
+    @property
+    def hardest(self) -> float:
+        """What a plan asks to reach (:func:`power_target`)."""
+        return power_target(self)
 
     def se(self, p) -> np.ndarray:
         """The Monte Carlo standard error of an estimate ``p`` from this many samples."""
@@ -73,120 +82,17 @@ class PowerAtN:
         return np.sqrt(p * (1.0 - p) / self.sims)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per layer and one for ``every layer`` / ``any layer``: n, layer, delta, power, se, sims."""
+        """One row per layer and one for ``hardest layer`` (:func:`power_target`), ``every layer`` and ``any
+        layer``: n, layer, delta, power, se, sims."""
         rows = [{"n": self.n, "layer": str(l), "delta": float(d), "power": float(p)}
                 for l, d, p in zip(self.layers, self.delta, self.power)]
-        rows += [{"n": self.n, "layer": "every layer", "delta": np.nan, "power": self.power_all},
+        rows += [{"n": self.n, "layer": "hardest layer", "delta": np.nan, "power": self.hardest},
+                 {"n": self.n, "layer": "every layer", "delta": np.nan, "power": self.power_all},
                  {"n": self.n, "layer": "any layer", "delta": np.nan, "power": self.power_any}]
         df = pd.DataFrame(rows)
         df["se"] = self.se(df["power"].to_numpy())
         df["sims"] = self.sims
         return df
-
-
-def upper_spread(n_pilot: int, level: float = UPPER_SPREAD_LEVEL) -> float:
-    """The factor that takes a pilot's SD to its one-sided upper confidence bound (chi-square on n - 1 df):
-    sqrt((n - 1) / chi2.ppf(1 - level, n - 1)).
-
-    >>> round(upper_spread(32), 4)   # scipy.stats.chi2.ppf(0.2, 31) = 24.255...: sqrt(31 / 24.255)
-    1.1305
-    """
-    from scipy import stats
-
-    if n_pilot < 2:
-        raise RoutestatsError(f"a pilot needs at least 2 examples to estimate a spread, got {n_pilot}")
-    return float(math.sqrt((n_pilot - 1) / stats.chi2.ppf(1.0 - level, n_pilot - 1)))
-
-
-def layer_spreads(pilot) -> np.ndarray:
-    """Per layer, the factor that takes its pilot SD to the SD a plan simulates: each layer's variance pooled toward
-    the layers' mean variance by as much as their differences are what sampling alone would give.
-
-    The hardest layer of a plan is the one with the largest spread. Taken from the pilot as drawn, it is the layer
-    whose SD came out largest by chance when the layers are equally variable (the largest of k noisy estimates is
-    biased up), and plans were larger than needed. Here the log variances L_j = log s_j^2 are shrunk toward
-    log(mean s^2) by the empirical-Bayes weight B = v / (v + tau^2): v = (kappa - (m - 3) / (m - 1)) / m is the
-    sampling variance of a log variance from m examples (kappa: 3 + the layers' mean G2 excess kurtosis; v is
-    2 / (m - 1) for normal differences) and tau^2 = max(0, var_j(L_j) - v) what the layers differ beyond it.
-    Layers that differ in fact keep their own spread (B near 0); equally variable layers share the pooled one (B
-    near 1). One layer, fewer than 4 examples or a constant layer: 1 for every layer.
-
-    >>> rng = np.random.default_rng(0)
-    >>> equal = rng.normal(0, 1, (30, 4))               # four equally variable layers: pooled
-    >>> f = layer_spreads(equal)
-    >>> bool(np.allclose(f ** 2 * equal.var(axis=0, ddof=1), equal.var(axis=0, ddof=1).mean()))
-    True
-    >>> unequal = rng.normal(0, 1, (30, 4)) * [0.5, 1, 1.5, 2]   # spreads that differ in fact: kept, nearly
-    >>> bool(np.all(np.abs(layer_spreads(unequal) - 1) < 0.1))
-    True
-    """
-    s2, B = pooling(pilot)
-    if B == 0:
-        return np.ones(len(s2))
-    return np.exp(B * (np.log(s2.mean()) - np.log(s2)) / 2)
-
-
-def pooling(pilot) -> tuple[np.ndarray, float]:
-    """Each layer's pilot variance (ddof 1) and the weight B of :func:`layer_spreads` (0: each layer keeps its own)."""
-    x = np.asarray(pilot, dtype=np.float64)
-    m, k = x.shape
-    c = x - x.mean(axis=0)
-    s2 = (c * c).sum(axis=0) / max(m - 1, 1)
-    if k < 2 or m < 4 or not (s2 > 0).all():
-        return s2, 0.0
-    g2 = (c ** 4).mean(axis=0) / (c * c).mean(axis=0) ** 2 - 3.0  # excess kurtosis, then its small-sample correction
-    kappa = 3.0 + float((((m + 1) * g2 + 6) * (m - 1) / ((m - 2) * (m - 3))).mean())  # G2 (Joanes & Gill 1998)
-    v = max((kappa - (m - 3) / (m - 1)) / m, 1e-12)
-    L = np.log(s2)
-    tau2 = max(0.0, float(L.var(ddof=1)) - v)
-    return s2, v / (v + tau2)
-
-
-def upper_spreads(pilot, level: float = UPPER_SPREAD_LEVEL) -> tuple[np.ndarray, np.ndarray]:
-    """Per layer, the factor that takes the spread a plan simulates (the pilot's SD pooled by
-    :func:`layer_spreads`) to its one-sided ``level`` upper confidence bound, and the effective df it is read on.
-
-    The spread is known as well as the rows it is estimated from: a layer pooled with others is estimated from all
-    of them, so its bound is narrower than one layer's m - 1 df give, unless the layers move together; and
-    heavy-tailed or many-zero rows estimate a variance worse than normal rows do. With L_j = log s_j^2 and the
-    pooled L~_j = (1 - B) L_j + B log(mean s^2), var(L~_j) is the larger of two estimates from the pilot's rows:
-    the delta method on each example's squared deviations (which carries their kurtosis and the layers'
-    dependence) and normal theory with the layers' sample correlations (var L_j = 2 / (m - 1), cov = 2 r^2 /
-    (m - 1)), so that neither a kurtosis nor a correlation understated by a small pilot narrows the bound. The
-    factor is sqrt(d / chi2_{1 - level}(d)) on d = 2 / var(L~_j) df: with one normal layer exactly
-    :func:`upper_spread` (d = m - 1). Fewer than 4 examples or a constant layer: :func:`upper_spread` for all.
-
-    >>> rng = np.random.default_rng(1)
-    >>> one = rng.normal(0, 1, (32, 1))
-    >>> f, d = upper_spreads(one)   # one layer: never narrower than chi-square on m - 1 df
-    >>> bool(f[0] >= upper_spread(32) - 1e-12 and d[0] <= 31)
-    True
-    >>> f, d = upper_spreads(rng.normal(0, 1, (32, 4)))   # four independent layers, pooled: about 4 (m - 1) df
-    >>> bool(np.all(f < upper_spread(32)) and np.all(d > 62))
-    True
-    """
-    from scipy import special
-
-    x = np.asarray(pilot, dtype=np.float64)
-    m, k = x.shape
-    s2, B = pooling(x)
-    if m < 4 or not (s2 > 0).all():
-        return np.full(k, upper_spread(max(m, 2), level)), np.full(k, float(max(m - 1, 1)))
-    c = x - x.mean(axis=0)
-    # each example's squared deviations, and their sum over layers: log(mean s^2) is the log of the sum's mean
-    q = np.column_stack([c * c, (c * c).sum(axis=1)])
-    mu = q.mean(axis=0)
-    delta = np.cov(q, rowvar=False, ddof=1).reshape(k + 1, k + 1) / ((m - 1) * np.outer(mu, mu))
-    r2 = np.corrcoef(c, rowvar=False).reshape(k, k) ** 2
-    w = s2 / s2.sum()
-    normal = np.empty((k + 1, k + 1))
-    normal[:k, :k] = r2
-    normal[:k, k] = normal[k, :k] = r2 @ w
-    normal[k, k] = w @ r2 @ w
-    V = np.maximum(delta, 2 * normal / (m - 1))
-    var = (1 - B) ** 2 * np.diag(V)[:k] + B ** 2 * V[k, k] + 2 * B * (1 - B) * V[:k, k]
-    d = 2.0 / np.maximum(var, 1e-12)
-    return np.sqrt(d / special.chdtri(d, level)), d
 
 
 def smallest_reachable_n(n_layers: int, alpha: float, resampling: Resampling | None = None) -> int | None:
@@ -238,7 +144,8 @@ def detected(p_raw: np.ndarray, ci_low: np.ndarray, ci_high: np.ndarray, sign: n
 
 def headline_power(pilot, delta, n: int, *, alpha: float, sims: int = 1000, spread: float = 1.0,
                    resampling: Resampling | None = None, seed: int | None = None, labels=None,
-                   resamples: int | None = None, permutations: int | None = None) -> PowerAtN:
+                   resamples: int | None = None, permutations: int | None = None, shared: float = 0.0,
+                   spread_df=None) -> PowerAtN:
     """Estimated power of the headline's test at ``n`` examples for a true change ``delta`` (see the module
     docstring).
 
@@ -256,6 +163,14 @@ def headline_power(pilot, delta, n: int, *, alpha: float, sims: int = 1000, spre
         Simulated samples (Monte Carlo error about sqrt(p (1 - p) / sims)).
     spread : float or array_like, (k,)
         The factor applied to the centred differences (1: the pilot's spread), or one per layer.
+    shared : float
+        The weight with which each layer's power is read from the layers sharing its change
+        (:func:`power_target`; the pooling weight of :func:`layer_spreads`).
+    spread_df : array_like, (k,), optional
+        The effective df of each layer's spread (:func:`spread_df`): each simulated sample's spread is then drawn
+        as the true spread may be, given the pilot's, sqrt(d / chi2_d) times it (one draw per sample for all
+        layers), so that the power is the power expected over the pilot's uncertainty about the spread (see
+        :func:`spread_df`). None: the spread as given.
     resampling, resamples, permutations
         The test's settings (default: the report's); ``seed`` seeds the simulation (default: the settings').
     """
@@ -274,14 +189,18 @@ def headline_power(pilot, delta, n: int, *, alpha: float, sims: int = 1000, spre
     m = x.shape[0]
     # resampling m centred rows draws from a population whose SD is the pilot's ddof-0 SD, sqrt((m - 1)/m) of the SD
     # the report prints (ddof 1): 5 % too few examples planned at m = 20 before any noise. Rescaled to ddof 1.
-    base = (x - x.mean(axis=0)) * (spread.reshape(-1) * math.sqrt(m / (m - 1))) + d
+    base = (x - x.mean(axis=0)) * (spread.reshape(-1) * math.sqrt(m / (m - 1)))
     rng = np.random.default_rng([int(r.seed if seed is None else seed), n])
+    scale = None if spread_df is None else spread_draws(spread_df, k, sims, rng)
     hits = np.zeros((sims, k), dtype=bool)
     chunk = max(1, MAX_SIM_VALUES // (n * k))
     for s in range(0, sims, chunk):
         c = min(chunk, sims - s)
         rows = rng.integers(0, len(base), size=(c, n))
         sample = base[rows]  # (c, n, k)
+        if scale is not None:
+            sample *= scale[s:s + c, None, :]
+        sample += d
         cols = sample.transpose(1, 0, 2).reshape(n, c * k)  # one column per (sample, layer)
         res = paired_inference(cols, resampling=r)
         shape = (c, k)
@@ -291,13 +210,32 @@ def headline_power(pilot, delta, n: int, *, alpha: float, sims: int = 1000, spre
     all_ = hits[:, moved].all(axis=1).mean() if moved.any() else np.nan
     any_ = hits[:, moved].any(axis=1).mean() if moved.any() else hits.any(axis=1).mean()
     labels = tuple(range(k)) if labels is None else tuple(labels)
-    return PowerAtN(n, labels, d, hits.mean(axis=0), float(all_), float(any_), sims)
+    return PowerAtN(n, labels, d, hits.mean(axis=0), float(all_), float(any_), sims, float(shared))
 
 
 def power_target(res: PowerAtN) -> float:
-    """What a plan asks to reach: the power of the hardest layer among those with a nonzero change."""
+    """What a plan asks to reach: the power of the hardest layer among those with a nonzero change, each layer's
+    power read as (1 - B) x its own + B x the mean of the layers asked the same |change|, B = ``res.shared``.
+
+    Layers pooled to one spread (:func:`layer_spreads`, weight B) still differ in the shape of their pilot rows: a
+    tail or a run of zeros one layer's rows drew by chance. The smallest of their simulated powers is then the layer
+    whose rows came out least favourable, biased low as the largest of their SDs was biased up (heavy-tailed and
+    many-zero pilots planned 15-20 % more examples than their populations need; ``benchmarks/bench_plan.py``); read
+    from the layers together by the same weight that pooled their spreads, it is not.
+
+    >>> r = PowerAtN(50, (0, 1), np.array([0.1, 0.1]), np.array([0.70, 0.90]), 0.65, 0.95, 1000)
+    >>> power_target(r), power_target(PowerAtN(**{**r.__dict__, "shared": 1.0}))
+    (0.7, 0.8)
+    """
     moved = res.delta != 0
-    return float(res.power[moved].min()) if moved.any() else float("nan")
+    if not moved.any():
+        return float("nan")
+    p = np.asarray(res.power, dtype=np.float64)
+    if res.shared > 0:
+        size = np.abs(res.delta)
+        same = (size[:, None] == size[None, :]) & moved[None, :]
+        p = (1.0 - res.shared) * p + res.shared * (same @ p) / np.maximum(same.sum(axis=1), 1)
+    return float(p[moved].min())
 
 
 def normal_guess(pilot, delta, alpha: float, power: float, spread: float) -> int:

@@ -46,8 +46,9 @@ MAX_EXAMPLES = 1_000_000  # one simulated sample of this many examples x 32 laye
 @dataclass(frozen=True)
 class PlanQuestion:
     """What a plan is asked: the true change ``delta`` (one value for every layer, or one per layer), the
-    ``power`` to reach, the pilot's ``spread`` to plan from (``upper``: its SD at the one-sided 80 % upper
-    confidence bound, the default; ``pilot``: as observed; a number: that multiple of the pilot's), the
+    ``power`` to reach, the pilot's ``spread`` to plan from (``upper``: its SD at a one-sided upper confidence
+    bound, the default: 85 % for a pilot pair's layers, 80 % for a study's seeds; ``pilot``: as observed, the power
+    averaged over its uncertainty; a number: that multiple of the pilot's), the
     simulated samples per size (``sims``) and the largest size tried (``max_examples``, ``max_seeds``).
 
     >>> PlanQuestion(delta=0.01).spread_label(32)
@@ -107,10 +108,13 @@ class PlanQuestion:
 
     def example_spreads(self, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per layer of a pilot pair's differences ``D``: the factor on its (pooled) spread and the df of its
-        bound (:func:`routestats.stats.power.upper_spreads` by default; NaN df where no bound is taken)."""
+        bound (:func:`routestats.stats.power.upper_spreads` by default) or, with ``pilot``, the df its uncertainty
+        is drawn on (:func:`routestats.stats.power.spread_df`); NaN df for a given multiple."""
         k = D.shape[1]
         if self.spread == "upper":
             return P.upper_spreads(D)
+        if self.spread == "pilot":
+            return np.ones(k), P.spread_df(D)
         return np.full(k, self.spread_factor(len(D))), np.full(k, np.nan)
 
     def example_spread_label(self, row) -> str:
@@ -118,9 +122,14 @@ class PlanQuestion:
 
         >>> PlanQuestion(delta=0.01).example_spread_label({"spread_factor_min": 1.061, "spread_factor_max": 1.07,
         ...     "spread_df_min": 96.2, "spread_df_max": 104.9, "pilot_examples": 32})
-        "the pilot's spread at its 80% upper confidence bound (× 1.061–1.070 by layer, on 96–105 effective df, \
+        "the pilot's spread at its 85% upper confidence bound (× 1.061–1.070 by layer, on 96–105 effective df, \
 where one normal layer of 32 examples has 31)"
         """
+        if self.spread == "pilot":
+            dlo, dhi = float(row["spread_df_min"]), float(row["spread_df_max"])
+            d = f"{dlo:.0f}" if round(dlo) == round(dhi) else f"{dlo:.0f}–{dhi:.0f}"
+            return (f"the pilot's spread as observed, the power averaged over what the pilot leaves possible for the "
+                    f"true spread (on {d} effective df)")
         if self.spread != "upper":
             return self.spread_label(int(row["pilot_examples"]))
         lo, hi = float(row["spread_factor_min"]), float(row["spread_factor_max"])
@@ -128,7 +137,7 @@ where one normal layer of 32 examples has 31)"
         f = f"{lo:.3f}" if round(lo, 3) == round(hi, 3) else f"{lo:.3f}–{hi:.3f} by layer"
         d = f"{dlo:.0f}" if round(dlo) == round(dhi) else f"{dlo:.0f}–{dhi:.0f}"
         m = int(row["pilot_examples"])
-        return (f"the pilot's spread at its {P.UPPER_SPREAD_LEVEL:.0%} upper confidence bound (× {f}, on {d} "
+        return (f"the pilot's spread at its {P.EXAMPLE_SPREAD_LEVEL:.0%} upper confidence bound (× {f}, on {d} "
                 f"effective df, where one normal layer of {m} examples has {m - 1})")
 
 
@@ -149,6 +158,8 @@ class PlanContext:
         delta = q.deltas(D.shape[1])
         factor, df = q.example_spreads(D)
         layers = P.layer_spreads(D)  # equally variable layers share one spread: no hardest layer by chance
+        shared = P.pooling(D)[1]  # ... and their powers are read together by the same weight (P.power_target)
+        drawn = df if q.spread == "pilot" else None  # as observed: the power expected over the spread's uncertainty
         k = D.shape[1]
         reach = P.smallest_reachable_n(k, p.alpha, s.resampling)
         if reach is None:
@@ -157,7 +168,7 @@ class PlanContext:
 
         def power_at(n: int) -> P.PowerAtN:
             return P.headline_power(D, delta, n, alpha=p.alpha, sims=q.sims, spread=factor * layers,
-                                    resampling=s.resampling, labels=p.layers)
+                                    resampling=s.resampling, labels=p.layers, shared=shared, spread_df=drawn)
 
         start = P.normal_guess(D, delta, p.alpha, q.power, factor * layers)
         n, seen = P.search_n(power_at, q.power, start, reach, q.max_examples, self.say)
@@ -178,7 +189,8 @@ class PlanContext:
                "spread_df_min": float(np.nanmin(df)) if np.isfinite(df).any() else np.nan,
                "spread_df_max": float(np.nanmax(df)) if np.isfinite(df).any() else np.nan,
                "layer_spread_min": float(layers.min()),
-               "layer_spread_max": float(layers.max()), "sims": q.sims, "max_examples": q.max_examples,
+               "layer_spread_max": float(layers.max()), "shared": shared, "sims": q.sims,
+               "max_examples": q.max_examples,
                "n_reachable": reach,
                "floor_reachable": k * P.drawn_floor(reach, s.resampling),
                "floor_below": k * P.drawn_floor(reach - 1, s.resampling) if reach > 1 else np.nan,
@@ -307,15 +319,18 @@ PLAN_SECTIONS = (examples_section, seeds_section)
 def _pooled_label(row) -> str:
     """What pooling the layers' spreads did (:func:`routestats.stats.power.layer_spreads`), for the plan's sentence.
 
-    >>> _pooled_label({"layer_spread_min": 0.93, "layer_spread_max": 1.08})
-    ", each layer's pooled toward the layers' mean where they differ by chance (× 0.93–1.08)"
-    >>> _pooled_label({"layer_spread_min": 1.0, "layer_spread_max": 1.0})
+    >>> _pooled_label({"layer_spread_min": 0.93, "layer_spread_max": 1.08, "shared": 1.0})
+    ", each layer's pooled toward the layers' mean where they differ by chance (× 0.93–1.08), and the layers' \
+powers read together by the same weight (1.00)"
+    >>> _pooled_label({"layer_spread_min": 1.0, "layer_spread_max": 1.0, "shared": 0.0})
     ''
     """
     lo, hi = float(row["layer_spread_min"]), float(row["layer_spread_max"])
-    if abs(lo - 1) < 5e-3 and abs(hi - 1) < 5e-3:  # kept as drawn (they differ beyond chance): nothing to say
+    shared = float(row.get("shared", 0.0))
+    if abs(lo - 1) < 5e-3 and abs(hi - 1) < 5e-3 and shared < 5e-3:  # kept as drawn: nothing to say
         return ""
-    return f", each layer's pooled toward the layers' mean where they differ by chance (× {lo:.2f}–{hi:.2f})"
+    return (f", each layer's pooled toward the layers' mean where they differ by chance (× {lo:.2f}–{hi:.2f}), and "
+            f"the layers' powers read together by the same weight ({shared:.2f})")
 
 
 def _context(path, question: PlanQuestion, settings, progress) -> PlanContext:
