@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from routestats.compose.plan.build import PlanQuestion, example_simulation
 from routestats.settings import Resampling
 from routestats.stats import power as P
 
@@ -55,11 +56,9 @@ def population(kind: str, size: int, rng: np.random.Generator) -> np.ndarray:
 
 def planned_n(pilot: np.ndarray, delta: np.ndarray, mode: str, alpha: float, r: Resampling, sims: int,
               most: int) -> int | None:
-    """The n ``routestats plan`` plans from ``pilot`` (``mode``: ``pilot`` or ``upper``, the default), as
-    :meth:`routestats.compose.plan.build.PlanContext.examples` does it."""
-    layers, shared = P.layer_spreads(pilot), P.pooling(pilot)[1]
-    factor = P.upper_spreads(pilot)[0] if mode == "upper" else 1.0
-    drawn = P.spread_df(pilot) if mode == "pilot" else None
+    """The n ``routestats plan`` plans from ``pilot`` (``mode``: ``pilot`` or ``upper``, the default), simulated as
+    :meth:`routestats.compose.plan.build.PlanContext.examples` simulates it (``example_simulation``)."""
+    factor, _, layers, shared, drawn = example_simulation(pilot, PlanQuestion(delta=tuple(delta), spread=mode))
     at = lambda n: P.headline_power(pilot, delta, n, alpha=alpha, sims=sims, spread=factor * layers,  # noqa: E731
                                     resampling=r, shared=shared, spread_df=drawn)
     reach = P.smallest_reachable_n(K, alpha, r)

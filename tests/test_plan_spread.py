@@ -127,3 +127,12 @@ def test_the_hardest_layer_reads_its_power_with_the_layers_sharing_its_change():
     alone = PowerAtN(**{**half.__dict__, "power": np.array([0.70, 0.90, 0.95, 0.0])})
     assert power_target(alone) == pytest.approx(0.75)
     assert power_target(PowerAtN(**{**alone.__dict__, "shared": 1.0})) == pytest.approx(0.80)
+
+
+def test_a_weight_outside_zero_to_one_is_refused_in_one_line():
+    from routestats.errors import RoutestatsError
+    from routestats.stats.power import headline_power
+
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(RoutestatsError, match="shared is a weight from 0 to 1"):
+            headline_power(_normal_rows(20, 1), [0.5], 10, alpha=0.05, sims=5, shared=bad)

@@ -22,8 +22,9 @@ confidence limit of a pilot's SD, so that about four plans in five are not optim
 EXAMPLE_SPREAD_LEVEL = 0.85
 """The same for a pilot pair's layers (:func:`upper_spreads`). A plan is optimistic when its spread bound falls
 short or its simulated power came out high by chance: at 80 % the layers' bound covered its spread in about 80 % of
-pilots but the plans that used it were not optimistic in 70-84 % of them (64 pilots of each of six planted
-populations, ``benchmarks/bench_plan.py``); at 85 % in 72-89 %."""
+pilots but the plans that used it were not optimistic in 70-84 % of them (a screen of 64 pilots of each of the six
+planted populations of ``benchmarks/bench_plan.py``, the report's test approximated by t-tests); at 85 % in
+72-89 %."""
 
 DELTA_CAP = 2.0
 """The delta method's variance of a log variance is used up to this multiple of normal theory's
@@ -98,8 +99,9 @@ def pooling(pilot) -> tuple[np.ndarray, float]:
     tau2 = max(0.0, float(L.var(ddof=1)) - allowance * v)
     # squared: the empirical-Bayes weight v / (v + tau^2) assumes the layers' log variances scatter normally about
     # their mean, and k = 4 of them say little about tau^2. Where one layer is hardest in fact (SDs 0.5 : 1 : 1.5 : 2)
-    # it still drew that layer 3 % toward the others, and plans from the pilot's spread achieved 0.78 where they
-    # claimed 0.80 (0.80 squared: benchmarks/bench_plan.py). Squaring keeps 1 (chance alone) and near-1 weights and
+    # it still drew that layer 3 % toward the others, and plans from the pilot's spread achieved 0.767 where they
+    # claimed 0.80 (0.790 squared: benchmarks/bench_plan.py, 32 pilots). Squaring keeps 1 (chance alone) and near-1
+    # weights and
     # all but removes small ones (0.04 -> 0.0016).
     return s2, (v / (v + tau2)) ** 2
 
@@ -116,8 +118,8 @@ def upper_spreads(pilot, level: float = EXAMPLE_SPREAD_LEVEL) -> tuple[np.ndarra
     dependence) and normal theory with the layers' sample correlations (var L_j = 2 / (m - 1), cov = 2 r^2 /
     (m - 1)), so that neither a kurtosis nor a correlation understated by a small pilot narrows the bound; the delta
     method's at most :data:`DELTA_CAP` times normal theory's (a pilot's fourth moments are its least stable
-    numbers: uncapped, t3 pilots planned 1.6 times the examples their population needs, capped 1.3-1.4 times, as
-    often not optimistic). The factor is sqrt(d / chi2_{1 - level}(d)) on d = 2 / var(L~_j) df: with one normal
+    numbers: in a screen with the report's test approximated by t-tests, t3 pilots planned 1.6-1.8 times the
+    examples their population needs uncapped, 1.3-1.4 times capped, 56-75 % of plans not optimistic either way). The factor is sqrt(d / chi2_{1 - level}(d)) on d = 2 / var(L~_j) df: with one normal
     layer exactly :func:`upper_spread` at ``level`` (d = m - 1). Fewer than 4 examples or a constant layer:
     :func:`upper_spread` for all.
 
@@ -151,7 +153,8 @@ def spread_df(pilot) -> np.ndarray:
     (:func:`spread_draws`), so that its power is the power expected over the pilot's uncertainty about the spread:
     a plan from the spread as observed reached its claimed power on average only where the pilot's layers pooled
     many df (power is concave in the spread: a spread drawn low costs more power than one drawn high gives; where
-    one layer was clearly hardest, on its own m - 1 df, 0.746 was achieved where 0.80 was claimed).
+    one layer was clearly hardest, on its own m - 1 df, 0.750 was achieved where 0.80 was claimed:
+    ``benchmarks/bench_plan.py``, 32 pilots).
 
     >>> x = np.random.default_rng(1).normal(0, 1, (32, 1))
     >>> spread_df(x).tolist()

@@ -34,7 +34,7 @@ from routestats.report import Column, Figure, Report, Section, Table, section
 from routestats.settings import AnalysisSettings
 from routestats.stats import power as P
 
-__all__ = ["PlanQuestion", "plan", "build_plan_report", "PLAN_SECTIONS"]
+__all__ = ["PlanQuestion", "plan", "build_plan_report", "PLAN_SECTIONS", "example_simulation"]
 
 
 MAX_DELTA = 1.0  # SFM and every mass are shares of a row's attention: a change of more than 1 cannot happen
@@ -156,10 +156,7 @@ class PlanContext:
         p, q, s = self.pilot, self.question, self.settings
         D = p.D.to_numpy()
         delta = q.deltas(D.shape[1])
-        factor, df = q.example_spreads(D)
-        layers = P.layer_spreads(D)  # equally variable layers share one spread: no hardest layer by chance
-        shared = P.pooling(D)[1]  # ... and their powers are read together by the same weight (P.power_target)
-        drawn = df if q.spread == "pilot" else None  # as observed: the power expected over the spread's uncertainty
+        factor, df, layers, shared, drawn = example_simulation(D, q)
         k = D.shape[1]
         reach = P.smallest_reachable_n(k, p.alpha, s.resampling)
         if reach is None:
@@ -316,6 +313,19 @@ def seeds_section(ctx: PlanContext) -> Section | None:
 PLAN_SECTIONS = (examples_section, seeds_section)
 
 
+def example_simulation(D: np.ndarray, question: PlanQuestion) -> tuple:
+    """How a plan simulates a pilot pair's differences ``D`` (examples x layers), as ``question`` asks: (the factor
+    on each layer's spread and its df, :meth:`PlanQuestion.example_spreads`; each layer's pooling factor,
+    :func:`routestats.stats.power.layer_spreads`; the weight its power is read with the layers', B of
+    :func:`~routestats.stats.power.pooling`; the df its spread is drawn on with ``--spread pilot``, else None).
+    ``headline_power(D, delta, n, spread=factor * layers, shared=B, spread_df=drawn, ...)`` is the plan's power."""
+    factor, df = question.example_spreads(D)
+    layers = P.layer_spreads(D)  # equally variable layers share one spread: no hardest layer by chance
+    shared = P.pooling(D)[1]  # ... and their powers are read together by the same weight (P.power_target)
+    drawn = df if question.spread == "pilot" else None  # as observed: the power expected over its uncertainty
+    return factor, df, layers, shared, drawn
+
+
 def _pooled_label(row) -> str:
     """What pooling the layers' spreads did (:func:`routestats.stats.power.layer_spreads`), for the plan's sentence.
 
@@ -326,7 +336,7 @@ powers read together by the same weight (1.00)"
     ''
     """
     lo, hi = float(row["layer_spread_min"]), float(row["layer_spread_max"])
-    shared = float(row.get("shared", 0.0))
+    shared = float(row["shared"])
     if abs(lo - 1) < 5e-3 and abs(hi - 1) < 5e-3 and shared < 5e-3:  # kept as drawn: nothing to say
         return ""
     return (f", each layer's pooled toward the layers' mean where they differ by chance (× {lo:.2f}–{hi:.2f}), and "
