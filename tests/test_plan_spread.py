@@ -131,6 +131,10 @@ def test_equally_variable_layers_are_pooled_unless_chance_rarely_gives_their_spr
     x = rng.standard_normal((2000, 4))
     v, q = chance_dispersion(x - x.mean(axis=0))
     assert v == pytest.approx(float(special.polygamma(1, 1999 / 2)), rel=0.1)
+    # its answer is kept for the same pilot only, by content: a pilot changed in place is read afresh
+    again = x - x.mean(axis=0)
+    again[:, 0] *= 3.0
+    assert chance_dispersion(again) != (v, q) and chance_dispersion(x - x.mean(axis=0)) == (v, q)
     # a shuffle that leaves a layer constant (here half of them: the one nonzero value moves to the other layer)
     # is spread without bound, not a crash
     one = np.zeros((6, 2))

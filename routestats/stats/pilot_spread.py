@@ -6,6 +6,7 @@ the spread as observed (:func:`spread_df`, :func:`spread_draws`). Used by :mod:`
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -32,6 +33,8 @@ DELTA_CAP = 2.0
 
 POOL_CHANCE = 0.95
 """Layers' spreads count as their own only beyond what sampling spreads them this often (:func:`pooling`)."""
+
+_CHANCE_SEEN: dict = {}  # chance_dispersion's last answer, keyed by its input's shape and bytes
 
 POOL_DRAWS = 500
 """Shuffles of the pilot's examples across its layers that tell what chance spreads their variances by
@@ -122,8 +125,11 @@ def chance_dispersion(centred) -> tuple[float, float]:
     >>> bool(0.02 < v < q)   # normal rows: v near 2 / (m - 1) = 0.051
     True
     """
-    c = np.asarray(centred, dtype=np.float64)
+    c = np.ascontiguousarray(centred, dtype=np.float64)
     m, k = c.shape
+    key = (c.shape, hashlib.blake2b(c.tobytes(), digest_size=16).digest())
+    if key in _CHANCE_SEEN:  # a plan asks for one pilot's chance three times (pooling, its factors, their bound)
+        return _CHANCE_SEEN[key]
     c = c[:, np.argsort(c.var(axis=0), kind="stable")]
     rng = np.random.default_rng(0)
     out = np.empty(POOL_DRAWS)
@@ -138,7 +144,9 @@ def chance_dispersion(centred) -> tuple[float, float]:
     finite = out[np.isfinite(out)]
     with np.errstate(invalid="ignore"):
         q = float(np.quantile(out, POOL_CHANCE))  # nan where it falls beside an unbounded spread: unbounded
-    return float(finite.mean()) if finite.size else math.inf, math.inf if math.isnan(q) else q
+    _CHANCE_SEEN.clear()  # the last pilot's only: by content, so a changed pilot is never answered from it
+    _CHANCE_SEEN[key] = (float(finite.mean()) if finite.size else math.inf, math.inf if math.isnan(q) else q)
+    return _CHANCE_SEEN[key]
 
 
 def upper_spreads(pilot, level: float = EXAMPLE_SPREAD_LEVEL) -> tuple[np.ndarray, np.ndarray]:
