@@ -75,8 +75,8 @@ def floor_ratio(truth: np.ndarray, alike: bool, rng: np.random.Generator, pilots
     times the needed n is not optimistic where c s^2 >= sigma^2: c is the inverse of the 20th percentile of
     s^2 / sigma^2 over pilots of 20-64 examples, and the mean n / needed is c E[s^2] / sigma^2 = c. s^2 is the mean
     of the alike layers' sample variances (the most a plan can pool) or, where they are not alike, the hardest
-    layer's own. No rule that reads only the pilot's variance does better in every population: it does not know
-    the population's c (s^2 is the minimum-variance unbiased estimate of sigma^2 for every distribution).
+    layer's own. It bounds every plan that is a fixed multiple of the pilot's variance, even one chosen for the
+    population; a multiple that moves with more of the pilot is not bound by it.
     """
     sig2 = truth.var(axis=0)
     ratio = np.empty(pilots)
