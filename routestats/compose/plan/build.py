@@ -327,11 +327,16 @@ def example_simulation(D: np.ndarray, question: PlanQuestion) -> tuple:
 
 
 def _pooled_label(row) -> str:
-    """What pooling the layers' spreads did (:func:`routestats.stats.power.layer_spreads`), for the plan's sentence.
+    """What pooling the layers' spreads did (:func:`routestats.stats.power.layer_spreads`), for the plan's sentence:
+    the weight B says which (1: the layers differ no more than chance gives 19 times in 20; below 1/2: beyond it,
+    by more than 0.4 of chance's mean spread, so that each layer keeps nearly its own).
 
     >>> _pooled_label({"layer_spread_min": 0.93, "layer_spread_max": 1.08, "shared": 1.0})
-    ", each layer's pooled toward the layers' mean where they differ by chance (× 0.93–1.08), and the layers' \
-powers read together by the same weight (1.00)"
+    ", each layer's pooled to the layers' mean spread, as they differ by no more than chance gives 19 times in 20 \
+(× 0.93–1.08), and the layers' powers read together"
+    >>> _pooled_label({"layer_spread_min": 0.99, "layer_spread_max": 1.02, "shared": 0.06})
+    ", each layer's spread nearly its own, as the layers differ beyond what chance gives 19 times in 20 (pooled \
+by weight 0.06: × 0.99–1.02)"
     >>> _pooled_label({"layer_spread_min": 1.0, "layer_spread_max": 1.0, "shared": 0.0})
     ''
     """
@@ -339,8 +344,15 @@ powers read together by the same weight (1.00)"
     shared = float(row["shared"])
     if abs(lo - 1) < 5e-3 and abs(hi - 1) < 5e-3 and shared < 5e-3:  # kept as drawn: nothing to say
         return ""
-    return (f", each layer's pooled toward the layers' mean where they differ by chance (× {lo:.2f}–{hi:.2f}), and "
-            f"the layers' powers read together by the same weight ({shared:.2f})")
+    if shared >= 1.0 - 1e-12:
+        return (f", each layer's pooled to the layers' mean spread, as they differ by no more than chance gives 19 "
+                f"times in 20 (× {lo:.2f}–{hi:.2f}), and the layers' powers read together")
+    if shared < 0.5:
+        return (f", each layer's spread nearly its own, as the layers differ beyond what chance gives 19 times in 20 "
+                f"(pooled by weight {shared:.2f}: × {lo:.2f}–{hi:.2f})")
+    return (f", each layer's spread pooled part way toward the layers' mean, as they differ somewhat beyond what "
+            f"chance gives 19 times in 20 (weight {shared:.2f}: × {lo:.2f}–{hi:.2f}), and the layers' powers read "
+            f"together by the same weight")
 
 
 def _context(path, question: PlanQuestion, settings, progress) -> PlanContext:
