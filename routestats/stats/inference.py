@@ -79,6 +79,7 @@ __all__ = [
     "percentile_coverage",
     "PERCENTILE_COVERAGE_95",
     "SMALL_N",
+    "array_key",
 ]
 
 def as_matrix(d) -> np.ndarray:
@@ -283,10 +284,20 @@ _RESULTS: dict = {}
 _RESULTS_KEEP = 64
 
 
+def array_key(a) -> tuple:
+    """An array's content as a key: its bytes' SHA-1 and its shape (a result kept by content, never by name).
+
+    >>> x = np.arange(6.0).reshape(2, 3)
+    >>> array_key(x) == array_key(x.copy()), array_key(x) == array_key(x.reshape(3, 2))
+    (True, False)
+    """
+    a = np.ascontiguousarray(a)
+    return hashlib.sha1(a.view(np.uint8)).hexdigest(), a.shape
+
+
 def _result_key(a: np.ndarray, r: Resampling) -> tuple:
-    """The content of a family's differences (their bytes' SHA-1, shape) and the procedure that analyses them."""
-    return (hashlib.sha1(np.ascontiguousarray(a).view(np.uint8)).hexdigest(), a.shape, int(r.resamples),
-            int(r.permutations), int(r.seed), r.mode, float(r.confidence))
+    """The content of a family's differences (:func:`array_key`) and the procedure that analyses them."""
+    return (*array_key(a), int(r.resamples), int(r.permutations), int(r.seed), r.mode, float(r.confidence))
 
 
 def _keep(key: tuple, res: PairedInference) -> None:

@@ -6,12 +6,12 @@ the spread as observed (:func:`spread_df`, :func:`spread_draws`). Used by :mod:`
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
 
 from routestats.errors import RoutestatsError
+from routestats.stats.inference import array_key
 
 __all__ = ["UPPER_SPREAD_LEVEL", "EXAMPLE_SPREAD_LEVEL", "DELTA_CAP", "POOL_CHANCE", "upper_spread", "layer_spreads",
            "pooling", "chance_dispersion", "POOL_DRAWS", "upper_spreads", "spread_df", "spread_variances", "spread_draws"]
@@ -34,11 +34,12 @@ DELTA_CAP = 2.0
 POOL_CHANCE = 0.95
 """Layers' spreads count as their own only beyond what sampling spreads them this often (:func:`pooling`)."""
 
-_CHANCE_SEEN: dict = {}  # chance_dispersion's last answer, keyed by its input's shape and bytes
+_CHANCE_SEEN: dict = {}  # chance_dispersion's last answer, keyed by its input's content (array_key)
 
 POOL_DRAWS = 500
 """Shuffles of the pilot's examples across its layers that tell what chance spreads their variances by
 (:func:`chance_dispersion`)."""
+
 
 def upper_spread(n_pilot: int, level: float = UPPER_SPREAD_LEVEL) -> float:
     """The factor that takes a pilot's SD to its one-sided upper confidence bound (chi-square on n - 1 df):
@@ -93,10 +94,10 @@ def pooling(pilot) -> tuple[np.ndarray, float]:
     s2 = (c * c).sum(axis=0) / max(m - 1, 1)
     if k < 2 or m < 4 or not (s2 > 0).all():
         return s2, 0.0
+    # what chance gives 19 times in 20 is allowed before any of the spread counts as the layers' own: with
+    # tau^2 = var - v (chance's mean), chance alone exceeded it 39 times in 100 over 4 layers and kept equally
+    # variable layers apart in two pilots of five (the hardest again the one drawn largest)
     v, allowance = chance_dispersion(c)
-    # chance alone spreads k log variances by about v x chi2(k - 1)/(k - 1); with k = 4 that exceeds v 39 times in
-    # 100, and tau^2 = var - v kept equally variable layers apart in two pilots of five (the hardest again the one
-    # drawn largest). What chance gives 19 times in 20 is allowed before any of the spread counts as the layers' own.
     tau2 = max(0.0, float(np.log(s2).var(ddof=1)) - allowance)
     # squared: the empirical-Bayes weight v / (v + tau^2) assumes the layers' log variances scatter normally about
     # their mean, and k = 4 of them say little about tau^2. Where one layer is hardest in fact (SDs 0.5 : 1 : 1.5 : 2)
@@ -127,7 +128,7 @@ def chance_dispersion(centred) -> tuple[float, float]:
     """
     c = np.ascontiguousarray(centred, dtype=np.float64)
     m, k = c.shape
-    key = (c.shape, hashlib.blake2b(c.tobytes(), digest_size=16).digest())
+    key = array_key(c)
     if key in _CHANCE_SEEN:  # a plan asks for one pilot's chance three times (pooling, its factors, their bound)
         return _CHANCE_SEEN[key]
     c = c[:, np.argsort(c.var(axis=0), kind="stable")]
@@ -162,7 +163,8 @@ def upper_spreads(pilot, level: float = EXAMPLE_SPREAD_LEVEL) -> tuple[np.ndarra
     (m - 1)), so that neither a kurtosis nor a correlation understated by a small pilot narrows the bound; the delta
     method's at most :data:`DELTA_CAP` times normal theory's (a pilot's fourth moments are its least stable
     numbers: in a screen with the report's test approximated by t-tests, t3 pilots planned 1.6-1.8 times the
-    examples their population needs uncapped, 1.3-1.4 times capped, 56-75 % of plans not optimistic either way). The factor is sqrt(d / chi2_{1 - level}(d)) on d = 2 / var(L~_j) df: with one normal
+    examples their population needs uncapped, 1.3-1.4 times capped, 56-75 % of plans not optimistic either way).
+    The factor is sqrt(d / chi2_{1 - level}(d)) on d = 2 / var(L~_j) df: with one normal
     layer exactly :func:`upper_spread` at ``level`` (d = m - 1). Fewer than 4 examples or a constant layer:
     :func:`upper_spread` for all.
 
